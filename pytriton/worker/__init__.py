@@ -1,0 +1,1 @@
+"""The user-process side of the data path: receive batches from the proxy, run the callable, reply."""
