@@ -1,0 +1,43 @@
+"""What a callable (and the decorators around it) may know about the model that runs it.
+
+The worker sets the context once in each handler thread before serving, so `@batch` can map a
+list of outputs to the model's output names without the user repeating them.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+from typing import Any, Optional, Tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonContext:
+    """The model a callable serves: its name, version, resolved tensors and `ModelConfig`."""
+
+    model_name: str
+    model_version: int
+    inputs: Tuple[Any, ...]  # pytriton.model_config.Tensor, names resolved
+    outputs: Tuple[Any, ...]  # pytriton.model_config.Tensor, names resolved
+    config: Any  # pytriton.model_config.ModelConfig
+
+    @property
+    def input_names(self) -> Tuple[str, ...]:
+        return tuple(t.name for t in self.inputs)
+
+    @property
+    def output_names(self) -> Tuple[str, ...]:
+        return tuple(t.name for t in self.outputs)
+
+
+_current: contextvars.ContextVar[Optional[TritonContext]] = contextvars.ContextVar("pytriton_context", default=None)
+
+
+def current_context() -> Optional[TritonContext]:
+    """The context of the model served by this thread, or None outside a handler."""
+    return _current.get()
+
+
+def set_current_context(context: Optional[TritonContext]) -> contextvars.Token:
+    """Set the context for this thread (the worker does it; tests may too)."""
+    return _current.set(context)
