@@ -1,0 +1,162 @@
+"""The wire contract between the proxy (inside Triton's Python backend) and the worker.
+
+One ZeroMQ DEALER (proxy, one per model instance) talks to one ROUTER (worker, one per
+callable). Every message is a multipart ZeroMQ message: frame 0 is a pickled header dataclass
+from this module, the following frames carry inline tensor bytes. Large tensors travel in
+shared memory (see `pytriton.ipc.shm`) and the header only names the segment and offset.
+
+Both sides are processes of the same user that the library started, talking over a socket in
+a 0700 workspace folder, so pickle is safe here and is the cheapest way to move small headers.
+
+Names (endpoints, segments) are built by the functions at the bottom of this module, on both
+sides of the process boundary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import pickle
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+PROTOCOL_VERSION = 1
+
+# Keys of the model configuration `parameters` that tell a proxy where its worker is.
+PARAM_ENDPOINT = "pytriton.endpoint"
+PARAM_SHM_PREFIX = "pytriton.shm_prefix"
+PARAM_PROTOCOL = "pytriton.protocol"
+PARAM_WORKER_PID = "pytriton.worker_pid"
+PARAM_HANDSHAKE_TIMEOUT_S = "pytriton.handshake_timeout_s"
+
+# Tensors at or under this size travel inline in ZeroMQ frames; larger ones in shared memory.
+INLINE_MAX_BYTES = 64 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class InlineData:
+    """Tensor bytes in frame number `frame` of the same multipart message."""
+
+    frame: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ShmData:
+    """Tensor bytes at `offset` in the shared-memory segment `segment` (owned by the sender)."""
+
+    segment: str
+    offset: int
+    nbytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorRef:
+    """One tensor: its name, dtype, shape and where its bytes are.
+
+    `dtype` is a numpy dtype string; BYTES tensors use ``"bytes"`` and their data is the
+    length-prefixed serialisation of `pytriton.ipc.codec`.
+    """
+
+    name: str
+    dtype: str
+    shape: Tuple[int, ...]
+    data: Union[InlineData, ShmData]
+
+
+@dataclasses.dataclass(frozen=True)
+class Hello:
+    """Proxy -> worker, once per instance at model load: checks the protocol and the peer."""
+
+    protocol: int
+    instance: int
+    proxy_pid: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Welcome:
+    """Worker -> proxy: the handshake succeeded (or `error` says why it did not)."""
+
+    protocol: int
+    worker_pid: int
+    error: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestData:
+    """One client request of a batch: its tensors and its parameters (JSON text, "" if none)."""
+
+    tensors: Tuple[TensorRef, ...]
+    parameters: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class InferBatch:
+    """Proxy -> worker: the requests Triton's batcher handed to one `execute` call."""
+
+    batch_id: int
+    requests: Tuple[RequestData, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ResponseData:
+    """The answer to one request: tensors, or an error message meant for that requester only."""
+
+    tensors: Tuple[TensorRef, ...] = ()
+    error: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchResult:
+    """Worker -> proxy: one response per request of the batch, in order.
+
+    `unrecoverable` tells the proxy that the callable declared the model dead; the worker side
+    shuts the server down.
+    """
+
+    batch_id: int
+    responses: Tuple[ResponseData, ...]
+    unrecoverable: bool = False
+
+
+Message = Union[Hello, Welcome, InferBatch, BatchResult]
+
+
+def encode(message: Message, payload: Sequence[Any] = ()) -> List[Any]:
+    """Frames of one multipart message: the pickled header, then the inline tensor buffers."""
+    return [pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL), *payload]
+
+
+def decode(frames: Sequence[Any]) -> Tuple[Message, Sequence[Any]]:
+    """Inverse of `encode`: the header and the payload frames."""
+    message = pickle.loads(frames[0])
+    if not isinstance(message, (Hello, Welcome, InferBatch, BatchResult)):
+        raise ValueError(f"unexpected message of type {type(message).__name__} on the pytriton wire")
+    return message, frames[1:]
+
+
+def model_key(model_name: str, model_version: int) -> str:
+    """A short, filesystem- and socket-safe key for one model version."""
+    digest = hashlib.sha1(f"{model_name}\x00{model_version}".encode()).hexdigest()[:10]
+    return f"m{digest}"
+
+
+def instance_endpoint(base_endpoint: str, instance: int) -> str:
+    """The ZeroMQ endpoint of the worker handler serving model instance `instance`."""
+    return f"{base_endpoint}-{instance}"
+
+
+def segment_name(shm_prefix: str, instance: int, direction: str, generation: int) -> str:
+    """Name of a shared-memory arena: one per instance and direction, renewed when it grows.
+
+    `direction` is ``"in"`` (proxy -> worker, owned by the proxy) or ``"out"`` (worker -> proxy,
+    owned by the worker). `shm_prefix` carries the server's own prefix, so two servers on one
+    host never share a name and a sweep can find what a dead server left.
+    """
+    return f"{shm_prefix}-{instance}-{direction}-{generation}"
+
+
+def instance_index(model_instance_name: str) -> int:
+    """The instance number from Triton's instance name (``<group>_<k>``)."""
+    _, _, suffix = model_instance_name.rpartition("_")
+    if not suffix.isdigit():
+        raise ValueError(f"cannot read an instance number from Triton instance name {model_instance_name!r}")
+    return int(suffix)

@@ -1,0 +1,10 @@
+"""Setup step 1: what the user declares — tensors and per-model options; pure data, no I/O.
+
+Flow: these declarations -> `pytriton.repository` (config.pbtxt) -> `pytriton.server` -> `pytriton.triton`.
+"""
+
+from pytriton.model_config.common import DeviceKind, DynamicBatcher, QueuePolicy, TimeoutAction
+from pytriton.model_config.model_config import ModelConfig
+from pytriton.model_config.tensor import Tensor
+
+__all__ = ["DeviceKind", "DynamicBatcher", "ModelConfig", "QueuePolicy", "Tensor", "TimeoutAction"]

@@ -1,0 +1,127 @@
+"""The proxy model: runs inside Triton's Python backend stub, one instance per stub process.
+
+Each `execute` call carries the batch Triton's dynamic batcher formed to the worker in the user's
+process (one round trip per batch) and turns the worker's answer into Triton responses. The
+model is reported ready only after the handshake with its worker succeeded, so readiness tells
+the truth.
+
+Imports only the standard library, numpy, zmq and `pytriton.ipc` (plus Triton's own
+`triton_python_backend_utils`, present in the stub).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Dict, List
+
+import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]  # provided by the stub
+import zmq
+
+from pytriton.ipc import codec, protocol
+from pytriton.ipc.shm import Arena, SegmentReader
+
+_LIVENESS_CHECK_MS = 1000
+
+
+def _parameters(model_config: Dict[str, Any]) -> Dict[str, str]:
+    return {key: value.get("string_value", "") for key, value in model_config.get("parameters", {}).items()}
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class TritonPythonModel:
+    """The Python-backend model Triton loads for every model bound with pytriton."""
+
+    def initialize(self, args: Dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        params = _parameters(config)
+        self._model_name = args["model_name"]
+        self._instance = protocol.instance_index(args["model_instance_name"])
+        self._worker_pid = int(params[protocol.PARAM_WORKER_PID])
+        shm_prefix = params[protocol.PARAM_SHM_PREFIX]
+        endpoint = protocol.instance_endpoint(params[protocol.PARAM_ENDPOINT], self._instance)
+        self._context = zmq.Context(io_threads=1)
+        self._socket = self._context.socket(zmq.DEALER)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.connect(endpoint)
+        self._arena = Arena(lambda generation: protocol.segment_name(shm_prefix, self._instance, "in", generation))
+        self._reader = SegmentReader()
+        self._batch_id = 0
+        timeout_s = float(params.get(protocol.PARAM_HANDSHAKE_TIMEOUT_S, "60"))
+        welcome = self._handshake(endpoint, timeout_s)
+        if welcome.error:
+            raise pb_utils.TritonModelException(f"Model '{self._model_name}': {welcome.error}")
+
+    def _handshake(self, endpoint: str, timeout_s: float) -> protocol.Welcome:
+        self._socket.send_multipart(protocol.encode(protocol.Hello(protocol.PROTOCOL_VERSION, self._instance, os.getpid())))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._socket.poll(100):
+                message, _ = protocol.decode(self._socket.recv_multipart())
+                if isinstance(message, protocol.Welcome):
+                    return message
+            elif not _pid_alive(self._worker_pid):
+                break
+        raise pb_utils.TritonModelException(
+            f"Model '{self._model_name}': no pytriton worker answered at {endpoint} within {timeout_s:.0f} s "
+            f"(worker pid {self._worker_pid}, alive: {_pid_alive(self._worker_pid)})"
+        )
+
+    def execute(self, requests: List[Any]) -> List[Any]:
+        groups = []
+        parameters = []
+        for request in requests:
+            groups.append({tensor.name(): tensor.as_numpy() for tensor in request.inputs()})
+            text = request.parameters()
+            parameters.append("" if text in ("", "{}") else text)
+        refs, frames = codec.pack(groups, self._arena)
+        self._batch_id += 1
+        batch = protocol.InferBatch(
+            self._batch_id, tuple(protocol.RequestData(r, p) for r, p in zip(refs, parameters))
+        )
+        self._socket.send_multipart(protocol.encode(batch, frames), copy=False)
+        result, payload = self._wait_result(len(requests))
+        if result is None:
+            error = pb_utils.TritonError(
+                f"Model '{self._model_name}': the pytriton worker process (pid {self._worker_pid}) is gone"
+            )
+            return [pb_utils.InferenceResponse(error=error) for _ in requests]
+        responses = []
+        for response in result.responses:
+            if response.error is not None:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(response.error)))
+                continue
+            arrays = codec.unpack(response.tensors, payload, self._reader)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in arrays.items()]))
+        return responses
+
+    def _wait_result(self, count: int):
+        while True:
+            if self._socket.poll(_LIVENESS_CHECK_MS):
+                message, payload = protocol.decode(self._socket.recv_multipart())
+                if isinstance(message, protocol.BatchResult) and message.batch_id == self._batch_id:
+                    if len(message.responses) != count:
+                        raise pb_utils.TritonModelException(
+                            f"Model '{self._model_name}': worker answered {len(message.responses)} responses "
+                            f"for {count} requests"
+                        )
+                    return message, payload
+                continue  # a late answer to an abandoned batch
+            if not _pid_alive(self._worker_pid):
+                return None, ()
+
+    def finalize(self) -> None:
+        self._socket.close(linger=0)
+        self._context.term()
+        self._arena.close()
+        self._reader.close()

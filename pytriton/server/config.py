@@ -1,0 +1,543 @@
+"""Setup step 3, part 1: server options -> one validated `TritonConfig`.
+
+Flow: the `TritonConfig` given to `Triton(config=...)` and the `PYTRITON_TRITON_CONFIG_*`
+environment variables are merged here (`merge`), then `pytriton.server.argv.build_argv`
+turns the result into the tritonserver command line.
+
+Precedence (contract page "Deploying models"): a field set explicitly in the config given to
+`Triton` wins, then the environment variable, then the default. A field left at `None` means
+"Triton's own default": no flag is passed for it. The one exception is the ports, which the
+library always passes (8000, 8001, 8002 unless set) so that clients know where to connect.
+
+Environment variables, one per field: `PYTRITON_TRITON_CONFIG_<FIELD NAME IN UPPER CASE>`.
+
+- integers and floats are parsed as numbers, paths taken as given;
+- booleans accept `true/1/yes/on` and `false/0/no/off`, case-insensitive;
+- list fields (`backend_config`, `cache_config`, `trace_config`, `http_restricted_api`,
+  `grpc_restricted_protocol`) are split on `;`, because their items contain commas
+  (`PYTRITON_TRITON_CONFIG_BACKEND_CONFIG="python,shm-default-byte-size=1048576;python,shm-growth-byte-size=1048576"`);
+- `cuda_memory_pool_byte_size` is an integer (GPU 0) or `;`-separated `<device>:<bytes>` pairs;
+- an empty value counts as unset, so `VAR= python app.py` clears an inherited variable;
+- `PYTRITON_TRITON_CONFIG_LOG_VERBOSITY` is an alias of `..._LOG_VERBOSE`; when both are set,
+  `LOG_VERBOSE` (the field's own name) wins and a warning says so if they differ;
+- any other `PYTRITON_TRITON_CONFIG_*` variable is reported with a warning, since it is most
+  likely a typo that would otherwise be silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import logging
+import os
+import pathlib
+import re
+import typing
+import warnings
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
+
+from pytriton.exceptions import PyTritonBadParameterError
+
+LOGGER = logging.getLogger(__name__)
+
+ENV_PREFIX = "PYTRITON_TRITON_CONFIG_"
+"""Every environment variable read by `TritonConfig.from_env` starts with this prefix."""
+
+DEFAULT_HTTP_PORT = 8000
+DEFAULT_GRPC_PORT = 8001
+DEFAULT_METRICS_PORT = 8002
+
+_ENV_ALIASES: Mapping[str, str] = {"LOG_VERBOSITY": "log_verbose"}
+"""Extra environment names (after the prefix) -> field. The field's own name wins over an alias."""
+
+_TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
+_FALSE_WORDS = frozenset({"false", "0", "no", "off"})
+
+_PORT_FIELDS = ("http_port", "grpc_port", "metrics_port")
+_NON_NEGATIVE_FIELDS = (
+    "log_verbose",
+    "exit_timeout_secs",
+    "grpc_infer_allocation_pool_size",
+    "grpc_keepalive_time",
+    "grpc_keepalive_timeout",
+    "grpc_http2_max_pings_without_data",
+    "grpc_http2_min_recv_ping_interval_without_data",
+    "grpc_http2_max_ping_strikes",
+    "buffer_manager_thread_count",  # Triton's own default is 0
+    "pinned_memory_pool_byte_size",
+)
+_POSITIVE_FIELDS = (
+    "http_thread_count",  # zero threads would accept connections and never answer them
+    "model_load_thread_count",
+    "metrics_interval_ms",
+    "response_cache_byte_size",  # a zero-byte cache can hold nothing; leave the field unset instead
+)
+_CHOICES: Mapping[str, Tuple[str, ...]] = {
+    # Triton compares these exactly, so the check does too.
+    "log_format": ("default", "ISO8601"),
+    "grpc_infer_response_compression_level": ("none", "low", "medium", "high"),
+    "rate_limit": ("execution_count", "off"),
+}
+# The shape tritonserver expects of each item of the list fields (see `tritonserver --help`).
+_ITEM_SHAPES: Mapping[str, Tuple[re.Pattern[str], str]] = {
+    "backend_config": (re.compile(r"^[^,=]+,[^,=]+=.*$"), "'<backend>,<setting>=<value>'"),
+    "cache_config": (re.compile(r"^[^,=]+,[^,=]+=.*$"), "'<cache>,<setting>=<value>'"),
+    "trace_config": (re.compile(r"^([^,=]+,)?[^,=]+=.*$"), "'[<mode>,]<setting>=<value>'"),
+    "http_restricted_api": (re.compile(r"^[^:=]+:[^=]+=.*$"), "'<api>[,<api>...]:<header>=<value>'"),
+    "grpc_restricted_protocol": (re.compile(r"^[^:=]+:[^=]+=.*$"), "'<api>[,<api>...]:<header>=<value>'"),
+}
+_LOCAL_CACHE_SIZE = re.compile(r"^local,size=")
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class TritonConfig:
+    """Options of the tritonserver process; every field left at `None` keeps Triton's default.
+
+    The fields mirror tritonserver 2.51 command-line options of the same name (`http_port` ->
+    `--http-port`), so Triton's own documentation describes them. Fields the library itself
+    must control (model control mode, backend directory, the Python backend's shared-memory
+    prefix) are not options here.
+
+    Attributes:
+        id: Identifier of this server, reported in server metadata.
+        model_repository: Folder the library writes the bound models into; a temporary folder
+            when unset.
+        log_verbose: Verbose logging level; 0 disables verbose logs.
+        log_info: Enable info-level logging.
+        log_warning: Enable warning-level logging.
+        log_error: Enable error-level logging.
+        log_format: `"default"` or `"ISO8601"`.
+        log_file: File the server writes its log to instead of its standard output.
+        exit_on_error: Exit the server when it fails to initialise (e.g. a model fails to load).
+        strict_readiness: Report ready only when every model is ready.
+        exit_timeout_secs: Seconds a stop waits for in-flight requests before the server exits.
+        http_address: Address the HTTP endpoint binds to.
+        http_port: HTTP port; 8000 when unset.
+        http_header_forward_pattern: Regular expression of HTTP headers forwarded as request
+            parameters.
+        http_thread_count: Threads handling HTTP requests.
+        http_restricted_api: Items `"<api>[,<api>...]:<header>=<value>"`; each restricts those
+            HTTP APIs to requests carrying the header.
+        allow_http: Serve HTTP.
+        grpc_address: Address the gRPC endpoint binds to.
+        grpc_port: gRPC port; 8001 when unset.
+        grpc_header_forward_pattern: Regular expression of gRPC headers forwarded as request
+            parameters.
+        grpc_infer_allocation_pool_size: Request/response objects kept for reuse.
+        grpc_use_ssl: Use SSL for gRPC.
+        grpc_use_ssl_mutual: Use mutual SSL authentication for gRPC.
+        grpc_server_cert: PEM server certificate file.
+        grpc_server_key: PEM server key file.
+        grpc_root_cert: PEM root certificate file.
+        grpc_infer_response_compression_level: `"none"`, `"low"`, `"medium"` or `"high"`.
+        grpc_keepalive_time: Milliseconds between keepalive pings.
+        grpc_keepalive_timeout: Milliseconds to wait for a keepalive ping acknowledgement.
+        grpc_keepalive_permit_without_calls: Allow keepalive pings without calls in flight.
+        grpc_http2_max_pings_without_data: Pings sent without data; 0 means no limit.
+        grpc_http2_min_recv_ping_interval_without_data: Minimum milliseconds between received
+            pings without data.
+        grpc_http2_max_ping_strikes: Bad pings tolerated; 0 means any number.
+        grpc_restricted_protocol: Items `"<api>[,<api>...]:<header>=<value>"` for gRPC; clients
+            send the header prefixed with `triton-grpc-protocol-`.
+        allow_grpc: Serve gRPC.
+        allow_metrics: Serve Prometheus metrics.
+        allow_gpu_metrics: Collect GPU metrics.
+        allow_cpu_metrics: Collect CPU metrics.
+        metrics_address: Address the metrics endpoint binds to.
+        metrics_port: Metrics port; 8002 when unset.
+        metrics_interval_ms: Milliseconds between metric collections.
+        model_load_thread_count: Threads loading models concurrently.
+        buffer_manager_thread_count: Threads copying tensor contents.
+        pinned_memory_pool_byte_size: Bytes of pinned host memory.
+        cuda_memory_pool_byte_size: Bytes of CUDA memory: an integer for GPU 0, or a mapping
+            `{device_id: bytes}`.
+        response_cache_byte_size: Bytes of the local response cache (passed as
+            `--cache-config local,size=N`); models opt in with `ModelConfig(response_cache=True)`.
+        cache_config: Items `"<cache>,<setting>=<value>"` passed as `--cache-config`.
+        cache_directory: Folder holding the response-cache implementations; the library's
+            bundled folder when unset.
+        trace_config: Items `"[<mode>,]<setting>=<value>"` passed as `--trace-config`.
+        rate_limit: `"execution_count"` or `"off"`.
+        backend_config: Items `"<backend>,<setting>=<value>"` passed as `--backend-config`.
+    """
+
+    id: Optional[str] = None
+    model_repository: Optional[pathlib.Path] = None
+    log_verbose: Optional[int] = None
+    log_info: Optional[bool] = None
+    log_warning: Optional[bool] = None
+    log_error: Optional[bool] = None
+    log_format: Optional[str] = None
+    log_file: Optional[pathlib.Path] = None
+    exit_on_error: Optional[bool] = None
+    strict_readiness: Optional[bool] = None
+    exit_timeout_secs: Optional[int] = None
+    http_address: Optional[str] = None
+    http_port: Optional[int] = None
+    http_header_forward_pattern: Optional[str] = None
+    http_thread_count: Optional[int] = None
+    http_restricted_api: Optional[Sequence[str]] = None
+    allow_http: Optional[bool] = None
+    grpc_address: Optional[str] = None
+    grpc_port: Optional[int] = None
+    grpc_header_forward_pattern: Optional[str] = None
+    grpc_infer_allocation_pool_size: Optional[int] = None
+    grpc_use_ssl: Optional[bool] = None
+    grpc_use_ssl_mutual: Optional[bool] = None
+    grpc_server_cert: Optional[pathlib.Path] = None
+    grpc_server_key: Optional[pathlib.Path] = None
+    grpc_root_cert: Optional[pathlib.Path] = None
+    grpc_infer_response_compression_level: Optional[str] = None
+    grpc_keepalive_time: Optional[int] = None
+    grpc_keepalive_timeout: Optional[int] = None
+    grpc_keepalive_permit_without_calls: Optional[bool] = None
+    grpc_http2_max_pings_without_data: Optional[int] = None
+    grpc_http2_min_recv_ping_interval_without_data: Optional[int] = None
+    grpc_http2_max_ping_strikes: Optional[int] = None
+    grpc_restricted_protocol: Optional[Sequence[str]] = None
+    allow_grpc: Optional[bool] = None
+    allow_metrics: Optional[bool] = None
+    allow_gpu_metrics: Optional[bool] = None
+    allow_cpu_metrics: Optional[bool] = None
+    metrics_address: Optional[str] = None
+    metrics_port: Optional[int] = None
+    metrics_interval_ms: Optional[float] = None
+    model_load_thread_count: Optional[int] = None
+    buffer_manager_thread_count: Optional[int] = None
+    pinned_memory_pool_byte_size: Optional[int] = None
+    cuda_memory_pool_byte_size: Optional[Union[int, Mapping[int, int]]] = None
+    response_cache_byte_size: Optional[int] = None
+    cache_config: Optional[Sequence[str]] = None
+    cache_directory: Optional[pathlib.Path] = None
+    trace_config: Optional[Sequence[str]] = None
+    rate_limit: Optional[str] = None
+    backend_config: Optional[Sequence[str]] = None
+
+    def __post_init__(self) -> None:
+        """Check every set field, and normalise paths and lists so equal configs compare equal."""
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is None:
+                continue
+            normalised = _FIELD_KINDS[field.name].check(field.name, value)
+            if normalised is not value:
+                object.__setattr__(self, field.name, normalised)
+        self._check_ranges()
+
+    def _check_ranges(self) -> None:
+        for name in _PORT_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not 1 <= value <= 65535:
+                raise _bad(name, value, "a port number in 1..65535 (Triton needs a fixed port to listen on)")
+        for name in _NON_NEGATIVE_FIELDS:
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise _bad(name, value, "an integer >= 0")
+        for name in _POSITIVE_FIELDS:
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise _bad(name, value, "a number > 0")
+        for name, choices in _CHOICES.items():
+            value = getattr(self, name)
+            if value is not None and value not in choices:
+                raise _bad(name, value, "one of " + ", ".join(repr(choice) for choice in choices))
+        for name, (shape, described) in _ITEM_SHAPES.items():
+            for item in getattr(self, name) or ():
+                if not shape.match(item):
+                    raise _bad(name, item, f"a list of items shaped {described}")
+        pools = self.cuda_memory_pool_byte_size
+        if isinstance(pools, Mapping):
+            for device, size in pools.items():
+                if device < 0 or size < 0:
+                    raise _bad("cuda_memory_pool_byte_size", pools, "a mapping of device ids >= 0 to byte sizes >= 0")
+        elif pools is not None and pools < 0:
+            raise _bad("cuda_memory_pool_byte_size", pools, "a byte size >= 0 (for GPU 0)")
+        if self.grpc_use_ssl_mutual and self.grpc_use_ssl is False:
+            raise PyTritonBadParameterError(
+                "TritonConfig.grpc_use_ssl_mutual=True with grpc_use_ssl=False is invalid: mutual SSL authentication "
+                "needs SSL; set grpc_use_ssl=True or leave it unset"
+            )
+        if self.response_cache_byte_size is not None:
+            clashing = [item for item in self.cache_config or () if _LOCAL_CACHE_SIZE.match(item)]
+            if clashing:
+                raise PyTritonBadParameterError(
+                    f"TritonConfig.response_cache_byte_size={self.response_cache_byte_size!r} and "
+                    f"TritonConfig.cache_config item {clashing[0]!r} both set the local cache size; set only one"
+                )
+
+    def __repr__(self) -> str:
+        # Only the set fields: fifty `None`s would hide the few options that matter in a log line.
+        values = ((field.name, getattr(self, field.name)) for field in dataclasses.fields(self))
+        return f"{type(self).__name__}({', '.join(f'{name}={value!r}' for name, value in values if value is not None)})"
+
+    @property
+    def effective_http_port(self) -> int:
+        """The HTTP port the server listens on: `http_port`, or 8000."""
+        return DEFAULT_HTTP_PORT if self.http_port is None else self.http_port
+
+    @property
+    def effective_grpc_port(self) -> int:
+        """The gRPC port the server listens on: `grpc_port`, or 8001."""
+        return DEFAULT_GRPC_PORT if self.grpc_port is None else self.grpc_port
+
+    @property
+    def effective_metrics_port(self) -> int:
+        """The metrics port the server listens on: `metrics_port`, or 8002."""
+        return DEFAULT_METRICS_PORT if self.metrics_port is None else self.metrics_port
+
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> TritonConfig:
+        """Read the fields set through `PYTRITON_TRITON_CONFIG_*` environment variables.
+
+        Lets a deployment tune the server (log verbosity, ports, …) without touching code; the
+        rules for each type are in this module's docstring.
+
+        Args:
+            environ: The environment to read; `os.environ` when None.
+
+        Returns:
+            A config with the fields found in the environment set and every other field None.
+
+        Raises:
+            PyTritonBadParameterError: A variable's value cannot be read as its field's type or
+                is out of range; the message names the variable and its value.
+
+        Warns:
+            UserWarning: For every `PYTRITON_TRITON_CONFIG_*` variable that names no field.
+        """
+        environ = os.environ if environ is None else environ
+        by_env_name = {field.name.upper(): field.name for field in dataclasses.fields(cls)}
+        values: Dict[str, Any] = {}
+        sources: Dict[str, Tuple[str, str]] = {}
+        # Sorted so that warnings come out in a stable order.
+        for variable in sorted(environ):
+            if not variable.startswith(ENV_PREFIX):
+                continue
+            raw = environ[variable]
+            suffix = variable[len(ENV_PREFIX) :]
+            name = by_env_name.get(suffix) or _ENV_ALIASES.get(suffix)
+            if name is None:
+                _warn_unknown(variable, list(by_env_name) + list(_ENV_ALIASES))
+                continue
+            if raw.strip() == "":
+                continue
+            value = _parse_env_value(variable, raw, name)
+            if name in sources:
+                # Only an alias and its field can meet here; the field's own name wins.
+                values[name], sources[name] = _resolve_alias(name, (value, variable, raw), values[name], sources[name])
+                continue
+            values[name] = value
+            sources[name] = (variable, raw)
+        return cls(**values)
+
+
+def merge(explicit: Optional[TritonConfig], environ: Optional[Mapping[str, str]] = None) -> TritonConfig:
+    """The config the server runs with: explicit fields, then environment variables, then defaults.
+
+    A field counts as explicitly set when it is not None in `explicit`, so an environment
+    variable can still fill every field the code left open.
+
+    Args:
+        explicit: The config given to `Triton(config=...)`, or None.
+        environ: The environment to read; `os.environ` when None.
+
+    Returns:
+        The merged config; fields set nowhere stay None (Triton's default).
+
+    Raises:
+        PyTritonBadParameterError: An environment variable is invalid, or the merged fields
+            contradict each other.
+    """
+    from_env = TritonConfig.from_env(environ)
+    if explicit is None:
+        return from_env
+    overrides = {
+        field.name: getattr(explicit, field.name)
+        for field in dataclasses.fields(explicit)
+        if getattr(explicit, field.name) is not None
+    }
+    try:
+        return dataclasses.replace(from_env, **overrides)
+    except PyTritonBadParameterError as exc:
+        raise PyTritonBadParameterError(
+            f"{exc.message} (after merging the config given to Triton with {ENV_PREFIX}* environment variables)"
+        ) from exc
+
+
+# --- field kinds: how a value is checked, and read from an environment variable --------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kind:
+    """How one kind of field is type-checked and parsed from text."""
+
+    description: str
+    check: Callable[[str, Any], Any]  # (field name, value) -> normalised value, or raises
+    parse: Callable[[str], Any]  # environment text -> value, or raises ValueError
+
+
+def _bad(name: str, value: Any, allowed: str) -> PyTritonBadParameterError:
+    return PyTritonBadParameterError(f"TritonConfig.{name}={value!r} is invalid: expected {allowed}")
+
+
+def _check_int(name: str, value: Any) -> int:
+    # bool is an int subclass; `http_port=True` is a mistake, not port 1.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(name, value, "an integer")
+    return value
+
+
+def _check_float(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _bad(name, value, "a number")
+    return value
+
+
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _bad(name, value, "True or False")
+    return value
+
+
+def _check_str(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise _bad(name, value, "a string")
+    return value
+
+
+def _check_path(name: str, value: Any) -> pathlib.Path:
+    if isinstance(value, pathlib.Path):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        return pathlib.Path(value)
+    raise _bad(name, value, "a path (pathlib.Path or str)")
+
+
+def _check_str_list(name: str, value: Any) -> Tuple[str, ...]:
+    # A lone string would otherwise be iterated character by character.
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise _bad(name, value, "a list of strings")
+    if not all(isinstance(item, str) for item in value):
+        raise _bad(name, value, "a list of strings")
+    return value if isinstance(value, tuple) else tuple(value)
+
+
+def _check_cuda_pool(name: str, value: Any) -> Union[int, Dict[int, int]]:
+    if isinstance(value, Mapping):
+        pools = dict(value)  # a copy: the frozen config must not change with the caller's dict
+        for device, size in pools.items():
+            if any(isinstance(number, bool) or not isinstance(number, int) for number in (device, size)):
+                raise _bad(name, value, "a mapping of integer device ids to integer byte sizes")
+        return pools
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(name, value, "an integer byte size (for GPU 0) or a mapping {device_id: byte_size}")
+    return value
+
+
+def _parse_bool(text: str) -> bool:
+    word = text.strip().lower()
+    if word in _TRUE_WORDS:
+        return True
+    if word in _FALSE_WORDS:
+        return False
+    raise ValueError(f"expected one of {'/'.join(sorted(_TRUE_WORDS))} or {'/'.join(sorted(_FALSE_WORDS))}")
+
+
+def _parse_int(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError("expected an integer") from None
+
+
+def _parse_float(text: str) -> float:
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise ValueError("expected a number") from None
+
+
+def _split_items(text: str) -> Tuple[str, ...]:
+    return tuple(item.strip() for item in text.split(";") if item.strip())
+
+
+def _parse_cuda_pool(text: str) -> Union[int, Dict[int, int]]:
+    text = text.strip()
+    if ":" not in text:
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError("expected an integer byte size or '<device>:<bytes>' pairs separated by ';'") from None
+    pools: Dict[int, int] = {}
+    for item in _split_items(text):
+        device, _, size = item.partition(":")
+        try:
+            pools[int(device)] = int(size)
+        except ValueError:
+            raise ValueError(f"expected '<device>:<bytes>' pairs separated by ';', got item {item!r}") from None
+    return pools
+
+
+_KINDS_BY_TYPE: Mapping[Any, _Kind] = {
+    int: _Kind("integer", _check_int, _parse_int),
+    float: _Kind("number", _check_float, _parse_float),
+    bool: _Kind("boolean", _check_bool, _parse_bool),
+    str: _Kind("string", _check_str, lambda text: text.strip()),
+    pathlib.Path: _Kind("path", _check_path, lambda text: pathlib.Path(text.strip())),
+    Sequence[str]: _Kind("list", _check_str_list, _split_items),
+    Union[int, Mapping[int, int]]: _Kind("CUDA pool sizes", _check_cuda_pool, _parse_cuda_pool),
+}
+
+
+def _kind_of(annotation: Any) -> _Kind:
+    # Every field is Optional[X]; strip the None to find X.
+    args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+    inner = args[0] if len(args) == 1 else Union[tuple(args)]
+    return _KINDS_BY_TYPE[inner]
+
+
+_FIELD_KINDS: Mapping[str, _Kind] = {
+    name: _kind_of(annotation) for name, annotation in typing.get_type_hints(TritonConfig).items()
+}
+
+
+def _parse_env_value(variable: str, raw: str, name: str) -> Any:
+    """Parse one variable for field `name`, naming the variable and its value in any error."""
+    try:
+        value = _FIELD_KINDS[name].parse(raw)
+        TritonConfig(**{name: value})  # range checks of this field alone, so the error names the variable
+    except (ValueError, PyTritonBadParameterError) as exc:
+        reason = exc.message if isinstance(exc, PyTritonBadParameterError) else str(exc)
+        raise PyTritonBadParameterError(
+            f"Environment variable {variable}={raw!r} is invalid for TritonConfig.{name}: {reason}"
+        ) from exc
+    return value
+
+
+def _resolve_alias(
+    name: str, new: Tuple[Any, str, str], old_value: Any, old_source: Tuple[str, str]
+) -> Tuple[Any, Tuple[str, str]]:
+    """Pick between a field's own variable and its alias: the field's own name wins."""
+    new_value, new_variable, new_raw = new
+    canonical = ENV_PREFIX + name.upper()
+    if new_variable == canonical:
+        winner, loser = (new_value, (new_variable, new_raw)), (old_value, old_source)
+    else:
+        winner, loser = (old_value, old_source), (new_value, (new_variable, new_raw))
+    if winner[0] != loser[0]:
+        message = (
+            f"Both {winner[1][0]}={winner[1][1]!r} and {loser[1][0]}={loser[1][1]!r} are set; "
+            f"using {winner[1][0]} for TritonConfig.{name}"
+        )
+        LOGGER.warning("%s", message)
+        warnings.warn(message, UserWarning, stacklevel=3)
+    return winner
+
+
+def _warn_unknown(variable: str, known_suffixes: Sequence[str]) -> None:
+    suffix = variable[len(ENV_PREFIX) :]
+    close = difflib.get_close_matches(suffix, known_suffixes, n=1)
+    hint = f"; did you mean {ENV_PREFIX}{close[0]}?" if close else ""
+    message = f"Environment variable {variable} names no TritonConfig field and is ignored{hint}"
+    LOGGER.warning("%s", message)
+    warnings.warn(message, UserWarning, stacklevel=3)  # points at from_env's caller

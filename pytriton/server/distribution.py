@@ -1,0 +1,160 @@
+"""Where the tritonserver binary, its Python backend and libraries are, and how to run them.
+
+By default the server tree bundled at build time in ``pytriton/tritonserver`` is used. Users who
+bring their own Triton (for example the one in NVIDIA's server container at
+``/opt/tritonserver``) set ``PYTRITON_TRITON_SERVER_DIR`` to its root.
+
+The Python-backend stub embeds a Python interpreter linked to ``libpython3.X.so`` by name; the
+running interpreter's own library must be found first, or the loader may pick another build of
+the same minor version and the model fails to load in obscure ways.
+
+The stubs of Triton 2.51 are built against NumPy 1.x: with NumPy 2 in the stub, tensors
+silently come through with wrong or empty data. The build therefore bundles a NumPy 1.x for the
+stub alone in ``tritonserver/stub_python/<X.Y>``; the user's process keeps its own NumPy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import sys
+import sysconfig
+from typing import Dict, Mapping, Optional, Tuple
+
+from pytriton.exceptions import PyTritonServerStartupError
+
+SERVER_DIR_ENV = "PYTRITON_TRITON_SERVER_DIR"
+BUNDLED_ROOT = pathlib.Path(__file__).resolve().parent.parent / "tritonserver"
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerDistribution:
+    """The files of one Triton installation that a server start needs."""
+
+    root: pathlib.Path
+    binary: pathlib.Path
+    python_backend: pathlib.Path  # folder holding libtriton_python.so and triton_python_backend_utils.py
+    stub: pathlib.Path  # triton_python_backend_stub for the running Python
+    caches: pathlib.Path
+    library_dirs: Tuple[pathlib.Path, ...]
+    stub_python_path: Optional[pathlib.Path] = None  # site folder with the stub's own NumPy 1.x
+
+
+def python_version_tag() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def find_distribution(environ: Mapping[str, str] = os.environ) -> ServerDistribution:
+    """The Triton installation to use: ``$PYTRITON_TRITON_SERVER_DIR`` or the bundled one.
+
+    Raises:
+        PyTritonServerStartupError: the binary or a stub for this Python is missing.
+    """
+    configured = environ.get(SERVER_DIR_ENV)
+    root = pathlib.Path(configured).expanduser() if configured else BUNDLED_ROOT
+    binary = root / "bin" / "tritonserver"
+    if not binary.is_file():
+        if configured:
+            raise PyTritonServerStartupError(
+                f"{SERVER_DIR_ENV}={configured!r} has no bin/tritonserver; point it at the root of a Triton "
+                "installation (the folder holding bin/, backends/ and lib/, e.g. /opt/tritonserver)"
+            )
+        raise PyTritonServerStartupError(
+            f"the bundled Triton server is missing ({binary} not found); reinstall pytriton with pip so its build "
+            f"fetches the server, or set {SERVER_DIR_ENV} to an existing Triton installation"
+        )
+    python_backend = root / "backends" / "python"
+    if not (python_backend / "libtriton_python.so").is_file():
+        raise PyTritonServerStartupError(f"the Triton installation at {root} has no Python backend ({python_backend})")
+    tag = python_version_tag()
+    stubs = root / "python_backend_stubs"
+    # The bundled tree has one stub per Python version; an installation such as NVIDIA's container
+    # has a single stub, built for its own Python, beside the backend.
+    stub = stubs / tag / "triton_python_backend_stub" if stubs.is_dir() else python_backend / "triton_python_backend_stub"
+    if not stub.is_file():
+        available = sorted(p.name for p in stubs.iterdir()) if stubs.is_dir() else []
+        raise PyTritonServerStartupError(
+            f"Python {tag} is not supported by the Triton installation at {root}: it has Python-backend stubs for "
+            f"{available or 'no version'}; run pytriton with one of those Python versions"
+        )
+    library_dirs = tuple(d for d in (root / "lib",) if d.is_dir())
+    stub_python = root / "stub_python" / tag
+    return ServerDistribution(
+        root, binary, python_backend, stub, root / "caches", library_dirs, stub_python if stub_python.is_dir() else None
+    )
+
+
+def libpython_dir() -> pathlib.Path:
+    """Folder of the running interpreter's shared libpython, which the stub must load.
+
+    Raises:
+        PyTritonServerStartupError: this Python was built without a shared libpython.
+    """
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    library = sysconfig.get_config_var("LDLIBRARY") or ""
+    enabled = sysconfig.get_config_var("Py_ENABLE_SHARED")
+    if not enabled or not library.endswith(".so") and ".so." not in library:
+        raise PyTritonServerStartupError(
+            f"this Python ({sys.executable}, {python_version_tag()}) was built without a shared libpython, which "
+            "Triton's Python-backend stub needs to run the proxy model. Use a Python built with --enable-shared: "
+            "e.g. Debian/Ubuntu's python3, conda, or pyenv with PYTHON_CONFIGURE_OPTS=--enable-shared"
+        )
+    return pathlib.Path(libdir)
+
+
+def assemble_backends(distribution: ServerDistribution, target: pathlib.Path) -> pathlib.Path:
+    """Lay out a backend directory for this server, with the stub of the running Python.
+
+    Triton looks for the stub next to ``libtriton_python.so`` in the backend directory, so each
+    server gets its own folder of symbolic links (no copies of the binaries).
+
+    Returns:
+        The folder to pass as ``--backend-directory``.
+    """
+    python_dir = target / "python"
+    python_dir.mkdir(parents=True, exist_ok=True)
+    links = {
+        "libtriton_python.so": distribution.python_backend / "libtriton_python.so",
+        "triton_python_backend_utils.py": distribution.python_backend / "triton_python_backend_utils.py",
+        "triton_python_backend_stub": distribution.stub,
+    }
+    for name, source in links.items():
+        link = python_dir / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(source)
+    return target
+
+
+def server_environment(
+    distribution: ServerDistribution, base: Optional[Mapping[str, str]] = None
+) -> Dict[str, str]:
+    """Environment of the tritonserver process (and, inherited, of its stubs).
+
+    ``LD_LIBRARY_PATH`` starts with the running interpreter's libpython folder, then the
+    server's libraries.
+    """
+    env = dict(os.environ if base is None else base)
+    library_path = [str(libpython_dir()), *(str(d) for d in distribution.library_dirs)]
+    if env.get("LD_LIBRARY_PATH"):
+        library_path.append(env["LD_LIBRARY_PATH"])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(library_path)
+    return env
+
+
+def proxy_import_paths(distribution: ServerDistribution) -> Tuple[str, ...]:
+    """The folders the proxy imports from, in order.
+
+    The stub's own NumPy first (when the installation has one), then the folders holding
+    pytriton, numpy and pyzmq in the running environment.
+    """
+    import numpy
+    import zmq
+
+    paths: list = [str(distribution.stub_python_path)] if distribution.stub_python_path else []
+    for module in (sys.modules["pytriton"], numpy, zmq):
+        parent = str(pathlib.Path(module.__file__).resolve().parent.parent)  # type: ignore[arg-type]
+        if parent not in paths:
+            paths.append(parent)
+    return tuple(paths)

@@ -1,0 +1,119 @@
+"""Supervision of the tritonserver process: start, log capture, polite stop, forced stop.
+
+The server runs in its own session (a Ctrl-C in the terminal reaches only the user's process,
+which then stops the server in order, after in-flight requests) and receives SIGTERM if the
+user's process dies (``PR_SET_PDEATHSIG``), so it never outlives its owner.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import logging
+import signal
+import subprocess
+import threading
+from typing import Deque, List, Mapping, Optional, Sequence
+
+import psutil
+
+logger = logging.getLogger("pytriton.server")
+_server_log = logging.getLogger("pytriton.server.tritonserver")
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: ask the kernel for SIGTERM when the parent dies."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class ServerProcess:
+    """One tritonserver process and a bounded buffer of its output.
+
+    Args:
+        argv: the full command line (see `pytriton.server.argv`).
+        env: its environment (see `pytriton.server.distribution.server_environment`).
+        keep_lines: how many lines of output to keep for error messages.
+    """
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], keep_lines: int = 400) -> None:
+        self._argv = list(argv)
+        self._env = dict(env)
+        self._lines: Deque[str] = collections.deque(maxlen=keep_lines)
+        self._process: Optional[subprocess.Popen] = None
+        self._reader: Optional[threading.Thread] = None
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self._process.pid if self._process else None
+
+    def start(self) -> None:
+        logger.debug("Starting %s", " ".join(self._argv))
+        self._process = subprocess.Popen(
+            self._argv,
+            env=self._env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        self._reader = threading.Thread(target=self._pump, name="pytriton-server-log", daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        for raw in self._process.stdout:
+            line = raw.decode("utf-8", "replace").rstrip()
+            self._lines.append(line)
+            level = logging.WARNING if line[:1] == "E" else logging.DEBUG
+            _server_log.log(level, "%s", line)
+
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def returncode(self) -> Optional[int]:
+        return self._process.poll() if self._process else None
+
+    def output_tail(self, lines: int = 30) -> str:
+        """The last lines the server printed, for error messages."""
+        return "\n".join(list(self._lines)[-lines:])
+
+    def output(self) -> List[str]:
+        return list(self._lines)
+
+    def stop(self, timeout_s: float) -> Optional[int]:
+        """SIGINT (Triton waits for in-flight requests), then SIGKILL after `timeout_s`.
+
+        Returns:
+            The exit code.
+        """
+        process = self._process
+        if process is None:
+            return None
+        try:
+            children = psutil.Process(process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            children = []
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                logger.warning("tritonserver did not stop within %.0f s; killing it", timeout_s)
+                process.kill()
+                process.wait()
+        for child in children:  # stubs left behind by a killed server
+            try:
+                child.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(children, timeout=5)
+        if self._reader is not None:
+            self._reader.join(5)
+        if process.stdout is not None:
+            process.stdout.close()
+        return process.returncode

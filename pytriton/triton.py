@@ -1,0 +1,367 @@
+"""The `Triton` facade: bind callables, run or serve the real tritonserver, stop cleanly.
+
+Setup flow: `bind` turns the declaration into a model folder (``repository``) and starts one
+worker handler per callable (``worker``); `run` sweeps leftovers of dead servers, starts the
+tritonserver process (``server``) and returns once every bound model answers ready; `serve`
+blocks until SIGINT/SIGTERM or an unrecoverable model error; `stop` undoes everything.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import errno
+import logging
+import os
+import pathlib
+import signal
+import socket
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+import zmq
+
+from pytriton.exceptions import (
+    PyTritonBadParameterError,
+    PyTritonInvalidOperationError,
+    PyTritonServerError,
+    PyTritonServerStartupError,
+)
+from pytriton.ipc import protocol
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config.tensor import resolve_tensor_names
+from pytriton.repository.pbtxt import model_config_proto, to_pbtxt
+from pytriton.repository.writer import write_model
+from pytriton.server.argv import build_argv
+from pytriton.server.config import TritonConfig, merge
+from pytriton.server.control import ServerControl, wait_for
+from pytriton.server.distribution import (
+    ServerDistribution,
+    assemble_backends,
+    find_distribution,
+    proxy_import_paths,
+    server_environment,
+)
+from pytriton.server.process import ServerProcess
+from pytriton.server.workspace import Workspace, sweep_stale
+from pytriton.worker.context import TritonContext
+from pytriton.worker.handler import InstanceHandler
+
+__all__ = ["Triton", "TritonConfig"]
+
+logger = logging.getLogger("pytriton.triton")
+
+STARTUP_TIMEOUT_S = 120.0
+MODEL_LOAD_TIMEOUT_S = 120.0
+_TRITON_DEFAULT_EXIT_TIMEOUT_S = 30
+
+
+@dataclasses.dataclass
+class _BoundModel:
+    context: TritonContext
+    infer_funcs: List[Callable]
+    strict: bool
+    handlers: List[InstanceHandler]
+
+
+class Triton:
+    """A Triton Inference Server serving the Python callables bound to it.
+
+    Args:
+        config: server options; fields left unset are read from ``PYTRITON_TRITON_CONFIG_*``
+            environment variables, then take their defaults.
+        workspace: folder for the model repository, sockets and backends of this server; a
+            private temporary folder (removed on stop) when None.
+
+    Use it as a context manager (``with Triton() as triton: ...``) or call `stop()`.
+    """
+
+    def __init__(self, config: Optional[TritonConfig] = None, workspace: Union[str, pathlib.Path, None] = None) -> None:
+        self._config = merge(config, os.environ)
+        self._workspace_path = pathlib.Path(workspace) if workspace is not None else None
+        self._workspace: Optional[Workspace] = None
+        self._models: Dict[str, _BoundModel] = {}
+        self._process: Optional[ServerProcess] = None
+        self._control: Optional[ServerControl] = None
+        self._zmq: Optional[zmq.Context] = None
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._unrecoverable: Optional[str] = None
+        self._stopped = False
+        self._server_distribution: Optional[ServerDistribution] = None
+
+    # -- context manager -------------------------------------------------------------------
+    def __enter__(self) -> "Triton":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    # -- binding ---------------------------------------------------------------------------
+    def bind(
+        self,
+        model_name: str,
+        infer_func: Union[Callable, Sequence[Callable]],
+        inputs: Sequence[Tensor],
+        outputs: Sequence[Tensor],
+        model_version: int = 1,
+        config: Optional[ModelConfig] = None,
+        strict: bool = False,
+    ) -> None:
+        """Serve `infer_func` as model `model_name`.
+
+        Args:
+            model_name: the name clients use.
+            infer_func: a callable taking a list of requests and returning one mapping of output
+                name to array per request; or a list of such callables, one model instance each.
+            inputs: the input tensors; unnamed ones become ``INPUT_1``, ``INPUT_2``, ...
+            outputs: the output tensors; unnamed ones become ``OUTPUT_1``, ...
+            model_version: the version served.
+            config: batching and batcher options (`ModelConfig()` when None).
+            strict: refuse outputs whose dtype or shape differ from the declared ones.
+
+        After `run()`, the model is loaded at once and this returns when it is ready.
+        """
+        with self._lock:
+            if self._stopped:
+                raise PyTritonInvalidOperationError("this Triton was stopped; create a new Triton to bind models")
+            if not isinstance(model_name, str) or not model_name:
+                raise PyTritonBadParameterError(f"model_name={model_name!r} is invalid: expected a non-empty string")
+            if model_name in self._models:
+                raise PyTritonInvalidOperationError(
+                    f"model '{model_name}' is already bound to this Triton; bind each model name once"
+                )
+            infer_funcs = list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]
+            if not infer_funcs or not all(callable(f) for f in infer_funcs):
+                raise PyTritonBadParameterError(
+                    f"infer_func of model '{model_name}' must be a callable or a non-empty list of callables, "
+                    f"got {infer_func!r}"
+                )
+            if not isinstance(model_version, int) or isinstance(model_version, bool) or model_version < 1:
+                raise PyTritonBadParameterError(
+                    f"model_version={model_version!r} of model '{model_name}' is invalid: expected an int >= 1"
+                )
+            config = config if config is not None else ModelConfig()
+            if not isinstance(config, ModelConfig):
+                raise PyTritonBadParameterError(
+                    f"config of model '{model_name}' must be a pytriton.model_config.ModelConfig, got {config!r}"
+                )
+            context = TritonContext(
+                model_name=model_name,
+                model_version=model_version,
+                inputs=resolve_tensor_names(inputs, "INPUT"),
+                outputs=resolve_tensor_names(outputs, "OUTPUT"),
+                config=config,
+            )
+            workspace = self._ensure_workspace()
+            key = protocol.model_key(model_name, model_version)
+            endpoint = f"ipc://{workspace.sockets / key}"
+            shm_prefix = f"{workspace.shm_prefix}-{key}"
+            proto = model_config_proto(
+                model_name,
+                context.inputs,
+                context.outputs,
+                config,
+                instance_count=len(infer_funcs),
+                parameters={
+                    protocol.PARAM_ENDPOINT: endpoint,
+                    protocol.PARAM_SHM_PREFIX: shm_prefix,
+                    protocol.PARAM_PROTOCOL: str(protocol.PROTOCOL_VERSION),
+                    protocol.PARAM_WORKER_PID: str(os.getpid()),
+                },
+            )
+            if self._zmq is None:
+                self._zmq = zmq.Context()
+            handlers = []
+            try:
+                for index, func in enumerate(infer_funcs):
+                    handlers.append(
+                        InstanceHandler(
+                            context=context,
+                            infer_func=func,
+                            endpoint=protocol.instance_endpoint(endpoint, index),
+                            instance=index,
+                            shm_prefix=shm_prefix,
+                            strict=strict,
+                            zmq_context=self._zmq,
+                            on_unrecoverable=self._on_unrecoverable,
+                        )
+                    )
+            except BaseException:
+                for handler in handlers:
+                    handler.stop()
+                raise
+            for handler in handlers:
+                handler.start()
+            write_model(
+                workspace.model_repository,
+                model_name,
+                model_version,
+                to_pbtxt(proto),
+                proxy_import_paths(self._distribution()),
+            )
+            self._models[model_name] = _BoundModel(context, infer_funcs, strict, handlers)
+            logger.debug("Bound model '%s' version %d with %d instance(s)", model_name, model_version, len(handlers))
+            if self._process is not None and self._control is not None:
+                self._control.load_model(model_name, MODEL_LOAD_TIMEOUT_S)
+                self._wait_models_ready([model_name], time.monotonic() + MODEL_LOAD_TIMEOUT_S)
+
+    def _distribution(self) -> ServerDistribution:
+        if self._server_distribution is None:
+            self._server_distribution = find_distribution()
+        return self._server_distribution
+
+    def _ensure_workspace(self) -> Workspace:
+        if self._workspace is None:
+            sweep_stale()
+            self._workspace = Workspace(self._workspace_path)
+            atexit.register(self.stop)
+        return self._workspace
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def run(self) -> None:
+        """Start the server in the background; returns once every bound model is ready.
+
+        Raises:
+            PyTritonServerStartupError: the server could not start; the message says why.
+        """
+        with self._lock:
+            if self._stopped:
+                raise PyTritonInvalidOperationError("this Triton was stopped; create a new Triton to run again")
+            if self._process is not None:
+                return
+            workspace = self._ensure_workspace()
+            config = self._config
+            self._check_ports_free(config)
+            distribution = self._distribution()
+            argv = build_argv(
+                config,
+                binary=distribution.binary,
+                model_repository=workspace.model_repository,
+                backend_directory=assemble_backends(distribution, workspace.backends),
+                cache_directory=distribution.caches,
+                shm_region_prefix=f"{workspace.shm_prefix}-tpb",
+            )
+            process = ServerProcess(argv, server_environment(distribution))
+            self._control = ServerControl(
+                http_address=config.http_address,
+                http_port=config.effective_http_port if config.allow_http is not False else None,
+                grpc_address=config.grpc_address,
+                grpc_port=config.effective_grpc_port,
+            )
+            self._process = process
+            process.start()
+            deadline = time.monotonic() + STARTUP_TIMEOUT_S
+            try:
+                if not wait_for(self._control.is_ready, deadline, process.is_running):
+                    raise PyTritonServerStartupError(self._startup_failure(process))
+                self._wait_models_ready(list(self._models), deadline)
+            except BaseException:
+                self.stop()
+                raise
+            logger.info("Triton Inference Server is ready (pid %s)", process.pid)
+
+    def _startup_failure(self, process: ServerProcess) -> str:
+        if process.is_running():
+            reason = f"it did not become ready within {STARTUP_TIMEOUT_S:.0f} s"
+        else:
+            reason = f"it exited with code {process.returncode}"
+        return f"tritonserver failed to start: {reason}. Its last output:\n{process.output_tail()}"
+
+    def _wait_models_ready(self, names: Sequence[str], deadline: float) -> None:
+        assert self._process is not None and self._control is not None
+        for name in names:
+            version = self._models[name].context.model_version
+            ready = wait_for(lambda: self._control.is_model_ready(name, version), deadline,  # type: ignore[union-attr]
+                             self._process.is_running)
+            if not ready:
+                raise PyTritonServerError(
+                    f"model '{name}' version {version} did not become ready. Server output:\n"
+                    f"{self._process.output_tail()}"
+                )
+
+    @staticmethod
+    def _check_ports_free(config: TritonConfig) -> None:
+        wanted = []
+        if config.allow_http is not False:
+            wanted.append(("http_port", config.http_address, config.effective_http_port))
+        if config.allow_grpc is not False:
+            wanted.append(("grpc_port", config.grpc_address, config.effective_grpc_port))
+        if config.allow_metrics is not False:
+            wanted.append(("metrics_port", config.metrics_address, config.effective_metrics_port))
+        for field, address, port in wanted:
+            probe = socket.socket(socket.AF_INET6 if address and ":" in address else socket.AF_INET)
+            # Like the server itself, ignore connections of a previous server still in TIME_WAIT.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((address or "0.0.0.0", port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise PyTritonServerStartupError(
+                        f"port {port} ({field}) is already in use on {address or 'this host'}; stop what uses it "
+                        f"or choose another port with TritonConfig({field}=...)"
+                    ) from exc
+                raise
+            finally:
+                probe.close()
+
+    def serve(self, monitoring_period_s: float = 1.0) -> None:
+        """Run the server and block until SIGINT or SIGTERM, or until it stops by itself.
+
+        In-flight requests finish before it returns; the previous signal handlers are restored.
+        """
+        self.run()
+        received: List[int] = []
+
+        def _record(signum: int, _frame: Any) -> None:
+            received.append(signum)
+            self._wake.set()
+
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                previous[signum] = signal.signal(signum, _record)
+        try:
+            while not received and self.is_alive():
+                self._wake.wait(monitoring_period_s)
+            if received:
+                logger.info("Signal %d received: stopping Triton", received[0])
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            self.stop()
+
+    def is_alive(self) -> bool:
+        """True while the server runs and no model declared itself unrecoverable."""
+        process = self._process
+        return process is not None and process.is_running() and self._unrecoverable is None and not self._stopped
+
+    def _on_unrecoverable(self, model_name: str) -> None:
+        self._unrecoverable = model_name
+        self._wake.set()
+        threading.Thread(target=self.stop, name="pytriton-unrecoverable-stop", daemon=True).start()
+
+    def stop(self) -> None:
+        """Stop the server after in-flight requests, then remove every process, socket and segment."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            self._wake.set()
+            atexit.unregister(self.stop)
+            if self._process is not None:
+                exit_timeout = self._config.exit_timeout_secs
+                self._process.stop(timeout_s=(exit_timeout if exit_timeout is not None else
+                                              _TRITON_DEFAULT_EXIT_TIMEOUT_S) + 15)
+            if self._control is not None:
+                self._control.close()
+            for model in self._models.values():
+                for handler in model.handlers:
+                    handler.stop()
+            if self._zmq is not None:
+                self._zmq.term()
+                self._zmq = None
+            if self._workspace is not None:
+                self._workspace.cleanup()
+            logger.debug("Triton stopped")
