@@ -1,0 +1,63 @@
+"""Helpers shared by the test layers: free ports, server configs, leftovers of our servers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from typing import Iterator
+
+from pytriton.triton import Triton, TritonConfig
+
+
+def free_ports(count: int) -> list:
+    """Ports nothing listens on right now (the kernel picks them, so parallel servers don't collide)."""
+    sockets, ports = [], []
+    for _ in range(count):
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        sockets.append(probe)
+        ports.append(probe.getsockname()[1])
+    for probe in sockets:
+        probe.close()
+    return ports
+
+
+def server_config(**overrides) -> TritonConfig:
+    """A TritonConfig on free ports, quiet, with a short exit timeout for fast tests."""
+    http, grpc, metrics = free_ports(3)
+    options = dict(http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_secs=5)
+    options.update(overrides)
+    return TritonConfig(**options)
+
+
+@contextlib.contextmanager
+def running_triton(**config_overrides) -> Iterator[Triton]:
+    """A `Triton` on free ports; the body binds models and calls `run()`; always stopped."""
+    triton = Triton(config=server_config(**config_overrides))
+    try:
+        yield triton
+    finally:
+        triton.stop()
+
+
+def http_url(triton_config: TritonConfig) -> str:
+    return f"http://127.0.0.1:{triton_config.http_port}"
+
+
+def grpc_url(triton_config: TritonConfig) -> str:
+    return f"grpc://127.0.0.1:{triton_config.grpc_port}"
+
+
+def our_leftovers() -> dict:
+    """Processes and shared-memory segments of pytriton servers owned by this test process."""
+    import psutil
+
+    marker = f"pytriton-{os.getpid()}-"
+    processes = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(process.info.get("cmdline") or [])
+        if marker in cmdline and process.pid != os.getpid():
+            processes.append(cmdline[:120])
+    segments = [name for name in os.listdir("/dev/shm") if name.startswith(marker)]
+    return {"processes": processes, "segments": segments}
