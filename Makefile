@@ -1,0 +1,47 @@
+# Developer entry points. `make test` is what CI runs (.ci/run).
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SERVER_TREE := pytriton/tritonserver
+TORCH_SPEC ?= torch==2.13.0
+
+# Reinstall when the install inputs change, or when the fetched server tree is gone (unless the
+# user brings their own server, see build_backend/pytriton_build.py).
+INSTALL_INPUTS := pyproject.toml $(wildcard build_backend/*.py)
+ifeq ($(filter 1 true yes on,$(PYTRITON_SKIP_SERVER_FETCH)),)
+INSTALL_INPUTS += $(SERVER_TREE)/VERSION
+endif
+
+.PHONY: install test demo lint clean
+
+install: $(STAMP)
+
+$(STAMP): $(INSTALL_INPUTS)
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --upgrade pip
+	$(VPY) -m pip install -e '.[test]'
+	# torch runs the page examples; pinned to the CPU build this machine kind keeps on disk.
+	$(VPY) -m pip install '$(TORCH_SPEC)'
+	@touch $@
+
+# No recipe: a missing server tree counts as changed, so the stamp above is remade and the
+# editable install fetches the tree again.
+$(SERVER_TREE)/VERSION:
+
+# pytest exits 5 when no test ran; make fails on it like on any non-zero status.
+test: install
+	$(VPY) -m pytest $(PYTEST_ARGS)
+
+demo: install
+	$(VPY) examples/demo.py
+
+lint: install
+	$(VPY) -m ruff check .
+	$(VPY) -m mypy pytriton
+
+# Keeps .venv and the wheel cache; drops the stamp so that the next install re-extracts the
+# server tree (from the cache, no download).
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache $(SERVER_TREE) $(STAMP)
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,112 @@
+"""The one boundary where foreign errors become the client's exception tree.
+
+``tritonclient`` reports server answers as ``InferenceServerException`` (status ``"400"`` over
+HTTP, ``"StatusCode.NOT_FOUND"`` over gRPC, ``None`` for its own argument checks), while
+sockets, gevent and gRPC raise their own types. Every call into ``tritonclient`` in this
+package runs inside :func:`translate_errors`, so the mapping below is the only one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import grpc  # type: ignore[import-untyped,unused-ignore]
+from tritonclient.utils import InferenceServerException
+
+from pytriton.client.exceptions import (
+    PyTritonClientError,
+    PyTritonClientInferenceServerError,
+    PyTritonClientModelUnavailableError,
+    PyTritonClientQueueFullError,
+    PyTritonClientTimeoutError,
+    PyTritonClientValueError,
+)
+
+try:  # gevent comes with tritonclient[http]; a gRPC-only install may lack it.
+    from gevent import Timeout as _GeventTimeout  # type: ignore[import-untyped,unused-ignore]
+except ImportError:  # pragma: no cover - depends on the installed extras
+    _GeventTimeout = TimeoutError
+
+INFER_ACTION = "Error occurred during inference request"
+CONFIG_ACTION = "Error occurred while fetching the model configuration"
+READY_ACTION = "Error occurred while checking server and model readiness"
+
+_TIMEOUT_STATUSES = {"StatusCode.DEADLINE_EXCEEDED", "504"}
+_UNREACHABLE_STATUSES = {"StatusCode.UNAVAILABLE"}
+_NOT_FOUND_STATUSES = {"404", "StatusCode.NOT_FOUND"}
+_QUEUE_FULL_TEXT = "exceeds maximum queue size"
+
+
+def _from_server(
+    status: str | None, message: str, action: str, url: str, timeout_s: float | None
+) -> PyTritonClientError:
+    lowered = message.lower()
+    if _QUEUE_FULL_TEXT in lowered:
+        return PyTritonClientQueueFullError(f"{action}. The server's queue is full. Message: {message}")
+    if status is None:
+        # tritonclient raises status-less exceptions only for its own checks of our arguments.
+        return PyTritonClientValueError(f"{action}. Message: {message}")
+    if status in _TIMEOUT_STATUSES:
+        return _timeout(action, url, timeout_s, message)
+    if status in _UNREACHABLE_STATUSES:
+        return PyTritonClientModelUnavailableError(f"{action}. Cannot reach the server at {url}: {message}")
+    if status in _NOT_FOUND_STATUSES or "unknown model" in lowered:
+        return PyTritonClientModelUnavailableError(f"{action}. Message: {message}")
+    return PyTritonClientInferenceServerError(f"{action}. Message: {message}")
+
+
+def _timeout(action: str, url: str, timeout_s: float | None, detail: str) -> PyTritonClientTimeoutError:
+    within = f" within {timeout_s:g} s" if timeout_s is not None else ""
+    return PyTritonClientTimeoutError(f"{action}. No answer from {url}{within} ({detail})")
+
+
+def translate_error(
+    exc: BaseException, *, action: str, url: str, timeout_s: float | None = None
+) -> PyTritonClientError:
+    """Map one foreign exception to the client's tree.
+
+    Args:
+        exc: what ``tritonclient``, gRPC, gevent or the socket layer raised.
+        action: what the client was doing, the start of the message
+            (e.g. ``"Error occurred during inference request"``).
+        url: the server's URL, named when it cannot be reached or does not answer.
+        timeout_s: the time the call was given, named in timeout messages.
+
+    Returns:
+        The exception to raise (``raise translate_error(...) from exc``); a
+        :class:`PyTritonClientError` is returned unchanged.
+    """
+    if isinstance(exc, PyTritonClientError):
+        return exc
+    if isinstance(exc, InferenceServerException):
+        message = exc.message() if exc.message() is not None else str(exc)
+        return _from_server(exc.status(), message, action, url, timeout_s)
+    if isinstance(exc, grpc.RpcError):  # raised directly only by paths tritonclient does not wrap
+        code = exc.code() if hasattr(exc, "code") else None
+        details = exc.details() if hasattr(exc, "details") else str(exc)
+        return _from_server(
+            str(code) if code is not None else "StatusCode.UNKNOWN", str(details), action, url, timeout_s
+        )
+    if isinstance(exc, (TimeoutError, _GeventTimeout)):
+        return _timeout(action, url, timeout_s, str(exc) or type(exc).__name__)
+    if isinstance(exc, OSError):  # refused, reset, DNS failure: the server cannot be reached
+        return PyTritonClientModelUnavailableError(f"{action}. Cannot reach the server at {url}: {exc}")
+    return PyTritonClientError(f"{action}. Unexpected {type(exc).__name__} from tritonclient: {exc}")
+
+
+@contextlib.contextmanager
+def translate_errors(action: str, url: str, timeout_s: float | None = None) -> Iterator[None]:
+    """Run a block of ``tritonclient`` calls, re-raising foreign errors as the client's own.
+
+    Args:
+        action: start of the message, see :func:`translate_error`.
+        url: the server's URL.
+        timeout_s: the time the block was given.
+    """
+    try:
+        yield
+    except PyTritonClientError:
+        raise
+    except (Exception, _GeventTimeout) as exc:  # gevent's Timeout derives from BaseException
+        raise translate_error(exc, action=action, url=url, timeout_s=timeout_s) from exc

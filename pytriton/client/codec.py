@@ -1,0 +1,111 @@
+"""Numpy arrays to and from ``tritonclient`` objects, and the mapping of user inputs (pure).
+
+Shared by every client flavour and both protocols: ``tritonclient.http`` and
+``tritonclient.grpc`` (and their ``aio`` variants) expose ``InferInput`` with the same API, so
+the protocol module is a parameter rather than a reason for two copies of this code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+from tritonclient.utils import np_to_triton_dtype
+
+from pytriton.client.exceptions import PyTritonClientValueError
+from pytriton.client.model_config import ClientModelConfig
+
+
+def map_inputs(config: ClientModelConfig, positional: Sequence[Any], named: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Name the inputs of one call: positional ones by the model's input order, named ones as given.
+
+    Args:
+        config: the model's configuration (its input order).
+        positional: arrays given positionally.
+        named: arrays given by input name.
+
+    Returns:
+        Input name to array.
+
+    Raises:
+        PyTritonClientValueError: both kinds are given, too many positional inputs, or a value is
+            not a numpy array.
+    """
+    if positional and named:
+        raise PyTritonClientValueError(
+            "Give inputs either positionally or by name, not both "
+            f"(got {len(positional)} positional and named {sorted(named)})"
+        )
+    if positional:
+        expected = [spec.name for spec in config.inputs]
+        if len(positional) > len(expected):
+            raise PyTritonClientValueError(
+                f"Model {config.model_name!r} has {len(expected)} input(s) {expected}, "
+                f"but {len(positional)} positional input(s) were given"
+            )
+        inputs = dict(zip(expected, positional))
+    else:
+        inputs = dict(named)
+    for name, value in inputs.items():
+        if not isinstance(value, np.ndarray):
+            raise PyTritonClientValueError(f"Input {name!r} must be a numpy.ndarray, got {type(value).__name__}")
+    return inputs
+
+
+def add_batch_axis(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Turn one sample into a batch of one (for ``infer_sample`` on a batching model)."""
+    return {name: value[np.newaxis, ...] for name, value in inputs.items()}
+
+
+def strip_batch_axis(outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Take the single sample out of a batch of one."""
+    return {name: value[0] for name, value in outputs.items()}
+
+
+def _wire_array(name: str, value: np.ndarray) -> tuple[np.ndarray, str]:
+    if value.dtype.kind == "U":
+        # tritonclient encodes str items of object arrays as UTF-8; unicode arrays it refuses.
+        value = value.astype(np.object_)
+    triton_dtype = np_to_triton_dtype(value.dtype)
+    if triton_dtype is None:
+        raise PyTritonClientValueError(
+            f"Input {name!r} has dtype {value.dtype} that Triton cannot carry; use a numeric, bool, "
+            "bytes or object (bytes/str items) array"
+        )
+    return value, triton_dtype
+
+
+def to_infer_inputs(protocol: ModuleType, inputs: Mapping[str, np.ndarray]) -> list[Any]:
+    """Build ``protocol.InferInput`` objects carrying the arrays in binary form.
+
+    Object arrays go as BYTES, item by item with a length prefix, so bytes with trailing
+    ``b"\\x00"`` arrive unchanged (``np.bytes_`` arrays lose them inside numpy already).
+
+    Args:
+        protocol: ``tritonclient.http`` or ``tritonclient.grpc`` (or an ``aio`` variant).
+        inputs: input name to array.
+
+    Returns:
+        The ``InferInput`` list for ``infer``.
+    """
+    infer_inputs = []
+    for name, value in inputs.items():
+        value, triton_dtype = _wire_array(name, value)
+        infer_input = protocol.InferInput(name, list(value.shape), triton_dtype)
+        infer_input.set_data_from_numpy(value)
+        infer_inputs.append(infer_input)
+    return infer_inputs
+
+
+def output_names(response: Any) -> list[str]:
+    """Names of the outputs in a response: a JSON dict (HTTP) or a ``ModelInferResponse`` (gRPC)."""
+    if isinstance(response, Mapping):
+        return [output["name"] for output in response.get("outputs", ())]
+    return [output.name for output in response.outputs]
+
+
+def from_infer_result(result: Any) -> dict[str, np.ndarray]:
+    """Every output of an ``InferResult`` as a numpy array (BYTES as object arrays of bytes)."""
+    return {name: result.as_numpy(name) for name in output_names(result.get_response())}

@@ -1,0 +1,285 @@
+"""One small synchronous interface over ``tritonclient.http`` and ``tritonclient.grpc``.
+
+The client step of a request: every client flavour (``ModelClient``, the per-thread clients of
+``FuturesModelClient``) talks to the server only through a :class:`TritonCore`. The base class
+owns the error translation (each public method runs its protocol call inside
+:func:`~pytriton.client._errors.translate_errors`), so the two protocol classes only say how to
+make the calls, and a time limit can be put on every single call:
+
+* gRPC takes a deadline per call (``client_timeout``);
+* ``tritonclient.http`` fixes its socket timeouts when the client is built, so a call that needs
+  a different bound runs on a short-lived client built with it.
+
+A ``TritonCore`` is not thread safe (neither are ``tritonclient`` clients): one per thread.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc
+import tritonclient.http
+
+from pytriton.client._errors import CONFIG_ACTION, INFER_ACTION, READY_ACTION, translate_errors
+from pytriton.client.codec import from_infer_result, to_infer_inputs
+from pytriton.client.exceptions import (
+    PyTritonClientModelUnavailableError,
+    PyTritonClientTimeoutError,
+)
+from pytriton.client.model_config import ClientModelConfig, parse_model_config
+from pytriton.client.url import TritonUrl
+
+_LOGGER = logging.getLogger(__name__)
+
+#: Pause between readiness polls; short, because each poll is one cheap request.
+READY_POLL_INTERVAL_S = 0.1
+
+
+class TritonCore(abc.ABC):
+    """Readiness, model configuration and inference for one server, errors already translated.
+
+    Every method takes ``timeout_s``, the longest the call may take; on expiry it raises
+    :class:`~pytriton.client.exceptions.PyTritonClientTimeoutError`.
+    """
+
+    def __init__(self, url: TritonUrl, default_timeout_s: float) -> None:
+        """Prepare a core; no connection is made until the first call.
+
+        Args:
+            url: the server's address.
+            default_timeout_s: the time limit of calls that give none (the inference timeout).
+        """
+        self.url = url
+        self.default_timeout_s = default_timeout_s
+
+    def is_server_live(self, timeout_s: float | None = None) -> bool:
+        """Whether the server process answers its liveness endpoint."""
+        timeout_s = self._timeout(timeout_s)
+        with translate_errors(READY_ACTION, str(self.url), timeout_s):
+            return bool(self._is_server_live(timeout_s))
+
+    def is_server_ready(self, timeout_s: float | None = None) -> bool:
+        """Whether the server accepts inference (with Triton's strict readiness: all models ready)."""
+        timeout_s = self._timeout(timeout_s)
+        with translate_errors(READY_ACTION, str(self.url), timeout_s):
+            return bool(self._is_server_ready(timeout_s))
+
+    def is_model_ready(self, model_name: str, model_version: str = "", timeout_s: float | None = None) -> bool:
+        """Whether the model (and version, ``""`` for the server's choice) is loaded and ready."""
+        timeout_s = self._timeout(timeout_s)
+        with translate_errors(READY_ACTION, str(self.url), timeout_s):
+            return bool(self._is_model_ready(model_name, model_version, timeout_s))
+
+    def get_model_config(
+        self, model_name: str, model_version: str = "", timeout_s: float | None = None
+    ) -> ClientModelConfig:
+        """The model's configuration as the server has it."""
+        timeout_s = self._timeout(timeout_s)
+        with translate_errors(CONFIG_ACTION, str(self.url), timeout_s):
+            raw = self._get_model_config(model_name, model_version, timeout_s)
+        return parse_model_config(raw)
+
+    def infer(
+        self,
+        model_name: str,
+        model_version: str,
+        inputs: Mapping[str, np.ndarray],
+        *,
+        parameters: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
+        request_id: str = "",
+    ) -> dict[str, np.ndarray]:
+        """Run one inference request.
+
+        Args:
+            model_name: the model to run.
+            model_version: its version, ``""`` for the server's choice.
+            inputs: input name to array, batch axis included for batching models.
+            parameters: custom request parameters (forwarded to the model).
+            headers: extra HTTP headers or gRPC metadata.
+            timeout_s: the longest to wait for the answer.
+            request_id: the request's id, echoed by the server in its messages.
+
+        Returns:
+            Output name to array; BYTES outputs are object arrays of ``bytes``.
+        """
+        timeout_s = self._timeout(timeout_s)
+        with translate_errors(INFER_ACTION, str(self.url), timeout_s):
+            # tritonclient adds its own headers into the dict it is given: never hand it the user's.
+            result = self._infer(
+                model_name,
+                model_version,
+                inputs,
+                parameters=dict(parameters) if parameters else None,
+                headers=dict(headers) if headers else None,
+                timeout_s=timeout_s,
+                request_id=request_id,
+            )
+            return from_infer_result(result)
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the connections; the core is unusable afterwards."""
+
+    def _timeout(self, timeout_s: float | None) -> float:
+        return self.default_timeout_s if timeout_s is None else timeout_s
+
+    @abc.abstractmethod
+    def _is_server_live(self, timeout_s: float) -> Any: ...
+
+    @abc.abstractmethod
+    def _is_server_ready(self, timeout_s: float) -> Any: ...
+
+    @abc.abstractmethod
+    def _is_model_ready(self, model_name: str, model_version: str, timeout_s: float) -> Any: ...
+
+    @abc.abstractmethod
+    def _get_model_config(self, model_name: str, model_version: str, timeout_s: float) -> Any: ...
+
+    @abc.abstractmethod
+    def _infer(self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any) -> Any: ...
+
+
+class HttpCore(TritonCore):
+    """:class:`TritonCore` over ``tritonclient.http``."""
+
+    def __init__(self, url: TritonUrl, default_timeout_s: float) -> None:
+        """See :class:`TritonCore`; the long-lived client uses ``default_timeout_s`` for its sockets."""
+        super().__init__(url, default_timeout_s)
+        self._client = self._new_client(default_timeout_s)
+
+    def _new_client(self, timeout_s: float) -> tritonclient.http.InferenceServerClient:
+        return tritonclient.http.InferenceServerClient(
+            self.url.address, connection_timeout=timeout_s, network_timeout=timeout_s
+        )
+
+    @contextlib.contextmanager
+    def _client_for(self, timeout_s: float) -> Iterator[tritonclient.http.InferenceServerClient]:
+        if timeout_s == self.default_timeout_s:
+            yield self._client
+            return
+        client = self._new_client(timeout_s)
+        try:
+            yield client
+        finally:
+            client.close()
+
+    def _is_server_live(self, timeout_s: float) -> Any:
+        with self._client_for(timeout_s) as client:
+            return client.is_server_live()
+
+    def _is_server_ready(self, timeout_s: float) -> Any:
+        with self._client_for(timeout_s) as client:
+            return client.is_server_ready()
+
+    def _is_model_ready(self, model_name: str, model_version: str, timeout_s: float) -> Any:
+        with self._client_for(timeout_s) as client:
+            return client.is_model_ready(model_name, model_version)
+
+    def _get_model_config(self, model_name: str, model_version: str, timeout_s: float) -> Any:
+        with self._client_for(timeout_s) as client:
+            return client.get_model_config(model_name, model_version)
+
+    def _infer(self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any) -> Any:
+        with self._client_for(kwargs["timeout_s"]) as client:
+            return client.infer(
+                model_name,
+                to_infer_inputs(tritonclient.http, inputs),
+                model_version=model_version,
+                request_id=kwargs["request_id"],
+                parameters=kwargs["parameters"],
+                headers=kwargs["headers"],
+            )
+
+    def close(self) -> None:
+        """Close the long-lived HTTP connection pool."""
+        self._client.close()
+
+
+class GrpcCore(TritonCore):
+    """:class:`TritonCore` over ``tritonclient.grpc``; every call carries its own deadline."""
+
+    def __init__(self, url: TritonUrl, default_timeout_s: float) -> None:
+        """See :class:`TritonCore`; the channel connects on the first call."""
+        super().__init__(url, default_timeout_s)
+        self._client = tritonclient.grpc.InferenceServerClient(self.url.address)
+
+    def _is_server_live(self, timeout_s: float) -> Any:
+        return self._client.is_server_live(client_timeout=timeout_s)
+
+    def _is_server_ready(self, timeout_s: float) -> Any:
+        return self._client.is_server_ready(client_timeout=timeout_s)
+
+    def _is_model_ready(self, model_name: str, model_version: str, timeout_s: float) -> Any:
+        return self._client.is_model_ready(model_name, model_version, client_timeout=timeout_s)
+
+    def _get_model_config(self, model_name: str, model_version: str, timeout_s: float) -> Any:
+        return self._client.get_model_config(model_name, model_version, as_json=True, client_timeout=timeout_s)
+
+    def _infer(self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any) -> Any:
+        return self._client.infer(
+            model_name,
+            to_infer_inputs(tritonclient.grpc, inputs),
+            model_version=model_version,
+            request_id=kwargs["request_id"],
+            parameters=kwargs["parameters"],
+            headers=kwargs["headers"],
+            client_timeout=kwargs["timeout_s"],
+        )
+
+    def close(self) -> None:
+        """Close the gRPC channel."""
+        self._client.close()
+
+
+def create_core(url: TritonUrl, default_timeout_s: float) -> TritonCore:
+    """The core for the URL's protocol."""
+    core_class = GrpcCore if url.scheme == "grpc" else HttpCore
+    return core_class(url, default_timeout_s)
+
+
+def wait_until_ready(core: TritonCore, model_name: str, model_version: str, timeout_s: float) -> None:
+    """Poll until the server and the model are ready, against a monotonic deadline.
+
+    Each poll's own network timeout is the time left, so a server that accepts connections but
+    never answers cannot stretch the wait past ``timeout_s``. An unreachable server or a model
+    the server does not know (yet) count as "not ready": in explicit model-control mode a
+    model may be loaded at any moment.
+
+    Args:
+        core: the connection to poll through.
+        model_name: the model to wait for.
+        model_version: its version, ``""`` for the server's choice.
+        timeout_s: the longest to wait.
+
+    Raises:
+        PyTritonClientTimeoutError: not ready within ``timeout_s``; the message says what was
+            last seen (server unreachable, server not ready, model not ready).
+    """
+    deadline = time.monotonic() + timeout_s
+    state = "no answer from the server yet"
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            if not core.is_server_ready(timeout_s=left):
+                state = "the server is not ready"
+            elif not core.is_model_ready(model_name, model_version, timeout_s=max(deadline - time.monotonic(), 1e-3)):
+                state = f"model {model_name!r} (version {model_version or 'default'}) is not ready"
+            else:
+                return
+        except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:
+            state = str(exc)
+        _LOGGER.debug("Waiting for %s at %s: %s", model_name, core.url, state)
+        time.sleep(max(0.0, min(READY_POLL_INTERVAL_S, deadline - time.monotonic())))
+    raise PyTritonClientTimeoutError(
+        f"Server at {core.url} and model {model_name!r} were not ready within {timeout_s:g} s; last seen: {state}"
+    )

@@ -1,0 +1,89 @@
+"""Mapping user inputs to names, the batch axis, and numpy <-> tritonclient objects."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tritonclient.grpc
+import tritonclient.http
+from tritonclient.utils import deserialize_bytes_tensor
+
+from pytriton.client.codec import add_batch_axis, map_inputs, strip_batch_axis, to_infer_inputs
+from pytriton.client.exceptions import PyTritonClientValueError
+from pytriton.client.model_config import ClientModelConfig, TensorSpec
+
+F32 = np.dtype(np.float32)
+CONFIG = ClientModelConfig(
+    model_name="AddSub",
+    max_batch_size=0,
+    inputs=(TensorSpec("INPUT_A", (-1,), F32, "FP32"), TensorSpec("INPUT_B", (-1,), F32, "FP32")),
+    outputs=(TensorSpec("SUM", (-1,), F32, "FP32"),),
+)
+A = np.array([1.0, 2.0], np.float32)
+B = np.array([3.0, 4.0], np.float32)
+
+
+def test_positional_inputs_follow_the_models_input_order():
+    assert list(map_inputs(CONFIG, (A, B), {})) == ["INPUT_A", "INPUT_B"]
+    assert map_inputs(CONFIG, (B, A), {})["INPUT_A"] is B
+
+
+def test_fewer_positional_inputs_map_to_the_first_ones():
+    assert list(map_inputs(CONFIG, (A,), {})) == ["INPUT_A"]
+
+
+def test_named_inputs_are_kept_as_given():
+    assert map_inputs(CONFIG, (), {"INPUT_B": B, "INPUT_A": A}) == {"INPUT_B": B, "INPUT_A": A}
+
+
+def test_positional_and_named_together_are_refused():
+    with pytest.raises(PyTritonClientValueError, match="either positionally or by name, not both"):
+        map_inputs(CONFIG, (A,), {"INPUT_B": B})
+
+
+def test_too_many_positional_inputs_name_the_models_inputs():
+    with pytest.raises(PyTritonClientValueError, match=r"has 2 input\(s\) \['INPUT_A', 'INPUT_B'\], but 3"):
+        map_inputs(CONFIG, (A, B, A), {})
+
+
+@pytest.mark.parametrize("value", [[1.0, 2.0], 3.0, "text"])
+def test_non_arrays_are_refused_with_the_inputs_name(value):
+    with pytest.raises(PyTritonClientValueError, match="Input 'INPUT_A' must be a numpy.ndarray"):
+        map_inputs(CONFIG, (), {"INPUT_A": value})
+
+
+def test_batch_axis_round_trip():
+    batched = add_batch_axis({"X": A})
+    assert batched["X"].shape == (1, 2)
+    assert np.array_equal(strip_batch_axis(batched)["X"], A)
+
+
+@pytest.mark.parametrize("protocol", [tritonclient.http, tritonclient.grpc], ids=["http", "grpc"])
+def test_infer_inputs_carry_shape_and_triton_dtype(protocol):
+    (infer_input,) = to_infer_inputs(protocol, {"X": np.zeros((2, 3), np.int32)})
+    assert (infer_input.name(), infer_input.datatype(), list(infer_input.shape())) == ("X", "INT32", [2, 3])
+
+
+def _raw(infer_input):
+    # http keeps the bytes in _get_binary_data(), grpc in _get_content(): read whichever exists.
+    getter = getattr(infer_input, "_get_binary_data", None) or infer_input._get_content
+    return getter()
+
+
+@pytest.mark.parametrize("protocol", [tritonclient.http, tritonclient.grpc], ids=["http", "grpc"])
+def test_object_arrays_go_as_bytes_with_trailing_nuls(protocol):
+    data = np.array([b"ab\x00", b"\x00\x00", b""], dtype=object)
+    (infer_input,) = to_infer_inputs(protocol, {"S": data})
+    assert infer_input.datatype() == "BYTES"
+    assert deserialize_bytes_tensor(_raw(infer_input)).tolist() == data.tolist()
+
+
+def test_unicode_arrays_go_as_utf8_bytes():
+    (infer_input,) = to_infer_inputs(tritonclient.http, {"S": np.array(["zaż", "x"])})
+    assert infer_input.datatype() == "BYTES"
+    assert deserialize_bytes_tensor(_raw(infer_input)).tolist() == ["zaż".encode(), b"x"]
+
+
+def test_dtypes_triton_cannot_carry_are_named():
+    with pytest.raises(PyTritonClientValueError, match="Input 'C' has dtype complex64"):
+        to_infer_inputs(tritonclient.http, {"C": np.zeros(2, np.complex64)})

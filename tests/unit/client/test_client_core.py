@@ -1,0 +1,84 @@
+"""The readiness wait: a monotonic deadline, and every poll bounded by the time left."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pytriton.client.core import TritonCore, wait_until_ready
+from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
+from pytriton.client.url import parse_url
+
+
+class ScriptedCore(TritonCore):
+    """Answers readiness from a script; records the time limit each poll was given."""
+
+    def __init__(self, server_ready=lambda: True, model_ready=lambda: True, poll_delay_s=0.0):
+        super().__init__(parse_url("localhost:1"), 60.0)
+        self.server_ready, self.model_ready, self.poll_delay_s = server_ready, model_ready, poll_delay_s
+        self.timeouts: list[float] = []
+
+    def _poll(self, answer, timeout_s):
+        self.timeouts.append(timeout_s)
+        time.sleep(min(self.poll_delay_s, timeout_s))
+        if self.poll_delay_s > timeout_s:
+            raise TimeoutError("timed out")  # what a socket does; the base class translates it
+        return answer()
+
+    def _is_server_live(self, timeout_s):
+        return True
+
+    def _is_server_ready(self, timeout_s):
+        return self._poll(self.server_ready, timeout_s)
+
+    def _is_model_ready(self, model_name, model_version, timeout_s):
+        return self._poll(self.model_ready, timeout_s)
+
+    def _get_model_config(self, model_name, model_version, timeout_s):
+        return {"name": model_name}
+
+    def _infer(self, model_name, model_version, inputs, **kwargs):
+        raise NotImplementedError
+
+    def close(self):
+        pass
+
+
+def test_returns_as_soon_as_ready():
+    core = ScriptedCore()
+    start = time.monotonic()
+    wait_until_ready(core, "M", "", 5.0)
+    assert time.monotonic() - start < 0.5
+
+
+def test_model_never_ready_times_out_on_time_and_says_what_was_seen():
+    core = ScriptedCore(model_ready=lambda: False)
+    start = time.monotonic()
+    with pytest.raises(
+        PyTritonClientTimeoutError, match=r"within 0.5 s; last seen: model 'M' \(version 3\) is not ready"
+    ):
+        wait_until_ready(core, "M", "3", 0.5)
+    assert 0.45 <= time.monotonic() - start < 0.8
+
+
+def test_unreachable_server_counts_as_not_ready():
+    def refuse():
+        raise PyTritonClientModelUnavailableError("Cannot reach the server")
+
+    with pytest.raises(PyTritonClientTimeoutError, match="last seen: Cannot reach the server"):
+        wait_until_ready(ScriptedCore(server_ready=refuse), "M", "", 0.3)
+
+
+def test_each_poll_gets_only_the_time_left_so_a_silent_server_cannot_stretch_the_wait():
+    core = ScriptedCore(poll_delay_s=10.0)  # a server that accepts and never answers
+    start = time.monotonic()
+    with pytest.raises(PyTritonClientTimeoutError):
+        wait_until_ready(core, "M", "", 0.6)
+    assert time.monotonic() - start < 0.9
+    assert core.timeouts and all(limit <= 0.6 for limit in core.timeouts)
+
+
+def test_becomes_ready_later():
+    answers = iter([False, False, True])
+    wait_until_ready(ScriptedCore(server_ready=lambda: next(answers)), "M", "", 5.0)
