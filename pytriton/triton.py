@@ -171,38 +171,34 @@ class Triton:
                     protocol.PARAM_WORKER_PID: str(os.getpid()),
                 },
             )
+            config_text = to_pbtxt(proto)
+            import_paths = proxy_import_paths(self._distribution())
             if self._zmq is None:
                 self._zmq = zmq.Context()
-            handlers = []
+            bound = _BoundModel(context, infer_funcs, strict, handlers=[])
+            self._models[model_name] = bound  # registered first, so stop() finds whatever started
             try:
                 for index, func in enumerate(infer_funcs):
-                    handlers.append(
-                        InstanceHandler(
-                            context=context,
-                            infer_func=func,
-                            endpoint=protocol.instance_endpoint(endpoint, index),
-                            instance=index,
-                            shm_prefix=shm_prefix,
-                            strict=strict,
-                            zmq_context=self._zmq,
-                            on_unrecoverable=self._on_unrecoverable,
-                        )
+                    handler = InstanceHandler(
+                        context=context,
+                        infer_func=func,
+                        endpoint=protocol.instance_endpoint(endpoint, index),
+                        instance=index,
+                        shm_prefix=shm_prefix,
+                        strict=strict,
+                        zmq_context=self._zmq,
+                        on_unrecoverable=self._on_unrecoverable,
                     )
+                    bound.handlers.append(handler)
+                    handler.start()
+                write_model(workspace.model_repository, model_name, model_version, config_text, import_paths)
             except BaseException:
-                for handler in handlers:
+                for handler in bound.handlers:
                     handler.stop()
+                del self._models[model_name]
                 raise
-            for handler in handlers:
-                handler.start()
-            write_model(
-                workspace.model_repository,
-                model_name,
-                model_version,
-                to_pbtxt(proto),
-                proxy_import_paths(self._distribution()),
-            )
-            self._models[model_name] = _BoundModel(context, infer_funcs, strict, handlers)
-            logger.debug("Bound model '%s' version %d with %d instance(s)", model_name, model_version, len(handlers))
+            logger.debug("Bound model '%s' version %d with %d instance(s)", model_name, model_version,
+                         len(bound.handlers))
             if self._process is not None and self._control is not None:
                 self._control.load_model(model_name, MODEL_LOAD_TIMEOUT_S)
                 self._wait_models_ready([model_name], time.monotonic() + MODEL_LOAD_TIMEOUT_S)
@@ -267,7 +263,7 @@ class Triton:
             reason = f"it did not become ready within {STARTUP_TIMEOUT_S:.0f} s"
         else:
             reason = f"it exited with code {process.returncode}"
-        return f"tritonserver failed to start: {reason}. Its last output:\n{process.output_tail()}"
+        return f"tritonserver failed to start: {reason}.\n{process.report()}"
 
     def _wait_models_ready(self, names: Sequence[str], deadline: float) -> None:
         assert self._process is not None and self._control is not None
@@ -277,8 +273,7 @@ class Triton:
                              self._process.is_running)
             if not ready:
                 raise PyTritonServerError(
-                    f"model '{name}' version {version} did not become ready. Server output:\n"
-                    f"{self._process.output_tail()}"
+                    f"model '{name}' version {version} did not become ready.\n{self._process.report()}"
                 )
 
     @staticmethod
@@ -356,12 +351,12 @@ class Triton:
                                               _TRITON_DEFAULT_EXIT_TIMEOUT_S) + 15)
             if self._control is not None:
                 self._control.close()
-            for model in self._models.values():
-                for handler in model.handlers:
-                    handler.stop()
-            if self._zmq is not None:
+            stuck = [h for model in self._models.values() for h in model.handlers if not h.stop()]
+            if self._zmq is not None and not stuck:
                 self._zmq.term()
-                self._zmq = None
+            elif stuck:
+                logger.warning("%d handler(s) still run an inference callable; leaving them behind", len(stuck))
+            self._zmq = None
             if self._workspace is not None:
                 self._workspace.cleanup()
             logger.debug("Triton stopped")

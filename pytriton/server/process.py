@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import logging
+import re
 import signal
 import subprocess
 import threading
@@ -21,6 +22,7 @@ logger = logging.getLogger("pytriton.server")
 _server_log = logging.getLogger("pytriton.server.tritonserver")
 
 _PR_SET_PDEATHSIG = 1
+_ERROR_LINE = re.compile(r"^E\d{4} ")
 
 
 def _die_with_parent() -> None:
@@ -68,7 +70,7 @@ class ServerProcess:
         for raw in self._process.stdout:
             line = raw.decode("utf-8", "replace").rstrip()
             self._lines.append(line)
-            level = logging.WARNING if line[:1] == "E" else logging.DEBUG
+            level = logging.WARNING if _ERROR_LINE.match(line) else logging.DEBUG
             _server_log.log(level, "%s", line)
 
     def is_running(self) -> bool:
@@ -84,6 +86,15 @@ class ServerProcess:
 
     def output(self) -> List[str]:
         return list(self._lines)
+
+    def report(self) -> str:
+        """The errors the server logged (``E<date>`` lines), then its last lines: for error messages."""
+        errors = [line for line in self._lines if _ERROR_LINE.match(line)]
+        parts = []
+        if errors:
+            parts.append("Errors it logged:\n" + "\n".join(errors[-10:]))
+        parts.append("Its last output:\n" + self.output_tail(8))
+        return "\n".join(parts)
 
     def stop(self, timeout_s: float) -> Optional[int]:
         """SIGINT (Triton waits for in-flight requests), then SIGKILL after `timeout_s`.

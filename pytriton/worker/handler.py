@@ -67,6 +67,7 @@ class InstanceHandler:
         self._socket.bind(endpoint)
         self._endpoint = endpoint
         self._stop = threading.Event()
+        self._released = False
         self._thread = threading.Thread(
             target=self._serve, name=f"pytriton-{context.model_name}-{instance}", daemon=True
         )
@@ -74,13 +75,21 @@ class InstanceHandler:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop serving and release the socket and shared memory."""
+    def stop(self, timeout_s: float = 5.0) -> bool:
+        """Stop serving and release the socket and shared memory.
+
+        Returns:
+            False when the thread is still inside the callable after `timeout_s`.
+        """
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
-        if not self._thread.is_alive():
+        if self._thread.is_alive():
+            return False
+        if not self._released:
+            self._released = True
             self._release()
+        return True
 
     def _release(self) -> None:
         self._socket.close(linger=0)
