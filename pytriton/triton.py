@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import errno
+import functools
 import logging
 import os
 import pathlib
@@ -47,10 +48,14 @@ from pytriton.server.process import ServerProcess
 from pytriton.server.workspace import Workspace, sweep_stale
 from pytriton.worker.context import TritonContext
 from pytriton.worker.handler import InstanceHandler
+from pytriton.worker.request import Request
 
 __all__ = ["Triton", "TritonConfig"]
 
 logger = logging.getLogger("pytriton.triton")
+
+InferFunc = Callable[[List[Request]], Any]
+"""An inference callable: a list of requests in, one mapping of output name to array per request out."""
 
 STARTUP_TIMEOUT_S = 120.0
 MODEL_LOAD_TIMEOUT_S = 120.0
@@ -60,7 +65,7 @@ _TRITON_DEFAULT_EXIT_TIMEOUT_S = 30
 @dataclasses.dataclass
 class _BoundModel:
     context: TritonContext
-    infer_funcs: List[Callable]
+    infer_funcs: List[InferFunc]
     strict: bool
     handlers: List[InstanceHandler]
 
@@ -84,7 +89,7 @@ class Triton:
         self._models: Dict[str, _BoundModel] = {}
         self._process: Optional[ServerProcess] = None
         self._control: Optional[ServerControl] = None
-        self._zmq: Optional[zmq.Context] = None
+        self._zmq: Optional[zmq.Context[zmq.Socket[bytes]]] = None
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._unrecoverable: Optional[str] = None
@@ -92,7 +97,7 @@ class Triton:
         self._server_distribution: Optional[ServerDistribution] = None
 
     # -- context manager -------------------------------------------------------------------
-    def __enter__(self) -> "Triton":
+    def __enter__(self) -> Triton:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -102,7 +107,7 @@ class Triton:
     def bind(
         self,
         model_name: str,
-        infer_func: Union[Callable, Sequence[Callable]],
+        infer_func: Union[InferFunc, Sequence[InferFunc]],
         inputs: Sequence[Tensor],
         outputs: Sequence[Tensor],
         model_version: int = 1,
@@ -132,7 +137,9 @@ class Triton:
                 raise PyTritonInvalidOperationError(
                     f"model '{model_name}' is already bound to this Triton; bind each model name once"
                 )
-            infer_funcs = list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]
+            infer_funcs: List[InferFunc] = (
+                list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]  # type: ignore[list-item]
+            )
             if not infer_funcs or not all(callable(f) for f in infer_funcs):
                 raise PyTritonBadParameterError(
                     f"infer_func of model '{model_name}' must be a callable or a non-empty list of callables, "
@@ -267,9 +274,10 @@ class Triton:
 
     def _wait_models_ready(self, names: Sequence[str], deadline: float) -> None:
         assert self._process is not None and self._control is not None
+        control = self._control
         for name in names:
             version = self._models[name].context.model_version
-            ready = wait_for(lambda: self._control.is_model_ready(name, version), deadline,  # type: ignore[union-attr]
+            ready = wait_for(functools.partial(control.is_model_ready, name, version), deadline,
                              self._process.is_running)
             if not ready:
                 raise PyTritonServerError(

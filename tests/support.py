@@ -26,7 +26,7 @@ def free_ports(count: int) -> list:
 def server_config(**overrides) -> TritonConfig:
     """A TritonConfig on free ports, quiet, with a short exit timeout for fast tests."""
     http, grpc, metrics = free_ports(3)
-    options = dict(http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_secs=5)
+    options = {"http_port": http, "grpc_port": grpc, "metrics_port": metrics, "exit_timeout_secs": 5}
     options.update(overrides)
     return TritonConfig(**options)
 

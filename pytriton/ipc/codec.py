@@ -8,7 +8,7 @@ C order, a 4-byte little-endian length followed by the bytes, so trailing ``\\x0
 from __future__ import annotations
 
 import struct
-from typing import Any, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
@@ -101,7 +101,7 @@ def pack(
     return refs, frames
 
 
-def unpack(refs: Sequence[TensorRef], frames: Sequence[Any], reader: SegmentReader) -> dict:
+def unpack(refs: Sequence[TensorRef], frames: Sequence[Any], reader: SegmentReader) -> Dict[str, np.ndarray]:
     """Arrays for the tensors of one request or response, without copying numeric data.
 
     Numeric arrays are read-only views on the frame or the peer's arena: they stay valid

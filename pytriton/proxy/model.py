@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]  # provided by the stub
 import zmq
@@ -63,7 +63,8 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(f"Model '{self._model_name}': {welcome.error}")
 
     def _handshake(self, endpoint: str, timeout_s: float) -> protocol.Welcome:
-        self._socket.send_multipart(protocol.encode(protocol.Hello(protocol.PROTOCOL_VERSION, self._instance, os.getpid())))
+        hello = protocol.Hello(protocol.PROTOCOL_VERSION, self._instance, os.getpid())
+        self._socket.send_multipart(protocol.encode(hello))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._socket.poll(100):
@@ -105,7 +106,7 @@ class TritonPythonModel:
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in arrays.items()]))
         return responses
 
-    def _wait_result(self, count: int):
+    def _wait_result(self, count: int) -> Tuple[Optional[protocol.BatchResult], Sequence[Any]]:
         while True:
             if self._socket.poll(_LIVENESS_CHECK_MS):
                 message, payload = protocol.decode(self._socket.recv_multipart())

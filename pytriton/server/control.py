@@ -10,7 +10,7 @@ import http.client
 import json
 import time
 import urllib.parse
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from pytriton.exceptions import PyTritonServerError
 
@@ -43,9 +43,9 @@ class ServerControl:
         self._http = (_connect_host(http_address), http_port) if http_port else None
         self._grpc_url = f"{_connect_host(grpc_address)}:{grpc_port}"
         self._headers = dict(headers or {})
-        self._grpc_client = None
+        self._grpc_client: Any = None
 
-    def _request(self, method: str, path: str, timeout_s: float, body: bytes = b"") -> "tuple[int, bytes]":
+    def _request(self, method: str, path: str, timeout_s: float, body: bytes = b"") -> tuple[int, bytes]:
         assert self._http is not None
         connection = http.client.HTTPConnection(*self._http, timeout=timeout_s)
         try:
@@ -55,7 +55,7 @@ class ServerControl:
         finally:
             connection.close()
 
-    def _grpc(self):
+    def _grpc(self) -> Any:
         if self._grpc_client is None:
             import tritonclient.grpc as grpcclient
 
@@ -98,7 +98,7 @@ class ServerControl:
                 self._grpc().load_model(name, headers=self._headers, client_timeout=timeout_s)
         except PyTritonServerError:
             raise
-        except Exception as exc:  # noqa: BLE001 - translate the transport's error
+        except Exception as exc:
             raise PyTritonServerError(f"Triton could not load model '{name}': {exc}") from exc
 
     def close(self) -> None:
@@ -107,7 +107,9 @@ class ServerControl:
             self._grpc_client = None
 
 
-def wait_for(condition: Callable[[], bool], deadline: float, alive: Callable[[], bool], interval_s: float = 0.05) -> bool:
+def wait_for(
+    condition: Callable[[], bool], deadline: float, alive: Callable[[], bool], interval_s: float = 0.05
+) -> bool:
     """Poll `condition` until it holds (True), `alive` turns false or `deadline` passes (False)."""
     while time.monotonic() < deadline:
         if condition():

@@ -20,7 +20,7 @@ import os
 import pathlib
 import sys
 import sysconfig
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from pytriton.exceptions import PyTritonServerStartupError
 
@@ -71,7 +71,8 @@ def find_distribution(environ: Mapping[str, str] = os.environ) -> ServerDistribu
     stubs = root / "python_backend_stubs"
     # The bundled tree has one stub per Python version; an installation such as NVIDIA's container
     # has a single stub, built for its own Python, beside the backend.
-    stub = stubs / tag / "triton_python_backend_stub" if stubs.is_dir() else python_backend / "triton_python_backend_stub"
+    stub_folder = stubs / tag if stubs.is_dir() else python_backend
+    stub = stub_folder / "triton_python_backend_stub"
     if not stub.is_file():
         available = sorted(p.name for p in stubs.iterdir()) if stubs.is_dir() else []
         raise PyTritonServerStartupError(
@@ -152,7 +153,7 @@ def proxy_import_paths(distribution: ServerDistribution) -> Tuple[str, ...]:
     import numpy
     import zmq
 
-    paths: list = [str(distribution.stub_python_path)] if distribution.stub_python_path else []
+    paths: List[str] = [str(distribution.stub_python_path)] if distribution.stub_python_path else []
     for module in (sys.modules["pytriton"], numpy, zmq):
         parent = str(pathlib.Path(module.__file__).resolve().parent.parent)  # type: ignore[arg-type]
         if parent not in paths:

@@ -44,7 +44,7 @@ class ServerProcess:
         self._argv = list(argv)
         self._env = dict(env)
         self._lines: Deque[str] = collections.deque(maxlen=keep_lines)
-        self._process: Optional[subprocess.Popen] = None
+        self._process: Optional[subprocess.Popen[bytes]] = None
         self._reader: Optional[threading.Thread] = None
 
     @property

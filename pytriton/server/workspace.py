@@ -14,7 +14,7 @@ import secrets
 import shutil
 import signal
 import tempfile
-from typing import List, Optional
+from typing import List, Optional, Set
 
 import psutil
 
@@ -85,7 +85,7 @@ class Workspace:
 
 def remove_segments(prefix: str) -> List[str]:
     """Unlink every /dev/shm entry whose name starts with `prefix`."""
-    removed = []
+    removed: List[str] = []
     try:
         names = os.listdir(SHM_DIR)
     except FileNotFoundError:
@@ -128,7 +128,7 @@ def sweep_stale(tmp_dir: Optional[str] = None) -> List[str]:
     return removed
 
 
-def _kill_orphans(server_ids: set) -> None:
+def _kill_orphans(server_ids: Set[str]) -> None:
     """Kill tritonserver and stub processes still running for servers whose owner died."""
     for process in psutil.process_iter(["pid", "cmdline"]):
         cmdline = " ".join(process.info.get("cmdline") or [])

@@ -38,6 +38,6 @@ def current_context() -> Optional[TritonContext]:
     return _current.get()
 
 
-def set_current_context(context: Optional[TritonContext]) -> contextvars.Token:
+def set_current_context(context: Optional[TritonContext]) -> contextvars.Token[Optional[TritonContext]]:
     """Set the context for this thread (the worker does it; tests may too)."""
     return _current.set(context)

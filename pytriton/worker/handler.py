@@ -10,7 +10,7 @@ import json
 import logging
 import os
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import zmq
@@ -51,7 +51,7 @@ class InstanceHandler:
         instance: int,
         shm_prefix: str,
         strict: bool,
-        zmq_context: zmq.Context,
+        zmq_context: zmq.Context[zmq.Socket[bytes]],
         on_unrecoverable: Callable[[str], None],
     ) -> None:
         self._context = context
@@ -110,7 +110,7 @@ class InstanceHandler:
             identity, *frames = socket.recv_multipart(copy=True)
             try:
                 message, payload = protocol.decode(frames)
-            except Exception:  # noqa: BLE001 - a bad frame must not kill the handler
+            except Exception:
                 logger.exception("Model '%s': dropped an unreadable message", self._context.model_name)
                 continue
             if isinstance(message, protocol.Hello):
@@ -144,7 +144,9 @@ class InstanceHandler:
             requests.append(Request(arrays, parameters))
         return requests
 
-    def _infer(self, batch: protocol.InferBatch, payload: Sequence[Any]):
+    def _infer(
+        self, batch: protocol.InferBatch, payload: Sequence[Any]
+    ) -> Tuple[protocol.BatchResult, List[Any]]:
         model = self._context.model_name
         count = len(batch.requests)
         unrecoverable = False
@@ -163,7 +165,7 @@ class InstanceHandler:
             logger.error("Model '%s': unrecoverable error, the server shuts down", model, exc_info=True)
             outcomes = [_Failure(f"Model '{model}' failed: PyTritonUnrecoverableError: {exc}")] * count
             unrecoverable = True
-        except Exception as exc:  # noqa: BLE001 - the callable's errors go to its requesters
+        except Exception as exc:
             logger.exception("Model '%s': the inference callable raised", model)
             outcomes = [_Failure(f"Model '{model}' failed: {type(exc).__name__}: {exc}")] * count
 

@@ -80,7 +80,7 @@ def shape_response(
         value = response[tensor.name]
         try:
             array = np.asarray(value)
-        except Exception as exc:  # noqa: BLE001 - anything numpy refuses is the user's data
+        except Exception as exc:
             raise PyTritonValidationError(
                 f"{model}: output '{tensor.name}' of request {request_index} is not convertible to a numpy array "
                 f"({type(value).__name__}: {exc})"

@@ -31,7 +31,7 @@ from pytriton.triton import Triton
 
 pytestmark = pytest.mark.functional
 
-F32 = dict(inputs=[Tensor(dtype=np.float32, shape=(-1,))], outputs=[Tensor(dtype=np.float32, shape=(-1,))])
+F32 = {"inputs": [Tensor(dtype=np.float32, shape=(-1,))], "outputs": [Tensor(dtype=np.float32, shape=(-1,))]}
 
 
 def _leftovers_of(pid: int) -> dict:

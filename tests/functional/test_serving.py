@@ -81,7 +81,7 @@ def _parameters(requests):
 def server():
     config = server_config()
     triton = Triton(config=config)
-    f32 = dict(inputs=[Tensor(dtype=np.float32, shape=(-1,))], outputs=[Tensor(dtype=np.float32, shape=(-1,))])
+    f32 = {"inputs": [Tensor(dtype=np.float32, shape=(-1,))], "outputs": [Tensor(dtype=np.float32, shape=(-1,))]}
     triton.bind("Identity", lambda requests: requests, config=ModelConfig(max_batch_size=8), **f32)
     triton.bind("Double", _double, config=ModelConfig(max_batch_size=16), **f32)
     triton.bind(
@@ -95,8 +95,8 @@ def server():
                 outputs=[Tensor(dtype=np.float32, shape=(2,))])
     triton.bind("PerRequest", _per_request, config=ModelConfig(max_batch_size=8, batcher=GATHER), **f32)
     triton.bind("Sample", _sample, config=ModelConfig(batching=False), **f32)
-    bytes_io = dict(inputs=[Tensor(dtype=object, shape=(-1,)), Tensor(name="s", dtype=np.bytes_, shape=(1,))],
-                    outputs=[Tensor(dtype=object, shape=(-1,)), Tensor(name="s", dtype=np.bytes_, shape=(1,))])
+    bytes_io = {"inputs": [Tensor(dtype=object, shape=(-1,)), Tensor(name="s", dtype=np.bytes_, shape=(1,))],
+                    "outputs": [Tensor(dtype=object, shape=(-1,)), Tensor(name="s", dtype=np.bytes_, shape=(1,))]}
     triton.bind("Bytes", batch(lambda **inputs: {"OUTPUT_1": inputs["INPUT_1"], "s": inputs["s"]}), **bytes_io)
     triton.bind("Params", _parameters, inputs=f32["inputs"],
                 outputs=[Tensor(dtype=np.int32, shape=(1,)), Tensor(dtype=object, shape=(1,))])

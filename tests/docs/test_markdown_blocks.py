@@ -1,0 +1,125 @@
+"""Every Python block of the README, of docs/ and of the contract pages runs here.
+
+Markers, written as HTML comments on the line(s) before a block:
+
+* ``<!--pytest.mark.skip-->`` (or ``<!--pytest-codeblocks:skip-->``): the block is not run; the
+  text around it must say why (it needs a GPU, a download, or shows an error on purpose).
+* ``<!--pytest-codeblocks:cont-->``: the block continues the previous one (same namespace).
+
+Blocks hidden in an HTML comment (``<!-- ```python ... ``` -->``) run too: pages use them for
+setup and assertions a reader need not see. A block group that moves a model to ``"cuda"`` needs
+a GPU and is skipped, saying so, where torch sees none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import re
+from typing import List
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SEEDS = REPO.parent / "shared" / "seeds"
+# Contract pages whose Python blocks must run unchanged against this library.
+SEED_PAGES = ("000", "003", "004")
+
+_FENCE = re.compile(r"^\s*```\s*(\w*)")
+_SKIP = re.compile(r"<!--\s*pytest(\.mark\.skip|-codeblocks:skip)\s*-->")
+_CONT = re.compile(r"<!--\s*pytest-codeblocks:cont\s*-->")
+
+
+@dataclasses.dataclass
+class BlockGroup:
+    source: str
+    line: int
+    code: List[str]
+    skip: bool
+
+
+def parse_blocks(text: str, source: str) -> List[BlockGroup]:
+    """The groups of Python blocks of one markdown text, with the markers applied."""
+    groups: List[BlockGroup] = []
+    lines = text.splitlines()
+    skip = cont = False
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        if _SKIP.search(line):
+            skip = True
+        if _CONT.search(line):
+            cont = True
+        fence = _FENCE.match(line)
+        if fence:
+            language = fence.group(1).lower()
+            start = index + 1
+            index += 1
+            while index < len(lines) and not _FENCE.match(lines[index]):
+                index += 1
+            if language in ("python", "py"):
+                block = "\n".join(lines[start:index])
+                if cont and groups:
+                    groups[-1].code.append(block)
+                    groups[-1].skip = groups[-1].skip or skip
+                else:
+                    groups.append(BlockGroup(source, start, [block], skip))
+            skip = cont = False
+        index += 1
+    return groups
+
+
+def _collect() -> list:
+    params = []
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    if SEEDS.is_dir():
+        pages += [p for p in sorted(SEEDS.glob("*.txt")) if p.name[:3] in SEED_PAGES]
+    elif os.environ.get("CI"):
+        raise RuntimeError(f"the contract pages are missing from {SEEDS}; CI must test them")
+    for page in pages:
+        if not page.is_file():
+            continue
+        for group in parse_blocks(page.read_text(), page.name):
+            if not group.skip:
+                params.append(pytest.param(group, id=f"{page.name}:{group.line}"))
+    return params
+
+
+def _needs_gpu(code: str) -> bool:
+    return '"cuda"' in code or "'cuda'" in code
+
+
+@pytest.mark.functional
+@pytest.mark.parametrize("group", _collect())
+def test_markdown_block_runs(group: BlockGroup, tmp_path, monkeypatch):
+    code = "\n\n".join(group.code)
+    if _needs_gpu(code):
+        torch = pytest.importorskip("torch")
+        if not torch.cuda.is_available():
+            pytest.skip("this block moves a model to a CUDA device; this machine has no GPU")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "__docs__"}
+    try:
+        exec(compile(code, f"{group.source}:{group.line}", "exec"), namespace)
+    finally:
+        from pytriton.triton import Triton
+
+        for value in list(namespace.values()):
+            if isinstance(value, Triton):
+                value.stop()
+
+
+def test_parser_applies_markers():
+    text = "\n".join(
+        [
+            "```python", "a = 1", "```",
+            "<!--pytest-codeblocks:cont-->", "```python", "b = a", "```",
+            "<!--pytest.mark.skip-->", "```python", "raise SystemExit", "```",
+            "```sh", "echo no", "```",
+            "<!--", "```python", "hidden = True", "```", "-->",
+        ]
+    )  # fmt: skip
+    groups = parse_blocks(text, "t.md")
+    assert [g.code for g in groups] == [["a = 1", "b = a"], ["raise SystemExit"], ["hidden = True"]]
+    assert [g.skip for g in groups] == [False, True, False]
