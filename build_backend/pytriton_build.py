@@ -41,7 +41,6 @@ from pathlib import Path, PurePosixPath
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 from setuptools import build_meta as _setuptools
-from stub_numpy import ensure_stub_numpy
 from setuptools.build_meta import (  # noqa: F401  (hooks passed through unchanged)
     build_sdist,
     get_requires_for_build_editable,
@@ -51,6 +50,7 @@ from setuptools.build_meta import (  # noqa: F401  (hooks passed through unchang
     prepare_metadata_for_build_wheel,
 )
 from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
+from stub_numpy import ensure_stub_numpy
 
 SOURCE_DISTRIBUTION = "nvidia-pytriton"
 SOURCE_VERSION = "0.7.0"

@@ -81,9 +81,23 @@ def find_distribution(environ: Mapping[str, str] = os.environ) -> ServerDistribu
         )
     library_dirs = tuple(d for d in (root / "lib",) if d.is_dir())
     stub_python = root / "stub_python" / tag
+    if stubs.is_dir() and not stub_python.is_dir():
+        _check_stub_numpy(tag)
     return ServerDistribution(
         root, binary, python_backend, stub, root / "caches", library_dirs, stub_python if stub_python.is_dir() else None
     )
+
+
+def _check_stub_numpy(tag: str) -> None:
+    """Refuse NumPy 2 inside the 2.51 stubs, which would corrupt tensors without an error."""
+    import numpy
+
+    if int(numpy.__version__.split(".")[0]) >= 2:
+        raise PyTritonServerStartupError(
+            f"the bundled Triton 2.51 Python-backend stub needs NumPy 1.x, but the build bundled none for Python "
+            f"{tag} and this environment has NumPy {numpy.__version__}; use Python 3.8-3.12 (the build then bundles "
+            "NumPy 1.x for the stub), install numpy<2, or set PYTRITON_TRITON_SERVER_DIR to a Triton built for NumPy 2"
+        )
 
 
 def libpython_dir() -> pathlib.Path:
