@@ -43,12 +43,19 @@ def deserialize_bytes(buffer: Any, shape: Tuple[int, ...]) -> np.ndarray:
     count = int(np.prod(shape)) if shape else 1
     out = np.empty(count, dtype=object)
     offset = 0
+    size = len(view)
     for index in range(count):
+        if offset + 4 > size:
+            raise ValueError(f"BYTES tensor buffer ends inside the length of element {index}; it is corrupt")
         (length,) = _LEN.unpack_from(view, offset)
         offset += 4
+        if offset + length > size:
+            raise ValueError(
+                f"BYTES tensor element {index} claims {length} bytes but only {size - offset} remain; it is corrupt"
+            )
         out[index] = bytes(view[offset : offset + length])
         offset += length
-    if offset != len(view):
+    if offset != size:
         raise ValueError(f"BYTES tensor buffer has {len(view) - offset} trailing bytes; it is corrupt")
     return out.reshape(shape)
 

@@ -74,7 +74,7 @@ def find_distribution(environ: Mapping[str, str] = os.environ) -> ServerDistribu
     stub_folder = stubs / tag if stubs.is_dir() else python_backend
     stub = stub_folder / "triton_python_backend_stub"
     if not stub.is_file():
-        available = sorted(p.name for p in stubs.iterdir()) if stubs.is_dir() else []
+        available = sorted(p.parent.name for p in stubs.glob("*/triton_python_backend_stub")) if stubs.is_dir() else []
         raise PyTritonServerStartupError(
             f"Python {tag} is not supported by the Triton installation at {root}: it has Python-backend stubs for "
             f"{available or 'no version'}; run pytriton with one of those Python versions"

@@ -24,6 +24,10 @@ def _shape_matches(actual: Sequence[int], expected: Sequence[int]) -> bool:
     return len(actual) == len(expected) and all(e == -1 or a == e for a, e in zip(actual, expected))
 
 
+def _dtype_name(dtype: np.dtype) -> str:
+    return "BYTES (object or bytes array)" if dtype.kind in ("O", "S", "U") else str(dtype)
+
+
 def _dtype_matches(actual: np.dtype, expected: np.dtype) -> bool:
     if expected.kind in ("O", "S", "U"):
         return actual.kind in ("O", "S", "U")
@@ -90,7 +94,7 @@ def shape_response(
             if strict or expected_dtype.kind in ("O", "S", "U") or array.dtype.kind in ("O", "S", "U"):
                 raise PyTritonValidationError(
                     f"{model}: output '{tensor.name}' of request {request_index} has dtype {array.dtype}; "
-                    f"expected {expected_dtype}"
+                    f"expected {_dtype_name(expected_dtype)}"
                 )
             array = array.astype(expected_dtype)
         if strict:

@@ -1,0 +1,92 @@
+"""Plays the proxy's side of the wire from a separate process, for tests/integration/test_worker_wire.py.
+
+Uses only zmq, numpy and pytriton.ipc, like the real proxy inside Triton's Python backend.
+
+Usage: python wire_proxy_driver.py ENDPOINT SHM_PREFIX INSTANCE PLAN RESULT
+
+PLAN is a pickled list of steps:
+    ("hello", protocol_version, instance)          -> the Welcome received
+    ("infer", [(inputs_dict, parameters_json), ...]) -> {"result": BatchResult, "outputs": [...], "kinds": [...],
+                                                         "input_kinds": [...]}
+RESULT receives the pickled list of outcomes, one per step. Exit status 3: no answer in time.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+
+import numpy as np
+import zmq
+
+from pytriton.ipc import codec, protocol
+from pytriton.ipc.shm import Arena, SegmentReader
+
+REPLY_TIMEOUT_MS = 10_000
+
+
+def _kinds(refs):
+    return {ref.name: "shm" if isinstance(ref.data, protocol.ShmData) else "inline" for ref in refs}
+
+
+def _receive(socket):
+    if not socket.poll(REPLY_TIMEOUT_MS):
+        print("no reply from the worker", file=sys.stderr)
+        sys.exit(3)
+    return protocol.decode(socket.recv_multipart())
+
+
+def main(endpoint, shm_prefix, instance, plan_path, result_path):
+    instance = int(instance)
+    with open(plan_path, "rb") as handle:
+        plan = pickle.load(handle)
+    context = zmq.Context()
+    socket = context.socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.connect(endpoint)
+    arena = Arena(lambda generation: protocol.segment_name(shm_prefix, instance, "in", generation))
+    reader = SegmentReader()
+    outcomes = []
+    batch_id = 0
+    try:
+        for step in plan:
+            if step[0] == "hello":
+                _, version, hello_instance = step
+                socket.send_multipart(protocol.encode(protocol.Hello(version, hello_instance, os.getpid())))
+                message, _ = _receive(socket)
+                outcomes.append(message)
+                continue
+            _, requests = step
+            batch_id += 1
+            refs, frames = codec.pack([inputs for inputs, _ in requests], arena)
+            batch = protocol.InferBatch(
+                batch_id, tuple(protocol.RequestData(r, p) for r, (_, p) in zip(refs, requests))
+            )
+            socket.send_multipart(protocol.encode(batch, frames), copy=False)
+            result, payload = _receive(socket)
+            outputs = []
+            for response in result.responses:
+                arrays = codec.unpack(response.tensors, payload, reader)
+                # copies: the views die with the next message and the reader's mappings
+                outputs.append({name: np.array(array, copy=True) for name, array in arrays.items()})
+                del arrays
+            outcomes.append(
+                {
+                    "result": result,
+                    "outputs": outputs,
+                    "kinds": [_kinds(response.tensors) for response in result.responses],
+                    "input_kinds": [_kinds(r) for r in refs],
+                }
+            )
+    finally:
+        socket.close(linger=0)
+        context.term()
+        reader.close()
+        arena.close()
+    with open(result_path, "wb") as handle:
+        pickle.dump(outcomes, handle)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,104 @@
+"""pytriton.ipc.protocol: message encode/decode, and the names both sides of the wire build."""
+
+from __future__ import annotations
+
+import pickle
+import re
+
+import pytest
+
+from pytriton.ipc import protocol
+from pytriton.ipc.protocol import (
+    BatchResult,
+    Hello,
+    InferBatch,
+    InlineData,
+    RequestData,
+    ResponseData,
+    ShmData,
+    TensorRef,
+    Welcome,
+)
+
+_SMALL = TensorRef("INPUT_1", "<f4", (2, 3), InlineData(1))
+_LARGE = TensorRef("INPUT_2", "bytes", (1,), ShmData("pytriton-1-abcd-0-in-1", 128, 70000))
+
+MESSAGES = [
+    Hello(protocol=protocol.PROTOCOL_VERSION, instance=3, proxy_pid=1234),
+    Welcome(protocol=protocol.PROTOCOL_VERSION, worker_pid=42),
+    Welcome(protocol=protocol.PROTOCOL_VERSION, worker_pid=42, error="protocol mismatch"),
+    InferBatch(batch_id=7, requests=(RequestData((_SMALL, _LARGE), '{"temperature": 0.5}'), RequestData(()))),
+    BatchResult(batch_id=7, responses=(ResponseData((_SMALL,)), ResponseData(error="bad response"))),
+    BatchResult(batch_id=8, responses=(), unrecoverable=True),
+]
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
+def test_encode_decode_round_trip(message):
+    payload = [b"abc", b"", b"\x00" * 5]
+    frames = protocol.encode(message, payload)
+    assert len(frames) == 1 + len(payload)
+    assert isinstance(frames[0], bytes)
+    assert frames[1:] == payload
+
+    decoded, rest = protocol.decode(frames)
+    assert decoded == message
+    assert type(decoded) is type(message)
+    assert list(rest) == payload
+
+
+def test_encode_without_payload_is_one_frame():
+    frames = protocol.encode(Hello(protocol.PROTOCOL_VERSION, 0, 1))
+    assert len(frames) == 1
+    message, rest = protocol.decode(frames)
+    assert message == Hello(protocol.PROTOCOL_VERSION, 0, 1)
+    assert list(rest) == []
+
+
+def test_decode_refuses_foreign_objects():
+    with pytest.raises(ValueError, match="unexpected message of type dict"):
+        protocol.decode([pickle.dumps({"batch_id": 1})])
+    # a wire dataclass that is not a whole message (a TensorRef alone) is refused as well
+    with pytest.raises(ValueError, match="TensorRef"):
+        protocol.decode([pickle.dumps(_SMALL)])
+
+
+def test_messages_are_frozen():
+    hello = Hello(protocol.PROTOCOL_VERSION, 0, 1)
+    with pytest.raises(AttributeError):
+        hello.instance = 2  # type: ignore[misc]
+
+
+def test_model_key_is_stable_short_and_safe():
+    key = protocol.model_key("my model/with:odd chars ✓", 1)
+    assert key == protocol.model_key("my model/with:odd chars ✓", 1)
+    assert re.fullmatch(r"m[0-9a-f]{10}", key)
+    assert key != protocol.model_key("my model/with:odd chars ✓", 2)
+    assert key != protocol.model_key("other", 1)
+    # the separator keeps ("a1", 1) and ("a", 11) apart
+    assert protocol.model_key("a1", 1) != protocol.model_key("a", 11)
+
+
+def test_instance_endpoint():
+    assert protocol.instance_endpoint("ipc:///tmp/ws/sockets/mabc", 0) == "ipc:///tmp/ws/sockets/mabc-0"
+    assert protocol.instance_endpoint("ipc:///tmp/ws/sockets/mabc", 12) == "ipc:///tmp/ws/sockets/mabc-12"
+
+
+def test_segment_name():
+    assert protocol.segment_name("pytriton-1-abcd-mkey", 2, "in", 1) == "pytriton-1-abcd-mkey-2-in-1"
+    assert protocol.segment_name("pytriton-1-abcd-mkey", 2, "out", 3) == "pytriton-1-abcd-mkey-2-out-3"
+    # generations of one arena differ only after the last "-" (what SegmentReader relies on)
+    first, second = (protocol.segment_name("p", 0, "out", g) for g in (1, 2))
+    assert first.rpartition("-")[0] == second.rpartition("-")[0]
+    assert first != second
+
+
+@pytest.mark.parametrize("name, expected", [("model_0", 0), ("my_model_12", 12), ("a_b_c_3", 3), ("_7", 7)])
+def test_instance_index(name, expected):
+    assert protocol.instance_index(name) == expected
+
+
+@pytest.mark.parametrize("name", ["model", "model_", "model_x", "model_-1", "model_1.5", ""])
+def test_instance_index_refuses_names_without_a_number(name):
+    with pytest.raises(ValueError, match="cannot read an instance number from Triton instance name"):
+        protocol.instance_index(name)

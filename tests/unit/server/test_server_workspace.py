@@ -1,0 +1,194 @@
+"""pytriton.server.workspace: per-server folders and names, cleanup, and the sweep of dead servers' leftovers."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+
+import psutil
+import pytest
+
+from pytriton.exceptions import PyTritonBadParameterError
+from pytriton.ipc.shm import SHM_DIR
+from pytriton.server.workspace import Workspace, remove_segments, sweep_stale
+
+
+def _mode(path: pathlib.Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def short_dir():
+    """A folder with a short path (Unix socket paths are limited), removed after the test."""
+    path = pathlib.Path(tempfile.mkdtemp(prefix="ptws-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _shm(name: str) -> str:
+    path = os.path.join(SHM_DIR, name)
+    with open(path, "wb") as handle:
+        handle.write(b"leftover")
+    return path
+
+
+def test_names_carry_the_owner_pid():
+    workspace = Workspace()
+    try:
+        assert re.fullmatch(rf"pytriton-{os.getpid()}-[0-9a-f]{{8}}", workspace.server_id)
+        assert workspace.shm_prefix == workspace.server_id
+        assert workspace.path.name.startswith(f"{workspace.server_id}-")
+        assert workspace.path.parent == pathlib.Path(tempfile.gettempdir())
+        other = Workspace()
+        try:
+            assert other.server_id != workspace.server_id
+        finally:
+            other.cleanup()
+    finally:
+        workspace.cleanup()
+
+
+def test_folders_are_private():
+    workspace = Workspace()
+    try:
+        assert workspace.model_repository == workspace.path / "models"
+        assert workspace.sockets == workspace.path / "sockets"
+        assert workspace.backends == workspace.path / "backends"
+        for folder in (workspace.path, workspace.model_repository, workspace.sockets, workspace.backends):
+            assert folder.is_dir()
+            assert _mode(folder) == 0o700
+    finally:
+        workspace.cleanup()
+
+
+def test_cleanup_removes_the_owned_temporary_folder_and_segments():
+    workspace = Workspace()
+    (workspace.model_repository / "model" / "1").mkdir(parents=True)
+    (workspace.model_repository / "model" / "config.pbtxt").write_text("name: 'model'")
+    segment = _shm(f"{workspace.shm_prefix}-mkey-0-out-1")
+    try:
+        workspace.cleanup()
+        assert not workspace.path.exists()
+        assert not os.path.exists(segment)
+        workspace.cleanup()  # twice is harmless
+    finally:
+        if os.path.exists(segment):
+            os.unlink(segment)
+
+
+def test_user_folder_that_existed_is_kept_but_emptied_of_our_subfolders(short_dir):
+    (short_dir / "user-notes.txt").write_text("mine")
+    workspace = Workspace(short_dir)
+    assert workspace.path == short_dir.resolve()
+    (workspace.sockets / "sock-0").write_text("")
+    workspace.cleanup()
+    assert short_dir.is_dir()
+    assert sorted(p.name for p in short_dir.iterdir()) == ["user-notes.txt"]
+    assert (short_dir / "user-notes.txt").read_text() == "mine"
+
+
+def test_user_folder_that_did_not_exist_is_created_private_and_removed(short_dir):
+    path = short_dir / "new" / "ws"
+    workspace = Workspace(path)
+    assert path.is_dir()
+    assert _mode(path) == 0o700
+    assert _mode(workspace.sockets) == 0o700
+    workspace.cleanup()
+    assert not path.exists()
+    assert (short_dir / "new").is_dir()  # only the workspace folder itself was ours
+
+
+def test_user_folder_expands_the_home_folder(short_dir, monkeypatch):
+    monkeypatch.setenv("HOME", str(short_dir))
+    workspace = Workspace(pathlib.Path("~/ws"))
+    try:
+        assert workspace.path == (short_dir / "ws").resolve()
+    finally:
+        workspace.cleanup()
+    assert not (short_dir / "ws").exists()
+
+
+def test_too_long_path_is_refused_and_nothing_is_left(short_dir):
+    path = short_dir / ("x" * 90)
+    with pytest.raises(PyTritonBadParameterError) as excinfo:
+        Workspace(path)
+    message = str(excinfo.value)
+    assert "too long for Unix sockets" in message
+    assert str(path) in message
+    assert "at most 80" in message
+    assert not path.exists()
+
+
+def test_too_long_existing_user_path_is_kept(short_dir):
+    path = short_dir / ("y" * 90)
+    path.mkdir()
+    (path / "keep.txt").write_text("mine")
+    with pytest.raises(PyTritonBadParameterError, match="too long"):
+        Workspace(path)
+    assert sorted(p.name for p in path.iterdir()) == ["keep.txt"]
+
+
+def test_remove_segments_only_touches_its_prefix():
+    mine = _shm(f"pytriton-{os.getpid()}-0badc0de-m1-0-in-1")
+    other = _shm(f"pytriton-{os.getpid()}-0badc0df-m1-0-in-1")
+    try:
+        assert remove_segments(f"pytriton-{os.getpid()}-0badc0de") == [os.path.basename(mine)]
+        assert not os.path.exists(mine)
+        assert os.path.exists(other)
+    finally:
+        for path in (mine, other):
+            if os.path.exists(path):
+                os.unlink(path)
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait(timeout=30)
+    assert not psutil.pid_exists(process.pid)
+    return process.pid
+
+
+def test_sweep_stale_removes_what_dead_servers_left_and_keeps_live_ones(tmp_path):
+    dead = _dead_pid()
+    dead_id = f"pytriton-{dead}-abcd1234"
+    live_id = f"pytriton-{os.getpid()}-abcd1234"
+
+    dead_segment = _shm(f"{dead_id}-x")
+    dead_tpb_segment = _shm(f"{dead_id}-tpb-region")
+    live_segment = _shm(f"{live_id}-x")
+    dead_folder = tmp_path / f"{dead_id}-k3j4l5"
+    (dead_folder / "models").mkdir(parents=True)
+    (dead_folder / "models" / "config.pbtxt").write_text("x")
+    live_folder = tmp_path / f"{live_id}-a1b2c3"
+    live_folder.mkdir()
+    unrelated = [tmp_path / "pytriton-notapid-abcd", tmp_path / "other-1-abcd", tmp_path / "pytriton-1"]
+    for folder in unrelated:
+        folder.mkdir()
+    try:
+        removed = sweep_stale(tmp_dir=str(tmp_path))
+
+        assert not os.path.exists(dead_segment)
+        assert not os.path.exists(dead_tpb_segment)
+        assert not dead_folder.exists()
+        assert os.path.basename(dead_segment) in removed
+        assert os.path.basename(dead_tpb_segment) in removed
+        assert str(dead_folder) in removed
+
+        assert os.path.exists(live_segment)
+        assert live_folder.is_dir()
+        assert all(folder.is_dir() for folder in unrelated)
+        assert not any(live_id in name for name in removed)
+
+        # nothing is left to sweep for this dead server
+        assert not any(dead_id in name for name in sweep_stale(tmp_dir=str(tmp_path)))
+    finally:
+        for path in (dead_segment, dead_tpb_segment, live_segment):
+            if os.path.exists(path):
+                os.unlink(path)
+    assert not [name for name in os.listdir(SHM_DIR) if name.startswith((dead_id, live_id))]
