@@ -1,4 +1,4 @@
-"""Tensor codec: numpy arrays <-> `TensorRef` headers plus inline frames or arena bytes.
+"""Tensor codec: numpy arrays <-> `TensorColumn` headers plus one inline frame or arena bytes.
 
 Pure functions and two small stateful helpers (the arena writer is reused batch after batch).
 BYTES tensors (numpy object or ``S`` arrays) are serialised as Triton does: for each element in
@@ -8,15 +8,17 @@ C order, a 4-byte little-endian length followed by the bytes, so trailing ``\\x0
 from __future__ import annotations
 
 import struct
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from pytriton.ipc.protocol import INLINE_MAX_BYTES, InlineData, ShmData, TensorRef
+from pytriton.ipc.protocol import INLINE_MAX_BYTES, TensorColumn
 from pytriton.ipc.shm import Arena, SegmentReader, aligned
 
 BYTES = "bytes"
+INLINE_ALIGNMENT = 8
 _LEN = struct.Struct("<I")
+_PAD = bytes(INLINE_ALIGNMENT)
 
 
 def is_bytes_dtype(dtype: np.dtype) -> bool:
@@ -69,65 +71,110 @@ def _as_buffer(array: np.ndarray) -> Tuple[str, Any, int]:
     return array.dtype.str, array, array.nbytes
 
 
-def _raw(array: np.ndarray) -> np.ndarray:
-    """The bytes of a contiguous array as a flat uint8 view (0-d arrays included)."""
-    return array.reshape(-1).view(np.uint8)
+def _raw(buffer: Any) -> np.ndarray:
+    """The bytes of a buffer (bytes or a contiguous array, 0-d included) as a flat uint8 array."""
+    if isinstance(buffer, np.ndarray):
+        return buffer.reshape(-1).view(np.uint8)
+    return np.frombuffer(buffer, dtype=np.uint8)
+
+
+def _padding(size: int) -> int:
+    return -size % INLINE_ALIGNMENT
+
+
+class _Column:
+    """A column being built: one (name, dtype) across the groups of a message."""
+
+    __slots__ = ("name", "dtype", "shapes", "offsets", "sizes", "in_shm")
+
+    def __init__(self, name: str, dtype: str, count: int) -> None:
+        self.name, self.dtype = name, dtype
+        self.shapes: List[Optional[Tuple[int, ...]]] = [None] * count
+        self.offsets = [0] * count
+        self.sizes = [0] * count
+        self.in_shm = [False] * count
+
+    def frozen(self) -> TensorColumn:
+        return TensorColumn(
+            self.name, self.dtype, tuple(self.shapes), tuple(self.offsets), tuple(self.sizes), tuple(self.in_shm)
+        )
 
 
 def pack(
-    groups: Sequence[Mapping[str, np.ndarray]], arena: Arena, first_frame: int = 1
-) -> Tuple[List[Tuple[TensorRef, ...]], List[Any]]:
+    groups: Sequence[Mapping[str, np.ndarray]], arena: Arena
+) -> Tuple[Tuple[TensorColumn, ...], str, List[Any]]:
     """Lay out the tensors of several requests (or responses) of one message.
 
-    Small tensors become payload frames (numbered from `first_frame`, frame 0 being the
-    header), large ones are copied into `arena`, grown once per message if needed.
+    Small tensors go back to back (8-byte aligned) into one payload frame; large ones are copied
+    into `arena`, grown at most once per message.
 
     Returns:
-        One tuple of `TensorRef` per group, and the payload frames.
+        The columns describing every tensor, the arena's segment name ("" when unused), and
+        the payload frames (zero or one).
     """
-    prepared = [[(name, *_as_buffer(np.asarray(value))) for name, value in group.items()] for group in groups]
-    shm_total = sum(aligned(size) for group in prepared for *_, size in group if size > INLINE_MAX_BYTES)
+    count = len(groups)
+    columns: Dict[Tuple[str, str], _Column] = {}
+    prepared = []
+    shm_total = 0
+    for index, group in enumerate(groups):
+        for name, value in group.items():
+            array = value if isinstance(value, np.ndarray) else np.asarray(value)
+            dtype, buffer, size = _as_buffer(array)
+            column = columns.get((name, dtype))
+            if column is None:
+                column = columns[(name, dtype)] = _Column(name, dtype, count)
+            column.shapes[index] = tuple(int(d) for d in array.shape)
+            column.sizes[index] = size
+            if size > INLINE_MAX_BYTES:
+                column.in_shm[index] = True
+                shm_total += aligned(size)
+            prepared.append((column, index, buffer, size))
     if shm_total:
         arena.reserve(shm_total)
-    frames: List[Any] = []
-    refs: List[Tuple[TensorRef, ...]] = []
-    offset = 0
-    for group, source in zip(prepared, groups):
-        group_refs = []
-        for name, dtype, buffer, size in group:
-            shape = tuple(np.shape(source[name]))
-            if size > INLINE_MAX_BYTES:
-                target = np.frombuffer(arena.view, dtype=np.uint8, count=size, offset=offset)
-                target[:] = np.frombuffer(buffer, dtype=np.uint8) if isinstance(buffer, bytes) else _raw(buffer)
-                group_refs.append(TensorRef(name, dtype, shape, ShmData(arena.name, offset, size)))
-                offset += aligned(size)
-            else:
-                group_refs.append(TensorRef(name, dtype, shape, InlineData(first_frame + len(frames))))
-                frames.append(buffer)
-        refs.append(tuple(group_refs))
-    return refs, frames
+    pieces: List[Any] = []
+    inline_offset = shm_offset = 0
+    for column, index, buffer, size in prepared:
+        if column.in_shm[index]:
+            np.frombuffer(arena.view, dtype=np.uint8, count=size, offset=shm_offset)[:] = _raw(buffer)
+            column.offsets[index] = shm_offset
+            shm_offset += aligned(size)
+        else:
+            column.offsets[index] = inline_offset
+            pieces.append(buffer)
+            pad = _padding(size)
+            if pad:
+                pieces.append(_PAD[:pad])
+            inline_offset += size + pad
+    frames = [b"".join(pieces)] if pieces else []
+    return tuple(c.frozen() for c in columns.values()), (arena.name if shm_total else ""), frames
 
 
-def unpack(refs: Sequence[TensorRef], frames: Sequence[Any], reader: SegmentReader) -> Dict[str, np.ndarray]:
-    """Arrays for the tensors of one request or response, without copying numeric data.
+def unpack(
+    columns: Sequence[TensorColumn], segment: str, frames: Sequence[Any], reader: SegmentReader, count: int
+) -> List[Dict[str, np.ndarray]]:
+    """Arrays of every request (or response) of one message, without copying numeric data.
 
-    Numeric arrays are read-only views on the frame or the peer's arena: they stay valid
-    until the peer writes its next message on this instance.
+    Numeric arrays are read-only views on the payload frame or the peer's arena: those on the
+    arena stay valid until the peer writes its next message on this instance.
     """
-    arrays = {}
-    for ref in refs:
-        data = ref.data
-        if isinstance(data, InlineData):
-            frame = frames[data.frame - 1]
-            buffer: Any = getattr(frame, "buffer", frame)
-            offset, nbytes = 0, memoryview(buffer).nbytes
-        else:
-            buffer = reader.buffer(data.segment)
-            offset, nbytes = data.offset, data.nbytes
-        if ref.dtype == BYTES:
-            arrays[ref.name] = deserialize_bytes(memoryview(buffer)[offset : offset + nbytes], ref.shape)
-        else:
-            dtype = np.dtype(ref.dtype)
-            count = nbytes // dtype.itemsize if dtype.itemsize else 0
-            arrays[ref.name] = np.frombuffer(buffer, dtype=dtype, count=count, offset=offset).reshape(ref.shape)
-    return arrays
+    groups: List[Dict[str, np.ndarray]] = [{} for _ in range(count)]
+    payload: Any = frames[0] if frames else b""
+    payload = getattr(payload, "buffer", payload)
+    shm: Any = reader.buffer(segment) if segment else None
+    for column in columns:
+        is_bytes = column.dtype == BYTES
+        dtype = None if is_bytes else np.dtype(column.dtype)
+        for index, shape in enumerate(column.shapes):
+            if shape is None:
+                continue
+            buffer = shm if column.in_shm[index] else payload
+            offset, size = column.offsets[index], column.sizes[index]
+            if is_bytes:
+                groups[index][column.name] = deserialize_bytes(memoryview(buffer)[offset : offset + size], shape)
+            else:
+                assert dtype is not None
+                items = size // dtype.itemsize if dtype.itemsize else 0
+                groups[index][column.name] = np.frombuffer(buffer, dtype=dtype, count=items, offset=offset).reshape(
+                    shape
+                )
+    return groups

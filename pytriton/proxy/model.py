@@ -53,6 +53,7 @@ class TritonPythonModel:
         self._context = zmq.Context(io_threads=1)
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.RCVTIMEO, _LIVENESS_CHECK_MS)
         self._socket.connect(endpoint)
         self._arena = Arena(lambda generation: protocol.segment_name(shm_prefix, self._instance, "in", generation))
         self._reader = SegmentReader()
@@ -85,41 +86,41 @@ class TritonPythonModel:
             groups.append({tensor.name(): tensor.as_numpy() for tensor in request.inputs()})
             text = request.parameters()
             parameters.append("" if text in ("", "{}") else text)
-        refs, frames = codec.pack(groups, self._arena)
+        columns, segment, frames = codec.pack(groups, self._arena)
         self._batch_id += 1
-        batch = protocol.InferBatch(
-            self._batch_id, tuple(protocol.RequestData(r, p) for r, p in zip(refs, parameters))
-        )
-        self._socket.send_multipart(protocol.encode(batch, frames), copy=False)
+        batch = protocol.InferBatch(self._batch_id, tuple(parameters), columns, segment)
+        self._socket.send_multipart(protocol.encode(batch, frames))
         result, payload = self._wait_result(len(requests))
         if result is None:
             error = pb_utils.TritonError(
                 f"Model '{self._model_name}': the pytriton worker process (pid {self._worker_pid}) is gone"
             )
             return [pb_utils.InferenceResponse(error=error) for _ in requests]
+        groups = codec.unpack(result.columns, result.segment, payload, self._reader, len(requests))
         responses = []
-        for response in result.responses:
-            if response.error is not None:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(response.error)))
-                continue
-            arrays = codec.unpack(response.tensors, payload, self._reader)
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in arrays.items()]))
+        for arrays, error in zip(groups, result.errors):
+            if error is not None:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(error)))
+            else:
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in arrays.items()]))
         return responses
 
     def _wait_result(self, count: int) -> Tuple[Optional[protocol.BatchResult], Sequence[Any]]:
         while True:
-            if self._socket.poll(_LIVENESS_CHECK_MS):
+            try:
                 message, payload = protocol.decode(self._socket.recv_multipart())
-                if isinstance(message, protocol.BatchResult) and message.batch_id == self._batch_id:
-                    if len(message.responses) != count:
-                        raise pb_utils.TritonModelException(
-                            f"Model '{self._model_name}': worker answered {len(message.responses)} responses "
-                            f"for {count} requests"
-                        )
-                    return message, payload
-                continue  # a late answer to an abandoned batch
-            if not _pid_alive(self._worker_pid):
-                return None, ()
+            except zmq.Again:  # no answer within the liveness period: is the worker still there?
+                if not _pid_alive(self._worker_pid):
+                    return None, ()
+                continue
+            if isinstance(message, protocol.BatchResult) and message.batch_id == self._batch_id:
+                if len(message.errors) != count:
+                    raise pb_utils.TritonModelException(
+                        f"Model '{self._model_name}': worker answered {len(message.errors)} responses "
+                        f"for {count} requests"
+                    )
+                return message, payload
+            # otherwise: a late answer to an abandoned batch
 
     def finalize(self) -> None:
         self._socket.close(linger=0)

@@ -64,6 +64,7 @@ class InstanceHandler:
         self._bytes_inputs = {t.name: np.dtype(t.dtype).kind for t in context.inputs if np.dtype(t.dtype).kind == "S"}
         self._socket = zmq_context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.RCVTIMEO, _POLL_MS)
         self._socket.bind(endpoint)
         self._endpoint = endpoint
         self._stop = threading.Event()
@@ -105,9 +106,12 @@ class InstanceHandler:
         set_current_context(self._context)
         socket = self._socket
         while not self._stop.is_set():
-            if not socket.poll(_POLL_MS):
-                continue
-            identity, *frames = socket.recv_multipart(copy=True)
+            try:
+                identity, *frames = socket.recv_multipart()
+            except zmq.Again:
+                continue  # the receive timeout lets the loop see stop()
+            except zmq.ContextTerminated:
+                return
             try:
                 message, payload = protocol.decode(frames)
             except Exception:
@@ -117,7 +121,7 @@ class InstanceHandler:
                 socket.send_multipart([identity, *protocol.encode(self._welcome(message))])
             elif isinstance(message, protocol.InferBatch):
                 result, out_frames = self._infer(message, payload)
-                socket.send_multipart([identity, *protocol.encode(result, out_frames)], copy=False)
+                socket.send_multipart([identity, *protocol.encode(result, out_frames)])
                 if result.unrecoverable:
                     self._on_unrecoverable(self._context.model_name)
 
@@ -135,23 +139,25 @@ class InstanceHandler:
         return protocol.Welcome(protocol.PROTOCOL_VERSION, os.getpid(), error)
 
     def _requests(self, batch: protocol.InferBatch, payload: Sequence[Any]) -> List[Request]:
+        groups = codec.unpack(batch.columns, batch.segment, payload, self._reader, len(batch.parameters))
         requests = []
-        for data in batch.requests:
-            arrays = codec.unpack(data.tensors, payload, self._reader)
+        for arrays, parameters in zip(groups, batch.parameters):
             for name in self._bytes_inputs.keys() & arrays.keys():
                 arrays[name] = arrays[name].astype(np.bytes_)
-            parameters = json.loads(data.parameters) if data.parameters else {}
-            requests.append(Request(arrays, parameters))
+            requests.append(Request(arrays, json.loads(parameters) if parameters else {}))
         return requests
 
     def _infer(
         self, batch: protocol.InferBatch, payload: Sequence[Any]
     ) -> Tuple[protocol.BatchResult, List[Any]]:
         model = self._context.model_name
-        count = len(batch.requests)
+        count = len(batch.parameters)
         unrecoverable = False
+        batch_sizes: List[Optional[int]] = [None] * count
         try:
             requests = self._requests(batch, payload)
+            if self._context.config.batching:  # taken before the callable may change the requests
+                batch_sizes = [_batch_size(request) for request in requests]
             results = self._infer_func(requests)
             if isinstance(results, (list, tuple)) and len(results) == count:
                 outcomes: List[Any] = list(results)
@@ -171,27 +177,21 @@ class InstanceHandler:
 
         groups: List[Dict[str, np.ndarray]] = []
         errors: List[Optional[str]] = []
-        batching = self._context.config.batching
         for index, outcome in enumerate(outcomes):
             if isinstance(outcome, _Failure):
                 groups.append({})
                 errors.append(outcome.message)
                 continue
             try:
-                batch_size = _batch_size(batch.requests[index]) if batching else None
-                groups.append(shape_response(self._context, outcome, request_index=index, batch_size=batch_size,
-                                             strict=self._strict))
+                groups.append(shape_response(self._context, outcome, request_index=index,
+                                             batch_size=batch_sizes[index], strict=self._strict))
                 errors.append(None)
             except Exception as exc:  # noqa: BLE001 - one bad response fails that request only
                 logger.warning("%s", exc)
                 groups.append({})
                 errors.append(str(exc))
-        refs, frames = codec.pack(groups, self._arena)
-        responses = tuple(
-            protocol.ResponseData(error=error) if error is not None else protocol.ResponseData(tensors=tensor_refs)
-            for tensor_refs, error in zip(refs, errors)
-        )
-        return protocol.BatchResult(batch.batch_id, responses, unrecoverable), frames
+        columns, segment, frames = codec.pack(groups, self._arena)
+        return protocol.BatchResult(batch.batch_id, tuple(errors), columns, segment, unrecoverable), frames
 
 
 class _Failure:
@@ -201,8 +201,8 @@ class _Failure:
         self.message = message
 
 
-def _batch_size(request: protocol.RequestData) -> Optional[int]:
-    for ref in request.tensors:
-        if ref.shape:
-            return ref.shape[0]
+def _batch_size(request: Request) -> Optional[int]:
+    for array in request.values():
+        if array.ndim:
+            return int(array.shape[0])
     return None

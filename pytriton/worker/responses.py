@@ -45,8 +45,8 @@ def shape_response(
     """The declared outputs of one response, as arrays ready for the wire.
 
     A response whose keys are none of the output names but that has exactly one entry per
-    output is matched to the outputs by position: this is what makes ``lambda requests:
-    requests`` an identity model.
+    output is matched to the outputs by position (the declared input order when its keys are
+    the input names): this is what makes ``lambda requests: requests`` an identity model.
 
     Args:
         context: the model being served (names, declared dtypes and shapes).
@@ -66,7 +66,11 @@ def shape_response(
         )
     names = context.output_names
     if not any(name in response for name in names) and len(response) == len(names):
-        response = dict(zip(names, response.values()))
+        # Entries named after the inputs (an identity model) follow the declared input order, so
+        # the match does not depend on the order a batch happened to list them in.
+        order = [name for name in context.input_names if name in response]
+        keys = order if len(order) == len(response) else list(response)
+        response = {name: response[key] for name, key in zip(names, keys)}
     if strict:
         extra = sorted(set(response) - set(names))
         if extra:

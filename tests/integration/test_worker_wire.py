@@ -21,8 +21,8 @@ import zmq
 
 from pytriton.decorators import batch
 from pytriton.exceptions import PyTritonUnrecoverableError
-from pytriton.ipc import protocol
-from pytriton.ipc.shm import SHM_DIR
+from pytriton.ipc import codec, protocol
+from pytriton.ipc.shm import ALIGNMENT, SHM_DIR
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.worker.context import TritonContext
 from pytriton.worker.handler import InstanceHandler
@@ -134,6 +134,30 @@ def _assert_same(outputs: dict, inputs: dict) -> None:
     assert outputs["OUTPUT_2"].tolist() == inputs["INPUT_2"].tolist()
 
 
+def _assert_layout(message, payload_sizes) -> None:
+    """Where a message's columns put each tensor: 8-byte aligned, back to back in its one inline
+    frame; 64-byte aligned, without overlap, in its arena (named only when used)."""
+    count = len(message.errors) if isinstance(message, protocol.BatchResult) else len(message.parameters)
+    inline, shm = [], []
+    for column in message.columns:
+        assert len(column.shapes) == len(column.offsets) == len(column.sizes) == len(column.in_shm) == count
+        for index, shape in enumerate(column.shapes):
+            if shape is not None:
+                entry = (column.offsets[index], column.sizes[index])
+                (shm if column.in_shm[index] else inline).append(entry)
+    assert len(payload_sizes) == (1 if inline else 0)
+    end = 0
+    for offset, size in sorted(inline):
+        assert offset == end and offset % codec.INLINE_ALIGNMENT == 0
+        end = offset + size + (-size % codec.INLINE_ALIGNMENT)
+    assert payload_sizes == ([end] if inline else [])
+    assert bool(message.segment) == bool(shm)
+    end = 0
+    for offset, size in sorted(shm):
+        assert offset >= end and offset % ALIGNMENT == 0
+        end = offset + size
+
+
 def test_handshake_welcomes_the_proxy(serve):
     wire = serve(lambda requests: requests)
     (welcome,) = wire.run([("hello", protocol.PROTOCOL_VERSION, 0)])
@@ -179,9 +203,12 @@ def test_identity_round_trips_inline_and_shared_memory_tensors(serve):
         result = outcome["result"]
         assert isinstance(result, protocol.BatchResult)
         assert not result.unrecoverable
-        assert [response.error for response in result.responses] == [None] * len(requests)
+        assert list(result.errors) == [None] * len(requests)
+        _assert_layout(result, outcome["payload_sizes"])
         for outputs, inputs in zip(outcome["outputs"], requests):
             _assert_same(outputs, inputs)
+        # numeric outputs reached the proxy as read-only views (BYTES are decoded into new objects)
+        assert all(not writeable["OUTPUT_1"] for writeable in outcome["writeable"])
 
     # the sizes took the paths we meant, in both directions
     assert one["input_kinds"][0] == {"INPUT_1": "inline", "INPUT_2": "inline"}
@@ -192,13 +219,15 @@ def test_identity_round_trips_inline_and_shared_memory_tensors(serve):
         {"OUTPUT_1": "inline", "OUTPUT_2": "inline"},
     ]
     assert two["kinds"][0] == {"OUTPUT_1": "shm", "OUTPUT_2": "inline"}
-    out_segments = [
-        {ref.data.segment for ref in response.tensors if isinstance(ref.data, protocol.ShmData)}
-        for response in (one["result"].responses[1], two["result"].responses[0])
+    assert two["input_kinds"][0] == {"INPUT_1": "shm", "INPUT_2": "inline"}
+    # one arena per direction and message, the second batch in a new generation of each
+    assert [one["result"].segment, two["result"].segment] == [
+        protocol.segment_name(wire.shm_prefix, 0, "out", 1),
+        protocol.segment_name(wire.shm_prefix, 0, "out", 2),
     ]
-    assert out_segments == [
-        {protocol.segment_name(wire.shm_prefix, 0, "out", 1)},
-        {protocol.segment_name(wire.shm_prefix, 0, "out", 2)},
+    assert [one["input_segment"], two["input_segment"]] == [
+        protocol.segment_name(wire.shm_prefix, 0, "in", 1),
+        protocol.segment_name(wire.shm_prefix, 0, "in", 2),
     ]
     # the worker owns only its newest output arena; the proxy's inputs went with the driver
     assert wire.segments() == [protocol.segment_name(wire.shm_prefix, 0, "out", 2)]
@@ -218,13 +247,15 @@ def test_a_raising_callable_fails_every_request_of_its_batch_and_serving_goes_on
     scaled = [(_request(1, 4, seed=3), json.dumps({"scale": 2})), (_request(2, 3, seed=4), json.dumps({"scale": -1}))]
     broken, fine = wire.run([("infer", failing), ("infer", scaled)])
 
-    assert [response.error for response in broken["result"].responses] == [
-        f"Model '{MODEL}' failed: ValueError: refusing 2 requests"
-    ] * 2
-    assert all(response.tensors == () for response in broken["result"].responses)
+    assert list(broken["result"].errors) == [f"Model '{MODEL}' failed: ValueError: refusing 2 requests"] * 2
+    assert broken["result"].columns == ()
+    assert broken["result"].segment == ""
+    assert broken["payload_sizes"] == []
+    assert broken["outputs"] == [{}, {}]
     assert not broken["result"].unrecoverable
 
-    assert [response.error for response in fine["result"].responses] == [None, None]
+    assert list(fine["result"].errors) == [None, None]
+    _assert_layout(fine["result"], fine["payload_sizes"])
     for outputs, (inputs, parameters) in zip(fine["outputs"], scaled):
         np.testing.assert_array_equal(outputs["OUTPUT_1"], inputs["INPUT_1"] * json.loads(parameters)["scale"])
         assert outputs["OUTPUT_2"].tolist() == inputs["INPUT_2"].tolist()
@@ -240,7 +271,7 @@ def test_one_bad_response_fails_only_its_request(serve):
     wire = serve(infer, strict=True)
     requests = [_request(1, 3, seed=s) for s in range(4)]
     (outcome,) = wire.run([("infer", [(r, "") for r in requests])])
-    errors = [response.error for response in outcome["result"].responses]
+    errors = list(outcome["result"].errors)
 
     assert errors[0] is None and errors[3] is None
     _assert_same(outcome["outputs"][0], requests[0])
@@ -248,12 +279,16 @@ def test_one_bad_response_fails_only_its_request(serve):
     assert errors[1].startswith(f"Model '{MODEL}': the inference callable returned str for request 1")
     assert errors[2] == f"Model '{MODEL}': output 'OUTPUT_1' of request 2 has dtype float64; expected float32"
     assert outcome["outputs"][1] == {} and outcome["outputs"][2] == {}
+    # the failed responses have no tensor in any column
+    assert all(column.shapes[1] is None and column.shapes[2] is None for column in outcome["result"].columns)
+    _assert_layout(outcome["result"], outcome["payload_sizes"])
 
 
 def test_a_response_list_of_the_wrong_length_fails_the_batch(serve):
     wire = serve(lambda requests: list(requests)[:1])
     (outcome,) = wire.run([("infer", [(_request(1, 2, seed=s), "") for s in range(3)])])
-    errors = {response.error for response in outcome["result"].responses}
+    errors = set(outcome["result"].errors)
+    assert len(outcome["result"].errors) == 3
     assert errors == {
         f"Model '{MODEL}': the inference callable returned a list of 1 for a batch of 3 requests; "
         "expected a list with one mapping of output name to array per request"
@@ -267,9 +302,8 @@ def test_unrecoverable_error_fails_the_batch_and_tells_the_owner(serve):
     wire = serve(infer)
     (outcome,) = wire.run([("infer", [(_request(1, 2, seed=s), "") for s in range(2)])])
     assert outcome["result"].unrecoverable
-    assert [response.error for response in outcome["result"].responses] == [
-        f"Model '{MODEL}' failed: PyTritonUnrecoverableError: device lost"
-    ] * 2
+    assert list(outcome["result"].errors) == [f"Model '{MODEL}' failed: PyTritonUnrecoverableError: device lost"] * 2
+    assert outcome["result"].columns == ()
     assert wire.unrecoverable_event.wait(5)
     assert wire.unrecoverable == [MODEL]
 
@@ -290,12 +324,59 @@ def test_batch_decorated_callable(serve):
 
     assert calls == [(4, 6), (2, 6)]  # one call per Triton batch, requests concatenated
     for outcome, sent in ((one, requests[:2]), (two, small_widths)):
-        assert [response.error for response in outcome["result"].responses] == [None] * len(sent)
+        assert list(outcome["result"].errors) == [None] * len(sent)
         for outputs, inputs in zip(outcome["outputs"], sent):
             np.testing.assert_array_equal(outputs["OUTPUT_1"], inputs["INPUT_1"] * 2)
             assert outputs["OUTPUT_2"].tolist() == inputs["INPUT_2"][:, ::-1].tolist()
 
     # requests whose widths differ cannot be concatenated: @batch's error reaches every requester
     (mixed,) = wire.run([("infer", [(r, "") for r in requests[1:]])])
-    for response in mixed["result"].responses:
-        assert response.error.startswith(f"Model '{MODEL}' failed: PyTritonValidationError: @batch cannot concatenate")
+    assert len(mixed["result"].errors) == 2
+    for error in mixed["result"].errors:
+        assert error.startswith(f"Model '{MODEL}' failed: PyTritonValidationError: @batch cannot concatenate")
+
+
+def test_the_callable_gets_read_only_aligned_views_of_its_inputs(serve):
+    seen = []
+
+    def infer(requests):
+        for request in requests:
+            array = request["INPUT_1"]
+            seen.append((array.shape, array.flags.writeable, array.flags.aligned, array.ctypes.data % 8))
+        return [{"OUTPUT_1": request["INPUT_1"], "OUTPUT_2": request["INPUT_2"]} for request in requests]
+
+    wire = serve(infer)
+    # 12-byte inline tensors (3 floats; two 1-byte texts + NUL): each next one starts after padding
+    requests = [_request(1, 3, seed=1, text_size=1), _request(1, 5, seed=2), _request(2, 20_000, seed=3)]
+    (outcome,) = wire.run([("infer", [(r, "") for r in requests])])
+    assert list(outcome["result"].errors) == [None] * 3
+    for outputs, inputs in zip(outcome["outputs"], requests):
+        _assert_same(outputs, inputs)
+    assert outcome["input_kinds"] == [
+        {"INPUT_1": "inline", "INPUT_2": "inline"},
+        {"INPUT_1": "inline", "INPUT_2": "inline"},
+        {"INPUT_1": "shm", "INPUT_2": "inline"},
+    ]
+    assert seen == [((1, 3), False, True, 0), ((1, 5), False, True, 0), ((2, 20_000), False, True, 0)]
+
+
+def test_a_request_keeps_its_own_input_order_whatever_its_batch(serve):
+    """A request (in its own order INPUT_1, INPUT_2) batched after one that lacks INPUT_1 (an optional input)."""
+    wire = serve(lambda requests: requests)  # identity: outputs matched to the inputs by position
+    full = _request(1, 3, seed=1)
+    (outcome,) = wire.run([("infer", [({"INPUT_2": full["INPUT_2"]}, ""), (full, "")])])
+    assert outcome["result"].errors[0] is not None  # one input for two outputs: this one cannot be served
+    assert outcome["result"].errors[1] is None
+    _assert_same(outcome["outputs"][1], full)
+
+
+def test_output_shapes_are_checked_against_the_batch_size_that_was_sent(serve):
+    def infer(requests):
+        return [{"OUTPUT_1": r.pop("INPUT_1"), "OUTPUT_2": r.pop("INPUT_2")} for r in requests]
+
+    wire = serve(infer, strict=True)
+    requests = [_request(2, 3, seed=1), _request(1, 20_000, seed=2)]
+    (outcome,) = wire.run([("infer", [(r, "") for r in requests])])
+    assert list(outcome["result"].errors) == [None, None]
+    for outputs, inputs in zip(outcome["outputs"], requests):
+        _assert_same(outputs, inputs)

@@ -6,8 +6,9 @@ Usage: python wire_proxy_driver.py ENDPOINT SHM_PREFIX INSTANCE PLAN RESULT
 
 PLAN is a pickled list of steps:
     ("hello", protocol_version, instance)          -> the Welcome received
-    ("infer", [(inputs_dict, parameters_json), ...]) -> {"result": BatchResult, "outputs": [...], "kinds": [...],
-                                                         "input_kinds": [...]}
+    ("infer", [(inputs_dict, parameters_json), ...]) -> {"result": BatchResult, "payload_sizes": [...],
+                                                         "outputs": [...], "writeable": [...], "kinds": [...],
+                                                         "input_kinds": [...], "input_segment": str}
 RESULT receives the pickled list of outcomes, one per step. Exit status 3: no answer in time.
 """
 
@@ -26,8 +27,14 @@ from pytriton.ipc.shm import Arena, SegmentReader
 REPLY_TIMEOUT_MS = 10_000
 
 
-def _kinds(refs):
-    return {ref.name: "shm" if isinstance(ref.data, protocol.ShmData) else "inline" for ref in refs}
+def _kinds(columns, count):
+    """Per request or response: tensor name -> "shm" or "inline", read from the columns."""
+    kinds = [{} for _ in range(count)]
+    for column in columns:
+        for index, shape in enumerate(column.shapes):
+            if shape is not None:
+                kinds[index][column.name] = "shm" if column.in_shm[index] else "inline"
+    return kinds
 
 
 def _receive(socket):
@@ -59,24 +66,25 @@ def main(endpoint, shm_prefix, instance, plan_path, result_path):
                 continue
             _, requests = step
             batch_id += 1
-            refs, frames = codec.pack([inputs for inputs, _ in requests], arena)
-            batch = protocol.InferBatch(
-                batch_id, tuple(protocol.RequestData(r, p) for r, (_, p) in zip(refs, requests))
-            )
-            socket.send_multipart(protocol.encode(batch, frames), copy=False)
+            count = len(requests)
+            columns, segment, frames = codec.pack([inputs for inputs, _ in requests], arena)
+            batch = protocol.InferBatch(batch_id, tuple(p for _, p in requests), columns, segment)
+            socket.send_multipart(protocol.encode(batch, frames))
             result, payload = _receive(socket)
-            outputs = []
-            for response in result.responses:
-                arrays = codec.unpack(response.tensors, payload, reader)
-                # copies: the views die with the next message and the reader's mappings
-                outputs.append({name: np.array(array, copy=True) for name, array in arrays.items()})
-                del arrays
+            groups = codec.unpack(result.columns, result.segment, payload, reader, count)  # as the proxy does
+            # copies: the views die with the next message and the reader's mappings
+            outputs = [{name: np.array(array, copy=True) for name, array in arrays.items()} for arrays in groups]
+            writeable = [{name: bool(array.flags.writeable) for name, array in arrays.items()} for arrays in groups]
+            del groups
             outcomes.append(
                 {
                     "result": result,
+                    "payload_sizes": [len(frame) for frame in payload],
                     "outputs": outputs,
-                    "kinds": [_kinds(response.tensors) for response in result.responses],
-                    "input_kinds": [_kinds(r) for r in refs],
+                    "writeable": writeable,
+                    "kinds": _kinds(result.columns, count),
+                    "input_kinds": _kinds(columns, count),
+                    "input_segment": segment,
                 }
             )
     finally:

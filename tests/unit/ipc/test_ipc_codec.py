@@ -1,4 +1,4 @@
-"""pytriton.ipc.codec: BYTES serialisation and the pack/unpack of tensors into frames and arenas."""
+"""pytriton.ipc.codec: BYTES serialisation and the pack/unpack of tensors into columns, one frame and arenas."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pytriton.ipc import codec
-from pytriton.ipc.protocol import INLINE_MAX_BYTES, InlineData, ShmData
+from pytriton.ipc.protocol import INLINE_MAX_BYTES
 from pytriton.ipc.shm import ALIGNMENT, SHM_DIR, Arena, SegmentReader
 
 # Every numeric dtype Triton has a numpy equivalent for (BF16 has none); BYTES is tested apart.
@@ -158,56 +158,90 @@ def test_is_bytes_dtype():
 # --- pack / unpack -------------------------------------------------------------------------------
 
 
+def _placements(columns, count):
+    """Per group: tensor name -> "inline" or "shm", read from the columns."""
+    kinds = [{} for _ in range(count)]
+    for column in columns:
+        assert len(column.shapes) == len(column.offsets) == len(column.sizes) == len(column.in_shm) == count
+        for index, shape in enumerate(column.shapes):
+            if shape is not None:
+                kinds[index][column.name] = "shm" if column.in_shm[index] else "inline"
+    return kinds
+
+
+def _entries(columns, in_shm):
+    """(offset, size) of every present tensor in the payload frame (in_shm=False) or the arena (True)."""
+    return sorted(
+        (column.offsets[index], column.sizes[index])
+        for column in columns
+        for index, shape in enumerate(column.shapes)
+        if shape is not None and column.in_shm[index] == in_shm
+    )
+
+
+def _padded(size):
+    return -(-size // codec.INLINE_ALIGNMENT) * codec.INLINE_ALIGNMENT
+
+
 @pytest.mark.parametrize("dtype", TRITON_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("shape", [(2, 3), (0,), (3, 0, 2), ()], ids=["2x3", "empty", "empty-3d", "0d"])
 def test_small_tensors_travel_inline(dtype, shape, arena, reader, shm_prefix):
     array = _sample(dtype, shape)
-    refs, frames = codec.pack([{"T": array}], arena)
+    columns, segment, frames = codec.pack([{"T": array}], arena)
 
-    (ref,) = refs[0]
-    assert ref.name == "T"
-    assert ref.shape == shape
-    assert np.dtype(ref.dtype) == np.dtype(dtype)
-    assert ref.data == InlineData(1)
+    (column,) = columns
+    assert column.name == "T"
+    assert column.shapes == (shape,)
+    assert np.dtype(column.dtype) == np.dtype(dtype)
+    assert column.in_shm == (False,)
+    assert column.offsets == (0,)
+    assert column.sizes == (array.nbytes,)
+    assert segment == ""  # no arena named: nothing large
     assert len(frames) == 1
+    assert len(frames[0]) == _padded(array.nbytes)  # padded to the inline alignment
     assert _shm_entries(shm_prefix) == []  # nothing large: no segment created
 
-    result = codec.unpack(refs[0], _wire(frames), reader)["T"]
+    (group,) = codec.unpack(columns, segment, _wire(frames), reader, 1)
+    result = group["T"]
     assert result.dtype == np.dtype(dtype)
     assert result.shape == shape
     np.testing.assert_array_equal(result, array)
     assert not result.flags.writeable
+    assert result.flags.aligned
 
 
 @pytest.mark.parametrize("dtype", TRITON_DTYPES, ids=lambda d: np.dtype(d).name)
 def test_large_tensors_travel_in_the_arena(dtype, arena, reader, shm_prefix):
     count = INLINE_MAX_BYTES // np.dtype(dtype).itemsize + 7
     array = _sample(dtype, (1, count))
-    refs, frames = codec.pack([{"T": array}], arena)
+    columns, segment, frames = codec.pack([{"T": array}], arena)
 
-    (ref,) = refs[0]
+    (column,) = columns
     assert frames == []
-    assert isinstance(ref.data, ShmData)
-    assert ref.data.segment == arena.name == f"{shm_prefix}-0-out-1"
-    assert ref.data.offset == 0
-    assert ref.data.nbytes == array.nbytes
+    assert column.in_shm == (True,)
+    assert segment == arena.name == f"{shm_prefix}-0-out-1"
+    assert column.offsets == (0,)
+    assert column.sizes == (array.nbytes,)
+    assert column.shapes == ((1, count),)
 
-    result = codec.unpack(refs[0], [], reader)["T"]
+    (group,) = codec.unpack(columns, segment, [], reader, 1)
+    result = group["T"]
     assert result.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(result, array)
     assert not result.flags.writeable
     with pytest.raises(ValueError):
         result[0, 0] = result[0, 1]
-    del result
+    del result, group
 
 
 def test_exactly_inline_max_bytes_stays_inline(arena, reader):
     array = np.ones(INLINE_MAX_BYTES, dtype=np.uint8)
     bigger = np.ones(INLINE_MAX_BYTES + 1, dtype=np.uint8)
-    refs, frames = codec.pack([{"A": array, "B": bigger}], arena)
-    assert isinstance(refs[0][0].data, InlineData)
-    assert isinstance(refs[0][1].data, ShmData)
+    columns, segment, frames = codec.pack([{"A": array, "B": bigger}], arena)
+    assert _placements(columns, 1) == [{"A": "inline", "B": "shm"}]
+    assert segment == arena.name
     assert len(frames) == 1
+    assert len(frames[0]) == INLINE_MAX_BYTES
 
 
 @pytest.mark.parametrize(
@@ -224,24 +258,27 @@ def test_exactly_inline_max_bytes_stays_inline(arena, reader):
 def test_non_contiguous_inputs_keep_their_logical_values(make, arena, reader):
     array = make()
     assert not array.flags.c_contiguous
-    refs, frames = codec.pack([{"T": array}], arena)
-    result = codec.unpack(refs[0], _wire(frames), reader)["T"]
-    assert result.shape == array.shape
-    np.testing.assert_array_equal(result, array)
+    columns, segment, frames = codec.pack([{"T": array}], arena)
+    (group,) = codec.unpack(columns, segment, _wire(frames), reader, 1)
+    assert group["T"].shape == array.shape
+    np.testing.assert_array_equal(group["T"], array)
 
 
 def test_bytes_tensors_inline_and_in_the_arena(arena, reader):
     small = np.array([[b"a\x00", b""], [b"\x00", b"xyz"]], dtype=object)
     large = np.array([b"\x00" * 40_000 + b"end\x00", b"b" * 30_000], dtype=object)
-    refs, frames = codec.pack([{"SMALL": small, "LARGE": large}], arena)
+    columns, segment, frames = codec.pack([{"SMALL": small, "LARGE": large}], arena)
 
-    small_ref, large_ref = refs[0]
-    assert small_ref.dtype == large_ref.dtype == codec.BYTES
-    assert isinstance(small_ref.data, InlineData)
-    assert isinstance(large_ref.data, ShmData)
+    small_column, large_column = columns
+    assert small_column.dtype == large_column.dtype == codec.BYTES
+    assert small_column.in_shm == (False,)
+    assert large_column.in_shm == (True,)
+    assert small_column.sizes == (len(codec.serialize_bytes(small)),)
+    assert segment == arena.name
 
-    result = codec.unpack(refs[0], _wire(frames), reader)
+    (result,) = codec.unpack(columns, segment, _wire(frames), reader, 1)
     assert result["SMALL"].tolist() == small.tolist()
+    assert result["SMALL"].shape == (2, 2)
     assert result["LARGE"].tolist() == large.tolist()
     assert result["LARGE"].shape == (2,)
 
@@ -253,28 +290,52 @@ def test_several_groups_in_one_message(arena, reader, shm_prefix):
         {},  # a group without tensors (e.g. a request that failed)
         {"A": np.array([b"x\x00"], dtype=object), "C": np.full((3, 7001), 3, dtype=np.uint8)},  # C: 21003 bytes
         {"D": np.arange(16_385, dtype=np.float32)},  # 65540 bytes: one over the inline limit
+        {"A": np.arange(3, dtype=np.float32)},  # same name and dtype as group 0: the same column
     ]
-    refs, frames = codec.pack(groups, arena, first_frame=1)
+    columns, segment, frames = codec.pack(groups, arena)
 
-    assert len(refs) == len(groups)
-    assert refs[2] == ()
-    inline = [ref for group in refs for ref in group if isinstance(ref.data, InlineData)]
-    shm = [ref for group in refs for ref in group if isinstance(ref.data, ShmData)]
-    assert [ref.data.frame for ref in inline] == list(range(1, len(frames) + 1))
-    assert len(shm) == 3
-    # one segment for the whole message, every tensor 64-byte aligned, no overlap
-    assert {ref.data.segment for ref in shm} == {arena.name}
+    # one column per (name, dtype) across the message, one entry per group in each
+    assert sorted((column.name, column.dtype) for column in columns) == sorted(
+        [("A", "<f4"), ("A", "|b1"), ("A", codec.BYTES), ("B", "<f8"), ("B", "<i4"), ("C", "|u1"), ("D", "<f4")]
+    )
+    (a_float,) = (column for column in columns if column.name == "A" and column.dtype == "<f4")
+    assert a_float.shapes == ((5,), None, None, None, None, (3,))
+    assert _placements(columns, len(groups)) == [
+        {"A": "inline", "B": "shm"},
+        {"A": "inline", "B": "shm"},
+        {},
+        {"A": "inline", "C": "inline"},
+        {"D": "shm"},
+        {"A": "inline"},
+    ]
+
+    # the small tensors: back to back in one frame, each 8-byte aligned, the padding zeroed
+    assert len(frames) == 1
+    inline = _entries(columns, in_shm=False)
+    assert len(inline) == 5
+    end = 0
+    for offset, size in inline:
+        assert offset % codec.INLINE_ALIGNMENT == 0
+        assert offset == end
+        assert not any(frames[0][end:offset])
+        end = offset + _padded(size)
+    assert len(frames[0]) == end
+
+    # the large ones: one segment for the whole message, every tensor 64-byte aligned, no overlap
+    assert segment == arena.name
     assert _shm_entries(shm_prefix) == [arena.name]
-    ends = 0
-    for ref in shm:
-        assert ref.data.offset % ALIGNMENT == 0
-        assert ref.data.offset >= ends
-        ends = ref.data.offset + ref.data.nbytes
-    assert ends <= arena.capacity
+    shm = _entries(columns, in_shm=True)
+    assert len(shm) == 3
+    end = 0
+    for offset, size in shm:
+        assert offset % ALIGNMENT == 0
+        assert offset >= end
+        end = offset + size
+    assert end <= arena.capacity
 
-    wire = _wire(frames)
-    for group, group_refs in zip(groups, refs):
-        result = codec.unpack(group_refs, wire, reader)
+    results = codec.unpack(columns, segment, _wire(frames), reader, len(groups))
+    assert len(results) == len(groups)
+    for group, result in zip(groups, results):
         assert sorted(result) == sorted(group)
         for name, array in group.items():
             assert result[name].shape == np.shape(array)
@@ -282,39 +343,103 @@ def test_several_groups_in_one_message(arena, reader, shm_prefix):
                 assert result[name].tolist() == array.tolist()
             else:
                 assert result[name].dtype == array.dtype
+                assert result[name].flags.aligned
+                assert not result[name].flags.writeable
                 np.testing.assert_array_equal(result[name], array)
 
 
-def test_first_frame_offsets_frame_numbers(arena, reader):
-    refs, frames = codec.pack([{"A": np.arange(3)}, {"A": np.arange(4)}], arena, first_frame=3)
-    assert [ref.data.frame for group in refs for ref in group] == [3, 4]
-    # unpack counts frames after the header, which is frame 0: frame n is payload[n - 1]
-    payload = [b"unused", b"unused", *_wire(frames)]
-    np.testing.assert_array_equal(codec.unpack(refs[1], payload, reader)["A"], np.arange(4))
+def test_inline_tensors_of_odd_sizes_keep_the_next_one_aligned(reader, arena):
+    """1-, 3- and 5-byte tensors before 8-byte ones: every numeric view stays aligned."""
+    groups = [
+        {"odd": np.arange(1, dtype=np.uint8), "f64": np.arange(3, dtype=np.float64)},
+        {"odd": np.arange(3, dtype=np.uint8), "txt": np.array([b"abc"], dtype=object), "i64": np.arange(2)},
+        {"odd": np.arange(5, dtype=np.uint8), "f64": np.arange(1, dtype=np.float64)},
+    ]
+    columns, segment, frames = codec.pack(groups, arena)
+    assert segment == ""
+    assert all(offset % codec.INLINE_ALIGNMENT == 0 for offset, _ in _entries(columns, in_shm=False))
+    results = codec.unpack(columns, segment, _wire(frames), reader, len(groups))
+    for group, result in zip(groups, results):
+        assert sorted(result) == sorted(group)
+        for name, array in group.items():
+            if array.dtype == object:
+                assert result[name].tolist() == array.tolist()
+            else:
+                assert result[name].flags.aligned
+                assert result[name].ctypes.data % codec.INLINE_ALIGNMENT == 0
+                np.testing.assert_array_equal(result[name], array)
+
+
+def test_a_message_without_tensors_has_no_payload(arena, reader, shm_prefix):
+    columns, segment, frames = codec.pack([{}, {}, {}], arena)
+    assert (columns, segment, frames) == ((), "", [])
+    assert _shm_entries(shm_prefix) == []
+    assert codec.unpack(columns, segment, frames, reader, 3) == [{}, {}, {}]
+    assert codec.pack([], arena) == ((), "", [])
+
+
+def test_unpack_reads_a_zero_copy_zmq_frame(arena, reader):
+    """What `recv_multipart(copy=False)` gives: a zmq.Frame, read through its buffer."""
+    zmq = pytest.importorskip("zmq")
+    groups = [
+        {"A": np.arange(3, dtype=np.int32)},
+        {"A": np.arange(4, dtype=np.int32), "S": np.array([b"q\x00"], dtype=object)},
+    ]
+    columns, segment, frames = codec.pack(groups, arena)
+    results = codec.unpack(columns, segment, [zmq.Frame(frames[0])], reader, 2)
+    np.testing.assert_array_equal(results[0]["A"], np.arange(3))
+    np.testing.assert_array_equal(results[1]["A"], np.arange(4))
+    assert results[1]["S"].tolist() == [b"q\x00"]
+
+
+def test_unpack_refuses_a_corrupt_bytes_tensor(arena, reader):
+    columns, segment, frames = codec.pack([{"S": np.array([b"abc"], dtype=object)}], arena)
+    (column,) = columns
+    truncated = column._replace(sizes=(column.sizes[0] - 1,))
+    with pytest.raises(ValueError, match="corrupt"):
+        codec.unpack((truncated,), segment, _wire(frames), reader, 1)
+
+
+def test_unpacked_inline_tensors_are_views_of_the_frame(arena, reader):
+    columns, segment, frames = codec.pack([{"T": np.arange(10, dtype=np.int64)}], arena)
+    wire = _wire(frames)
+    (group,) = codec.unpack(columns, segment, wire, reader, 1)
+    assert np.shares_memory(group["T"], np.frombuffer(wire[0], dtype=np.uint8))
+    assert not group["T"].flags.owndata
 
 
 def test_unpacked_arena_tensors_are_views_not_copies(arena, reader):
     """Numeric arrays view the peer's arena: the next message in the same arena shows through."""
     first = np.zeros(50_000, dtype=np.float32)
-    refs, _ = codec.pack([{"T": first}], arena)
-    view = codec.unpack(refs[0], [], reader)["T"]
+    columns, segment, _ = codec.pack([{"T": first}], arena)
+    (group,) = codec.unpack(columns, segment, [], reader, 1)
+    view = group["T"]
     np.testing.assert_array_equal(view, first)
 
     second = np.full(50_000, 7.0, dtype=np.float32)
-    refs2, _ = codec.pack([{"T": second}], arena)
-    assert refs2 == refs  # same segment, same offset: the arena is reused from offset 0
+    columns2, segment2, _ = codec.pack([{"T": second}], arena)
+    # same segment, same offset: the arena is reused from offset 0
+    assert (columns2, segment2) == (columns, segment)
     np.testing.assert_array_equal(view, second)
-    del view
+    del view, group
 
 
 def test_arena_grows_to_a_new_generation_for_a_bigger_message(arena, reader, shm_prefix):
     small = np.arange(100_000, dtype=np.uint8)
-    refs, _ = codec.pack([{"T": small}], arena)
-    assert refs[0][0].data.segment == f"{shm_prefix}-0-out-1"
-    np.testing.assert_array_equal(codec.unpack(refs[0], [], reader)["T"], small)
+    columns, segment, _ = codec.pack([{"T": small}], arena)
+    assert segment == f"{shm_prefix}-0-out-1"
+    np.testing.assert_array_equal(codec.unpack(columns, segment, [], reader, 1)[0]["T"], small)
 
     big = np.arange(3 << 20, dtype=np.uint8)  # over the 1 MiB first arena
-    refs, _ = codec.pack([{"T": big}], arena)
-    assert refs[0][0].data.segment == f"{shm_prefix}-0-out-2"
+    columns, segment, _ = codec.pack([{"T": big}], arena)
+    assert segment == f"{shm_prefix}-0-out-2"
     assert _shm_entries(shm_prefix) == [f"{shm_prefix}-0-out-2"]
-    np.testing.assert_array_equal(codec.unpack(refs[0], [], reader)["T"], big)
+    np.testing.assert_array_equal(codec.unpack(columns, segment, [], reader, 1)[0]["T"], big)
+
+    # several large tensors of one message that together outgrow the arena: one growth
+    parts = [{"T": np.full(1 << 20, i, dtype=np.uint8)} for i in range(5)]
+    columns, segment, _ = codec.pack(parts, arena)
+    assert segment == f"{shm_prefix}-0-out-3"
+    assert _shm_entries(shm_prefix) == [segment]
+    for i, group in enumerate(codec.unpack(columns, segment, [], reader, len(parts))):
+        assert (group["T"] == i).all()

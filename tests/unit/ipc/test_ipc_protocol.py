@@ -8,28 +8,22 @@ import re
 import pytest
 
 from pytriton.ipc import protocol
-from pytriton.ipc.protocol import (
-    BatchResult,
-    Hello,
-    InferBatch,
-    InlineData,
-    RequestData,
-    ResponseData,
-    ShmData,
-    TensorRef,
-    Welcome,
-)
+from pytriton.ipc.protocol import BatchResult, Hello, InferBatch, TensorColumn, Welcome
 
-_SMALL = TensorRef("INPUT_1", "<f4", (2, 3), InlineData(1))
-_LARGE = TensorRef("INPUT_2", "bytes", (1,), ShmData("pytriton-1-abcd-0-in-1", 128, 70000))
+# INPUT_1: inline in both requests (8-byte aligned offsets in the payload frame);
+# INPUT_2: in the proxy's arena for request 0, absent from request 1.
+_SMALL = TensorColumn("INPUT_1", "<f4", ((2, 3), (1, 3)), (0, 24), (24, 12), (False, False))
+_LARGE = TensorColumn("INPUT_2", "bytes", ((1,), None), (128, 0), (70000, 0), (True, False))
+_SEGMENT = "pytriton-1-abcd-0-in-1"
 
 MESSAGES = [
     Hello(protocol=protocol.PROTOCOL_VERSION, instance=3, proxy_pid=1234),
     Welcome(protocol=protocol.PROTOCOL_VERSION, worker_pid=42),
     Welcome(protocol=protocol.PROTOCOL_VERSION, worker_pid=42, error="protocol mismatch"),
-    InferBatch(batch_id=7, requests=(RequestData((_SMALL, _LARGE), '{"temperature": 0.5}'), RequestData(()))),
-    BatchResult(batch_id=7, responses=(ResponseData((_SMALL,)), ResponseData(error="bad response"))),
-    BatchResult(batch_id=8, responses=(), unrecoverable=True),
+    InferBatch(batch_id=7, parameters=('{"temperature": 0.5}', ""), columns=(_SMALL, _LARGE), segment=_SEGMENT),
+    InferBatch(batch_id=9, parameters=("",), columns=(), segment=""),
+    BatchResult(batch_id=7, errors=(None, "bad response"), columns=(_SMALL,), segment=""),
+    BatchResult(batch_id=8, errors=(), columns=(), segment="", unrecoverable=True),
 ]
 
 
@@ -58,15 +52,31 @@ def test_encode_without_payload_is_one_frame():
 def test_decode_refuses_foreign_objects():
     with pytest.raises(ValueError, match="unexpected message of type dict"):
         protocol.decode([pickle.dumps({"batch_id": 1})])
-    # a wire dataclass that is not a whole message (a TensorRef alone) is refused as well
-    with pytest.raises(ValueError, match="TensorRef"):
+    # a wire type that is not a whole message (a TensorColumn alone) is refused as well
+    with pytest.raises(ValueError, match="unexpected message of type TensorColumn"):
         protocol.decode([pickle.dumps(_SMALL)])
+    # and so is a plain tuple holding a message's values
+    with pytest.raises(ValueError, match="unexpected message of type tuple"):
+        protocol.decode([pickle.dumps(tuple(Hello(protocol.PROTOCOL_VERSION, 0, 1)))])
 
 
-def test_messages_are_frozen():
-    hello = Hello(protocol.PROTOCOL_VERSION, 0, 1)
+@pytest.mark.parametrize("value", [*MESSAGES, _SMALL], ids=lambda m: type(m).__name__)
+def test_messages_are_frozen(value):
     with pytest.raises(AttributeError):
-        hello.instance = 2  # type: ignore[misc]
+        setattr(value, value._fields[0], 2)
+
+
+def test_defaults():
+    assert Welcome(protocol.PROTOCOL_VERSION, 42).error is None
+    assert BatchResult(1, (None,), (), "").unrecoverable is False
+
+
+def test_decoded_message_keeps_its_type_among_equal_tuples():
+    """NamedTuples compare as tuples: Hello(1, 2, 3) == Welcome(1, 2, 3); decode keeps the class apart."""
+    frames = protocol.encode(Welcome(1, 2, 3))
+    message, _ = protocol.decode(frames)
+    assert type(message) is Welcome
+    assert not isinstance(message, Hello)
 
 
 def test_model_key_is_stable_short_and_safe():
