@@ -26,6 +26,7 @@ import zmq
 from pytriton.exceptions import (
     PyTritonBadParameterError,
     PyTritonInvalidOperationError,
+    PyTritonModelConfigError,
     PyTritonServerError,
     PyTritonServerStartupError,
 )
@@ -153,6 +154,11 @@ class Triton:
             if not isinstance(config, ModelConfig):
                 raise PyTritonBadParameterError(
                     f"config of model '{model_name}' must be a pytriton.model_config.ModelConfig, got {config!r}"
+                )
+            if config.decoupled:
+                raise PyTritonModelConfigError(
+                    f"model '{model_name}': ModelConfig(decoupled=True) (streaming responses) is not supported by "
+                    "this version of pytriton; bind the model without decoupled=True"
                 )
             context = TritonContext(
                 model_name=model_name,

@@ -23,6 +23,8 @@ _server_log = logging.getLogger("pytriton.server.tritonserver")
 
 _PR_SET_PDEATHSIG = 1
 _ERROR_LINE = re.compile(r"^E\d{4} ")
+# Logged as an error by every CPU-only server at start and stop; it changes nothing.
+_HARMLESS = "CudaDriverHelper has not been initialized"
 
 
 def _die_with_parent() -> None:
@@ -70,7 +72,8 @@ class ServerProcess:
         for raw in self._process.stdout:
             line = raw.decode("utf-8", "replace").rstrip()
             self._lines.append(line)
-            level = logging.WARNING if _ERROR_LINE.match(line) else logging.DEBUG
+            harmless = _HARMLESS in line
+            level = logging.WARNING if _ERROR_LINE.match(line) and not harmless else logging.DEBUG
             _server_log.log(level, "%s", line)
 
     def is_running(self) -> bool:

@@ -121,9 +121,9 @@ class InstanceHandler:
                 socket.send_multipart([identity, *protocol.encode(self._welcome(message))])
             elif isinstance(message, protocol.InferBatch):
                 result, out_frames = self._infer(message, payload)
-                socket.send_multipart([identity, *protocol.encode(result, out_frames)])
-                if result.unrecoverable:
+                if result.unrecoverable:  # before the reply, so is_alive() is false once a client sees it
                     self._on_unrecoverable(self._context.model_name)
+                socket.send_multipart([identity, *protocol.encode(result, out_frames)])
 
     def _welcome(self, hello: protocol.Hello) -> protocol.Welcome:
         error = None

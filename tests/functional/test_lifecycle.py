@@ -248,3 +248,12 @@ def test_model_failing_to_load_reports_the_server_output(monkeypatch):
     with pytest.raises(PyTritonServerStartupError, match="(?s)failed to load 'Identity'.*protocol mismatch"):
         triton.run()
     assert our_leftovers() == {"processes": [], "segments": []}
+
+
+def test_decoupled_models_are_refused_clearly_until_streaming_exists():
+    from pytriton.exceptions import PyTritonModelConfigError
+
+    with Triton(config=server_config()) as triton:
+        with pytest.raises(PyTritonModelConfigError, match="model 'Stream': ModelConfig\\(decoupled=True\\)"):
+            triton.bind("Stream", lambda requests: requests, config=ModelConfig(decoupled=True), **F32)
+    assert our_leftovers() == {"processes": [], "segments": []}
