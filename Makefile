@@ -45,3 +45,11 @@ lint: install
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache $(SERVER_TREE) $(STAMP)
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# Issue 3's benchmark: pytriton against the plain Triton Python backend, with perf_analyzer
+# (fetched into the cache by bench/run.py). Not part of `make test`; e.g.
+# `make bench BENCH_ARGS="--cases small_c16 --protocols http"`. See bench/README.md.
+.PHONY: bench
+bench: install
+	@$(VPY) -c "import matplotlib" 2>/dev/null || $(VPY) -m pip install matplotlib
+	$(VPY) bench/run.py $(BENCH_ARGS)

@@ -1,0 +1,42 @@
+"""The reference: a plain Triton Python-backend identity model, with no extra process hop.
+
+The benchmark harness copies this file into each model folder of its hand-written repository
+(see bench/servers.py). It is what Triton's own documentation shows: read every request of the
+batch with ``as_numpy()``, answer each with a ``pb_utils.Tensor``. A ``sleep_s`` parameter in
+config.pbtxt adds a fixed cost per call (once per batch, not per request).
+"""
+
+import json
+import os
+import sys
+import time
+
+# Triton 2.51's stub is built against NumPy 1.x and silently corrupts tensors under NumPy 2, so
+# the NumPy 1.x bundled for the stub (pytriton/tritonserver/stub_python/<X.Y>) must come first.
+# The harness names that folder in the server's environment; the stub ignores PYTHONPATH.
+_STUB_PYTHON = os.environ.get("PYTRITON_BENCH_STUB_PYTHON")
+if _STUB_PYTHON and _STUB_PYTHON not in sys.path:
+    sys.path.insert(0, _STUB_PYTHON)
+
+import numpy as np  # noqa: E402
+import triton_python_backend_utils as pb_utils  # noqa: E402
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        if int(np.__version__.split(".")[0]) >= 2:
+            raise RuntimeError(
+                f"the reference model runs under NumPy {np.__version__} from {np.__file__}; Triton 2.51's stub "
+                "needs NumPy 1.x (set PYTRITON_BENCH_STUB_PYTHON to the stub_python folder)"
+            )
+        parameters = json.loads(args["model_config"]).get("parameters", {})
+        self.sleep_s = float(parameters.get("sleep_s", {}).get("string_value", "0"))
+
+    def execute(self, requests):
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        responses = []
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "INPUT_1").as_numpy()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT_1", data)]))
+        return responses

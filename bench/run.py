@@ -1,0 +1,296 @@
+"""Benchmark pytriton's data path against the plain Triton Python backend (issue 3): `make bench`.
+
+In one run, two servers on the same tritonserver binary serve the same models: the reference (a
+plain Python-backend ``model.py``, no extra hop) and ours (the same identity through pytriton and
+``@batch``). perf_analyzer loads each in turn, case by case, alternating which goes first, over
+HTTP and gRPC. Then the table goes to stdout, the figures to a JSON file, the plot to a PNG and,
+for a full run, both into docs/performance.md. Every process started is stopped at the end, on
+Ctrl-C and on errors too.
+
+Usage: ``python bench/run.py [--quick] [--cases KEY ...] [--protocols http grpc] [--interval-ms N]``
+(``--help`` lists all options). Progress goes to stderr; stdout holds only the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import pathlib
+import shutil
+import signal
+import statistics
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+import psutil
+import report
+from perfanalyzer import BenchError, PerfAnalyzer
+from report import say
+from servers import REPO, OursServer, ReferenceServer, Server, same_models, server_lib_dir, server_version
+
+OUT_DIR = REPO / "bench" / "out"
+DOCS_PAGE = REPO / "docs" / "performance.md"
+DOCS_IMAGE = REPO / "docs" / "performance.png"
+STARTUP_TARGET_S = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One load of issue 3; `target` is the least ratio ours/reference of throughput that meets it."""
+
+    key: str
+    title: str
+    label: str  # short, for the plot
+    model: str
+    values: int
+    concurrency: int
+    target: float
+
+
+CASES = (
+    Case("small_c1", "16 values, concurrency 1", "16 values\nc=1", "identity", 16, 1, 0.50),
+    Case("small_c16", "16 values, concurrency 16", "16 values\nc=16", "identity", 16, 16, 0.50),
+    Case("small_c64", "16 values, concurrency 64", "16 values\nc=64", "identity", 16, 64, 0.50),
+    Case("large_c8", "1 MiB (256 Ki values), concurrency 8", "1 MiB\nc=8", "identity", 256 * 1024, 8, 0.60),
+    Case("sleep_c64", "10 ms model, concurrency 64", "10 ms model\nc=64", "sleep_10ms", 16, 64, 0.95),
+)
+QUICK_CASE = "small_c1"
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    keys = [case.key for case in CASES]
+    parser.add_argument("--quick", action="store_true",
+                        help=f"shortest form: case {QUICK_CASE} over HTTP, three 1 s windows without waiting for "
+                        "stable figures, one start-up each, no docs")
+    parser.add_argument("--cases", nargs="+", choices=keys, help="cases to run (default: all)")
+    parser.add_argument("--protocols", nargs="+", choices=["http", "grpc"], help="default: http grpc")
+    parser.add_argument("--interval-ms", type=int, help="perf_analyzer --measurement-interval (default 3000)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="pairs of runs per case and protocol, order flipped each round; the medians count "
+                        "(default 1; 3 resists bursts of other load on the machine, at three times the time)")
+    parser.add_argument("--startup-repeats", type=int,
+                        help="start-ups of each server, alternating; the median counts (default 3)")
+    parser.add_argument("--out", type=pathlib.Path, default=OUT_DIR / "results.json", help="the JSON file")
+    parser.add_argument("--plot", type=pathlib.Path, help="the PNG (default: performance.png beside --out)")
+    parser.add_argument("--docs", action=argparse.BooleanOptionalAction,
+                        help="write docs/performance.md and docs/performance.png (default: on, off with --quick)")
+    parser.add_argument("--perf-analyzer", type=pathlib.Path, help="use this perf_analyzer instead of fetching one")
+    parser.add_argument("--ours-pythonpath", type=pathlib.Path,
+                        help="serve ours with the pytriton package found in this folder (e.g. a checkout of another "
+                        "commit, with its pytriton/tritonserver linked to this one's), to compare revisions")
+    args = parser.parse_args(argv)
+    args.cases = [case for case in CASES if case.key in (args.cases or ([QUICK_CASE] if args.quick else keys))]
+    args.protocols = args.protocols or (["http"] if args.quick else ["http", "grpc"])
+    args.interval_ms = args.interval_ms or (1000 if args.quick else 3000)
+    args.startup_repeats = max(1, args.startup_repeats or (1 if args.quick else 3))
+    args.rounds = max(1, args.rounds)
+    args.plot = args.plot or args.out.with_name("performance.png")
+    args.docs = (not args.quick) if args.docs is None else args.docs
+    return args
+
+
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so the `finally` blocks stop every child."""
+
+    def _raise(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, _raise)
+
+
+def measure_startups(
+    repeats: int,
+    log_dir: pathlib.Path,
+    live: List[Server],
+    started: List[Server],
+    ours_pythonpath: Optional[pathlib.Path],
+) -> Dict[str, List[float]]:
+    """Start each server `repeats` times, alternating which goes first; the last pair stays up in `live`.
+
+    Every server created is also appended to `started`, for the final check of leftovers.
+    """
+    samples: Dict[str, List[float]] = {"reference": [], "ours": []}
+    kinds = ["reference", "ours"]
+    for repeat in range(repeats):
+        last = repeat == repeats - 1
+        for kind in kinds if repeat % 2 == 0 else kinds[::-1]:
+            server: Server = ReferenceServer(log_dir) if kind == "reference" else OursServer(log_dir, ours_pythonpath)
+            live.append(server)
+            started.append(server)
+            seconds = server.start()
+            samples[server.name].append(round(seconds, 3))
+            say(f"bench: start-up {repeat + 1}/{repeats}: {server.name} ready in {seconds:.2f} s")
+            if not last:  # only one server runs while the other starts
+                server.stop()
+                live.remove(server)
+    return samples
+
+
+def measure_case(pa: PerfAnalyzer, case: Case, protocol: str, order: Sequence[Server], args: argparse.Namespace,
+                 workdir: pathlib.Path) -> Dict[str, Any]:
+    """One case over one protocol: `args.rounds` pairs of runs, the order flipping every round.
+
+    With more than one round, each figure is the median over the rounds and the ratio is the
+    median of the rounds' ratios (each from two runs next to each other in time), which a burst
+    of foreign load on the machine moves less than a single pair.
+    """
+    row: Dict[str, Any] = {
+        "case": case.key, "title": case.title, "label": case.label, "protocol": protocol, "model": case.model,
+        "values": case.values, "concurrency": case.concurrency, "target_ratio": case.target,
+        "order": [server.name for server in order],
+    }  # fmt: skip
+    rounds: List[Dict[str, Any]] = []
+    for index in range(args.rounds):
+        measured: Dict[str, Any] = {}
+        for server in order if index % 2 == 0 else list(reversed(order)):
+            suffix = f"-r{index + 1}" if args.rounds > 1 else ""
+            before = server.counts(case.model)
+            figures: Dict[str, Any] = pa.measure(
+                model=case.model, url=server.url(protocol), protocol=protocol, shape=f"INPUT_1:{case.values}",
+                concurrency=case.concurrency, interval_ms=args.interval_ms, workdir=workdir,
+                label=f"{case.key}-{protocol}-{server.name}{suffix}", stabilize=not args.quick,
+            )  # fmt: skip
+            after = server.counts(case.model)
+            inferences, executions = after[0] - before[0], after[1] - before[1]
+            figures["batch_mean"] = round(inferences / executions, 2) if executions else None
+            measured[server.name] = figures
+            say(f"bench: {case.title}, {protocol}, {server.name}{suffix}: {figures['throughput']:,.0f} infer/s, "
+                f"{figures['latency_avg_us'] / 1000:.2f} ms mean, batch {figures['batch_mean']}")
+        measured["ratio"] = round(measured["ours"]["throughput"] / measured["reference"]["throughput"], 3)
+        rounds.append(measured)
+    for side in ("reference", "ours"):
+        row[side] = _median_figures([measured[side] for measured in rounds])
+    row["ratio"] = round(statistics.median(measured["ratio"] for measured in rounds), 3)
+    row["latency_ratio"] = round(row["ours"]["latency_avg_us"] / row["reference"]["latency_avg_us"], 3)
+    row["met"] = row["ratio"] >= case.target
+    if args.rounds > 1:
+        row["rounds"] = rounds
+    return row
+
+
+def _median_figures(runs: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    if len(runs) == 1:
+        return dict(runs[0])
+    merged: Dict[str, Any] = {}
+    for key in runs[0]:
+        values = [run[key] for run in runs]
+        if key == "stable":  # stable only if every round was; None if any went unchecked
+            merged[key] = None if None in values else min(values)
+        else:
+            known = [value for value in values if value is not None]
+            merged[key] = round(statistics.median(known), 3) if known else None
+    return merged
+
+
+def leftovers(markers: Sequence[str]) -> Dict[str, List[str]]:
+    """Processes and /dev/shm entries still carrying one of the markers (there should be none)."""
+    processes = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(process.info.get("cmdline") or [])
+        if process.pid != os.getpid() and any(marker in cmdline for marker in markers):
+            processes.append(f"{process.pid} {cmdline[:160]}")
+    segments = [name for name in os.listdir("/dev/shm") if any(name.startswith(m) for m in markers)]
+    return {"processes": processes, "segments": segments}
+
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    run_dir = args.out.parent / "run"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    pa = PerfAnalyzer.install(server_lib_dir(), args.perf_analyzer)
+    results: Dict[str, Any] = {
+        "schema": 1,
+        "machine": report.machine(),
+        "settings": {
+            "quick": args.quick,
+            "interval_ms": args.interval_ms,
+            "protocols": args.protocols,
+            "startup_repeats": args.startup_repeats,
+            "rounds": args.rounds,
+            "triton_server": server_version(),
+            "perf_analyzer": pa.version(),
+            "revision": report.git_revision(args.ours_pythonpath or REPO),
+            "ours_pythonpath": str(args.ours_pythonpath) if args.ours_pythonpath else None,
+        },
+        "cases": [],
+    }
+    live: List[Server] = []
+    created: List[Server] = []
+    started = time.monotonic()
+    try:
+        samples = measure_startups(args.startup_repeats, run_dir / "logs", live, created, args.ours_pythonpath)
+        reference_s, ours_s = statistics.median(samples["reference"]), statistics.median(samples["ours"])
+        results["startup"] = {
+            "reference_s": samples["reference"], "ours_s": samples["ours"],
+            "reference_median_s": round(reference_s, 3), "ours_median_s": round(ours_s, 3),
+            "difference_s": round(ours_s - reference_s, 3), "target_s": STARTUP_TARGET_S,
+            "met": ours_s - reference_s <= STARTUP_TARGET_S,
+        }  # fmt: skip
+        servers = {server.name: server for server in live}
+        reference, ours = servers["reference"], servers["ours"]
+        same_models([reference, ours])
+        for server in (reference, ours):
+            for model in ("identity", "sleep_10ms"):
+                server.check_identity(model)
+        results["idle_cpu_percent"] = {s.name: round(s.idle_cpu_percent(), 1) for s in (reference, ours)}
+        index = 0
+        for case in args.cases:
+            for protocol in args.protocols:
+                order = [reference, ours] if index % 2 == 0 else [ours, reference]
+                results["cases"].append(measure_case(pa, case, protocol, order, args, run_dir))
+                index += 1
+    finally:
+        # A second Ctrl-C must not cut the cleanup short.
+        previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
+        for server in reversed(live):
+            try:
+                server.stop()
+            except Exception as exc:  # noqa: BLE001 - stop the others whatever happened to this one
+                say(f"bench: stopping the {server.name} server failed: {exc!r}")
+        results["servers"] = [
+            {"name": s.name, "pid": s.child.pid if s.child else None, "marker": s.marker, "http_port": s.http_port,
+             "grpc_port": s.grpc_port, "startup_s": s.startup_s}
+            for s in created
+        ]  # fmt: skip
+        results["leftovers"] = leftovers([server.marker for server in created if server.marker])
+        if any(results["leftovers"].values()):
+            say(f"bench: WARNING: left behind: {results['leftovers']}")
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    results["machine"]["loadavg_at_end"] = list(os.getloadavg())
+    results["duration_s"] = round(time.monotonic() - started, 1)
+    results["all_met"] = all(row["met"] for row in results["cases"]) and results["startup"]["met"]
+    return results
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    _interrupt_on_sigterm()
+    try:
+        results = run(args)
+    except BenchError as exc:
+        say(f"bench: FAILED: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        say("bench: interrupted; every server was stopped")
+        return 130
+    report.write_json(results, args.out)
+    print(report.text_table(results))
+    say(f"bench: figures in {args.out}")
+    why_not = report.plot(results, args.plot)
+    if why_not:
+        say(f"bench: no plot: {why_not}")
+    else:
+        say(f"bench: plot in {args.plot}")
+    if args.docs:
+        if why_not is None:
+            DOCS_IMAGE.write_bytes(args.plot.read_bytes())
+        report.update_docs(results, DOCS_PAGE, DOCS_IMAGE.name)
+        say(f"bench: updated {DOCS_PAGE.relative_to(REPO)} and {DOCS_IMAGE.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

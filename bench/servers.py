@@ -1,0 +1,372 @@
+"""The two servers the benchmark compares, on the same tritonserver binary with the same models.
+
+* `ReferenceServer`: a hand-written model repository (``config.pbtxt`` written here, the plain
+  Python-backend ``reference_model/model.py``) started directly with the tritonserver binary,
+  with the library's rules for ``LD_LIBRARY_PATH`` and the stub's NumPy. Its names carry
+  ``pytriton-<harness pid>-bench…``, so pytriton's sweeper removes them if the harness dies.
+* `OursServer`: ``serve_ours.py`` launched as its own process, serving the same models through
+  pytriton.
+
+Both are talked to over plain HTTP (readiness, configuration, statistics, one check inference).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import pathlib
+import secrets
+import shutil
+import signal
+import socket
+import sys
+import sysconfig
+import tempfile
+import time
+from typing import IO, Any, Dict, List, Optional, Sequence, Tuple
+
+import psutil
+from children import Child
+from perfanalyzer import BenchError
+
+BENCH_DIR = pathlib.Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+SHM_DIR = "/dev/shm"
+
+MAX_BATCH_SIZE = 64
+INPUT, OUTPUT = "INPUT_1", "OUTPUT_1"
+# model name -> (fixed cost per call in seconds, max queue delay in microseconds)
+MODELS: Dict[str, Tuple[float, int]] = {"identity": (0.0, 0), "sleep_10ms": (0.01, 2000)}
+READY_TIMEOUT_S = 180.0
+
+_CONFIG_PBTXT = """\
+name: "{name}"
+backend: "python"
+max_batch_size: {max_batch_size}
+input {{ name: "{input}" data_type: TYPE_FP32 dims: [ -1 ] }}
+output {{ name: "{output}" data_type: TYPE_FP32 dims: [ -1 ] }}
+dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}
+instance_group {{ count: 1 kind: KIND_CPU }}
+parameters {{ key: "sleep_s" value {{ string_value: "{sleep_s}" }} }}
+"""
+
+
+def free_ports(count: int) -> List[int]:
+    """Ports nothing listens on now, picked by the kernel."""
+    probes = []
+    for _ in range(count):
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        probes.append(probe)
+    ports = [probe.getsockname()[1] for probe in probes]
+    for probe in probes:
+        probe.close()
+    return ports
+
+
+# -- HTTP ----------------------------------------------------------------------------------------
+def _request(
+    port: int, method: str, path: str, body: Optional[bytes] = None, timeout_s: float = 10.0
+) -> Tuple[int, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+    try:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        connection.request(method, path, body=body, headers=headers)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def _get_json(port: int, path: str) -> Any:
+    status, body = _request(port, "GET", path)
+    if status != 200:
+        raise BenchError(f"GET {path} on port {port} answered {status}: {body[:300]!r}")
+    return json.loads(body)
+
+
+class Server:
+    """What the harness needs of either server: ports, readiness and the HTTP endpoints."""
+
+    name = "server"
+
+    def __init__(self, log_dir: pathlib.Path) -> None:
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+        self.log_dir = log_dir
+        self.child: Optional[Child] = None
+        self.startup_s: Optional[float] = None
+
+    @property
+    def marker(self) -> Optional[str]:
+        """The prefix of every name this server's processes, segments and folders carry."""
+        raise NotImplementedError
+
+    def url(self, protocol: str) -> str:
+        return f"127.0.0.1:{self.http_port if protocol == 'http' else self.grpc_port}"
+
+    def _launch(self, log: IO[str]) -> Child:
+        raise NotImplementedError
+
+    def start(self) -> float:
+        """Launch and wait until every model answers ready; returns the seconds that took."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{self.name}-{self.http_port}.log"
+        with log_path.open("w") as log:
+            started = time.monotonic()
+            self.child = self._launch(log)
+        deadline = started + READY_TIMEOUT_S
+        for model in MODELS:
+            while not self._model_ready(model):
+                if not self.child.is_running():
+                    raise BenchError(
+                        f"the {self.name} server exited with code {self.child.returncode} before model '{model}' "
+                        f"was ready; its output:\n{_tail(log_path)}"
+                    )
+                if time.monotonic() > deadline:
+                    raise BenchError(f"model '{model}' of the {self.name} server was not ready within "
+                                     f"{READY_TIMEOUT_S:.0f} s; its output:\n{_tail(log_path)}")
+                time.sleep(0.01)
+        self.startup_s = time.monotonic() - started
+        return self.startup_s
+
+    def _model_ready(self, model: str) -> bool:
+        try:
+            status, _ = _request(self.http_port, "GET", f"/v2/models/{model}/ready", timeout_s=2.0)
+        except OSError:
+            return False
+        return status == 200
+
+    def model_config(self, model: str) -> Dict[str, Any]:
+        return dict(_get_json(self.http_port, f"/v2/models/{model}/config"))
+
+    def counts(self, model: str) -> Tuple[int, int]:
+        """Triton's (inference_count, execution_count) of the model so far."""
+        stats = _get_json(self.http_port, f"/v2/models/{model}/stats")["model_stats"][0]
+        return int(stats["inference_count"]), int(stats["execution_count"])
+
+    def check_identity(self, model: str) -> None:
+        """One inference: the answer must be the request, value for value."""
+        values = [float(i) + 0.5 for i in range(16)]
+        body = json.dumps(
+            {"inputs": [{"name": INPUT, "shape": [1, len(values)], "datatype": "FP32", "data": values}]}
+        ).encode()
+        status, answer = _request(self.http_port, "POST", f"/v2/models/{model}/infer", body)
+        if status != 200:
+            raise BenchError(
+                f"the {self.name} server's '{model}' failed a check inference ({status}): {answer[:300]!r}"
+            )
+        outputs = {output["name"]: output for output in json.loads(answer)["outputs"]}
+        got = outputs.get(OUTPUT, {}).get("data")
+        if got != values:
+            raise BenchError(f"the {self.name} server's '{model}' answered {got!r} to {values!r}")
+
+    def idle_cpu_percent(self, seconds: float = 1.0) -> float:
+        """CPU the server's processes burn while no request comes (percent of one core)."""
+        if self.child is None:
+            return 0.0
+        processes = [psutil.Process(self.child.pid), *self.child.descendants()]
+
+        def total() -> float:
+            spent = 0.0
+            for process in processes:
+                try:
+                    times = process.cpu_times()
+                    spent += times.user + times.system
+                except psutil.NoSuchProcess:
+                    pass
+            return spent
+
+        before = total()
+        time.sleep(seconds)
+        return (total() - before) / seconds * 100.0
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
+class ReferenceServer(Server):
+    """tritonserver on a hand-written repository of plain Python-backend models."""
+
+    name = "reference"
+
+    def __init__(self, log_dir: pathlib.Path) -> None:
+        super().__init__(log_dir)
+        self.prefix = f"pytriton-{os.getpid()}-bench{secrets.token_hex(4)}"
+        self.workspace = pathlib.Path(tempfile.mkdtemp(prefix=f"{self.prefix}-"))
+        self.root, self.stub, self.stub_python = _server_tree()
+        self._write_repository()
+
+    def _write_repository(self) -> None:
+        for model, (sleep_s, delay_us) in MODELS.items():
+            version = self.workspace / "models" / model / "1"
+            version.mkdir(parents=True)
+            shutil.copy(BENCH_DIR / "reference_model" / "model.py", version / "model.py")
+            (version.parent / "config.pbtxt").write_text(
+                _CONFIG_PBTXT.format(
+                    name=model, max_batch_size=MAX_BATCH_SIZE, input=INPUT, output=OUTPUT, delay_us=delay_us,
+                    sleep_s=sleep_s,
+                )
+            )
+        # Triton looks for the stub next to libtriton_python.so, so the backend folder is links.
+        backend = self.workspace / "backends" / "python"
+        backend.mkdir(parents=True)
+        python_backend = self.root / "backends" / "python"
+        for name, source in (
+            ("libtriton_python.so", python_backend / "libtriton_python.so"),
+            ("triton_python_backend_utils.py", python_backend / "triton_python_backend_utils.py"),
+            ("triton_python_backend_stub", self.stub),
+        ):
+            (backend / name).symlink_to(source)
+
+    @property
+    def marker(self) -> Optional[str]:
+        return self.prefix
+
+    def argv(self) -> List[str]:
+        return [
+            str(self.root / "bin" / "tritonserver"),
+            f"--model-repository={self.workspace / 'models'}",
+            "--model-control-mode=explicit",
+            "--load-model=*",
+            f"--backend-directory={self.workspace / 'backends'}",
+            f"--backend-config=python,shm-region-prefix-name={self.prefix}",
+            f"--http-port={self.http_port}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-port={self.metrics_port}",
+            "--exit-timeout-secs=5",
+        ]
+
+    def environment(self) -> Dict[str, str]:
+        env = dict(os.environ)
+        libdir = sysconfig.get_config_var("LIBDIR") or ""
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            filter(None, [libdir, str(self.root / "lib"), env.get("LD_LIBRARY_PATH")])
+        )
+        if self.stub_python is not None:
+            env["PYTRITON_BENCH_STUB_PYTHON"] = str(self.stub_python)
+        return env
+
+    def _launch(self, log: IO[str]) -> Child:
+        return Child(self.argv(), self.environment(), log)
+
+    def stop(self) -> None:
+        try:
+            if self.child is not None:
+                self.child.stop(polite=signal.SIGINT, timeout_s=20)
+        finally:
+            _remove_named(self.prefix)
+
+
+class OursServer(Server):
+    """``serve_ours.py`` in its own process: the same models through pytriton."""
+
+    name = "ours"
+
+    def __init__(self, log_dir: pathlib.Path, pythonpath: Optional[pathlib.Path] = None) -> None:
+        super().__init__(log_dir)
+        self.pythonpath = pythonpath
+
+    @property
+    def marker(self) -> Optional[str]:
+        return f"pytriton-{self.child.pid}-" if self.child is not None else None
+
+    def _launch(self, log: IO[str]) -> Child:
+        argv = [
+            sys.executable, str(BENCH_DIR / "serve_ours.py"), "--http-port", str(self.http_port),
+            "--grpc-port", str(self.grpc_port), "--metrics-port", str(self.metrics_port),
+        ]  # fmt: skip
+        env = dict(os.environ)
+        if self.pythonpath is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.pythonpath), env.get("PYTHONPATH")]))
+        return Child(argv, env, log)
+
+    def stop(self) -> None:
+        if self.child is None:
+            return
+        try:
+            # Triton.serve() stops on SIGTERM: in-flight requests, then server, workers, segments.
+            self.child.stop(polite=signal.SIGTERM, timeout_s=45)
+        finally:
+            # Anything the script could not clean (it was killed) carries its pid in the name.
+            _remove_named(f"pytriton-{self.child.pid}-")
+
+
+def _remove_named(prefix: str) -> None:
+    """Kill processes whose command line names `prefix`; unlink its segments and temporary folders."""
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(process.info.get("cmdline") or [])
+        if prefix in cmdline and process.pid != os.getpid():
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+    if os.path.isdir(SHM_DIR):
+        for name in os.listdir(SHM_DIR):
+            if name.startswith(prefix):
+                try:
+                    os.unlink(os.path.join(SHM_DIR, name))
+                except FileNotFoundError:
+                    pass
+    for folder in pathlib.Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        if folder.is_dir():
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _server_tree() -> Tuple[pathlib.Path, pathlib.Path, Optional[pathlib.Path]]:
+    """(root, stub for this Python, the stub's own site folder or None) of the Triton in use.
+
+    Like the library: ``$PYTRITON_TRITON_SERVER_DIR`` or the tree bundled in ``pytriton/``.
+    """
+    configured = os.environ.get("PYTRITON_TRITON_SERVER_DIR")
+    root = pathlib.Path(configured).expanduser() if configured else REPO / "pytriton" / "tritonserver"
+    tag = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stubs = root / "python_backend_stubs"
+    stub = (stubs / tag if stubs.is_dir() else root / "backends" / "python") / "triton_python_backend_stub"
+    binary = root / "bin" / "tritonserver"
+    if not binary.is_file() or not stub.is_file():
+        raise BenchError(
+            f"no tritonserver with a Python {tag} stub under {root} (looked for {binary} and {stub}); "
+            "run `make install`"
+        )
+    stub_python = root / "stub_python" / tag
+    return root, stub, stub_python if stub_python.is_dir() else None
+
+
+def server_lib_dir() -> pathlib.Path:
+    return _server_tree()[0] / "lib"
+
+
+def server_version() -> str:
+    root = _server_tree()[0]
+    try:
+        # "nvidia-pytriton==0.7.0 triton-server=2.51.0 sha256=..." (written by the build)
+        return (root / "VERSION").read_text().split()[1].split("=", 1)[1]
+    except (OSError, IndexError):
+        return "unknown"
+
+
+def same_models(servers: Sequence[Server]) -> None:
+    """Refuse to compare servers whose models differ in what the benchmark relies on."""
+
+    def essentials(config: Dict[str, Any]) -> Any:
+        batching = config.get("dynamic_batching") or {}
+        return (
+            config.get("max_batch_size"),
+            [(t["name"], t["data_type"], [int(d) for d in t["dims"]]) for t in config.get("input", [])],
+            [(t["name"], t["data_type"], [int(d) for d in t["dims"]]) for t in config.get("output", [])],
+            "dynamic_batching" in config,
+            int(batching.get("max_queue_delay_microseconds", 0) or 0),
+        )
+
+    for model in MODELS:
+        seen = {server.name: essentials(server.model_config(model)) for server in servers}
+        if len(set(map(repr, seen.values()))) != 1:
+            raise BenchError(f"the servers declare model '{model}' differently: {seen}")
+
+
+def _tail(path: pathlib.Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no output)"

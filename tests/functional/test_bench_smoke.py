@@ -1,0 +1,69 @@
+"""The benchmark of issue 3 in its shortest form, so that it cannot rot (`make bench` runs it fully).
+
+It fetches perf_analyzer into the cache on first use (a pip download), starts both servers,
+measures one case over HTTP with 1 s windows and checks the JSON it writes, and that nothing it
+started is left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.functional
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(240)
+def test_quick_bench_writes_its_figures_and_leaves_nothing_behind(tmp_path):
+    out = tmp_path / "results.json"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=200, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}"
+
+    results = json.loads(out.read_text())
+    assert results["settings"]["quick"] is True
+    assert results["settings"]["protocols"] == ["http"]
+    assert results["machine"]["nproc"] >= 1 and results["machine"]["cpu_model"]
+    [row] = results["cases"]
+    assert (row["case"], row["protocol"], row["concurrency"], row["values"]) == ("small_c1", "http", 1, 16)
+    for side in ("reference", "ours"):
+        figures = row[side]
+        assert figures["throughput"] > 0
+        assert 0 < figures["latency_p50_us"] <= figures["latency_p99_us"]
+        assert figures["batch_mean"] == 1.0  # one request in flight: nothing to batch
+    assert row["ratio"] == pytest.approx(row["ours"]["throughput"] / row["reference"]["throughput"], rel=1e-2)
+    assert row["met"] == (row["ratio"] >= row["target_ratio"])
+    startup = results["startup"]
+    assert startup["reference_median_s"] > 0 and startup["ours_median_s"] > 0
+    assert results["leftovers"] == {"processes": [], "segments": []}
+
+    # The table went to stdout; the docs page was left alone.
+    assert "16 values, concurrency 1" in result.stdout and "start-up" in result.stdout
+    assert "updated docs" not in result.stderr
+    # Nothing the harness started survives it: no process, no segment, no temporary folder.
+    assert {server["name"] for server in results["servers"]} == {"reference", "ours"}
+    for server in results["servers"]:
+        assert not _running(server["pid"], server["marker"]), server
+        assert not [name for name in os.listdir("/dev/shm") if name.startswith(server["marker"])], server
+        assert not list(pathlib.Path(tempfile.gettempdir()).glob(server["marker"] + "*")), server
+
+
+def _running(pid: int, marker: str) -> bool:
+    """Whether the server process (a pid not reused by another program) or one named after it runs."""
+    for process in psutil.process_iter(["pid", "cmdline", "status"]):
+        cmdline = " ".join(process.info["cmdline"] or [])
+        same = process.info["pid"] == pid and ("serve_ours.py" in cmdline or "tritonserver" in cmdline)
+        if (same or marker in cmdline) and process.info["status"] != psutil.STATUS_ZOMBIE:
+            return True
+    return False
