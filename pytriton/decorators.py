@@ -64,7 +64,8 @@ def _requests_arg(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> l
             "move it higher in the decorator stack."
         )
     requests = args[0]
-    if not isinstance(requests, (list, tuple)) or not all(isinstance(r, Mapping) for r in requests):
+    # dict first: a plain isinstance check is far cheaper than the Mapping ABC, per request.
+    if not isinstance(requests, (list, tuple)) or not all(isinstance(r, (dict, Mapping)) for r in requests):
         raise PyTritonValidationError(
             f"@{name} expects a list of requests (mappings of input name -> array), "
             f"got {type(requests).__name__}. Apply it to the inference callable the worker calls."
@@ -96,7 +97,7 @@ def _as_array(value: Any, what: str) -> np.ndarray:
 
 def _outputs_as_dict(result: Any, name: str) -> Outputs:
     """Map a callable's result to output name -> array; a list/tuple follows the model's output order."""
-    if isinstance(result, Mapping):
+    if isinstance(result, (dict, Mapping)):
         return {key: _as_array(value, f"@{name}: output {key!r}") for key, value in result.items()}
     if isinstance(result, (list, tuple)):
         context = current_context()
@@ -121,14 +122,20 @@ def _outputs_as_dict(result: Any, name: str) -> Outputs:
 
 def _batch_size(request: Mapping[str, np.ndarray], index: int, name: str) -> int:
     """A request's batch size: the leading dim of its inputs, which must all agree."""
+    if len(request) == 1:  # the common single-input model, checked without building dicts
+        (value,) = request.values()
+        shape = value.shape if isinstance(value, np.ndarray) else np.shape(value)
+        if shape:
+            return int(shape[0])
     sizes = {}
     for key, value in request.items():
-        if np.ndim(value) == 0:
+        shape = value.shape if isinstance(value, np.ndarray) else np.shape(value)
+        if not shape:
             raise PyTritonValidationError(
-                f"@{name}: input {key!r} of request {index} has no batch axis (shape {np.shape(value)}); "
+                f"@{name}: input {key!r} of request {index} has no batch axis (shape {shape}); "
                 f"@{name} needs a leading batch axis. Use @sample for a model that does not batch."
             )
-        sizes[key] = np.shape(value)[0]
+        sizes[key] = shape[0]
     if not sizes:
         raise PyTritonValidationError(f"@{name}: request {index} has no inputs, so it has no batch size.")
     if len(set(sizes.values())) > 1:
@@ -190,7 +197,8 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
     sizes = [_batch_size(request, index, "batch") for index, request in enumerate(requests)]
     inputs = {}
     for key in names:
-        arrays = [np.asarray(request[key]) for request in requests]
+        arrays = [request[key] if isinstance(request[key], np.ndarray) else np.asarray(request[key])
+                  for request in requests]
         trailing = {array.shape[1:] for array in arrays}
         if len(trailing) > 1:
             raise PyTritonValidationError(

@@ -64,11 +64,13 @@ def deserialize_bytes(buffer: Any, shape: Tuple[int, ...]) -> np.ndarray:
 
 def _as_buffer(array: np.ndarray) -> Tuple[str, Any, int]:
     """dtype string, a buffer with the tensor bytes, and its size."""
-    if is_bytes_dtype(array.dtype):
+    dtype = array.dtype
+    if dtype.kind in ("O", "S", "U"):
         data = serialize_bytes(array)
         return BYTES, data, len(data)
-    array = np.ascontiguousarray(array)
-    return array.dtype.str, array, array.nbytes
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)
+    return dtype.str, array, array.nbytes
 
 
 def _raw(buffer: Any) -> np.ndarray:
@@ -123,7 +125,7 @@ def pack(
             column = columns.get((name, dtype))
             if column is None:
                 column = columns[(name, dtype)] = _Column(name, dtype, count)
-            column.shapes[index] = tuple(int(d) for d in array.shape)
+            column.shapes[index] = array.shape
             column.sizes[index] = size
             if size > INLINE_MAX_BYTES:
                 column.in_shm[index] = True

@@ -156,7 +156,7 @@ class InstanceHandler:
         batch_sizes: List[Optional[int]] = [None] * count
         try:
             requests = self._requests(batch, payload)
-            if self._context.config.batching:  # taken before the callable may change the requests
+            if self._strict and self._context.config.batching:  # before the callable may change the requests
                 batch_sizes = [_batch_size(request) for request in requests]
             results = self._infer_func(requests)
             if isinstance(results, (list, tuple)) and len(results) == count:

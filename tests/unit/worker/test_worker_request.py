@@ -23,9 +23,9 @@ def test_request_is_a_mutable_mapping_over_its_data():
     assert dict(request).keys() == {"A", "B"}
 
     request["C"] = np.ones(1)
-    assert data["C"] is request["C"]  # writes go to the same dict
+    assert request.data["C"] is request["C"]  # `data` is the request itself
     del request["A"]
-    assert "A" not in data
+    assert "A" not in request.data
     assert sorted(request.keys()) == ["B", "C"]
     with pytest.raises(KeyError):
         request["missing"]
