@@ -261,16 +261,25 @@ def test_every_instance_of_a_list_of_callables_serves(server):
 
 
 def test_concurrent_mixed_requests_each_get_their_own_answer(server):
+    """300 requests from 12 threads, both protocols, inline and shared-memory sizes, batched together."""
     _, config, _ = server
     rng = np.random.default_rng(1)
     payloads = [rng.random((int(rng.integers(1, 8)), int(rng.choice([4, 1000, 70_000]))), dtype=np.float32)
-                for _ in range(60)]
+                for _ in range(300)]
+    local = threading.local()
+    created: list = []
 
-    def call(data):
-        with ModelClient(http_url(config), "Double") as client:
-            return client.infer_batch(data)["OUTPUT_1"]
+    def call(index):
+        if not hasattr(local, "clients"):
+            local.clients = [ModelClient(http_url(config), "Double"), ModelClient(grpc_url(config), "Double")]
+            created.extend(local.clients)
+        return local.clients[index % 2].infer_batch(payloads[index])["OUTPUT_1"]
 
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(call, payloads))
+    try:
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            results = list(pool.map(call, range(len(payloads))))
+    finally:
+        for client in created:
+            client.close()
     for data, result in zip(payloads, results):
         np.testing.assert_array_equal(result, data * 2)
