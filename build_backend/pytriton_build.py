@@ -50,7 +50,7 @@ from setuptools.build_meta import (  # noqa: F401  (hooks passed through unchang
     prepare_metadata_for_build_wheel,
 )
 from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
-from stub_numpy import ensure_stub_numpy
+from stub_numpy import ensure_stub_numpy, sha256_of
 
 SOURCE_DISTRIBUTION = "nvidia-pytriton"
 SOURCE_VERSION = "0.7.0"
@@ -117,14 +117,6 @@ def _version_line(sha256: str) -> str:
     return f"{SOURCE_DISTRIBUTION}=={SOURCE_VERSION} triton-server={TRITON_SERVER_VERSION} sha256={sha256}\n"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _tree_is_current(server_dir: Path, sha256: str) -> bool:
     version_file = server_dir / "VERSION"
     try:
@@ -167,7 +159,7 @@ def _download(arch: str, cache: Path) -> Path:
 
 
 def _verified(path: Path, sha256: str) -> bool:
-    actual = _sha256(path)
+    actual = sha256_of(path)
     if actual == sha256:
         return True
     _log(f"sha256 mismatch for {path}: expected {sha256}, got {actual}; deleting it")

@@ -41,7 +41,8 @@ def _log(message: str) -> None:
     print(f"[pytriton build] {message}", file=sys.stderr, flush=True)
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
+    """The sha256 of a file, read in 1 MiB blocks (wheels are tens of MB)."""
     digest = hashlib.sha256()
     with path.open("rb") as stream:
         for block in iter(lambda: stream.read(1 << 20), b""):
@@ -52,7 +53,7 @@ def _sha256(path: Path) -> str:
 def _fetch(version: str, sha256: str, python: str, arch: str, cache: Path) -> Path:
     tag = python.replace(".", "")
     for cached in cache.glob(f"numpy-{version}-cp{tag}-cp{tag}-*{arch}*.whl"):
-        if _sha256(cached) == sha256:
+        if sha256_of(cached) == sha256:
             _log(f"using cached {cached} (sha256 verified, no download)")
             return cached
         cached.unlink()
@@ -66,7 +67,7 @@ def _fetch(version: str, sha256: str, python: str, arch: str, cache: Path) -> Pa
         _log(f"downloading numpy {version} for the Triton stub: {' '.join(command)}")
         subprocess.run(command, stdout=sys.stderr, stderr=sys.stderr, check=True)
         (downloaded,) = Path(tmp).glob("numpy-*.whl")
-        if _sha256(downloaded) != sha256:
+        if sha256_of(downloaded) != sha256:
             raise RuntimeError(f"{downloaded.name} from your pip index does not have the pinned sha256 {sha256}")
         target = cache / downloaded.name
         os.replace(str(downloaded), str(target))

@@ -120,7 +120,13 @@ class InstanceHandler:
             if isinstance(message, protocol.Hello):
                 socket.send_multipart([identity, *protocol.encode(self._welcome(message))])
             elif isinstance(message, protocol.InferBatch):
-                result, out_frames = self._infer(message, payload)
+                try:
+                    result, out_frames = self._infer(message, payload)
+                except Exception as exc:  # noqa: BLE001 - a bug of ours must not leave requesters waiting
+                    logger.exception("Model '%s': the worker failed to process a batch", self._context.model_name)
+                    error = f"Model '{self._context.model_name}': internal error in the pytriton worker: {exc}"
+                    errors = (error,) * len(message.parameters)
+                    result, out_frames = protocol.BatchResult(message.batch_id, errors, (), ""), []
                 if result.unrecoverable:  # before the reply, so is_alive() is false once a client sees it
                     self._on_unrecoverable(self._context.model_name)
                 socket.send_multipart([identity, *protocol.encode(result, out_frames)])
