@@ -29,7 +29,6 @@ Everything else is ``setuptools.build_meta``, re-exported unchanged.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import shutil

@@ -122,7 +122,7 @@ class InstanceHandler:
             elif isinstance(message, protocol.InferBatch):
                 try:
                     result, out_frames = self._infer(message, payload)
-                except Exception as exc:  # noqa: BLE001 - a bug of ours must not leave requesters waiting
+                except Exception as exc:  # a bug of ours must not leave requesters waiting
                     logger.exception("Model '%s': the worker failed to process a batch", self._context.model_name)
                     error = f"Model '{self._context.model_name}': internal error in the pytriton worker: {exc}"
                     errors = (error,) * len(message.parameters)
