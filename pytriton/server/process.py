@@ -54,18 +54,40 @@ class ServerProcess:
         return self._process.pid if self._process else None
 
     def start(self) -> None:
+        """Start the server from a thread of its own that lives as long as the server.
+
+        The kernel sends ``PR_SET_PDEATHSIG`` when the *thread* that forked the child ends, not the
+        process: started from a short-lived thread (a thread pool, a web framework's start-up
+        hook), the server would be killed with it. The launching thread therefore stays, reading
+        the server's output, until the server exits.
+        """
         logger.debug("Starting %s", " ".join(self._argv))
-        self._process = subprocess.Popen(
-            self._argv,
-            env=self._env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
-        self._reader = threading.Thread(target=self._pump, name="pytriton-server-log", daemon=True)
+        launched = threading.Event()
+        failure: List[BaseException] = []
+
+        def launch() -> None:
+            try:
+                self._process = subprocess.Popen(
+                    self._argv,
+                    env=self._env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent,
+                )
+            except Exception as exc:  # noqa: BLE001 - handed to the caller of start()
+                failure.append(exc)
+                return
+            finally:
+                launched.set()
+            self._pump()
+
+        self._reader = threading.Thread(target=launch, name="pytriton-server", daemon=True)
         self._reader.start()
+        launched.wait()
+        if failure:
+            raise failure[0]
 
     def _pump(self) -> None:
         assert self._process is not None and self._process.stdout is not None

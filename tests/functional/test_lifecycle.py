@@ -257,3 +257,16 @@ def test_decoupled_models_are_refused_clearly_until_streaming_exists():
         with pytest.raises(PyTritonModelConfigError, match="model 'Stream': ModelConfig\\(decoupled=True\\)"):
             triton.bind("Stream", lambda requests: requests, config=ModelConfig(decoupled=True), **F32)
     assert our_leftovers() == {"processes": [], "segments": []}
+
+
+def test_server_started_from_a_short_lived_thread_outlives_that_thread():
+    """PR_SET_PDEATHSIG follows the thread that forked: the server must not die with run()'s thread."""
+    with Triton(config=server_config()) as triton:
+        triton.bind("Identity", lambda requests: requests, **F32)
+        starter = threading.Thread(target=triton.run)
+        starter.start()
+        starter.join(120)
+        time.sleep(2.0)  # the kernel would have sent SIGTERM by now
+        assert triton.is_alive()
+        with ModelClient(http_url(triton._config), "Identity") as client:
+            np.testing.assert_array_equal(client.infer_sample(np.ones(2, np.float32))["OUTPUT_1"], [1, 1])
