@@ -1,15 +1,18 @@
 """Checks of the arguments every client flavour takes (pure).
 
-Shared so that the sync, futures (and a later asyncio) client refuse the same values with the
+Shared so that the sync, futures and asyncio clients refuse the same values with the
 same words, at construction, before any thread or connection exists.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from pytriton.client.exceptions import PyTritonClientValueError
+from pytriton.client.model_config import ClientModelConfig
+from pytriton.client.url import TritonUrl, parse_url
 
 DEFAULT_INIT_TIMEOUT_S = 300.0
 DEFAULT_INFERENCE_TIMEOUT_S = 60.0
@@ -47,3 +50,92 @@ def pool_arg(name: str, value: int | None, minimum: int) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
         raise PyTritonClientValueError(f"{name} must be an integer >= {minimum} or None, got {value!r}")
     return value
+
+
+#: The header a restricted server checks, as the clients send it. Triton lets the operator pick
+#: any header name; this one is the convention the docs use (``--http-restricted-api
+#: inference:triton-access-token=TOKEN``). Over gRPC Triton expects it with a protocol prefix.
+ACCESS_TOKEN_HEADER = "triton-access-token"
+GRPC_RESTRICTED_PREFIX = "triton-grpc-protocol-"
+
+
+def token_arg(access_token: str | None) -> str | None:
+    """The access token: None, or a non-empty string without line breaks (it goes into a header)."""
+    if access_token is None:
+        return None
+    if not isinstance(access_token, str) or not access_token or any(c in access_token for c in "\r\n"):
+        raise PyTritonClientValueError("access_token must be a non-empty string without line breaks, or None")
+    return access_token
+
+
+def auth_headers(scheme: str, access_token: str | None) -> dict[str, str]:
+    """The headers (HTTP) or metadata (gRPC) that carry the access token on every call."""
+    if access_token is None:
+        return {}
+    prefix = GRPC_RESTRICTED_PREFIX if scheme == "grpc" else ""
+    return {prefix + ACCESS_TOKEN_HEADER: access_token}
+
+
+def with_auth(auth: Mapping[str, str], headers: Mapping[str, str] | None) -> dict[str, str] | None:
+    """A fresh dict of the user's headers plus the token's (tritonclient writes into the dict it gets)."""
+    if not auth and not headers:
+        return None
+    merged = dict(headers or {})
+    merged.update(auth)
+    return merged
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientArgs:
+    """The checked arguments common to every client flavour.
+
+    Attributes:
+        url: the parsed server address (its scheme picks the protocol).
+        model_name: the model's name.
+        model_version: its version as ``tritonclient`` wants it, ``""`` for the server's choice.
+        init_timeout_s: the longest wait for the server and model to be ready.
+        inference_timeout_s: the longest wait for one inference.
+        model_config: the model's configuration when the user gave it.
+        access_token: the token for servers that restrict their APIs.
+    """
+
+    url: TritonUrl
+    model_name: str
+    model_version: str
+    init_timeout_s: float
+    inference_timeout_s: float
+    model_config: ClientModelConfig | None = None
+    access_token: str | None = None
+
+
+def client_args(
+    url: str,
+    model_name: str,
+    model_version: str | int | None,
+    *,
+    init_timeout_s: float | None,
+    inference_timeout_s: float | None,
+    model_config: ClientModelConfig | None = None,
+    access_token: str | None = None,
+) -> ClientArgs:
+    """Check the common client arguments once, with the same words for every flavour.
+
+    Raises:
+        PyTritonClientInvalidUrlError: the URL is not understood.
+        PyTritonClientValueError: another argument is wrong.
+    """
+    parsed_url = parse_url(url)
+    name, version = model_args(model_name, model_version)
+    if model_config is not None and not isinstance(model_config, ClientModelConfig):
+        raise PyTritonClientValueError(
+            f"model_config must be a ClientModelConfig or None, got {type(model_config).__name__}"
+        )
+    return ClientArgs(
+        url=parsed_url,
+        model_name=name,
+        model_version=version,
+        init_timeout_s=timeout_arg("init_timeout_s", init_timeout_s, DEFAULT_INIT_TIMEOUT_S),
+        inference_timeout_s=timeout_arg("inference_timeout_s", inference_timeout_s, DEFAULT_INFERENCE_TIMEOUT_S),
+        model_config=model_config,
+        access_token=token_arg(access_token),
+    )

@@ -1,6 +1,6 @@
 """The one boundary where foreign errors become the client's exception tree.
 
-``tritonclient`` reports server answers as ``InferenceServerException`` (status ``"400"`` over
+``tritonclient`` (blocking and ``aio``) reports server answers as ``InferenceServerException`` (status ``"400"`` over
 HTTP, ``"StatusCode.NOT_FOUND"`` over gRPC, ``None`` for its own argument checks), while
 sockets, gevent and gRPC raise their own types. Every call into ``tritonclient`` in this
 package runs inside :func:`translate_errors`, so the mapping below is the only one.
@@ -8,6 +8,7 @@ package runs inside :func:`translate_errors`, so the mapping below is the only o
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 
@@ -28,6 +29,14 @@ try:  # gevent comes with tritonclient[http]; a gRPC-only install may lack it.
 except ImportError:  # pragma: no cover - depends on the installed extras
     _GeventTimeout = TimeoutError
 
+try:  # aiohttp comes with tritonclient[http] for its asyncio client.
+    from aiohttp import ClientConnectionError as _AiohttpConnectionError
+except ImportError:  # pragma: no cover - depends on the installed extras
+    _AiohttpConnectionError = ConnectionError  # type: ignore[misc,assignment]
+
+# asyncio's TimeoutError is the builtin one from Python 3.11 on, a class of its own before.
+_TIMEOUTS = (TimeoutError, asyncio.TimeoutError, _GeventTimeout)
+
 INFER_ACTION = "Error occurred during inference request"
 CONFIG_ACTION = "Error occurred while fetching the model configuration"
 READY_ACTION = "Error occurred while checking server and model readiness"
@@ -36,6 +45,7 @@ _TIMEOUT_STATUSES = {"StatusCode.DEADLINE_EXCEEDED", "504"}
 _UNREACHABLE_STATUSES = {"StatusCode.UNAVAILABLE"}
 _NOT_FOUND_STATUSES = {"404", "StatusCode.NOT_FOUND"}
 _QUEUE_FULL_TEXT = "exceeds maximum queue size"
+_RESTRICTED_TEXT = "is restricted, expecting header"
 
 
 def _from_server(
@@ -44,6 +54,12 @@ def _from_server(
     lowered = message.lower()
     if _QUEUE_FULL_TEXT in lowered:
         return PyTritonClientQueueFullError(f"{action}. The server's queue is full. Message: {message}")
+    if _RESTRICTED_TEXT in lowered:
+        # Checked before the status: gRPC reports a missing token as UNAVAILABLE, not as refused.
+        return PyTritonClientInferenceServerError(
+            f"{action}. The server restricts this API to requests with an access token; give the client "
+            f"the right one (access_token=...). Message: {message}"
+        )
     if status is None:
         # tritonclient raises status-less exceptions only for its own checks of our arguments.
         return PyTritonClientValueError(f"{action}. Message: {message}")
@@ -88,9 +104,10 @@ def translate_error(
         return _from_server(
             str(code) if code is not None else "StatusCode.UNKNOWN", str(details), action, url, timeout_s
         )
-    if isinstance(exc, (TimeoutError, _GeventTimeout)):
+    if isinstance(exc, _TIMEOUTS):
         return _timeout(action, url, timeout_s, str(exc) or type(exc).__name__)
-    if isinstance(exc, OSError):  # refused, reset, DNS failure: the server cannot be reached
+    # Refused, reset, DNS failure, a server that hung up: the server cannot be reached.
+    if isinstance(exc, (OSError, _AiohttpConnectionError)):
         return PyTritonClientModelUnavailableError(f"{action}. Cannot reach the server at {url}: {exc}")
     return PyTritonClientError(f"{action}. Unexpected {type(exc).__name__} from tritonclient: {exc}")
 

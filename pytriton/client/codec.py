@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from tritonclient.utils import np_to_triton_dtype
 
-from pytriton.client.exceptions import PyTritonClientValueError
+from pytriton.client.exceptions import PyTritonClientModelDoesntSupportBatchingError, PyTritonClientValueError
 from pytriton.client.model_config import ClientModelConfig
 
 
@@ -62,6 +62,59 @@ def add_batch_axis(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 def strip_batch_axis(outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Take the single sample out of a batch of one."""
     return {name: value[0] for name, value in outputs.items()}
+
+
+def sample_request(
+    config: ClientModelConfig, positional: Sequence[Any], named: Mapping[str, Any]
+) -> dict[str, np.ndarray]:
+    """The arrays ``infer_sample`` sends: the sample, as a batch of one for a batching model."""
+    inputs = map_inputs(config, positional, named)
+    return add_batch_axis(inputs) if config.batching else inputs
+
+
+def sample_response(config: ClientModelConfig, outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The outputs ``infer_sample`` returns: the batch of one taken apart again."""
+    return strip_batch_axis(outputs) if config.batching else dict(outputs)
+
+
+def batch_request(
+    config: ClientModelConfig, positional: Sequence[Any], named: Mapping[str, Any]
+) -> dict[str, np.ndarray]:
+    """The arrays ``infer_batch`` sends; refused for a model without batching."""
+    if not config.batching:
+        raise PyTritonClientModelDoesntSupportBatchingError(
+            f"Model {config.model_name!r} has max_batch_size 0 and does not take batches; use infer_sample"
+        )
+    return map_inputs(config, positional, named)
+
+
+def split_batch(inputs: Mapping[str, np.ndarray], chunk_size: int) -> list[dict[str, np.ndarray]]:
+    """Cut a batch into consecutive chunks of at most ``chunk_size`` samples (views, no copies).
+
+    Raises:
+        PyTritonClientValueError: an input has no batch axis, or the inputs disagree on the batch size.
+    """
+    sizes = {}
+    for name, value in inputs.items():
+        if value.ndim == 0:
+            raise PyTritonClientValueError(f"Input {name!r} has no batch axis (it is a 0-d array)")
+        sizes[name] = value.shape[0]
+    if len(set(sizes.values())) > 1:
+        raise PyTritonClientValueError(f"The inputs disagree on the batch size (first axis): {sizes}")
+    total = next(iter(sizes.values()), 0)
+    if total <= chunk_size:
+        return [dict(inputs)]
+    return [
+        {name: value[start : start + chunk_size] for name, value in inputs.items()}
+        for start in range(0, total, chunk_size)
+    ]
+
+
+def concat_batches(chunks: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Join the outputs of consecutive chunks back into one batch, in order."""
+    if len(chunks) == 1:
+        return dict(chunks[0])
+    return {name: np.concatenate([chunk[name] for chunk in chunks], axis=0) for name in chunks[0]}
 
 
 def _wire_array(name: str, value: np.ndarray) -> tuple[np.ndarray, str]:

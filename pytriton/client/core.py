@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import logging
 import time
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Generator, Iterator, Mapping
+from typing import Any, Union
 
 import numpy as np
 import tritonclient.grpc
 import tritonclient.http
 
+from pytriton.client._args import auth_headers, with_auth
 from pytriton.client._errors import CONFIG_ACTION, INFER_ACTION, READY_ACTION, translate_errors
 from pytriton.client.codec import from_infer_result, to_infer_inputs
 from pytriton.client.exceptions import (
@@ -48,15 +50,21 @@ class TritonCore(abc.ABC):
     :class:`~pytriton.client.exceptions.PyTritonClientTimeoutError`.
     """
 
-    def __init__(self, url: TritonUrl, default_timeout_s: float) -> None:
+    def __init__(self, url: TritonUrl, default_timeout_s: float, access_token: str | None = None) -> None:
         """Prepare a core; no connection is made until the first call.
 
         Args:
             url: the server's address.
             default_timeout_s: the time limit of calls that give none (the inference timeout).
+            access_token: sent with every call, for servers that restrict their APIs.
         """
         self.url = url
         self.default_timeout_s = default_timeout_s
+        self._auth = auth_headers(url.scheme, access_token)
+
+    def _headers(self, headers: Mapping[str, str] | None = None) -> dict[str, str] | None:
+        """The headers of one call: the user's plus the token's, in a fresh dict."""
+        return with_auth(self._auth, headers)
 
     def is_server_live(self, timeout_s: float | None = None) -> bool:
         """Whether the server process answers its liveness endpoint."""
@@ -118,7 +126,7 @@ class TritonCore(abc.ABC):
                 model_version,
                 inputs,
                 parameters=dict(parameters) if parameters else None,
-                headers=dict(headers) if headers else None,
+                headers=self._headers(headers),
                 timeout_s=timeout_s,
                 request_id=request_id,
             )
@@ -150,9 +158,9 @@ class TritonCore(abc.ABC):
 class HttpCore(TritonCore):
     """:class:`TritonCore` over ``tritonclient.http``."""
 
-    def __init__(self, url: TritonUrl, default_timeout_s: float) -> None:
+    def __init__(self, url: TritonUrl, default_timeout_s: float, access_token: str | None = None) -> None:
         """See :class:`TritonCore`; the long-lived client uses ``default_timeout_s`` for its sockets."""
-        super().__init__(url, default_timeout_s)
+        super().__init__(url, default_timeout_s, access_token)
         self._client = self._new_client(default_timeout_s)
 
     def _new_client(self, timeout_s: float) -> tritonclient.http.InferenceServerClient:
@@ -173,19 +181,19 @@ class HttpCore(TritonCore):
 
     def _is_server_live(self, timeout_s: float) -> Any:
         with self._client_for(timeout_s) as client:
-            return client.is_server_live()
+            return client.is_server_live(headers=self._headers())
 
     def _is_server_ready(self, timeout_s: float) -> Any:
         with self._client_for(timeout_s) as client:
-            return client.is_server_ready()
+            return client.is_server_ready(headers=self._headers())
 
     def _is_model_ready(self, model_name: str, model_version: str, timeout_s: float) -> Any:
         with self._client_for(timeout_s) as client:
-            return client.is_model_ready(model_name, model_version)
+            return client.is_model_ready(model_name, model_version, headers=self._headers())
 
     def _get_model_config(self, model_name: str, model_version: str, timeout_s: float) -> Any:
         with self._client_for(timeout_s) as client:
-            return client.get_model_config(model_name, model_version)
+            return client.get_model_config(model_name, model_version, headers=self._headers())
 
     def _infer(self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any) -> Any:
         with self._client_for(kwargs["timeout_s"]) as client:
@@ -206,22 +214,26 @@ class HttpCore(TritonCore):
 class GrpcCore(TritonCore):
     """:class:`TritonCore` over ``tritonclient.grpc``; every call carries its own deadline."""
 
-    def __init__(self, url: TritonUrl, default_timeout_s: float) -> None:
+    def __init__(self, url: TritonUrl, default_timeout_s: float, access_token: str | None = None) -> None:
         """See :class:`TritonCore`; the channel connects on the first call."""
-        super().__init__(url, default_timeout_s)
+        super().__init__(url, default_timeout_s, access_token)
         self._client = tritonclient.grpc.InferenceServerClient(self.url.address)
 
     def _is_server_live(self, timeout_s: float) -> Any:
-        return self._client.is_server_live(client_timeout=timeout_s)
+        return self._client.is_server_live(headers=self._headers(), client_timeout=timeout_s)
 
     def _is_server_ready(self, timeout_s: float) -> Any:
-        return self._client.is_server_ready(client_timeout=timeout_s)
+        return self._client.is_server_ready(headers=self._headers(), client_timeout=timeout_s)
 
     def _is_model_ready(self, model_name: str, model_version: str, timeout_s: float) -> Any:
-        return self._client.is_model_ready(model_name, model_version, client_timeout=timeout_s)
+        return self._client.is_model_ready(
+            model_name, model_version, headers=self._headers(), client_timeout=timeout_s
+        )
 
     def _get_model_config(self, model_name: str, model_version: str, timeout_s: float) -> Any:
-        return self._client.get_model_config(model_name, model_version, as_json=True, client_timeout=timeout_s)
+        return self._client.get_model_config(
+            model_name, model_version, headers=self._headers(), as_json=True, client_timeout=timeout_s
+        )
 
     def _infer(self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any) -> Any:
         return self._client.infer(
@@ -239,25 +251,40 @@ class GrpcCore(TritonCore):
         self._client.close()
 
 
-def create_core(url: TritonUrl, default_timeout_s: float) -> TritonCore:
+def create_core(url: TritonUrl, default_timeout_s: float, access_token: str | None = None) -> TritonCore:
     """The core for the URL's protocol."""
     core_class = GrpcCore if url.scheme == "grpc" else HttpCore
-    return core_class(url, default_timeout_s)
+    return core_class(url, default_timeout_s, access_token)
 
 
-def wait_until_ready(core: TritonCore, model_name: str, model_version: str, timeout_s: float) -> None:
-    """Poll until the server and the model are ready, against a monotonic deadline.
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """One step of the readiness wait, for a driver to carry out.
 
-    Each poll's own network timeout is the time left, so a server that accepts connections but
-    never answers cannot stretch the wait past ``timeout_s``. An unreachable server or a model
-    the server does not know (yet) count as "not ready": in explicit model-control mode a
-    model may be loaded at any moment.
+    Attributes:
+        kind: ``"server"`` (is the server ready?), ``"model"`` (is the model ready?) or
+            ``"sleep"`` (pause before the next poll).
+        timeout_s: the poll's time limit, or the pause.
+    """
 
-    Args:
-        core: the connection to poll through.
-        model_name: the model to wait for.
-        model_version: its version, ``""`` for the server's choice.
-        timeout_s: the longest to wait.
+    kind: str
+    timeout_s: float
+
+
+#: What a driver sends back for a poll: its answer, or the "not ready" error it raised.
+ProbeOutcome = Union[bool, PyTritonClientTimeoutError, PyTritonClientModelUnavailableError, None]
+
+
+def readiness_steps(
+    url: TritonUrl, model_name: str, model_version: str, timeout_s: float
+) -> Generator[Probe, ProbeOutcome, None]:
+    """The readiness wait without I/O: yields probes, receives their outcomes, ends when ready.
+
+    Shared by the blocking and the asyncio drivers so the two waits cannot differ. Each poll's
+    own time limit is the time left, so a server that accepts connections but never answers
+    cannot stretch the wait past ``timeout_s``. An unreachable server or a model the server
+    does not know (yet) count as "not ready": in explicit model-control mode a model may be
+    loaded at any moment.
 
     Raises:
         PyTritonClientTimeoutError: not ready within ``timeout_s``; the message says what was
@@ -269,17 +296,49 @@ def wait_until_ready(core: TritonCore, model_name: str, model_version: str, time
         left = deadline - time.monotonic()
         if left <= 0:
             break
-        try:
-            if not core.is_server_ready(timeout_s=left):
-                state = "the server is not ready"
-            elif not core.is_model_ready(model_name, model_version, timeout_s=max(deadline - time.monotonic(), 1e-3)):
-                state = f"model {model_name!r} (version {model_version or 'default'}) is not ready"
-            else:
+        outcome = yield Probe("server", left)
+        if outcome is True:
+            outcome = yield Probe("model", max(deadline - time.monotonic(), 1e-3))
+            if outcome is True:
                 return
-        except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:
-            state = str(exc)
-        _LOGGER.debug("Waiting for %s at %s: %s", model_name, core.url, state)
-        time.sleep(max(0.0, min(READY_POLL_INTERVAL_S, deadline - time.monotonic())))
+            if outcome is False:
+                state = f"model {model_name!r} (version {model_version or 'default'}) is not ready"
+        elif outcome is False:
+            state = "the server is not ready"
+        if isinstance(outcome, Exception):
+            state = str(outcome)
+        _LOGGER.debug("Waiting for %s at %s: %s", model_name, url, state)
+        yield Probe("sleep", max(0.0, min(READY_POLL_INTERVAL_S, deadline - time.monotonic())))
     raise PyTritonClientTimeoutError(
-        f"Server at {core.url} and model {model_name!r} were not ready within {timeout_s:g} s; last seen: {state}"
+        f"Server at {url} and model {model_name!r} were not ready within {timeout_s:g} s; last seen: {state}"
     )
+
+
+def wait_until_ready(core: TritonCore, model_name: str, model_version: str, timeout_s: float) -> None:
+    """Block until the server and the model are ready (see :func:`readiness_steps`).
+
+    Args:
+        core: the connection to poll through.
+        model_name: the model to wait for.
+        model_version: its version, ``""`` for the server's choice.
+        timeout_s: the longest to wait.
+
+    Raises:
+        PyTritonClientTimeoutError: not ready within ``timeout_s``.
+    """
+    steps = readiness_steps(core.url, model_name, model_version, timeout_s)
+    outcome: ProbeOutcome = None
+    with contextlib.suppress(StopIteration):
+        while True:
+            probe = steps.send(outcome)
+            outcome = None
+            if probe.kind == "sleep":
+                time.sleep(probe.timeout_s)
+                continue
+            try:
+                if probe.kind == "server":
+                    outcome = core.is_server_ready(timeout_s=probe.timeout_s)
+                else:
+                    outcome = core.is_model_ready(model_name, model_version, timeout_s=probe.timeout_s)
+            except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:
+                outcome = exc

@@ -1,0 +1,215 @@
+"""The asyncio client of models served by Triton.
+
+The client step of a request, for code that runs in an event loop. :class:`AsyncioModelClient`
+is :class:`~pytriton.client.client.ModelClient` with ``await``: the same arguments (checked by
+``pytriton.client._args``), the same input mapping and batch axis handling (pure functions of
+``pytriton.client.codec``), the same errors (translated by ``pytriton.client._errors``), over
+:class:`~pytriton.client.core_aio.AsyncTritonCore` instead of the blocking core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Awaitable, Mapping
+from typing import Any
+
+import numpy as np
+
+from pytriton.client._args import client_args, mapping_arg, pool_arg, timeout_arg
+from pytriton.client.codec import batch_request, concat_batches, sample_request, sample_response, split_batch
+from pytriton.client.core_aio import AsyncTritonCore, wait_until_ready_async
+from pytriton.client.exceptions import PyTritonClientClosedError
+from pytriton.client.model_config import ClientModelConfig
+
+
+class AsyncioModelClient:
+    """Asyncio client of one model on a Triton server, over HTTP or gRPC.
+
+    Many tasks of one event loop may share a client: requests run concurrently over its
+    connection pool (HTTP) or channel (gRPC). Use it from one event loop only.
+
+    Example:
+        >>> async with AsyncioModelClient("grpc://localhost", "Linear") as client:  # doctest: +SKIP
+        ...     outputs = await client.infer_batch(np.zeros((4, 2), dtype=np.float32))
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model_name: str,
+        model_version: str | None = None,
+        *,
+        lazy_init: bool = True,
+        init_timeout_s: float | None = None,
+        inference_timeout_s: float | None = None,
+        model_config: ClientModelConfig | None = None,
+        ensure_model_is_ready: bool = True,
+        access_token: str | None = None,
+    ) -> None:
+        """Create a client; nothing touches the network here (a constructor cannot await).
+
+        Args:
+            url: as for :class:`~pytriton.client.client.ModelClient`.
+            model_name: the model's name on the server.
+            model_version: a version number, or ``None`` for the server's choice.
+            lazy_init: when False, ``async with`` waits for the server and model (and reads the
+                model configuration) on entry, so a missing server fails there.
+            init_timeout_s: the longest to wait for the server and model (default 300 s).
+            inference_timeout_s: the longest to wait for an inference answer (default 60 s).
+            model_config: the model's configuration if already known; it is then not fetched.
+            ensure_model_is_ready: wait for the server and model before the first request.
+            access_token: as for :class:`~pytriton.client.client.ModelClient`.
+
+        Raises:
+            PyTritonClientInvalidUrlError: the URL is not understood.
+            PyTritonClientValueError: another argument is wrong.
+        """
+        self._args = client_args(
+            url,
+            model_name,
+            model_version,
+            init_timeout_s=init_timeout_s,
+            inference_timeout_s=inference_timeout_s,
+            model_config=model_config,
+            access_token=access_token,
+        )
+        self._lazy_init = lazy_init
+        self._model_config = model_config
+        self._ready_checked = not ensure_model_is_ready
+        self._init_lock: asyncio.Lock | None = None  # made in the loop: before 3.10 a Lock binds one
+        self._request_ids = itertools.count()
+        self._closed = False
+        self._core = AsyncTritonCore(self._args.url, self._args.inference_timeout_s, self._args.access_token)
+
+    @property
+    def model_config(self) -> Awaitable[ClientModelConfig]:
+        """The model's configuration, to be awaited (``await client.model_config``).
+
+        The first await waits for the server and model if needed; later ones return at once.
+        """
+        return self._initialized_config()
+
+    async def wait_for_model(self, timeout_s: float | None = None) -> None:
+        """Wait until the server and the model are ready.
+
+        Args:
+            timeout_s: the longest to wait; ``None`` means the client's ``init_timeout_s``.
+
+        Raises:
+            PyTritonClientTimeoutError: not ready within ``timeout_s``.
+            PyTritonClientClosedError: the client was closed.
+        """
+        self._check_open()
+        timeout_s = timeout_arg("timeout_s", timeout_s, self._args.init_timeout_s)
+        await wait_until_ready_async(self._core, self._args.model_name, self._args.model_version, timeout_s)
+        self._ready_checked = True
+
+    async def infer_sample(
+        self,
+        *inputs: np.ndarray,
+        parameters: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        **named_inputs: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        """Run inference on one sample, as :meth:`ModelClient.infer_sample` does (same arguments and errors)."""
+        config = await self._initialized_config()
+        outputs = await self._infer(sample_request(config, inputs, named_inputs), parameters, headers)
+        return sample_response(config, outputs)
+
+    async def infer_batch(
+        self,
+        *inputs: np.ndarray,
+        parameters: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        **named_inputs: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        """Run inference on a batch, as :meth:`ModelClient.infer_batch` does (same arguments and errors)."""
+        config = await self._initialized_config()
+        return await self._infer(batch_request(config, inputs, named_inputs), parameters, headers)
+
+    async def infer_batch_chunked(
+        self,
+        *inputs: np.ndarray,
+        chunk_size: int | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        **named_inputs: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        """Run a batch of any size: split along the batch axis, sent concurrently, joined in order.
+
+        See :meth:`FuturesModelClient.infer_batch_chunked
+        <pytriton.client.futures.FuturesModelClient.infer_batch_chunked>`; here every chunk is
+        in flight at once. If a chunk fails, its error is raised once all chunks are done.
+        """
+        pool_arg("chunk_size", chunk_size, 1)
+        config = await self._initialized_config()
+        chunks = split_batch(batch_request(config, inputs, named_inputs), chunk_size or config.max_batch_size)
+        results = await asyncio.gather(
+            *(self._infer(chunk, parameters, headers) for chunk in chunks), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return concat_batches(results)  # type: ignore[arg-type]  # no exception left in the list
+
+    async def close(self) -> None:
+        """Close the connections; later calls raise :class:`PyTritonClientClosedError`. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            await self._core.close()
+
+    async def __aenter__(self) -> AsyncioModelClient:
+        if not self._lazy_init:
+            try:
+                await self._initialized_config()
+            except BaseException:
+                await self.close()
+                raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            args = self._args
+            raise PyTritonClientClosedError(f"The asyncio client of model {args.model_name!r} at {args.url} is closed")
+
+    async def _initialized_config(self) -> ClientModelConfig:
+        self._check_open()
+        if self._model_config is not None and self._ready_checked:
+            return self._model_config
+        if self._init_lock is None:
+            self._init_lock = asyncio.Lock()
+        async with self._init_lock:  # concurrent first requests wait once, together
+            deadline = time.monotonic() + self._args.init_timeout_s
+            if not self._ready_checked:
+                await wait_until_ready_async(
+                    self._core, self._args.model_name, self._args.model_version, self._args.init_timeout_s
+                )
+                self._ready_checked = True
+            if self._model_config is None:
+                left = max(deadline - time.monotonic(), 0.5)  # as in ModelClient: a ready server answers at once
+                self._model_config = await self._core.get_model_config(
+                    self._args.model_name, self._args.model_version, timeout_s=left
+                )
+        return self._model_config
+
+    async def _infer(
+        self,
+        inputs: dict[str, np.ndarray],
+        parameters: Mapping[str, Any] | None,
+        headers: Mapping[str, str] | None,
+    ) -> dict[str, np.ndarray]:
+        self._check_open()
+        return await self._core.infer(
+            self._args.model_name,
+            self._args.model_version,
+            inputs,
+            parameters=mapping_arg("parameters", parameters),
+            headers=mapping_arg("headers", headers),
+            timeout_s=self._args.inference_timeout_s,
+            request_id=str(next(self._request_ids)),
+        )

@@ -1,0 +1,158 @@
+"""The asyncio twin of :mod:`pytriton.client.core`, over ``tritonclient.http.aio`` and ``tritonclient.grpc.aio``.
+
+The client step of a request for :class:`~pytriton.client.asyncio_client.AsyncioModelClient`.
+Everything but the I/O is shared with the blocking core: the headers carrying the access token
+(``pytriton.client._args``), the codec, the parsing of the model configuration, the error
+translation (``translate_errors`` is a plain context manager, so it wraps ``await`` as well),
+and the readiness wait (:func:`~pytriton.client.core.readiness_steps`, driven here with
+``await``). Both ``aio`` clients bound a call the same way: ``asyncio.wait_for`` with the
+call's own limit, so one protocol cannot drift from the other.
+
+The ``tritonclient`` client is created on the first call, inside the running event loop:
+``aiohttp`` sessions and ``grpc.aio`` channels belong to the loop that creates them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import numpy as np
+import tritonclient.grpc
+import tritonclient.grpc.aio
+import tritonclient.http
+import tritonclient.http.aio
+
+from pytriton.client._args import auth_headers, with_auth
+from pytriton.client._errors import CONFIG_ACTION, INFER_ACTION, READY_ACTION, translate_errors
+from pytriton.client.codec import from_infer_result, to_infer_inputs
+from pytriton.client.core import ProbeOutcome, readiness_steps
+from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
+from pytriton.client.model_config import ClientModelConfig, parse_model_config
+from pytriton.client.url import TritonUrl
+
+_T = TypeVar("_T")
+
+
+class AsyncTritonCore:
+    """Readiness, model configuration and inference for one server, awaited, errors translated.
+
+    Unlike the blocking core, one instance may serve many concurrent tasks of its event loop
+    (``aiohttp`` pools connections, a gRPC channel multiplexes calls).
+    """
+
+    def __init__(self, url: TritonUrl, default_timeout_s: float, access_token: str | None = None) -> None:
+        """Prepare a core; nothing is created before the first call.
+
+        Args:
+            url: the server's address; its scheme picks ``tritonclient.http.aio`` or ``tritonclient.grpc.aio``.
+            default_timeout_s: the time limit of calls that give none (the inference timeout).
+            access_token: sent with every call, for servers that restrict their APIs.
+        """
+        self.url = url
+        self.default_timeout_s = default_timeout_s
+        self._auth = auth_headers(url.scheme, access_token)
+        self._grpc = url.scheme == "grpc"
+        self._client: Any = None
+
+    async def is_server_ready(self, timeout_s: float | None = None) -> bool:
+        """Whether the server accepts inference."""
+        return bool(await self._call(READY_ACTION, timeout_s, lambda client: client.is_server_ready(**self._kw())))
+
+    async def is_model_ready(self, model_name: str, model_version: str = "", timeout_s: float | None = None) -> bool:
+        """Whether the model (and version, ``""`` for the server's choice) is loaded and ready."""
+        return bool(
+            await self._call(
+                READY_ACTION, timeout_s, lambda client: client.is_model_ready(model_name, model_version, **self._kw())
+            )
+        )
+
+    async def get_model_config(
+        self, model_name: str, model_version: str = "", timeout_s: float | None = None
+    ) -> ClientModelConfig:
+        """The model's configuration as the server has it."""
+        extra = {"as_json": True} if self._grpc else {}
+        raw = await self._call(
+            CONFIG_ACTION,
+            timeout_s,
+            lambda client: client.get_model_config(model_name, model_version, **self._kw(), **extra),
+        )
+        return parse_model_config(raw)
+
+    async def infer(
+        self,
+        model_name: str,
+        model_version: str,
+        inputs: Mapping[str, np.ndarray],
+        *,
+        parameters: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
+        request_id: str = "",
+    ) -> dict[str, np.ndarray]:
+        """Run one inference request; see :meth:`pytriton.client.core.TritonCore.infer`."""
+        protocol = tritonclient.grpc if self._grpc else tritonclient.http
+
+        async def call(client: Any) -> dict[str, np.ndarray]:
+            result = await client.infer(
+                model_name,
+                to_infer_inputs(protocol, inputs),
+                model_version=model_version,
+                request_id=request_id,
+                parameters=dict(parameters) if parameters else None,
+                headers=with_auth(self._auth, headers),
+            )
+            return from_infer_result(result)
+
+        return await self._call(INFER_ACTION, timeout_s, call)
+
+    async def close(self) -> None:
+        """Close the session or channel; the core is unusable afterwards."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    def _kw(self) -> dict[str, Any]:
+        return {"headers": with_auth(self._auth, None)}
+
+    def _connection(self) -> Any:
+        if self._client is None:
+            if self._grpc:
+                self._client = tritonclient.grpc.aio.InferenceServerClient(self.url.address)
+            else:
+                # The session's own limit only backs up asyncio.wait_for, which bounds each call.
+                self._client = tritonclient.http.aio.InferenceServerClient(
+                    self.url.address, conn_timeout=self.default_timeout_s
+                )
+        return self._client
+
+    async def _call(self, action: str, timeout_s: float | None, call: Callable[[Any], Awaitable[_T]]) -> _T:
+        timeout_s = self.default_timeout_s if timeout_s is None else timeout_s
+        with translate_errors(action, str(self.url), timeout_s):
+            return await asyncio.wait_for(call(self._connection()), timeout_s)
+
+
+async def wait_until_ready_async(core: AsyncTritonCore, model_name: str, model_version: str, timeout_s: float) -> None:
+    """Await until the server and the model are ready (see :func:`~pytriton.client.core.readiness_steps`).
+
+    Raises:
+        PyTritonClientTimeoutError: not ready within ``timeout_s``.
+    """
+    steps = readiness_steps(core.url, model_name, model_version, timeout_s)
+    outcome: ProbeOutcome = None
+    with contextlib.suppress(StopIteration):
+        while True:
+            probe = steps.send(outcome)
+            outcome = None
+            if probe.kind == "sleep":
+                await asyncio.sleep(probe.timeout_s)
+                continue
+            try:
+                if probe.kind == "server":
+                    outcome = await core.is_server_ready(timeout_s=probe.timeout_s)
+                else:
+                    outcome = await core.is_model_ready(model_name, model_version, timeout_s=probe.timeout_s)
+            except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:
+                outcome = exc

@@ -1,0 +1,307 @@
+"""The ``concurrent.futures`` client: many requests in flight from synchronous code.
+
+Still the client step of a request. :class:`FuturesModelClient` runs one
+:class:`~pytriton.client.client.ModelClient` per worker thread, because ``tritonclient`` clients
+must not be shared between threads; it adds no inference logic of its own, only the pool, the
+bounded queue, and :meth:`~FuturesModelClient.infer_batch_chunked`, which spreads a batch larger
+than the model's ``max_batch_size`` over the workers.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from pytriton.client._args import client_args, pool_arg
+from pytriton.client.client import ModelClient
+from pytriton.client.codec import batch_request, concat_batches, split_batch
+from pytriton.client.exceptions import (
+    PyTritonClientClosedError,
+    PyTritonClientInferenceServerError,
+    PyTritonClientQueueFullError,
+)
+from pytriton.client.model_config import ClientModelConfig
+
+_T = TypeVar("_T")
+
+
+def _default_max_workers() -> int:
+    # ThreadPoolExecutor's own default, computed here because the queue bound needs the number.
+    return min(32, (os.cpu_count() or 1) + 4)
+
+
+class FuturesModelClient:
+    """Client of one model whose calls return :class:`concurrent.futures.Future` objects.
+
+    Requests run on a thread pool; each worker thread has its own :class:`ModelClient` (and so
+    its own connection), created on its first request. The first worker to reach the model
+    shares the model configuration with the others, so later workers neither wait nor fetch.
+    Timeouts (``init_timeout_s``, ``inference_timeout_s``) count from the moment a worker
+    starts the request.
+
+    Example:
+        >>> with FuturesModelClient("localhost", "Batch2") as client:  # doctest: +SKIP
+        ...     future = client.infer_batch(np.zeros((2, 1), dtype=np.int32))
+        ...     outputs = future.result()
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model_name: str,
+        model_version: str | None = None,
+        *,
+        max_workers: int | None = None,
+        max_queue_size: int | None = None,
+        non_blocking: bool = False,
+        init_timeout_s: float | None = None,
+        inference_timeout_s: float | None = None,
+        access_token: str | None = None,
+    ) -> None:
+        """Create the client; no thread or connection starts before the first request.
+
+        Args:
+            url: as for :class:`ModelClient`.
+            model_name: the model's name on the server.
+            model_version: a version number, or ``None`` for the server's choice.
+            max_workers: the number of worker threads (requests in flight); ``None`` for
+                ``ThreadPoolExecutor``'s default.
+            max_queue_size: how many requests may wait for a free worker; ``None`` for no limit.
+            non_blocking: when the queue is full, raise :class:`PyTritonClientQueueFullError`
+                instead of blocking until a request completes.
+            init_timeout_s: as for :class:`ModelClient` (default 300 s).
+            inference_timeout_s: as for :class:`ModelClient` (default 60 s).
+            access_token: as for :class:`ModelClient`.
+
+        Raises:
+            PyTritonClientInvalidUrlError: the URL is not understood.
+            PyTritonClientValueError: another argument is wrong.
+        """
+        # Checked here, so that a wrong argument fails in the caller, not in a worker thread.
+        self._args = client_args(
+            url,
+            model_name,
+            model_version,
+            init_timeout_s=init_timeout_s,
+            inference_timeout_s=inference_timeout_s,
+            access_token=access_token,
+        )
+        pool_arg("max_workers", max_workers, 1)
+        pool_arg("max_queue_size", max_queue_size, 0)
+        workers = max_workers if max_workers is not None else _default_max_workers()
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix="pytriton-client"
+        )
+        # Counts requests not yet finished: the running ones plus those waiting in the queue.
+        self._slots = threading.Semaphore(workers + max_queue_size) if max_queue_size is not None else None
+        self._max_queue_size = max_queue_size
+        self._non_blocking = non_blocking
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._clients: list[ModelClient] = []
+        self._shared_config: ClientModelConfig | None = None
+        self._closed = False
+
+    def infer_sample(
+        self,
+        *inputs: np.ndarray,
+        parameters: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        **named_inputs: np.ndarray,
+    ) -> concurrent.futures.Future[dict[str, np.ndarray]]:
+        """Queue :meth:`ModelClient.infer_sample`; the future holds its result or error."""
+        return self._submit(
+            lambda client: client.infer_sample(*inputs, parameters=parameters, headers=headers, **named_inputs)
+        )
+
+    def infer_batch(
+        self,
+        *inputs: np.ndarray,
+        parameters: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        **named_inputs: np.ndarray,
+    ) -> concurrent.futures.Future[dict[str, np.ndarray]]:
+        """Queue :meth:`ModelClient.infer_batch`; the future holds its result or error."""
+        return self._submit(
+            lambda client: client.infer_batch(*inputs, parameters=parameters, headers=headers, **named_inputs)
+        )
+
+    def infer_batch_chunked(
+        self,
+        *inputs: np.ndarray,
+        chunk_size: int | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        **named_inputs: np.ndarray,
+    ) -> concurrent.futures.Future[dict[str, np.ndarray]]:
+        """Run a batch of any size: split along the batch axis, sent concurrently, joined in order.
+
+        The way to send more samples than the model's ``max_batch_size`` (Triton refuses such a
+        request). Each chunk is one :meth:`infer_batch` on the pool, so chunks run in parallel
+        on up to ``max_workers`` connections and obey ``max_queue_size``. The first call waits
+        for the model configuration (to learn ``max_batch_size``); the client keeps it.
+
+        Args:
+            *inputs: arrays in the order of the model's inputs, all with the same first axis.
+            chunk_size: samples per request; ``None`` for the model's ``max_batch_size``.
+            parameters: custom request parameters, sent with every chunk.
+            headers: extra HTTP headers or gRPC metadata, sent with every chunk.
+            **named_inputs: arrays by input name (not together with positional ones).
+
+        Returns:
+            A future of the outputs of the whole batch, in the order of the inputs. If a chunk
+            fails, the future holds the error of the first failed chunk.
+
+        Raises:
+            PyTritonClientModelDoesntSupportBatchingError: the model does not batch.
+            PyTritonClientValueError: the inputs disagree on the batch size, or a wrong argument.
+            PyTritonClientClosedError, PyTritonClientQueueFullError: as for :meth:`infer_batch`.
+        """
+        pool_arg("chunk_size", chunk_size, 1)
+        config = self._shared_config or self.model_config().result()
+        chunks = split_batch(batch_request(config, inputs, named_inputs), chunk_size or config.max_batch_size)
+        futures: list[concurrent.futures.Future[dict[str, np.ndarray]]] = []
+        try:
+            for chunk in chunks:
+                futures.append(self._submit(functools.partial(_infer_chunk, chunk, parameters, headers)))
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+        return join_chunk_futures(futures)
+
+    def model_config(self) -> concurrent.futures.Future[ClientModelConfig]:
+        """The model's configuration, as a future (a worker waits for the server and model)."""
+        return self._submit(lambda client: client.model_config)
+
+    def close(self, wait: bool = True) -> None:
+        """Stop taking requests; later calls raise :class:`PyTritonClientClosedError`. Idempotent.
+
+        Args:
+            wait: block until the queued and running requests are done and the connections
+                closed; when False, that happens in the background.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if wait:
+            self._shutdown()
+        else:
+            threading.Thread(target=self._shutdown, name="pytriton-client-close", daemon=True).start()
+
+    def __enter__(self) -> FuturesModelClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _shutdown(self) -> None:
+        self._executor.shutdown(wait=True)
+        # Workers are gone, so no connection is in use while it is closed.
+        with self._lock:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            client.close()
+
+    def _closed_error(self) -> PyTritonClientClosedError:
+        return PyTritonClientClosedError(
+            f"The futures client of model {self._args.model_name!r} at {self._args.url} is closed"
+        )
+
+    def _submit(self, call: Callable[[ModelClient], _T]) -> concurrent.futures.Future[_T]:
+        if self._closed:
+            raise self._closed_error()
+        if self._slots is not None and not self._slots.acquire(blocking=not self._non_blocking):
+            raise PyTritonClientQueueFullError(
+                f"{self._max_queue_size} request(s) already wait for a worker; retry later or use non_blocking=False"
+            )
+        try:
+            future = self._executor.submit(self._run, call)
+        except RuntimeError as exc:  # shut down between the check above and the submit
+            if self._slots is not None:
+                self._slots.release()
+            raise self._closed_error() from exc
+        if self._slots is not None:
+            slots = self._slots
+            future.add_done_callback(lambda _: slots.release())
+        return future
+
+    def _run(self, call: Callable[[ModelClient], _T]) -> _T:
+        client = self._thread_client()
+        result = call(client)
+        if self._shared_config is None:
+            self._shared_config = client.model_config  # known after a successful call: no network
+        return result
+
+    def _thread_client(self) -> ModelClient:
+        client = getattr(self._local, "client", None)
+        if client is None:
+            with self._lock:
+                shared = self._shared_config
+                client = ModelClient(
+                    str(self._args.url),
+                    self._args.model_name,
+                    self._args.model_version or None,
+                    init_timeout_s=self._args.init_timeout_s,
+                    inference_timeout_s=self._args.inference_timeout_s,
+                    access_token=self._args.access_token,
+                    model_config=shared,
+                    ensure_model_is_ready=shared is None,
+                )
+                self._clients.append(client)
+            self._local.client = client
+        return client
+
+
+def _infer_chunk(
+    chunk: dict[str, np.ndarray],
+    parameters: Mapping[str, Any] | None,
+    headers: Mapping[str, str] | None,
+    client: ModelClient,
+) -> dict[str, np.ndarray]:
+    return client.infer_batch(parameters=parameters, headers=headers, **chunk)
+
+
+def join_chunk_futures(
+    futures: Sequence[concurrent.futures.Future[dict[str, np.ndarray]]],
+) -> concurrent.futures.Future[dict[str, np.ndarray]]:
+    """One future of the chunks' outputs joined in order, done when every chunk is done.
+
+    Waiting for all (rather than failing at the first error) means no chunk is still running
+    when the caller sees the result, and the error reported is the first in batch order.
+    """
+    joined: concurrent.futures.Future[dict[str, np.ndarray]] = concurrent.futures.Future()
+    joined.set_running_or_notify_cancel()
+    pending = [len(futures)]
+    lock = threading.Lock()
+
+    def chunk_done(_: concurrent.futures.Future[dict[str, np.ndarray]]) -> None:
+        with lock:
+            pending[0] -= 1
+            if pending[0]:
+                return
+        for future in futures:
+            if future.cancelled():
+                joined.set_exception(concurrent.futures.CancelledError("a chunk of the batch was cancelled"))
+                return
+            error = future.exception()
+            if error is not None:
+                joined.set_exception(error)
+                return
+        try:
+            joined.set_result(concat_batches([future.result() for future in futures]))
+        except ValueError as exc:  # outputs whose shapes cannot be joined
+            joined.set_exception(
+                PyTritonClientInferenceServerError(f"The outputs of the chunks cannot be joined into one batch: {exc}")
+            )
+
+    for future in futures:
+        future.add_done_callback(chunk_done)
+    return joined
