@@ -38,8 +38,10 @@ from pytriton.worker.request import Request
 __all__ = [
     "ConstantPadder",
     "batch",
+    "convert_output",
     "fill_optionals",
     "first_value",
+    "get_model_config",
     "group_by_keys",
     "group_by_values",
     "pad_batch",
@@ -516,6 +518,56 @@ def first_value(
         return wrapped(**kwargs)
 
     return wrapper
+
+
+# --- helpers for callables -------------------------------------------------------------------
+
+
+def _required_context(what: str) -> Any:
+    context = current_context()
+    if context is None:
+        raise PyTritonInvalidOperationError(
+            f"{what} needs the model served by this thread, but no TritonContext is set; call it inside the "
+            "inference callable (tests: pytriton.worker.context.set_current_context)."
+        )
+    return context
+
+
+def get_model_config() -> Any:
+    """The `ModelConfig` of the model whose callable runs in this thread.
+
+    Raises:
+        PyTritonInvalidOperationError: called outside an inference callable.
+    """
+    return _required_context("get_model_config()").config
+
+
+def convert_output(result: Any) -> Outputs:
+    """Map a callable's result to output name -> array of each output's declared dtype.
+
+    Args:
+        result: a dict of output name -> array-like, or a list/tuple of array-likes in the
+            model's output order.
+
+    Raises:
+        PyTritonInvalidOperationError: called outside an inference callable.
+        PyTritonValidationError: the result is neither form, or a list has the wrong length.
+    """
+    context = _required_context("convert_output()")
+    outputs = _outputs_as_dict(result, "convert_output")
+    dtypes = {tensor.name: np.dtype(tensor.dtype) for tensor in context.outputs}
+    converted = {}
+    for key, value in outputs.items():
+        dtype = dtypes.get(key)
+        if dtype is None or value.dtype == dtype:
+            converted[key] = value  # an undeclared output is left for the worker to report
+        elif dtype.kind in "SO" and value.dtype.kind == "U":
+            converted[key] = np.char.encode(value, "utf-8")  # Triton BYTES carry encoded text
+        elif dtype.kind in "SO" and value.dtype.kind in "SO":
+            converted[key] = value
+        else:
+            converted[key] = value.astype(dtype)
+    return converted
 
 
 # --- either form ------------------------------------------------------------------------------
