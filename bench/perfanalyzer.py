@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from children import Child
 
@@ -149,19 +149,24 @@ class PerfAnalyzer:
         workdir: pathlib.Path,
         label: str,
         stabilize: bool = True,
+        headers: Sequence[str] = (),
     ) -> Dict[str, Optional[float]]:
         """One perf_analyzer run at one concurrency; returns its figures (latencies in microseconds).
 
         perf_analyzer repeats windows of `interval_ms` until three in a row agree within 10 %. On
         a noisy machine that may never happen; then the run is repeated once taking the mean of
         three windows whatever their spread, and ``stable`` is 0 in the figures. Without
-        `stabilize` only that second form runs (``stable`` is None: not checked).
+        `stabilize` only that second form runs (``stable`` is None: not checked). `headers`
+        (``"Name:Value"``) go with every request, e.g. the access token perf_analyzer needs to
+        read a restricted statistics API.
         """
         workdir.mkdir(parents=True, exist_ok=True)
         base = [
             str(self.binary), "-m", model, "-u", url, "-i", protocol, "--shape", shape,
             "--concurrency-range", str(concurrency), "--measurement-interval", str(interval_ms), "--verbose-csv",
         ]  # fmt: skip
+        for header in headers:
+            base += ["-H", header]
         any_spread = ["--stability-percentage", "1000", "--max-trials", "3"]
         attempts: List[Tuple[Optional[float], List[str]]] = (
             [(1.0, []), (0.0, any_spread)] if stabilize else [(None, any_spread)]

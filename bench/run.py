@@ -152,6 +152,7 @@ def measure_case(pa: PerfAnalyzer, case: Case, protocol: str, order: Sequence[Se
                 model=case.model, url=server.url(protocol), protocol=protocol, shape=f"INPUT_1:{case.values}",
                 concurrency=case.concurrency, interval_ms=args.interval_ms, workdir=workdir,
                 label=f"{case.key}-{protocol}-{server.name}{suffix}", stabilize=not args.quick,
+                headers=server.headers(protocol),
             )  # fmt: skip
             after = server.counts(case.model)
             inferences, executions = after[0] - before[0], after[1] - before[1]

@@ -6,12 +6,16 @@ a 2 ms queue delay so that Triton gathers batches. The harness launches this scr
 process, waits for both models to answer ready, and stops it with SIGTERM.
 
 Run by hand: ``python bench/serve_ours.py --http-port 8000 --grpc-port 8001 --metrics-port 8002``.
+The statistics API the harness reads is restricted by default; the harness chooses the token and
+passes it in ``$PYTRITON_BENCH_ACCESS_TOKEN``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from typing import Any, Dict
 
 import numpy as np
 
@@ -35,6 +39,16 @@ def sleep_10ms(INPUT_1: np.ndarray) -> dict:
     return {"OUTPUT_1": INPUT_1}
 
 
+def _security() -> Dict[str, Any]:
+    """`Triton` arguments for the harness's token; none for a pytriton from before access restriction."""
+    token = os.environ.get("PYTRITON_BENCH_ACCESS_TOKEN")
+    try:
+        from pytriton.triton import TritonSecurityConfig
+    except ImportError:  # --ours-pythonpath with an older revision: nothing is restricted there
+        return {}
+    return {"security_config": TritonSecurityConfig(access_token=token or None)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--http-port", type=int, required=True)
@@ -47,7 +61,7 @@ def main() -> None:
     )
     inputs = [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))]
     outputs = [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))]
-    with Triton(config=config) as triton:
+    with Triton(config=config, **_security()) as triton:
         triton.bind(
             "identity", identity, inputs, outputs,
             config=ModelConfig(max_batch_size=MAX_BATCH_SIZE, batcher=DynamicBatcher()),

@@ -5,7 +5,8 @@
   with the library's rules for ``LD_LIBRARY_PATH`` and the stub's NumPy. Its names carry
   ``pytriton-<harness pid>-bench…``, so pytriton's sweeper removes them if the harness dies.
 * `OursServer`: ``serve_ours.py`` launched as its own process, serving the same models through
-  pytriton.
+  pytriton. pytriton restricts Triton's statistics API by default, so the harness gives it an
+  access token and sends it (`Server.access_token`) with its own calls and perf_analyzer's.
 
 Both are talked to over plain HTTP (readiness, configuration, statistics, one check inference).
 """
@@ -66,12 +67,20 @@ def free_ports(count: int) -> List[int]:
 
 
 # -- HTTP ----------------------------------------------------------------------------------------
+ACCESS_TOKEN_HEADER = "triton-access-token"
+ACCESS_TOKEN_ENV = "PYTRITON_BENCH_ACCESS_TOKEN"
+"""How the harness hands serve_ours.py the token (an argument would show in `ps`)."""
+
+
 def _request(
-    port: int, method: str, path: str, body: Optional[bytes] = None, timeout_s: float = 10.0
+    port: int, method: str, path: str, body: Optional[bytes] = None, timeout_s: float = 10.0,
+    access_token: Optional[str] = None,
 ) -> Tuple[int, bytes]:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
     try:
         headers = {"Content-Type": "application/json"} if body is not None else {}
+        if access_token is not None:
+            headers[ACCESS_TOKEN_HEADER] = access_token
         connection.request(method, path, body=body, headers=headers)
         response = connection.getresponse()
         return response.status, response.read()
@@ -79,8 +88,8 @@ def _request(
         connection.close()
 
 
-def _get_json(port: int, path: str) -> Any:
-    status, body = _request(port, "GET", path)
+def _get_json(port: int, path: str, access_token: Optional[str] = None) -> Any:
+    status, body = _request(port, "GET", path, access_token=access_token)
     if status != 200:
         raise BenchError(f"GET {path} on port {port} answered {status}: {body[:300]!r}")
     return json.loads(body)
@@ -96,6 +105,14 @@ class Server:
         self.log_dir = log_dir
         self.child: Optional[Child] = None
         self.startup_s: Optional[float] = None
+        self.access_token: Optional[str] = None  # for a server that restricts some of its APIs
+
+    def headers(self, protocol: str) -> List[str]:
+        """perf_analyzer ``-H`` values that carry the access token on `protocol`, if any."""
+        if self.access_token is None:
+            return []
+        prefix = "triton-grpc-protocol-" if protocol == "grpc" else ""
+        return [f"{prefix}{ACCESS_TOKEN_HEADER}:{self.access_token}"]
 
     @property
     def marker(self) -> Optional[str]:
@@ -132,17 +149,18 @@ class Server:
 
     def _model_ready(self, model: str) -> bool:
         try:
-            status, _ = _request(self.http_port, "GET", f"/v2/models/{model}/ready", timeout_s=2.0)
+            status, _ = _request(self.http_port, "GET", f"/v2/models/{model}/ready", timeout_s=2.0,
+                                 access_token=self.access_token)
         except OSError:
             return False
         return status == 200
 
     def model_config(self, model: str) -> Dict[str, Any]:
-        return dict(_get_json(self.http_port, f"/v2/models/{model}/config"))
+        return dict(_get_json(self.http_port, f"/v2/models/{model}/config", self.access_token))
 
     def counts(self, model: str) -> Tuple[int, int]:
         """Triton's (inference_count, execution_count) of the model so far."""
-        stats = _get_json(self.http_port, f"/v2/models/{model}/stats")["model_stats"][0]
+        stats = _get_json(self.http_port, f"/v2/models/{model}/stats", self.access_token)["model_stats"][0]
         return int(stats["inference_count"]), int(stats["execution_count"])
 
     def check_identity(self, model: str) -> None:
@@ -151,7 +169,8 @@ class Server:
         body = json.dumps(
             {"inputs": [{"name": INPUT, "shape": [1, len(values)], "datatype": "FP32", "data": values}]}
         ).encode()
-        status, answer = _request(self.http_port, "POST", f"/v2/models/{model}/infer", body)
+        status, answer = _request(self.http_port, "POST", f"/v2/models/{model}/infer", body,
+                                  access_token=self.access_token)
         if status != 200:
             raise BenchError(
                 f"the {self.name} server's '{model}' failed a check inference ({status}): {answer[:300]!r}"
@@ -266,6 +285,7 @@ class OursServer(Server):
     def __init__(self, log_dir: pathlib.Path, pythonpath: Optional[pathlib.Path] = None) -> None:
         super().__init__(log_dir)
         self.pythonpath = pythonpath
+        self.access_token = secrets.token_urlsafe(16)
 
     @property
     def marker(self) -> Optional[str]:
@@ -277,6 +297,7 @@ class OursServer(Server):
             "--grpc-port", str(self.grpc_port), "--metrics-port", str(self.metrics_port),
         ]  # fmt: skip
         env = dict(os.environ)
+        env[ACCESS_TOKEN_ENV] = self.access_token or ""
         if self.pythonpath is not None:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.pythonpath), env.get("PYTHONPATH")]))
         return Child(argv, env, log)

@@ -46,12 +46,13 @@ from pytriton.server.distribution import (
     server_environment,
 )
 from pytriton.server.process import ServerProcess
+from pytriton.server.security import TritonSecurityConfig, resolve_access_token, restricted_config
 from pytriton.server.workspace import Workspace, sweep_stale
 from pytriton.worker.context import TritonContext
 from pytriton.worker.handler import InstanceHandler
 from pytriton.worker.request import Request
 
-__all__ = ["Triton", "TritonConfig"]
+__all__ = ["Triton", "TritonConfig", "TritonSecurityConfig"]
 
 logger = logging.getLogger("pytriton.triton")
 
@@ -79,12 +80,27 @@ class Triton:
             environment variables, then take their defaults.
         workspace: folder for the model repository, sockets and backends of this server; a
             private temporary folder (removed on stop) when None.
+        security_config: which APIs require an access token, and which token; by default the
+            administrative APIs (model repository, shared memory, statistics, trace, logging)
+            require a token generated for this server (see `get_access_token`).
 
     Use it as a context manager (``with Triton() as triton: ...``) or call `stop()`.
     """
 
-    def __init__(self, config: Optional[TritonConfig] = None, workspace: Union[str, pathlib.Path, None] = None) -> None:
+    def __init__(
+        self,
+        config: Optional[TritonConfig] = None,
+        workspace: Union[str, pathlib.Path, None] = None,
+        security_config: Optional[TritonSecurityConfig] = None,
+    ) -> None:
         self._config = merge(config, os.environ)
+        security = security_config if security_config is not None else TritonSecurityConfig()
+        if not isinstance(security, TritonSecurityConfig):
+            raise PyTritonBadParameterError(
+                f"security_config={security_config!r} is invalid: expected a TritonSecurityConfig or None"
+            )
+        self._security = security
+        self._access_token = resolve_access_token(security)
         self._workspace_path = pathlib.Path(workspace) if workspace is not None else None
         self._workspace: Optional[Workspace] = None
         self._models: Dict[str, _BoundModel] = {}
@@ -103,6 +119,14 @@ class Triton:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.stop()
+
+    def get_access_token(self) -> str:
+        """The token that opens this server's restricted APIs (header ``triton-access-token``).
+
+        The chosen `TritonSecurityConfig.access_token`, or the one generated for this server;
+        pass it to clients as ``ModelClient(..., access_token=...)``.
+        """
+        return self._access_token
 
     # -- binding ---------------------------------------------------------------------------
     def bind(
@@ -215,6 +239,7 @@ class Triton:
             if self._process is not None and self._control is not None:
                 self._control.load_model(model_name, MODEL_LOAD_TIMEOUT_S)
                 self._wait_models_ready([model_name], time.monotonic() + MODEL_LOAD_TIMEOUT_S)
+                workspace.restrict_segments()
 
     def _distribution(self) -> ServerDistribution:
         if self._server_distribution is None:
@@ -245,19 +270,20 @@ class Triton:
             self._check_ports_free(config)
             distribution = self._distribution()
             argv = build_argv(
-                config,
+                restricted_config(config, self._security, self._access_token),
                 binary=distribution.binary,
                 model_repository=workspace.model_repository,
                 backend_directory=assemble_backends(distribution, workspace.backends),
                 cache_directory=distribution.caches,
                 shm_region_prefix=f"{workspace.shm_prefix}-tpb",
             )
-            process = ServerProcess(argv, server_environment(distribution))
+            process = ServerProcess(argv, server_environment(distribution), secrets=[self._access_token])
             self._control = ServerControl(
                 http_address=config.http_address,
                 http_port=config.effective_http_port if config.allow_http is not False else None,
                 grpc_address=config.grpc_address,
                 grpc_port=config.effective_grpc_port,
+                access_token=self._access_token,
             )
             self._process = process
             process.start()
@@ -266,6 +292,7 @@ class Triton:
                 if not wait_for(self._control.is_ready, deadline, process.is_running):
                     raise PyTritonServerStartupError(self._startup_failure(process))
                 self._wait_models_ready(list(self._models), deadline)
+                workspace.restrict_segments()
             except BaseException:
                 self.stop()
                 raise

@@ -13,6 +13,7 @@ import urllib.parse
 from typing import Any, Callable, Dict, Optional
 
 from pytriton.exceptions import PyTritonServerError
+from pytriton.server.security import auth_headers
 
 
 def _connect_host(address: Optional[str]) -> str:
@@ -28,7 +29,8 @@ class ServerControl:
     Args:
         http_port: the server's HTTP port, or None when HTTP is off.
         grpc_port: the server's gRPC port (used when HTTP is off).
-        headers: extra headers for every call (e.g. an access token).
+        access_token: sent with every call, so the library reaches the APIs it restricted
+            (model loading is in the model-repository group).
     """
 
     def __init__(
@@ -38,11 +40,12 @@ class ServerControl:
         http_port: Optional[int],
         grpc_address: Optional[str],
         grpc_port: int,
-        headers: Optional[Dict[str, str]] = None,
+        access_token: Optional[str] = None,
     ) -> None:
         self._http = (_connect_host(http_address), http_port) if http_port else None
         self._grpc_url = f"{_connect_host(grpc_address)}:{grpc_port}"
-        self._headers = dict(headers or {})
+        self._headers: Dict[str, str] = auth_headers(access_token, grpc=False) if access_token else {}
+        self._grpc_headers: Dict[str, str] = auth_headers(access_token, grpc=True) if access_token else {}
         self._grpc_client: Any = None
 
     def _request(self, method: str, path: str, timeout_s: float, body: bytes = b"") -> tuple[int, bytes]:
@@ -67,7 +70,7 @@ class ServerControl:
         try:
             if self._http:
                 return self._request("GET", "/v2/health/ready", timeout_s)[0] == 200
-            return bool(self._grpc().is_server_ready(headers=self._headers, client_timeout=timeout_s))
+            return bool(self._grpc().is_server_ready(headers=self._grpc_headers, client_timeout=timeout_s))
         except Exception:  # noqa: BLE001 - not reachable yet counts as not ready
             return False
 
@@ -76,7 +79,7 @@ class ServerControl:
             if self._http:
                 path = f"/v2/models/{urllib.parse.quote(name)}/versions/{version}/ready"
                 return self._request("GET", path, timeout_s)[0] == 200
-            return bool(self._grpc().is_model_ready(name, str(version), headers=self._headers,
+            return bool(self._grpc().is_model_ready(name, str(version), headers=self._grpc_headers,
                                                     client_timeout=timeout_s))
         except Exception:  # noqa: BLE001
             return False
@@ -95,7 +98,7 @@ class ServerControl:
                     reason = json.loads(body or b"{}").get("error", body.decode(errors="replace"))
                     raise PyTritonServerError(f"Triton could not load model '{name}': {reason}")
             else:
-                self._grpc().load_model(name, headers=self._headers, client_timeout=timeout_s)
+                self._grpc().load_model(name, headers=self._grpc_headers, client_timeout=timeout_s)
         except PyTritonServerError:
             raise
         except Exception as exc:

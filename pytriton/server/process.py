@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import logging
+import os
 import re
 import signal
 import subprocess
@@ -27,8 +28,15 @@ _ERROR_LINE = re.compile(r"^E\d{4} ")
 _HARMLESS = "CudaDriverHelper has not been initialized"
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: ask the kernel for SIGTERM when the parent dies."""
+_PRIVATE_UMASK = 0o077
+
+
+def _prepare_child() -> None:
+    """Runs in the child before exec: a private umask, and SIGTERM when the parent dies.
+
+    (Popen's own ``umask=`` argument needs Python 3.9; this works on 3.8 too.)
+    """
+    os.umask(_PRIVATE_UMASK)
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -40,10 +48,17 @@ class ServerProcess:
         argv: the full command line (see `pytriton.server.argv`).
         env: its environment (see `pytriton.server.distribution.server_environment`).
         keep_lines: how many lines of output to keep for error messages.
+        secrets: words of the argv (an access token) replaced by ``***`` when it is logged.
+
+    The server starts with umask 077: every file, socket and shared-memory segment it and its
+    Python-backend stubs create is readable and writable by this user only.
     """
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str], keep_lines: int = 400) -> None:
+    def __init__(
+        self, argv: Sequence[str], env: Mapping[str, str], keep_lines: int = 400, secrets: Sequence[str] = ()
+    ) -> None:
         self._argv = list(argv)
+        self._secrets = [secret for secret in secrets if secret]
         self._env = dict(env)
         self._lines: Deque[str] = collections.deque(maxlen=keep_lines)
         self._process: Optional[subprocess.Popen[bytes]] = None
@@ -61,7 +76,7 @@ class ServerProcess:
         hook), the server would be killed with it. The launching thread therefore stays, reading
         the server's output, until the server exits.
         """
-        logger.debug("Starting %s", " ".join(self._argv))
+        logger.debug("Starting %s", self._redacted(" ".join(self._argv)))
         launched = threading.Event()
         failure: List[BaseException] = []
 
@@ -74,7 +89,7 @@ class ServerProcess:
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=_prepare_child,
                 )
             except Exception as exc:  # noqa: BLE001 - handed to the caller of start()
                 failure.append(exc)
@@ -88,6 +103,11 @@ class ServerProcess:
         launched.wait()
         if failure:
             raise failure[0]
+
+    def _redacted(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
 
     def _pump(self) -> None:
         assert self._process is not None and self._process.stdout is not None

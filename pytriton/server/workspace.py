@@ -66,12 +66,35 @@ class Workspace:
     def _subdir(self, name: str) -> pathlib.Path:
         folder = self.path / name
         folder.mkdir(mode=0o700, exist_ok=True)
+        # A folder left by an earlier run keeps its mode; it holds sockets and model code.
+        folder.chmod(0o700)
         return folder
 
     @property
     def shm_prefix(self) -> str:
         """Prefix of every shared-memory segment of this server (ours and Triton's)."""
         return self.server_id
+
+    def restrict_segments(self) -> List[str]:
+        """Make every shared-memory segment of this server readable and writable by its user only.
+
+        Ours are created 0600; the Python backend's own regions (which carry this server's prefix
+        and the request tensors) are created 0644 whatever the umask, so the facade calls this
+        once their models are loaded.
+
+        Returns:
+            The names whose mode was changed.
+        """
+        changed: List[str] = []
+        for name in _segment_names(self.server_id):
+            path = os.path.join(SHM_DIR, name)
+            try:
+                if os.stat(path).st_mode & 0o077:
+                    os.chmod(path, 0o600)
+                    changed.append(name)
+            except FileNotFoundError:  # the server dropped it meanwhile
+                pass
+        return changed
 
     def cleanup(self) -> None:
         """Remove the folders and segments this server created."""
@@ -83,20 +106,22 @@ class Workspace:
                 shutil.rmtree(folder, ignore_errors=True)
 
 
+def _segment_names(prefix: str) -> List[str]:
+    try:
+        return [name for name in os.listdir(SHM_DIR) if name.startswith(prefix)]
+    except FileNotFoundError:
+        return []
+
+
 def remove_segments(prefix: str) -> List[str]:
     """Unlink every /dev/shm entry whose name starts with `prefix`."""
     removed: List[str] = []
-    try:
-        names = os.listdir(SHM_DIR)
-    except FileNotFoundError:
-        return removed
-    for name in names:
-        if name.startswith(prefix):
-            try:
-                os.unlink(os.path.join(SHM_DIR, name))
-                removed.append(name)
-            except (FileNotFoundError, PermissionError):
-                pass
+    for name in _segment_names(prefix):
+        try:
+            os.unlink(os.path.join(SHM_DIR, name))
+            removed.append(name)
+        except (FileNotFoundError, PermissionError):
+            pass
     return removed
 
 

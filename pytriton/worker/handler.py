@@ -25,6 +25,7 @@ from pytriton.worker.responses import shape_response
 logger = logging.getLogger("pytriton.worker")
 
 _POLL_MS = 100
+_IPC_SCHEME = "ipc://"
 
 
 class InstanceHandler:
@@ -66,6 +67,9 @@ class InstanceHandler:
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.RCVTIMEO, _POLL_MS)
         self._socket.bind(endpoint)
+        if endpoint.startswith(_IPC_SCHEME):
+            # ZeroMQ creates the socket file with the process umask; only this user may connect.
+            os.chmod(endpoint[len(_IPC_SCHEME) :], 0o600)
         self._endpoint = endpoint
         self._stop = threading.Event()
         self._released = False

@@ -192,3 +192,32 @@ def test_sweep_stale_removes_what_dead_servers_left_and_keeps_live_ones(tmp_path
             if os.path.exists(path):
                 os.unlink(path)
     assert not [name for name in os.listdir(SHM_DIR) if name.startswith((dead_id, live_id))]
+
+
+def test_subfolders_left_with_a_wider_mode_are_made_private_again(short_dir):
+    (short_dir / "sockets").mkdir(mode=0o755)
+    (short_dir / "sockets").chmod(0o755)
+    workspace = Workspace(short_dir)
+    try:
+        assert _mode(workspace.sockets) == 0o700
+    finally:
+        workspace.cleanup()
+
+
+def test_restrict_segments_makes_this_servers_segments_private():
+    workspace = Workspace()
+    wide = _shm(f"{workspace.shm_prefix}-tpb0123")
+    private = _shm(f"{workspace.shm_prefix}-mkey-0-out-1")
+    foreign = _shm(f"pytriton-{os.getpid()}-0badc0de-tpb0123")
+    try:
+        for path in (wide, foreign):
+            os.chmod(path, 0o644)
+        os.chmod(private, 0o600)
+        assert workspace.restrict_segments() == [os.path.basename(wide)]
+        assert stat.S_IMODE(os.stat(wide).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(private).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(foreign).st_mode) == 0o644  # another server's: not ours to change
+    finally:
+        workspace.cleanup()
+        if os.path.exists(foreign):
+            os.unlink(foreign)

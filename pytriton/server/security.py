@@ -1,0 +1,162 @@
+"""Setup step 3, part 1b: who may call which tritonserver API -> restriction options of the argv.
+
+Triton can refuse any of its nine API groups to requests that lack a chosen header
+(``--http-restricted-api`` / ``--grpc-restricted-protocol``). A server bound to a public address
+would otherwise let anyone load and unload models, read statistics, change logging and tracing,
+or register shared memory. So the library restricts those administrative groups by default to
+requests carrying ``triton-access-token: <token>``, with a token it generates per server; the
+groups an ordinary client needs (inference, health, metadata, model configuration) stay open.
+
+Pure: `TritonSecurityConfig` is data, `restricted_config` turns it into `TritonConfig` items that
+`pytriton.server.argv.build_argv` writes. Merge rule with items the user wrote into
+`TritonConfig.http_restricted_api` / `grpc_restricted_protocol` (or their environment
+variables): the user's items win for every API they name; the security config restricts the
+remaining endpoints with the library's token. Triton refuses an API restricted twice, and a user
+who restricted an API explicitly meant that header and value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import secrets
+from typing import Any, Iterable, Optional, Sequence, Tuple
+
+from pytriton.exceptions import PyTritonBadParameterError
+from pytriton.server.config import TritonConfig
+
+TRITON_APIS: Tuple[str, ...] = (
+    "health",
+    "metadata",
+    "inference",
+    "shared-memory",
+    "model-config",
+    "model-repository",
+    "statistics",
+    "trace",
+    "logging",
+)
+"""The API groups tritonserver 2.51 can restrict, by the names its options use."""
+
+DEFAULT_RESTRICTED_ENDPOINTS: Tuple[str, ...] = ("shared-memory", "model-repository", "statistics", "trace", "logging")
+"""Restricted unless the user chooses: the groups that change or reveal the server, not the ones clients need."""
+
+ACCESS_TOKEN_HEADER = "triton-access-token"
+"""The header a request carries its token in; the same name the clients use."""
+
+GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
+"""Triton expects gRPC restriction headers with this prefix (it strips it before comparing)."""
+
+# Characters that survive every layer the token crosses: the `API:HEADER=VALUE` option, HTTP
+# headers and gRPC metadata (printable ASCII). Covers hex, base64 and URL-safe base64 tokens.
+_TOKEN_SHAPE = re.compile(r"^[A-Za-z0-9._~+/=-]+$")
+_TOKEN_BYTES = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonSecurityConfig:
+    """Which tritonserver APIs require an access token, and which token.
+
+    Args:
+        access_token: The token clients send as header ``triton-access-token`` (gRPC:
+            ``triton-grpc-protocol-triton-access-token``). None: the library generates a new
+            random token for each server; read it with `Triton.get_access_token()`.
+        restricted_endpoints: Names of the API groups that require the token, among
+            ``health``, ``metadata``, ``inference``, ``shared-memory``, ``model-config``,
+            ``model-repository``, ``statistics``, ``trace`` and ``logging``. None: the default
+            (``shared-memory``, ``model-repository``, ``statistics``, ``trace``, ``logging``);
+            an empty list: nothing is restricted.
+
+    The token is left out of `repr`, so that logging the config does not leak it.
+    """
+
+    access_token: Optional[str] = dataclasses.field(default=None, repr=False)
+    restricted_endpoints: Optional[Sequence[str]] = None
+
+    def __post_init__(self) -> None:
+        """Validate both fields; store the endpoints as a tuple in Triton's order, without repeats."""
+        token = self.access_token
+        if token is not None and (not isinstance(token, str) or not _TOKEN_SHAPE.match(token)):
+            shown = "<a string of the wrong characters>" if isinstance(token, str) else repr(token)
+            raise PyTritonBadParameterError(
+                f"TritonSecurityConfig.access_token={shown} is invalid: expected None (a token generated per server) "
+                "or a non-empty string of letters, digits and '-._~+/='"
+            )
+        endpoints = self.restricted_endpoints
+        if endpoints is None:
+            return
+        # A lone string would otherwise be read character by character.
+        if isinstance(endpoints, (str, bytes)) or not isinstance(endpoints, Iterable):
+            raise PyTritonBadParameterError(
+                f"TritonSecurityConfig.restricted_endpoints={endpoints!r} is invalid: expected a list of API names "
+                f"among {', '.join(TRITON_APIS)} (e.g. [{endpoints!r}] for one), or None for the default"
+            )
+        chosen = list(endpoints)
+        for name in chosen:
+            if name not in TRITON_APIS:
+                raise PyTritonBadParameterError(
+                    f"TritonSecurityConfig.restricted_endpoints item {name!r} is invalid: expected one of "
+                    f"{', '.join(TRITON_APIS)}"
+                )
+        object.__setattr__(self, "restricted_endpoints", tuple(api for api in TRITON_APIS if api in chosen))
+
+    @property
+    def effective_restricted_endpoints(self) -> Tuple[str, ...]:
+        """The API groups that require the token: the chosen ones, or the default."""
+        if self.restricted_endpoints is None:
+            return DEFAULT_RESTRICTED_ENDPOINTS
+        return tuple(self.restricted_endpoints)
+
+
+def resolve_access_token(security: TritonSecurityConfig) -> str:
+    """The token of one server: the chosen one, or a fresh random one (URL-safe, 256 bits)."""
+    if security.access_token is not None:
+        return security.access_token
+    return secrets.token_urlsafe(_TOKEN_BYTES)
+
+
+def claimed_apis(items: Optional[Sequence[str]]) -> Tuple[str, ...]:
+    """The API names restricted by `"<api>[,<api>...]:<header>=<value>"` items, in order."""
+    apis: list[str] = []
+    for item in items or ():
+        names, _, _ = item.partition(":")
+        apis.extend(name.strip() for name in names.split(",") if name.strip())
+    return tuple(apis)
+
+
+def restriction_items(
+    security: TritonSecurityConfig, access_token: str, user_items: Optional[Sequence[str]]
+) -> Optional[Tuple[str, ...]]:
+    """One protocol's restriction items: the user's, then the library's for the APIs they leave.
+
+    Args:
+        security: The restricted endpoints.
+        access_token: The server's token (see `resolve_access_token`).
+        user_items: Items the user set in `TritonConfig` for this protocol, or None.
+
+    Returns:
+        The items to pass to Triton, or None when nothing is restricted.
+    """
+    user = tuple(user_items or ())
+    taken = set(claimed_apis(user))
+    ours = [api for api in security.effective_restricted_endpoints if api not in taken]
+    items = user + ((f"{','.join(ours)}:{ACCESS_TOKEN_HEADER}={access_token}",) if ours else ())
+    return items or None
+
+
+def restricted_config(config: TritonConfig, security: TritonSecurityConfig, access_token: str) -> TritonConfig:
+    """`config` with the security config's restrictions added for both HTTP and gRPC.
+
+    Both protocols get the same API groups and token (Triton itself adds the gRPC header
+    prefix), so a client's choice of protocol never opens a restricted API.
+    """
+    changes: dict[str, Any] = {
+        "http_restricted_api": restriction_items(security, access_token, config.http_restricted_api),
+        "grpc_restricted_protocol": restriction_items(security, access_token, config.grpc_restricted_protocol),
+    }
+    return dataclasses.replace(config, **changes)
+
+
+def auth_headers(access_token: str, grpc: bool) -> dict[str, str]:
+    """The header that carries `access_token` on one protocol, for the library's own calls."""
+    return {(GRPC_HEADER_PREFIX if grpc else "") + ACCESS_TOKEN_HEADER: access_token}
