@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import Iterator
 
 import grpc  # type: ignore[import-untyped,unused-ignore]
@@ -34,8 +35,9 @@ try:  # aiohttp comes with tritonclient[http] for its asyncio client.
 except ImportError:  # pragma: no cover - depends on the installed extras
     _AiohttpConnectionError = ConnectionError  # type: ignore[misc,assignment]
 
-# asyncio's TimeoutError is the builtin one from Python 3.11 on, a class of its own before.
-_TIMEOUTS = (TimeoutError, asyncio.TimeoutError, _GeventTimeout)
+# asyncio's TimeoutError is the builtin one from Python 3.11 on, a class of its own before;
+# socket.timeout is the builtin one from 3.10 on, an OSError of its own on 3.8 and 3.9.
+_TIMEOUTS = (TimeoutError, asyncio.TimeoutError, socket.timeout, _GeventTimeout)
 
 INFER_ACTION = "Error occurred during inference request"
 CONFIG_ACTION = "Error occurred while fetching the model configuration"
