@@ -193,7 +193,7 @@ class Triton:
             )
             workspace = self._ensure_workspace()
             key = protocol.model_key(model_name, model_version)
-            endpoint = f"ipc://{workspace.sockets / key}"
+            endpoint = protocol.ipc_endpoint(workspace.sockets / key)
             shm_prefix = f"{workspace.shm_prefix}-{key}"
             proto = model_config_proto(
                 model_name,
@@ -239,7 +239,6 @@ class Triton:
             if self._process is not None and self._control is not None:
                 self._control.load_model(model_name, MODEL_LOAD_TIMEOUT_S)
                 self._wait_models_ready([model_name], time.monotonic() + MODEL_LOAD_TIMEOUT_S)
-                workspace.restrict_segments()
 
     def _distribution(self) -> ServerDistribution:
         if self._server_distribution is None:
@@ -292,7 +291,6 @@ class Triton:
                 if not wait_for(self._control.is_ready, deadline, process.is_running):
                     raise PyTritonServerStartupError(self._startup_failure(process))
                 self._wait_models_ready(list(self._models), deadline)
-                workspace.restrict_segments()
             except BaseException:
                 self.stop()
                 raise
@@ -306,7 +304,12 @@ class Triton:
         return f"tritonserver failed to start: {reason}.\n{process.report()}"
 
     def _wait_models_ready(self, names: Sequence[str], deadline: float) -> None:
-        assert self._process is not None and self._control is not None
+        """Wait until the models serve, then make their new shared-memory segments private.
+
+        The Python backend creates its regions (0644 whatever the umask) while loading a model,
+        so once the models are ready is when they all exist.
+        """
+        assert self._process is not None and self._control is not None and self._workspace is not None
         control = self._control
         for name in names:
             version = self._models[name].context.model_version
@@ -316,6 +319,7 @@ class Triton:
                 raise PyTritonServerError(
                     f"model '{name}' version {version} did not become ready.\n{self._process.report()}"
                 )
+        self._workspace.restrict_segments()
 
     @staticmethod
     def _check_ports_free(config: TritonConfig) -> None:

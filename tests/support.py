@@ -59,5 +59,10 @@ def our_leftovers() -> dict:
         cmdline = " ".join(process.info.get("cmdline") or [])
         if marker in cmdline and process.pid != os.getpid():
             processes.append(cmdline[:120])
-    segments = [name for name in os.listdir("/dev/shm") if name.startswith(marker)]
+    segments = shm_entries(marker)
     return {"processes": processes, "segments": segments}
+
+
+def shm_entries(prefix: str) -> list:
+    """The /dev/shm names starting with `prefix`, sorted."""
+    return sorted(name for name in os.listdir("/dev/shm") if name.startswith(prefix))

@@ -18,6 +18,7 @@ sides of the process boundary.
 from __future__ import annotations
 
 import hashlib
+import os
 import pickle
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -118,6 +119,19 @@ def model_key(model_name: str, model_version: int) -> str:
     """A short, filesystem- and socket-safe key for one model version."""
     digest = hashlib.sha1(f"{model_name}\x00{model_version}".encode()).hexdigest()[:10]
     return f"m{digest}"
+
+
+_IPC_SCHEME = "ipc://"
+
+
+def ipc_endpoint(socket_path: Union[str, os.PathLike[str]]) -> str:
+    """The ZeroMQ endpoint of a Unix socket file."""
+    return f"{_IPC_SCHEME}{os.fspath(socket_path)}"
+
+
+def ipc_socket_path(endpoint: str) -> Optional[str]:
+    """The socket file behind an ``ipc://`` endpoint (None for other transports)."""
+    return endpoint[len(_IPC_SCHEME) :] if endpoint.startswith(_IPC_SCHEME) else None
 
 
 def instance_endpoint(base_endpoint: str, instance: int) -> str:

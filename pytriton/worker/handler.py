@@ -25,7 +25,6 @@ from pytriton.worker.responses import shape_response
 logger = logging.getLogger("pytriton.worker")
 
 _POLL_MS = 100
-_IPC_SCHEME = "ipc://"
 
 
 class InstanceHandler:
@@ -67,10 +66,10 @@ class InstanceHandler:
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.RCVTIMEO, _POLL_MS)
         self._socket.bind(endpoint)
-        if endpoint.startswith(_IPC_SCHEME):
+        self._socket_path = protocol.ipc_socket_path(endpoint)
+        if self._socket_path is not None:
             # ZeroMQ creates the socket file with the process umask; only this user may connect.
-            os.chmod(endpoint[len(_IPC_SCHEME) :], 0o600)
-        self._endpoint = endpoint
+            os.chmod(self._socket_path, 0o600)
         self._stop = threading.Event()
         self._released = False
         self._thread = threading.Thread(
@@ -100,9 +99,9 @@ class InstanceHandler:
         self._socket.close(linger=0)
         self._arena.close()
         self._reader.close()
-        if self._endpoint.startswith("ipc://"):
+        if self._socket_path is not None:
             try:
-                os.unlink(self._endpoint[len("ipc://") :])
+                os.unlink(self._socket_path)
             except FileNotFoundError:
                 pass
 

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import secrets
-
 import numpy as np
 import pytest
+from support import shm_entries
 
 from pytriton.ipc import codec
 from pytriton.ipc.protocol import INLINE_MAX_BYTES
-from pytriton.ipc.shm import ALIGNMENT, SHM_DIR, Arena, SegmentReader
+from pytriton.ipc.shm import ALIGNMENT, Arena, SegmentReader
 
 # Every numeric dtype Triton has a numpy equivalent for (BF16 has none); BYTES is tested apart.
 TRITON_DTYPES = [
@@ -27,21 +25,6 @@ TRITON_DTYPES = [
     np.float32,
     np.float64,
 ]
-
-
-def _shm_entries(prefix):
-    return sorted(name for name in os.listdir(SHM_DIR) if name.startswith(prefix))
-
-
-@pytest.fixture
-def shm_prefix():
-    """A unique segment-name prefix; the test must leave nothing with it in /dev/shm."""
-    prefix = f"pytriton-test-{secrets.token_hex(4)}"
-    yield prefix
-    leftovers = _shm_entries(prefix)
-    for name in leftovers:
-        os.unlink(os.path.join(SHM_DIR, name))
-    assert leftovers == []
 
 
 @pytest.fixture
@@ -199,7 +182,7 @@ def test_small_tensors_travel_inline(dtype, shape, arena, reader, shm_prefix):
     assert segment == ""  # no arena named: nothing large
     assert len(frames) == 1
     assert len(frames[0]) == _padded(array.nbytes)  # padded to the inline alignment
-    assert _shm_entries(shm_prefix) == []  # nothing large: no segment created
+    assert shm_entries(shm_prefix) == []  # nothing large: no segment created
 
     (group,) = codec.unpack(columns, segment, _wire(frames), reader, 1)
     result = group["T"]
@@ -323,7 +306,7 @@ def test_several_groups_in_one_message(arena, reader, shm_prefix):
 
     # the large ones: one segment for the whole message, every tensor 64-byte aligned, no overlap
     assert segment == arena.name
-    assert _shm_entries(shm_prefix) == [arena.name]
+    assert shm_entries(shm_prefix) == [arena.name]
     shm = _entries(columns, in_shm=True)
     assert len(shm) == 3
     end = 0
@@ -373,7 +356,7 @@ def test_inline_tensors_of_odd_sizes_keep_the_next_one_aligned(reader, arena):
 def test_a_message_without_tensors_has_no_payload(arena, reader, shm_prefix):
     columns, segment, frames = codec.pack([{}, {}, {}], arena)
     assert (columns, segment, frames) == ((), "", [])
-    assert _shm_entries(shm_prefix) == []
+    assert shm_entries(shm_prefix) == []
     assert codec.unpack(columns, segment, frames, reader, 3) == [{}, {}, {}]
     assert codec.pack([], arena) == ((), "", [])
 
@@ -433,13 +416,13 @@ def test_arena_grows_to_a_new_generation_for_a_bigger_message(arena, reader, shm
     big = np.arange(3 << 20, dtype=np.uint8)  # over the 1 MiB first arena
     columns, segment, _ = codec.pack([{"T": big}], arena)
     assert segment == f"{shm_prefix}-0-out-2"
-    assert _shm_entries(shm_prefix) == [f"{shm_prefix}-0-out-2"]
+    assert shm_entries(shm_prefix) == [f"{shm_prefix}-0-out-2"]
     np.testing.assert_array_equal(codec.unpack(columns, segment, [], reader, 1)[0]["T"], big)
 
     # several large tensors of one message that together outgrow the arena: one growth
     parts = [{"T": np.full(1 << 20, i, dtype=np.uint8)} for i in range(5)]
     columns, segment, _ = codec.pack(parts, arena)
     assert segment == f"{shm_prefix}-0-out-3"
-    assert _shm_entries(shm_prefix) == [segment]
+    assert shm_entries(shm_prefix) == [segment]
     for i, group in enumerate(codec.unpack(columns, segment, [], reader, len(parts))):
         assert (group["T"] == i).all()

@@ -4,28 +4,13 @@ from __future__ import annotations
 
 import mmap
 import os
-import secrets
 import stat
 
 import numpy as np
 import pytest
+from support import shm_entries
 
 from pytriton.ipc.shm import ALIGNMENT, MIN_ARENA_BYTES, SHM_DIR, Arena, SegmentReader, aligned
-
-
-def _shm_entries(prefix):
-    return sorted(name for name in os.listdir(SHM_DIR) if name.startswith(prefix))
-
-
-@pytest.fixture
-def shm_prefix():
-    """A unique segment-name prefix; the test must leave nothing with it in /dev/shm."""
-    prefix = f"pytriton-test-{secrets.token_hex(4)}"
-    yield prefix
-    leftovers = _shm_entries(prefix)
-    for name in leftovers:
-        os.unlink(os.path.join(SHM_DIR, name))
-    assert leftovers == []
 
 
 def _arena(prefix, direction="out"):
@@ -43,9 +28,9 @@ def test_aligned():
 def test_arena_has_no_segment_before_reserve(shm_prefix):
     arena = _arena(shm_prefix)
     assert arena.capacity == 0
-    assert _shm_entries(shm_prefix) == []
+    assert shm_entries(shm_prefix) == []
     arena.close()  # closing an arena that never reserved is fine
-    assert _shm_entries(shm_prefix) == []
+    assert shm_entries(shm_prefix) == []
 
 
 def test_reserve_creates_a_private_segment_of_at_least_one_mib(shm_prefix):
@@ -54,7 +39,7 @@ def test_reserve_creates_a_private_segment_of_at_least_one_mib(shm_prefix):
         arena.reserve(10)
         assert arena.name == f"{shm_prefix}-0-out-1"
         assert arena.capacity == MIN_ARENA_BYTES
-        assert _shm_entries(shm_prefix) == [arena.name]
+        assert shm_entries(shm_prefix) == [arena.name]
         info = os.stat(os.path.join(SHM_DIR, arena.name))
         assert stat.S_IMODE(info.st_mode) == 0o600
         assert info.st_size == MIN_ARENA_BYTES
@@ -63,7 +48,7 @@ def test_reserve_creates_a_private_segment_of_at_least_one_mib(shm_prefix):
         assert not arena.view.readonly
     finally:
         arena.close()
-    assert _shm_entries(shm_prefix) == []
+    assert shm_entries(shm_prefix) == []
 
 
 def test_reserve_within_capacity_keeps_the_segment(shm_prefix):
@@ -82,33 +67,33 @@ def test_growing_creates_a_new_generation_and_unlinks_the_old(shm_prefix):
     arena = _arena(shm_prefix)
     try:
         arena.reserve(100)
-        assert _shm_entries(shm_prefix) == [f"{shm_prefix}-0-out-1"]
+        assert shm_entries(shm_prefix) == [f"{shm_prefix}-0-out-1"]
         arena.reserve(MIN_ARENA_BYTES + 1)
         assert arena.name == f"{shm_prefix}-0-out-2"
         assert arena.capacity == 2 * MIN_ARENA_BYTES  # next power of two
-        assert _shm_entries(shm_prefix) == [f"{shm_prefix}-0-out-2"]
+        assert shm_entries(shm_prefix) == [f"{shm_prefix}-0-out-2"]
         arena.reserve(5 * MIN_ARENA_BYTES)
         assert arena.name == f"{shm_prefix}-0-out-3"
         assert arena.capacity == 8 * MIN_ARENA_BYTES
-        assert _shm_entries(shm_prefix) == [f"{shm_prefix}-0-out-3"]
+        assert shm_entries(shm_prefix) == [f"{shm_prefix}-0-out-3"]
         assert stat.S_IMODE(os.stat(os.path.join(SHM_DIR, arena.name)).st_mode) == 0o600
     finally:
         arena.close()
-    assert _shm_entries(shm_prefix) == []
+    assert shm_entries(shm_prefix) == []
 
 
 def test_close_unlinks_and_is_idempotent(shm_prefix):
     arena = _arena(shm_prefix)
     arena.reserve(1)
     arena.close()
-    assert _shm_entries(shm_prefix) == []
+    assert shm_entries(shm_prefix) == []
     assert arena.capacity == 0
     arena.close()
     # a closed arena can be used again; it starts a new generation
     arena.reserve(1)
     assert arena.name == f"{shm_prefix}-0-out-2"
     arena.close()
-    assert _shm_entries(shm_prefix) == []
+    assert shm_entries(shm_prefix) == []
 
 
 def test_reserve_refuses_to_take_over_an_existing_segment(shm_prefix):
@@ -132,7 +117,7 @@ def test_closing_the_arena_with_a_live_array_on_its_view_does_not_raise(shm_pref
     array = np.frombuffer(arena.view, dtype=np.uint8, count=16)
     arena.view[:3] = b"abc"
     arena.close()
-    assert _shm_entries(shm_prefix) == []
+    assert shm_entries(shm_prefix) == []
     assert bytes(array[:3]) == b"abc"  # still mapped while the array lives
     del array
 
@@ -196,7 +181,7 @@ def test_reader_close_with_a_live_array_does_not_raise(shm_prefix):
     array = np.frombuffer(reader.buffer(arena.name), dtype=np.uint8, count=4)
     reader.close()
     arena.close()
-    assert _shm_entries(shm_prefix) == []
+    assert shm_entries(shm_prefix) == []
     assert bytes(array) == b"live"  # the mapping lives as long as the array
     del array
 
