@@ -168,13 +168,17 @@ def test_preferred_batch_size_dispatches_without_waiting_for_the_queue_delay(ser
 def test_preserve_ordering_holds_back_a_response_that_finished_early(server):
     url, _ = server
 
-    def second_done_before_first(model: str) -> bool:
+    def lead_of_second_over_first_s(model: str) -> float:
+        """How much earlier the fast second request finished than the slow first one."""
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             slow, fast = submit_in_order(pool, [(infer, url, model, BUSY_MS), (infer, url, model, 1)])
-            return fast.result() < slow.result()
+            return slow.result() - fast.result()
 
-    assert second_done_before_first("Unordered")
-    assert not second_done_before_first("Ordered")
+    # Unordered, the fast request returns about 0.5 s before the slow one; ordered, it is held
+    # until the slow one is answered, so both come back together (the exact order of two
+    # responses released at once depends on the client threads).
+    assert lead_of_second_over_first_s("Unordered") > 0.3
+    assert lead_of_second_over_first_s("Ordered") < 0.15
 
 
 def test_higher_priority_requests_are_served_first(server):
