@@ -33,7 +33,8 @@ from pytriton.exceptions import (
 from pytriton.ipc import protocol
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.model_config.tensor import resolve_tensor_names
-from pytriton.repository.pbtxt import model_config_proto, to_pbtxt
+from pytriton.repository.pbtxt import model_config_proto, to_pbtxt, to_triton_data_type
+from pytriton.repository.warmup import warmup_entries
 from pytriton.repository.writer import write_model
 from pytriton.server.argv import build_argv
 from pytriton.server.config import TritonConfig, merge
@@ -228,7 +229,9 @@ class Triton:
                     )
                     bound.handlers.append(handler)
                     handler.start()
-                write_model(workspace.model_repository, model_name, model_version, config_text, import_paths)
+                warmup_files = warmup_entries(model_name, context.inputs, config, to_triton_data_type)[1]
+                write_model(workspace.model_repository, model_name, model_version, config_text, import_paths,
+                            warmup_files)
             except BaseException:
                 for handler in bound.handlers:
                     handler.stop()

@@ -6,5 +6,6 @@ Flow: these declarations -> `pytriton.repository` (config.pbtxt) -> `pytriton.se
 from pytriton.model_config.common import DeviceKind, DynamicBatcher, QueuePolicy, TimeoutAction
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
+from pytriton.model_config.warmup import ModelWarmup
 
-__all__ = ["DeviceKind", "DynamicBatcher", "ModelConfig", "QueuePolicy", "Tensor", "TimeoutAction"]
+__all__ = ["DeviceKind", "DynamicBatcher", "ModelConfig", "ModelWarmup", "QueuePolicy", "Tensor", "TimeoutAction"]

@@ -8,9 +8,11 @@ the combinations tritonserver would refuse at load time, so the error points at 
 from __future__ import annotations
 
 import dataclasses
+from typing import Sequence, Union
 
 from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.model_config.common import DynamicBatcher, _check_bool, _check_int
+from pytriton.model_config.warmup import ModelWarmup
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +28,8 @@ class ModelConfig:
         response_cache: let Triton answer repeated requests from its cache; needs
             ``TritonConfig(response_cache_byte_size=...)`` and cannot be combined with ``decoupled``.
         decoupled: the callable may send any number of responses per request (streaming).
+        warmup: `ModelWarmup` requests Triton sends through the callable while loading the
+            model, before reporting it ready (one `ModelWarmup` or a sequence of them).
     """
 
     batching: bool = True
@@ -33,6 +37,7 @@ class ModelConfig:
     batcher: DynamicBatcher = dataclasses.field(default_factory=DynamicBatcher)
     response_cache: bool = False
     decoupled: bool = False
+    warmup: Union[ModelWarmup, Sequence[ModelWarmup]] = ()
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # the dataclass is frozen; normalising happens only here
@@ -45,6 +50,17 @@ class ModelConfig:
             raise PyTritonBadParameterError(f"ModelConfig.batcher must be a DynamicBatcher, got {self.batcher!r}")
         set_(self, "response_cache", _check_bool("ModelConfig.response_cache", self.response_cache))
         set_(self, "decoupled", _check_bool("ModelConfig.decoupled", self.decoupled))
+        warmup = (self.warmup,) if isinstance(self.warmup, ModelWarmup) else self.warmup
+        if isinstance(warmup, (str, bytes)) or not isinstance(warmup, Sequence) or not all(
+            isinstance(item, ModelWarmup) for item in warmup
+        ):
+            raise PyTritonBadParameterError(
+                f"ModelConfig.warmup must be a ModelWarmup or a sequence of them, got {self.warmup!r}"
+            )
+        names = [item.name for item in warmup]
+        if len(set(names)) != len(names):
+            raise PyTritonBadParameterError(f"ModelConfig.warmup entries need distinct names, got {names!r}")
+        set_(self, "warmup", tuple(warmup))
         if self.response_cache and self.decoupled:
             # tritonserver refuses to load such a model; say so before it gets that far.
             raise PyTritonBadParameterError(

@@ -20,6 +20,7 @@ from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigEr
 from pytriton.model_config.common import QueuePolicy, TimeoutAction
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor, resolve_tensor_names
+from pytriton.repository.warmup import warmup_entries
 
 _NUMPY_TO_TRITON: dict[np.dtype, int] = {
     np.dtype(np.bool_): pb.TYPE_BOOL,
@@ -173,7 +174,8 @@ def model_config_proto(
         backend=backend,
         max_batch_size=config.max_batch_size if config.batching else 0,
     )
-    for tensor in _resolved(inputs, "INPUT", model_name):
+    resolved_inputs = _resolved(inputs, "INPUT", model_name)
+    for tensor in resolved_inputs:
         proto.input.add(
             name=tensor.name,
             data_type=to_triton_data_type(tensor.dtype, str(tensor.name)),
@@ -193,6 +195,7 @@ def model_config_proto(
         proto.response_cache.enable = True
     if config.decoupled:
         proto.model_transaction_policy.decoupled = True
+    proto.model_warmup.extend(warmup_entries(model_name, resolved_inputs, config, to_triton_data_type)[0])
     for key, value in parameters.items():
         if not isinstance(key, str) or not key or not isinstance(value, str):
             raise PyTritonModelConfigError(

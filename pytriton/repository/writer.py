@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import pathlib
 import shutil
-from typing import Sequence
+import types
+from typing import Mapping, Sequence
+
+from pytriton.repository.warmup import WARMUP_FOLDER
+
+_NO_FILES: Mapping[str, bytes] = types.MappingProxyType({})
 
 
 def model_py(import_paths: Sequence[str]) -> str:
@@ -28,13 +33,27 @@ def model_py(import_paths: Sequence[str]) -> str:
 
 
 def write_model(
-    repository: pathlib.Path, model_name: str, model_version: int, config_text: str, import_paths: Sequence[str]
+    repository: pathlib.Path,
+    model_name: str,
+    model_version: int,
+    config_text: str,
+    import_paths: Sequence[str],
+    warmup_files: Mapping[str, bytes] = _NO_FILES,
 ) -> pathlib.Path:
-    """Write (or replace) the folder of one model version; returns the model folder."""
+    """Write (or replace) the folder of one model version; returns the model folder.
+
+    `warmup_files` (file name -> content) go into the ``warmup/`` subfolder the config's
+    ``model_warmup`` entries read from.
+    """
     folder = repository / model_name
     version_folder = folder / str(model_version)
     version_folder.mkdir(parents=True, exist_ok=True)
     (version_folder / "model.py").write_text(model_py(import_paths))
+    if warmup_files:
+        warmup_folder = folder / WARMUP_FOLDER
+        warmup_folder.mkdir(exist_ok=True)
+        for name, data in warmup_files.items():
+            (warmup_folder / name).write_bytes(data)
     (folder / "config.pbtxt").write_text(config_text)
     return folder
 
