@@ -8,7 +8,7 @@ the combinations tritonserver would refuse at load time, so the error points at 
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence, Union
+from typing import Any, Sequence, Tuple, Union
 
 from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.model_config.common import DynamicBatcher, _check_bool, _check_int
@@ -39,6 +39,11 @@ class ModelConfig:
     decoupled: bool = False
     warmup: Union[ModelWarmup, Sequence[ModelWarmup]] = ()
 
+    @property
+    def warmups(self) -> Tuple[ModelWarmup, ...]:
+        """`warmup` as a tuple (which is what `__post_init__` stores)."""
+        return tuple(self.warmup) if not isinstance(self.warmup, ModelWarmup) else (self.warmup,)
+
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # the dataclass is frozen; normalising happens only here
         batching = _check_bool("ModelConfig.batching", self.batching)
@@ -50,7 +55,7 @@ class ModelConfig:
             raise PyTritonBadParameterError(f"ModelConfig.batcher must be a DynamicBatcher, got {self.batcher!r}")
         set_(self, "response_cache", _check_bool("ModelConfig.response_cache", self.response_cache))
         set_(self, "decoupled", _check_bool("ModelConfig.decoupled", self.decoupled))
-        warmup = (self.warmup,) if isinstance(self.warmup, ModelWarmup) else self.warmup
+        warmup: Any = (self.warmup,) if isinstance(self.warmup, ModelWarmup) else self.warmup
         if isinstance(warmup, (str, bytes)) or not isinstance(warmup, Sequence) or not all(
             isinstance(item, ModelWarmup) for item in warmup
         ):

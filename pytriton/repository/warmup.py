@@ -70,7 +70,7 @@ def warmup_entries(
     messages: List[pb.ModelWarmup] = []
     files: Dict[str, bytes] = {}
     names = [str(tensor.name) for tensor in inputs]
-    for warmup in config.warmup:
+    for warmup in config.warmups:
         samples = dict(warmup.inputs or {})
         unknown = sorted(set(samples) - set(names))
         if unknown:

@@ -22,7 +22,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 _PRELUDE = """
@@ -115,14 +115,17 @@ _MODELS: dict[str, tuple[str, str]] = {
 }
 
 
-def write_repository(repo: pathlib.Path, stub_numpy_dir: str | None = None) -> list[str]:
-    """Write every dev model into ``repo`` and return their names."""
+def write_repository(
+    repo: pathlib.Path, stub_numpy_dir: str | None = None, models: Mapping[str, tuple[str, str]] | None = None
+) -> list[str]:
+    """Write the dev models (or ``models``: name -> (config.pbtxt body, model.py)) into ``repo``; return their names."""
+    models = _MODELS if models is None else models
     prelude = _PRELUDE.format(numpy_dir=stub_numpy_dir) if stub_numpy_dir else ""
-    for name, (config, source) in _MODELS.items():
+    for name, (config, source) in models.items():
         (repo / name / "1").mkdir(parents=True, exist_ok=True)
         (repo / name / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "python"\n{config}')
         (repo / name / "1" / "model.py").write_text(prelude + source)
-    return list(_MODELS)
+    return list(models)
 
 
 @dataclass(frozen=True)
@@ -163,53 +166,93 @@ def _wait_ready(http_port: int, process: subprocess.Popen, timeout_s: float) -> 
     raise TimeoutError(f"tritonserver not ready within {timeout_s} s")
 
 
+@dataclass(frozen=True)
+class ServerFiles:
+    """The files a dev server runs from."""
+
+    binary: pathlib.Path
+    backend_directory: pathlib.Path
+    library_path: str  # LD_LIBRARY_PATH: libpython first, then the server's own libraries
+    stub_numpy_dir: str | None  # numpy 1.x for the stub, swapped in by each model's prelude
+
+
+def hand_made_files(root: pathlib.Path, libpython_dir: str, stub_numpy_dir: str | None) -> ServerFiles:
+    """A server tree laid out by hand (stub beside ``libtriton_python.so``), e.g. ``/tmp/ts``."""
+    library_path = f"{libpython_dir}:{root / 'lib'}"
+    return ServerFiles(root / "bin" / "tritonserver", root / "backends", library_path, stub_numpy_dir)
+
+
+def bundled_files(workspace: pathlib.Path) -> ServerFiles:
+    """The server bundled in ``pytriton/tritonserver``, with a backend folder for this Python's stub.
+
+    Only pytriton's file lookup is used (``pytriton.server.distribution``), not its server side:
+    the models stay raw Python-backend models.
+    """
+    from pytriton.server.distribution import assemble_backends, find_distribution, server_environment
+
+    distribution = find_distribution()
+    backends = assemble_backends(distribution, workspace / "backends")
+    env = server_environment(distribution, base={})
+    stub_numpy = str(distribution.stub_python_path) if distribution.stub_python_path else None
+    return ServerFiles(distribution.binary, backends, env["LD_LIBRARY_PATH"], stub_numpy)
+
+
 @contextlib.contextmanager
 def dev_server(
     *,
-    root: pathlib.Path = pathlib.Path("/tmp/ts"),
+    root: pathlib.Path | None = pathlib.Path("/tmp/ts"),
     workspace: pathlib.Path = pathlib.Path("/tmp/clientdev"),
     port_base: int = 18100,
+    ports: tuple[int, int, int] | None = None,
     shm_prefix: str | None = None,
     libpython_dir: str = "/root/.pyenv/versions/3.11.7/lib",
     startup_timeout_s: float = 120.0,
     stub_numpy_dir: str | None = None,
+    models: Mapping[str, tuple[str, str]] | None = None,
+    extra_args: tuple[str, ...] = (),
 ) -> Iterator[DevServer]:
     """Start tritonserver on the dev repository; always stop it and sweep its shared memory.
 
-    ``shm_prefix`` defaults to ``clientdev<port_base>_`` so two dev servers never share regions.
+    ``root`` None runs the server bundled with pytriton (see :func:`bundled_files`; then
+    ``libpython_dir`` and ``stub_numpy_dir`` are found, not given). ``ports`` (HTTP, gRPC,
+    metrics) default to ``port_base`` and the two after it. ``models`` replaces the dev models.
+    ``shm_prefix`` defaults to ``clientdev<http port>_`` so two dev servers never share regions.
     """
-    shm_prefix = shm_prefix or f"clientdev{port_base}_"
+    http_port, grpc_port, metrics_port = ports or (port_base, port_base + 1, port_base + 2)
+    shm_prefix = shm_prefix or f"clientdev{http_port}_"
+    files = bundled_files(workspace) if root is None else hand_made_files(root, libpython_dir, stub_numpy_dir)
     repo = workspace / "repo"
-    write_repository(repo, stub_numpy_dir)
+    write_repository(repo, files.stub_numpy_dir, models)
     log_path = workspace / "tritonserver.log"
-    env = dict(os.environ, LD_LIBRARY_PATH=f"{libpython_dir}:{root / 'lib'}")
+    env = dict(os.environ, LD_LIBRARY_PATH=files.library_path)
     argv = [
-        str(root / "bin" / "tritonserver"),
+        str(files.binary),
         "--model-repository",
         str(repo),
         "--backend-directory",
-        str(root / "backends"),
+        str(files.backend_directory),
         "--model-control-mode",
         "explicit",
         "--load-model",
         "*",
         "--http-port",
-        str(port_base),
+        str(http_port),
         "--grpc-port",
-        str(port_base + 1),
+        str(grpc_port),
         "--metrics-port",
-        str(port_base + 2),
+        str(metrics_port),
         "--backend-config",
         f"python,shm-region-prefix-name={shm_prefix}",
         "--exit-timeout-secs",
         "5",
+        *extra_args,
     ]
     _sweep_shm(shm_prefix)
     with open(log_path, "wb") as log:
         process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        _wait_ready(port_base, process, startup_timeout_s)
-        yield DevServer(http_port=port_base, grpc_port=port_base + 1)
+        _wait_ready(http_port, process, startup_timeout_s)
+        yield DevServer(http_port=http_port, grpc_port=grpc_port)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
