@@ -50,7 +50,7 @@ from pytriton.server.process import ServerProcess
 from pytriton.server.security import TritonSecurityConfig, resolve_access_token, restricted_config
 from pytriton.server.workspace import Workspace, sweep_stale
 from pytriton.worker.context import TritonContext
-from pytriton.worker.handler import InstanceHandler
+from pytriton.worker.handler import InstanceHandler, is_async_callable, is_generator_callable
 from pytriton.worker.request import Request
 
 __all__ = ["Triton", "TritonConfig", "TritonSecurityConfig"]
@@ -180,11 +180,13 @@ class Triton:
                 raise PyTritonBadParameterError(
                     f"config of model '{model_name}' must be a pytriton.model_config.ModelConfig, got {config!r}"
                 )
-            if config.decoupled:
+            streaming = [is_generator_callable(f) for f in infer_funcs]
+            if any(streaming) and not config.decoupled:
                 raise PyTritonModelConfigError(
-                    f"model '{model_name}': ModelConfig(decoupled=True) (streaming responses) is not supported by "
-                    "this version of pytriton; bind the model without decoupled=True"
+                    f"model '{model_name}': the inference callable is a generator, which streams responses; "
+                    "bind it with config=ModelConfig(decoupled=True)"
                 )
+            asynchronous = [is_async_callable(f) for f in infer_funcs]
             context = TritonContext(
                 model_name=model_name,
                 model_version=model_version,
@@ -207,6 +209,7 @@ class Triton:
                     protocol.PARAM_SHM_PREFIX: shm_prefix,
                     protocol.PARAM_PROTOCOL: str(protocol.PROTOCOL_VERSION),
                     protocol.PARAM_WORKER_PID: str(os.getpid()),
+                    **({protocol.PARAM_RELAYED: "1"} if any(asynchronous) else {}),
                 },
             )
             config_text = to_pbtxt(proto)
@@ -226,6 +229,7 @@ class Triton:
                         strict=strict,
                         zmq_context=self._zmq,
                         on_unrecoverable=self._on_unrecoverable,
+                        asynchronous=asynchronous[index],
                     )
                     bound.handlers.append(handler)
                     handler.start()

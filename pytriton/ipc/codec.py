@@ -103,12 +103,14 @@ class _Column:
 
 
 def pack(
-    groups: Sequence[Mapping[str, np.ndarray]], arena: Arena
+    groups: Sequence[Mapping[str, np.ndarray]], arena: Optional[Arena]
 ) -> Tuple[Tuple[TensorColumn, ...], str, List[Any]]:
     """Lay out the tensors of several requests (or responses) of one message.
 
     Small tensors go back to back (8-byte aligned) into one payload frame; large ones are copied
-    into `arena`, grown at most once per message.
+    into `arena`, grown at most once per message. Without an arena everything goes inline: a
+    sender with several messages in flight (streams, overlapping coroutines) cannot reuse one
+    arena, since the receiver may still read the previous message from it.
 
     Returns:
         The columns describing every tensor, the arena's segment name ("" when unused), and
@@ -127,17 +129,19 @@ def pack(
                 column = columns[(name, dtype)] = _Column(name, dtype, count)
             column.shapes[index] = array.shape
             column.sizes[index] = size
-            if size > INLINE_MAX_BYTES:
+            if size > INLINE_MAX_BYTES and arena is not None:
                 column.in_shm[index] = True
                 shm_total += aligned(size)
             prepared.append((column, index, buffer, size))
-    if shm_total:
+    view: Any = None  # only read when some tensor went to the arena, which needs one
+    if shm_total and arena is not None:
         arena.reserve(shm_total)
+        view = arena.view
     pieces: List[Any] = []
     inline_offset = shm_offset = 0
     for column, index, buffer, size in prepared:
         if column.in_shm[index]:
-            np.frombuffer(arena.view, dtype=np.uint8, count=size, offset=shm_offset)[:] = _raw(buffer)
+            np.frombuffer(view, dtype=np.uint8, count=size, offset=shm_offset)[:] = _raw(buffer)
             column.offsets[index] = shm_offset
             shm_offset += aligned(size)
         else:
@@ -148,7 +152,7 @@ def pack(
                 pieces.append(_PAD[:pad])
             inline_offset += size + pad
     frames = [b"".join(pieces)] if pieces else []
-    return tuple(c.frozen() for c in columns.values()), (arena.name if shm_total else ""), frames
+    return tuple(c.frozen() for c in columns.values()), (arena.name if shm_total and arena else ""), frames
 
 
 def unpack(

@@ -22,7 +22,7 @@ import os
 import pickle
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 # Keys of the model configuration `parameters` that tell a proxy where its worker is.
 PARAM_ENDPOINT = "pytriton.endpoint"
@@ -30,6 +30,9 @@ PARAM_SHM_PREFIX = "pytriton.shm_prefix"
 PARAM_PROTOCOL = "pytriton.protocol"
 PARAM_WORKER_PID = "pytriton.worker_pid"
 PARAM_HANDSHAKE_TIMEOUT_S = "pytriton.handshake_timeout_s"
+PARAM_RELAYED = "pytriton.relayed"
+"""``"1"`` when the proxy answers through Triton's response senders from a relay thread (decoupled
+models, and callables that are coroutines, whose batches may overlap); absent otherwise."""
 
 # Tensors at or under this size travel inline in ZeroMQ frames; larger ones in shared memory.
 INLINE_MAX_BYTES = 64 * 1024
@@ -98,8 +101,43 @@ class BatchResult(NamedTuple):
     unrecoverable: bool = False
 
 
-Message = Union[Hello, Welcome, InferBatch, BatchResult]
-_MESSAGE_TYPES = (Hello, Welcome, InferBatch, BatchResult)
+class StreamPart(NamedTuple):
+    """Worker -> proxy: one step of a streaming callable, a response for some requests of a batch.
+
+    `present[i]` says whether request i gets a response in this step; where `errors[i]` is not
+    None, that error ends request i's stream instead. Tensors travel inline only (never in an
+    arena): the proxy may still be reading one step when the worker sends the next.
+    """
+
+    batch_id: int
+    present: Tuple[bool, ...]
+    errors: Tuple[Optional[str], ...]
+    columns: Tuple[TensorColumn, ...]
+
+
+class StreamEnd(NamedTuple):
+    """Worker -> proxy: the callable is done with a batch; closes every stream still open.
+
+    `errors[i]` is None for a clean end of request i's stream, else the error its requester gets
+    after the responses already sent.
+    """
+
+    batch_id: int
+    errors: Tuple[Optional[str], ...]
+    unrecoverable: bool = False
+
+
+class Cancel(NamedTuple):
+    """Proxy -> worker: every requester of the batch has gone; stop producing its responses.
+
+    The worker still answers with `StreamEnd`, which is when the proxy forgets the batch.
+    """
+
+    batch_id: int
+
+
+Message = Union[Hello, Welcome, InferBatch, BatchResult, StreamPart, StreamEnd, Cancel]
+_MESSAGE_TYPES = (Hello, Welcome, InferBatch, BatchResult, StreamPart, StreamEnd, Cancel)
 
 
 def encode(message: Message, payload: Sequence[Any] = ()) -> List[Any]:

@@ -21,12 +21,24 @@ import zmq
 
 from pytriton.ipc import codec, protocol
 from pytriton.ipc.shm import Arena, SegmentReader
+from pytriton.proxy.relay import Relay
 
 _LIVENESS_CHECK_MS = 1000
 
 
 def _parameters(model_config: Dict[str, Any]) -> Dict[str, str]:
     return {key: value.get("string_value", "") for key, value in model_config.get("parameters", {}).items()}
+
+
+def _read_requests(requests: List[Any]) -> Tuple[List[Dict[str, Any]], Tuple[str, ...]]:
+    """Each request's input arrays, and its parameters as JSON text ("" when it has none)."""
+    groups = []
+    parameters = []
+    for request in requests:
+        groups.append({tensor.name(): tensor.as_numpy() for tensor in request.inputs()})
+        text = request.parameters()
+        parameters.append("" if text in ("", "{}") else text)
+    return groups, tuple(parameters)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -62,6 +74,12 @@ class TritonPythonModel:
         welcome = self._handshake(endpoint, timeout_s)
         if welcome.error:
             raise pb_utils.TritonModelException(f"Model '{self._model_name}': {welcome.error}")
+        decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
+        self._relay: Optional[Relay] = None
+        if decoupled or params.get(protocol.PARAM_RELAYED) == "1":
+            self._relay = Relay(pb_utils, self._context, self._socket, self._model_name, self._worker_pid,
+                                _pid_alive, watch_cancellation=decoupled)
+            self.execute = self._execute_relayed  # type: ignore[method-assign,assignment]
 
     def _handshake(self, endpoint: str, timeout_s: float) -> protocol.Welcome:
         hello = protocol.Hello(protocol.PROTOCOL_VERSION, self._instance, os.getpid())
@@ -80,15 +98,10 @@ class TritonPythonModel:
         )
 
     def execute(self, requests: List[Any]) -> List[Any]:
-        groups = []
-        parameters = []
-        for request in requests:
-            groups.append({tensor.name(): tensor.as_numpy() for tensor in request.inputs()})
-            text = request.parameters()
-            parameters.append("" if text in ("", "{}") else text)
+        groups, parameters = _read_requests(requests)
         columns, segment, frames = codec.pack(groups, self._arena)
         self._batch_id += 1
-        batch = protocol.InferBatch(self._batch_id, tuple(parameters), columns, segment)
+        batch = protocol.InferBatch(self._batch_id, parameters, columns, segment)
         self._socket.send_multipart(protocol.encode(batch, frames))
         result, payload = self._wait_result(len(requests))
         if result is None:
@@ -104,6 +117,17 @@ class TritonPythonModel:
             else:
                 responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in arrays.items()]))
         return responses
+
+    def _execute_relayed(self, requests: List[Any]) -> None:
+        """Send the batch through the relay and return at once; the relay answers each request."""
+        groups, parameters = _read_requests(requests)
+        columns, segment, frames = codec.pack(groups, None)  # inline: batches overlap, an arena would not
+        self._batch_id += 1
+        batch = protocol.InferBatch(self._batch_id, parameters, columns, segment)
+        senders = [request.get_response_sender() for request in requests]
+        assert self._relay is not None
+        self._relay.submit(self._batch_id, protocol.encode(batch, frames), requests, senders)
+        return None
 
     def _wait_result(self, count: int) -> Tuple[Optional[protocol.BatchResult], Sequence[Any]]:
         while True:
@@ -123,6 +147,8 @@ class TritonPythonModel:
             # otherwise: a late answer to an abandoned batch
 
     def finalize(self) -> None:
+        if self._relay is not None:
+            self._relay.close()  # closes the socket it owns
         self._socket.close(linger=0)
         self._context.term()
         self._arena.close()

@@ -2,18 +2,32 @@
 
 The thread owns its ZeroMQ ROUTER socket, its output arena and its reader of the proxy's input
 arena, so the hot path takes no lock and hands nothing to another thread.
+
+What the callable returns decides how the answer travels:
+
+- a list (one response per request): one `BatchResult`;
+- a generator (decoupled models): a `StreamPart` per value it yields, then a `StreamEnd`; the
+  socket is checked between values, so a `Cancel` from the proxy closes the generator;
+- a coroutine or an async generator: the same, awaited. When the callable is async
+  (`asynchronous=True`), the thread runs an asyncio loop instead of the blocking loop, and
+  every batch becomes a task, so batches of one instance overlap wherever the callable awaits.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import functools
+import inspect
 import json
 import logging
 import os
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Generator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import zmq
+import zmq.asyncio
 
 from pytriton.exceptions import PyTritonUnrecoverableError
 from pytriton.ipc import codec, protocol
@@ -25,6 +39,23 @@ from pytriton.worker.responses import shape_response
 logger = logging.getLogger("pytriton.worker")
 
 _POLL_MS = 100
+
+
+def is_async_callable(func: Callable[..., Any]) -> bool:
+    """Whether `func` is a coroutine function or an async generator function (seen through
+    `wrapt` decorators, and on an object's ``__call__``)."""
+    for candidate in (func, getattr(func, "__call__", None)):  # noqa: B004 - the method, not callable()
+        if inspect.iscoroutinefunction(candidate) or inspect.isasyncgenfunction(candidate):
+            return True
+    return False
+
+
+def is_generator_callable(func: Callable[..., Any]) -> bool:
+    """Whether `func` is a generator or async generator function (seen like `is_async_callable`)."""
+    for candidate in (func, getattr(func, "__call__", None)):  # noqa: B004
+        if inspect.isgeneratorfunction(candidate) or inspect.isasyncgenfunction(candidate):
+            return True
+    return False
 
 
 class InstanceHandler:
@@ -40,6 +71,8 @@ class InstanceHandler:
         zmq_context: the process's ZeroMQ context.
         on_unrecoverable: called (from this thread) after a callable raised
             `PyTritonUnrecoverableError` and its requesters got their errors.
+        asynchronous: run an asyncio loop in the thread (for coroutine and async generator
+            callables); the proxy then relays, so batches may overlap.
     """
 
     def __init__(
@@ -53,12 +86,15 @@ class InstanceHandler:
         strict: bool,
         zmq_context: zmq.Context[zmq.Socket[bytes]],
         on_unrecoverable: Callable[[str], None],
+        asynchronous: bool = False,
     ) -> None:
         self._context = context
         self._infer_func = infer_func
         self._instance = instance
         self._strict = strict
         self._on_unrecoverable = on_unrecoverable
+        self._asynchronous = asynchronous
+        self._decoupled = bool(getattr(context.config, "decoupled", False))
         self._arena = Arena(lambda generation: protocol.segment_name(shm_prefix, instance, "out", generation))
         self._reader = SegmentReader()
         self._bytes_inputs = {t.name: np.dtype(t.dtype).kind for t in context.inputs if np.dtype(t.dtype).kind == "S"}
@@ -70,10 +106,14 @@ class InstanceHandler:
         if self._socket_path is not None:
             # ZeroMQ creates the socket file with the process umask; only this user may connect.
             os.chmod(self._socket_path, 0o600)
+        self._backlog: Deque[Tuple[bytes, List[Any]]] = collections.deque()  # arrived during a stream
+        self._private_loop: Optional[asyncio.AbstractEventLoop] = None  # for a coroutine in blocking mode
         self._stop = threading.Event()
         self._released = False
         self._thread = threading.Thread(
-            target=self._serve, name=f"pytriton-{context.model_name}-{instance}", daemon=True
+            target=self._serve_async_main if asynchronous else self._serve,
+            name=f"pytriton-{context.model_name}-{instance}",
+            daemon=True,
         )
 
     def start(self) -> None:
@@ -99,22 +139,29 @@ class InstanceHandler:
         self._socket.close(linger=0)
         self._arena.close()
         self._reader.close()
+        if self._private_loop is not None:
+            self._private_loop.close()
         if self._socket_path is not None:
             try:
                 os.unlink(self._socket_path)
             except FileNotFoundError:
                 pass
 
+    # --- the blocking loop (plain callables) ---------------------------------------------------
+
     def _serve(self) -> None:
         set_current_context(self._context)
         socket = self._socket
         while not self._stop.is_set():
-            try:
-                identity, *frames = socket.recv_multipart()
-            except zmq.Again:
-                continue  # the receive timeout lets the loop see stop()
-            except zmq.ContextTerminated:
-                return
+            if self._backlog:
+                identity, frames = self._backlog.popleft()
+            else:
+                try:
+                    identity, *frames = socket.recv_multipart()
+                except zmq.Again:
+                    continue  # the receive timeout lets the loop see stop()
+                except zmq.ContextTerminated:
+                    return
             try:
                 message, payload = protocol.decode(frames)
             except Exception:
@@ -123,16 +170,189 @@ class InstanceHandler:
             if isinstance(message, protocol.Hello):
                 socket.send_multipart([identity, *protocol.encode(self._welcome(message))])
             elif isinstance(message, protocol.InferBatch):
+                self._serve_batch(identity, message, payload)
+            # a Cancel for a batch that already ended needs nothing
+
+    def _serve_batch(self, identity: bytes, batch: protocol.InferBatch, payload: Sequence[Any]) -> None:
+        count = len(batch.parameters)
+        try:
+            batch_sizes, outcome = self._call(batch, payload)
+            if inspect.isgenerator(outcome):
+                self._stream(identity, batch.batch_id, count, outcome, batch_sizes)
+                return
+            if inspect.iscoroutine(outcome) or inspect.isasyncgen(outcome):
+                # Found only at call time (e.g. an async callable behind a plain wrapper): run it
+                # to the end here; batches of this instance then do not overlap.
+                if self._private_loop is None:
+                    self._private_loop = asyncio.new_event_loop()
+                self._private_loop.run_until_complete(
+                    self._finish_async(identity, batch.batch_id, count, outcome, batch_sizes, _BlockingSender(self))
+                )
+                return
+            result, out_frames = self._result(batch.batch_id, count, outcome, batch_sizes, self._arena)
+        except Exception as exc:  # a bug of ours must not leave requesters waiting
+            logger.exception("Model '%s': the worker failed to process a batch", self._context.model_name)
+            error = f"Model '{self._context.model_name}': internal error in the pytriton worker: {exc}"
+            result, out_frames = protocol.BatchResult(batch.batch_id, (error,) * count, (), ""), []
+        if result.unrecoverable:  # before the reply, so is_alive() is false once a client sees it
+            self._on_unrecoverable(self._context.model_name)
+        self._socket.send_multipart([identity, *protocol.encode(result, out_frames)])
+
+    def _stream(
+        self, identity: bytes, batch_id: int, count: int, generator: Generator[Any, Any, Any],
+        batch_sizes: List[Optional[int]],
+    ) -> None:
+        """Send each value the generator yields as a `StreamPart`, then a `StreamEnd`."""
+        errors: Tuple[Optional[str], ...] = (None,) * count
+        unrecoverable = False
+        try:
+            if not self._decoupled:
+                raise _NotDecoupled(self._not_decoupled_message())
+            for step in generator:
+                part, frames = self._part(batch_id, count, step, batch_sizes)
+                self._socket.send_multipart([identity, *protocol.encode(part, frames)])
+                if self._cancelled(batch_id):
+                    generator.close()  # runs the generator's finally blocks now
+                    logger.debug("Model '%s': batch %d cancelled by its requesters", self._context.model_name,
+                                 batch_id)
+                    break
+        except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
+            error, unrecoverable = self._callable_error(exc)
+            errors = (error,) * count
+        if unrecoverable:
+            self._on_unrecoverable(self._context.model_name)
+        self._socket.send_multipart([identity, *protocol.encode(protocol.StreamEnd(batch_id, errors, unrecoverable))])
+
+    def _cancelled(self, batch_id: int) -> bool:
+        """Read what arrived while streaming: a `Cancel` of this batch, or work kept for later."""
+        cancelled = False
+        while self._socket.poll(0):
+            identity, *frames = self._socket.recv_multipart()
+            try:
+                message, _ = protocol.decode(frames)
+            except Exception:
+                logger.exception("Model '%s': dropped an unreadable message", self._context.model_name)
+                continue
+            if isinstance(message, protocol.Cancel):
+                cancelled = cancelled or message.batch_id == batch_id
+            else:
+                self._backlog.append((identity, frames))
+        return cancelled
+
+    # --- the asyncio loop (coroutine and async generator callables) -----------------------------
+
+    def _serve_async_main(self) -> None:
+        set_current_context(self._context)
+        loop = asyncio.new_event_loop()
+        self._private_loop = loop
+        try:
+            loop.run_until_complete(self._serve_async())
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+
+    async def _serve_async(self) -> None:
+        self._socket.setsockopt(zmq.RCVTIMEO, -1)  # asyncio's poll times out by itself; a socket timeout breaks it
+        socket = zmq.asyncio.Socket.from_socket(self._socket)
+        sender = _AsyncSender(socket)
+        tasks: Dict[int, asyncio.Task[None]] = {}
+        try:
+            while not self._stop.is_set():
+                if not await socket.poll(_POLL_MS):
+                    continue
+                identity, *frames = await socket.recv_multipart()
                 try:
-                    result, out_frames = self._infer(message, payload)
-                except Exception as exc:  # a bug of ours must not leave requesters waiting
-                    logger.exception("Model '%s': the worker failed to process a batch", self._context.model_name)
-                    error = f"Model '{self._context.model_name}': internal error in the pytriton worker: {exc}"
-                    errors = (error,) * len(message.parameters)
-                    result, out_frames = protocol.BatchResult(message.batch_id, errors, (), ""), []
-                if result.unrecoverable:  # before the reply, so is_alive() is false once a client sees it
-                    self._on_unrecoverable(self._context.model_name)
-                socket.send_multipart([identity, *protocol.encode(result, out_frames)])
+                    message, payload = protocol.decode(frames)
+                except Exception:
+                    logger.exception("Model '%s': dropped an unreadable message", self._context.model_name)
+                    continue
+                if isinstance(message, protocol.Hello):
+                    await socket.send_multipart([identity, *protocol.encode(self._welcome(message))])
+                elif isinstance(message, protocol.InferBatch):
+                    task = asyncio.ensure_future(self._serve_async_batch(identity, message, payload, sender))
+                    tasks[message.batch_id] = task
+                    task.add_done_callback(functools.partial(_forget, tasks, message.batch_id))
+                elif isinstance(message, protocol.Cancel) and message.batch_id in tasks:
+                    tasks[message.batch_id].cancel()
+        finally:
+            for task in list(tasks.values()):
+                task.cancel()
+            if tasks:
+                await asyncio.gather(*tasks.values(), return_exceptions=True)
+
+    async def _serve_async_batch(
+        self, identity: bytes, batch: protocol.InferBatch, payload: Sequence[Any], sender: _Sender
+    ) -> None:
+        count = len(batch.parameters)
+        try:
+            batch_sizes, outcome = self._call(batch, payload)
+            await self._finish_async(identity, batch.batch_id, count, outcome, batch_sizes, sender)
+        except Exception as exc:  # a bug of ours must not leave requesters waiting
+            logger.exception("Model '%s': the worker failed to process a batch", self._context.model_name)
+            error = f"Model '{self._context.model_name}': internal error in the pytriton worker: {exc}"
+            end: Any = (protocol.StreamEnd(batch.batch_id, (error,) * count) if self._decoupled
+                        else protocol.BatchResult(batch.batch_id, (error,) * count, (), ""))
+            await sender.send([identity, *protocol.encode(end)])
+
+    async def _finish_async(
+        self,
+        identity: bytes,
+        batch_id: int,
+        count: int,
+        outcome: Any,
+        batch_sizes: List[Optional[int]],
+        sender: _Sender,
+    ) -> None:
+        """Await a coroutine, or run an async generator (or a plain outcome), and send the answer."""
+        if not self._decoupled and (inspect.isasyncgen(outcome) or inspect.isgenerator(outcome)):
+            outcome = _Failure(self._not_decoupled_message())
+        if not self._decoupled:
+            if inspect.iscoroutine(outcome):
+                try:
+                    outcome = await outcome
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    outcome = _Failure(self._callable_error(exc)[0])
+            if isinstance(outcome, _Failure):
+                result = protocol.BatchResult(batch_id, (outcome.message,) * count, (), "")
+                await sender.send([identity, *protocol.encode(result)])
+                return
+            result, frames = self._result(batch_id, count, outcome, batch_sizes, None)
+            if result.unrecoverable:
+                self._on_unrecoverable(self._context.model_name)
+            await sender.send([identity, *protocol.encode(result, frames)])
+            return
+        errors: Tuple[Optional[str], ...] = (None,) * count
+        unrecoverable = False
+        try:
+            if isinstance(outcome, _Failure):
+                raise _NotDecoupled(outcome.message)
+            if inspect.iscoroutine(outcome):
+                outcome = await outcome
+            if inspect.isasyncgen(outcome):
+                try:
+                    async for step in outcome:
+                        part, frames = self._part(batch_id, count, step, batch_sizes)
+                        await sender.send([identity, *protocol.encode(part, frames)])
+                finally:
+                    await outcome.aclose()  # on cancellation too: the generator's finally blocks run
+            elif inspect.isgenerator(outcome):
+                for step in outcome:
+                    part, frames = self._part(batch_id, count, step, batch_sizes)
+                    await sender.send([identity, *protocol.encode(part, frames)])
+            else:  # a plain list: one response per request, then the end
+                part, frames = self._part(batch_id, count, outcome, batch_sizes)
+                await sender.send([identity, *protocol.encode(part, frames)])
+        except asyncio.CancelledError:
+            logger.debug("Model '%s': batch %d cancelled by its requesters", self._context.model_name, batch_id)
+        except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
+            error, unrecoverable = self._callable_error(exc)
+            errors = (error,) * count
+        if unrecoverable:
+            self._on_unrecoverable(self._context.model_name)
+        await sender.send([identity, *protocol.encode(protocol.StreamEnd(batch_id, errors, unrecoverable))])
+
+    # --- shared steps ---------------------------------------------------------------------------
 
     def _welcome(self, hello: protocol.Hello) -> protocol.Welcome:
         error = None
@@ -156,58 +376,126 @@ class InstanceHandler:
             requests.append(Request(arrays, json.loads(parameters) if parameters else {}))
         return requests
 
-    def _infer(
-        self, batch: protocol.InferBatch, payload: Sequence[Any]
-    ) -> Tuple[protocol.BatchResult, List[Any]]:
-        model = self._context.model_name
-        count = len(batch.parameters)
-        unrecoverable = False
-        batch_sizes: List[Optional[int]] = [None] * count
+    def _call(self, batch: protocol.InferBatch, payload: Sequence[Any]) -> Tuple[List[Optional[int]], Any]:
+        """Run the callable on the batch: its result (list, generator, coroutine...) or a `_Failure`."""
+        batch_sizes: List[Optional[int]] = [None] * len(batch.parameters)
         try:
             requests = self._requests(batch, payload)
             if self._strict and self._context.config.batching:  # before the callable may change the requests
                 batch_sizes = [_batch_size(request) for request in requests]
-            results = self._infer_func(requests)
-            if isinstance(results, (list, tuple)) and len(results) == count:
-                outcomes: List[Any] = list(results)
-            else:
-                got = f"a {type(results).__name__} of {len(results)}" if isinstance(results, (list, tuple)) else (
-                    type(results).__name__)
-                error = (f"Model '{model}': the inference callable returned {got} for a batch of {count} requests; "
-                         "expected a list with one mapping of output name to array per request")
-                outcomes = [_Failure(error)] * count
-        except PyTritonUnrecoverableError as exc:
-            logger.error("Model '%s': unrecoverable error, the server shuts down", model, exc_info=True)
-            outcomes = [_Failure(f"Model '{model}' failed: PyTritonUnrecoverableError: {exc}")] * count
-            unrecoverable = True
-        except Exception as exc:
-            logger.exception("Model '%s': the inference callable raised", model)
-            outcomes = [_Failure(f"Model '{model}' failed: {type(exc).__name__}: {exc}")] * count
+            return batch_sizes, self._infer_func(requests)
+        except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
+            error, unrecoverable = self._callable_error(exc)
+            return batch_sizes, _Failure(error, unrecoverable)
 
+    def _callable_error(self, exc: Exception) -> Tuple[str, bool]:
+        """The message a requester gets for the callable's exception, and whether it is unrecoverable."""
+        model = self._context.model_name
+        if isinstance(exc, _NotDecoupled):
+            return str(exc), False
+        if isinstance(exc, PyTritonUnrecoverableError):
+            logger.error("Model '%s': unrecoverable error, the server shuts down", model, exc_info=exc)
+            return f"Model '{model}' failed: PyTritonUnrecoverableError: {exc}", True
+        logger.error("Model '%s': the inference callable raised", model, exc_info=exc)
+        return f"Model '{model}' failed: {type(exc).__name__}: {exc}", False
+
+    def _not_decoupled_message(self) -> str:
+        return (f"Model '{self._context.model_name}': the inference callable yields responses (it is a generator), "
+                "but the model is not decoupled; bind it with ModelConfig(decoupled=True) to stream responses")
+
+    def _outcomes(self, count: int, results: Any, what: str) -> List[Any]:
+        if isinstance(results, _Failure):
+            return [results] * count
+        if isinstance(results, (list, tuple)) and len(results) == count:
+            return list(results)
+        got = f"a {type(results).__name__} of {len(results)}" if isinstance(results, (list, tuple)) else (
+            type(results).__name__)
+        error = (f"Model '{self._context.model_name}': the inference callable {what} {got} for a batch of {count} "
+                 "requests; expected a list with one mapping of output name to array per request")
+        return [_Failure(error)] * count
+
+    def _shape(self, outcomes: List[Any], batch_sizes: List[Optional[int]]
+               ) -> Tuple[List[Dict[str, np.ndarray]], List[Optional[str]], List[bool]]:
         groups: List[Dict[str, np.ndarray]] = []
         errors: List[Optional[str]] = []
+        present: List[bool] = []
         for index, outcome in enumerate(outcomes):
-            if isinstance(outcome, _Failure):
+            present.append(outcome is not None)
+            if outcome is None:
+                groups.append({})
+                errors.append(None)
+            elif isinstance(outcome, _Failure):
                 groups.append({})
                 errors.append(outcome.message)
-                continue
-            try:
-                groups.append(shape_response(self._context, outcome, request_index=index,
-                                             batch_size=batch_sizes[index], strict=self._strict))
-                errors.append(None)
-            except Exception as exc:  # noqa: BLE001 - one bad response fails that request only
-                logger.warning("%s", exc)
-                groups.append({})
-                errors.append(str(exc))
-        columns, segment, frames = codec.pack(groups, self._arena)
-        return protocol.BatchResult(batch.batch_id, tuple(errors), columns, segment, unrecoverable), frames
+            else:
+                try:
+                    groups.append(shape_response(self._context, outcome, request_index=index,
+                                                 batch_size=batch_sizes[index], strict=self._strict))
+                    errors.append(None)
+                except Exception as exc:  # noqa: BLE001 - one bad response fails that request only
+                    logger.warning("%s", exc)
+                    groups.append({})
+                    errors.append(str(exc))
+        return groups, errors, present
+
+    def _result(
+        self, batch_id: int, count: int, results: Any, batch_sizes: List[Optional[int]], arena: Optional[Arena]
+    ) -> Tuple[protocol.BatchResult, List[Any]]:
+        outcomes = self._outcomes(count, results, "returned")
+        for index, outcome in enumerate(outcomes):
+            if outcome is None:  # a response is required for every request of a non-streaming model
+                outcomes[index] = _Failure(f"Model '{self._context.model_name}': the inference callable returned "
+                                           f"None for request {index}; expected a mapping of output name to array")
+        groups, errors, _ = self._shape(outcomes, batch_sizes)
+        unrecoverable = any(isinstance(o, _Failure) and o.unrecoverable for o in outcomes)
+        columns, segment, frames = codec.pack(groups, arena)
+        return protocol.BatchResult(batch_id, tuple(errors), columns, segment, unrecoverable), frames
+
+    def _part(
+        self, batch_id: int, count: int, step: Any, batch_sizes: List[Optional[int]]
+    ) -> Tuple[protocol.StreamPart, List[Any]]:
+        groups, errors, present = self._shape(self._outcomes(count, step, "yielded"), batch_sizes)
+        columns, _, frames = codec.pack(groups, None)  # inline: the proxy may still read the previous part
+        return protocol.StreamPart(batch_id, tuple(present), tuple(errors), columns), frames
 
 
 class _Failure:
-    __slots__ = ("message",)
+    __slots__ = ("message", "unrecoverable")
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, unrecoverable: bool = False) -> None:
         self.message = message
+        self.unrecoverable = unrecoverable
+
+
+class _NotDecoupled(Exception):
+    """A generator callable bound to a model without ModelConfig(decoupled=True)."""
+
+
+class _Sender:
+    async def send(self, frames: List[Any]) -> None:
+        raise NotImplementedError
+
+
+class _AsyncSender(_Sender):
+    def __init__(self, socket: Any) -> None:
+        self._socket = socket
+
+    async def send(self, frames: List[Any]) -> None:
+        await self._socket.send_multipart(frames)
+
+
+class _BlockingSender(_Sender):
+    """Sends on the handler's blocking socket from a coroutine run to completion in its thread."""
+
+    def __init__(self, handler: InstanceHandler) -> None:
+        self._handler = handler
+
+    async def send(self, frames: List[Any]) -> None:
+        self._handler._socket.send_multipart(frames)
+
+
+def _forget(tasks: Dict[int, Any], batch_id: int, _task: Any) -> None:
+    tasks.pop(batch_id, None)
 
 
 def _batch_size(request: Request) -> Optional[int]:
