@@ -10,7 +10,9 @@ Errors of ``tritonclient``, gRPC and sockets never escape: they are translated i
     PyTritonError                                  pytriton.exceptions
     └── PyTritonClientError                        root of the client side
         ├── PyTritonClientValueError               a wrong argument (inputs, parameters, headers)
-        │   └── PyTritonClientInvalidUrlError      the URL cannot be parsed or its scheme is not served
+        │   ├── PyTritonClientInvalidUrlError      the URL cannot be parsed or its scheme is not served
+        │   └── PyTritonClientDecoupledMismatchError  a streaming client on a model that is not
+        │                                              decoupled, or a one-response client on one that is
         ├── PyTritonClientTimeoutError             the server or model not ready in time, or no answer in time
         ├── PyTritonClientModelUnavailableError    unknown model/version, or the server cannot be reached
         ├── PyTritonClientClosedError              a call on a client after ``close()``
@@ -32,6 +34,15 @@ class PyTritonClientValueError(PyTritonClientError):
 
 class PyTritonClientInvalidUrlError(PyTritonClientValueError):
     """The server URL cannot be parsed or uses a scheme the clients do not speak."""
+
+
+class PyTritonClientDecoupledMismatchError(PyTritonClientValueError):
+    """The client kind does not fit the model: the message names the clients to use instead.
+
+    A decoupled model (any number of responses per request) needs ``DecoupledModelClient`` or
+    ``AsyncioDecoupledModelClient``; any other model needs ``ModelClient``,
+    ``FuturesModelClient`` or ``AsyncioModelClient``.
+    """
 
 
 class PyTritonClientTimeoutError(PyTritonClientError):

@@ -2,9 +2,10 @@
 
 Built from the JSON that the server returns for ``GET v2/models/<name>/config`` (HTTP) or from
 ``ModelConfigResponse`` rendered as JSON (gRPC). Only what a client needs is kept: the
-batching limit to add or check the batch axis, and the tensors to map positional inputs by
-order. The client does not import the server side's ``ModelConfig``: it may run where the
-server side is not installed, and it must describe any Triton model, not only pytriton's.
+batching limit to add or check the batch axis, the tensors to map positional inputs by
+order, and whether the model is decoupled (which client kind it needs). The client does not
+import the server side's ``ModelConfig``: it may run where the server side is not installed,
+and it must describe any Triton model, not only pytriton's.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 from tritonclient.utils import triton_to_np_dtype
 
-from pytriton.client.exceptions import PyTritonClientInferenceServerError
+from pytriton.client.exceptions import PyTritonClientDecoupledMismatchError, PyTritonClientInferenceServerError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,12 +46,16 @@ class ClientModelConfig:
         max_batch_size: the largest batch accepted; 0 when the model does not batch.
         inputs: inputs in the order declared by the model (positional inputs map to this order).
         outputs: outputs in the order declared by the model.
+        decoupled: whether the model is decoupled (``model_transaction_policy { decoupled: true }``):
+            it sends any number of responses per request, which only the streaming clients
+            (``DecoupledModelClient``, ``AsyncioDecoupledModelClient``) can receive.
     """
 
     model_name: str
     max_batch_size: int
     inputs: tuple[TensorSpec, ...] = ()
     outputs: tuple[TensorSpec, ...] = ()
+    decoupled: bool = False
 
     @property
     def batching(self) -> bool:
@@ -93,9 +98,43 @@ def parse_model_config(raw: Mapping[str, Any]) -> ClientModelConfig:
     name = raw.get("name")
     if not name:
         raise PyTritonClientInferenceServerError(f"The server returned a model configuration without a name: {raw!r}")
+    # HTTP leaves the policy out for a model that is not decoupled; gRPC leaves out false fields.
+    policy = raw.get("model_transaction_policy") or {}
     return ClientModelConfig(
         model_name=str(name),
         max_batch_size=int(raw.get("max_batch_size", 0)),
         inputs=tuple(_tensor(item, name) for item in raw.get("input", ())),
         outputs=tuple(_tensor(item, name) for item in raw.get("output", ())),
+        decoupled=bool(policy.get("decoupled", False)),
     )
+
+
+_ONE_RESPONSE_CLIENTS = "ModelClient, FuturesModelClient or AsyncioModelClient"
+_STREAMING_CLIENTS = "DecoupledModelClient or AsyncioDecoupledModelClient"
+
+
+def check_decoupled(config: ClientModelConfig, streaming: bool) -> ClientModelConfig:
+    """Refuse a model whose transaction policy does not fit the client kind.
+
+    Args:
+        config: the model's configuration.
+        streaming: True for the streaming clients, which need a decoupled model; False for the
+            one-response clients, which cannot receive a decoupled model's responses.
+
+    Returns:
+        ``config``, unchanged.
+
+    Raises:
+        PyTritonClientDecoupledMismatchError: the model and the client kind do not fit.
+    """
+    if config.decoupled and not streaming:
+        raise PyTritonClientDecoupledMismatchError(
+            f"Model {config.model_name!r} is decoupled (it sends any number of responses per request); "
+            f"use {_STREAMING_CLIENTS} to receive them"
+        )
+    if streaming and not config.decoupled:
+        raise PyTritonClientDecoupledMismatchError(
+            f"Model {config.model_name!r} is not decoupled (it sends one response per request); "
+            f"use {_ONE_RESPONSE_CLIENTS}"
+        )
+    return config
