@@ -34,6 +34,7 @@ import wrapt
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError, PyTritonValidationError
 from pytriton.worker.context import current_context
 from pytriton.worker.request import Request
+from pytriton.worker.results import gather, map_result
 
 __all__ = [
     "ConstantPadder",
@@ -150,36 +151,42 @@ def _batch_size(request: Mapping[str, np.ndarray], index: int, name: str) -> int
 
 def _call_per_group(
     wrapped: Callable[..., Any], requests: list[Any], group_keys: Sequence[Hashable], name: str
-) -> list[Any]:
-    """Call `wrapped` once per group of requests and put the responses back in request order."""
+) -> Any:
+    """Call `wrapped` once per group of requests and put the responses back in request order.
+
+    Streaming and async callables work too: their steps (or awaited values) are merged the same way.
+    """
     groups: dict[Hashable, list[int]] = {}
     for index, key in enumerate(group_keys):
         groups.setdefault(key, []).append(index)
-    responses: list[Any] = [None] * len(requests)
-    for indices in groups.values():
-        group_responses = wrapped([requests[i] for i in indices])
+
+    def check(indices: Sequence[int], group_responses: Any) -> list[Any]:
         if not isinstance(group_responses, (list, tuple)) or len(group_responses) != len(indices):
             got = len(group_responses) if isinstance(group_responses, (list, tuple)) else type(group_responses).__name__
             raise PyTritonValidationError(
                 f"@{name}: the wrapped callable must return one response per request of the group "
                 f"({len(indices)}), got {got}."
             )
-        for index, response in zip(indices, group_responses):
-            responses[index] = response
-    return responses
+        return list(group_responses)
+
+    parts = [(indices, wrapped([requests[i] for i in indices])) for indices in groups.values()]
+    return gather(len(requests), parts, check)
 
 
 # --- list of requests -> one gathered batch ---------------------------------------------------
 
 
 @wrapt.decorator
-def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Outputs]:
+def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Gather the requests into one batch so the model runs once per Triton batch.
 
     Triton's dynamic batcher hands the callable several requests; batching pays off only when the
     model sees them as one array. Each input is concatenated along axis 0 and passed as a keyword
     argument; each output (a dict, or a list/tuple in the model's output order) is split back along
     axis 0 by the requests' batch sizes.
+
+    A generator (or async generator) callable yields outputs for the whole batch at each step;
+    each step is split the same way. A coroutine's result is split once awaited.
 
     Raises:
         PyTritonValidationError: requests with different input names or trailing shapes, or outputs
@@ -210,27 +217,35 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
             )
         inputs[key] = np.concatenate(arrays, axis=0)
 
-    outputs = _outputs_as_dict(wrapped(**inputs), "batch")
     total = sum(sizes)
-    for key, value in outputs.items():
-        if value.ndim == 0 or value.shape[0] != total:
-            raise PyTritonValidationError(
-                f"@batch: output {key!r} has shape {value.shape}, but its leading dim must be the batch size "
-                f"{total} (the sum of the requests' batch sizes {sizes})."
-            )
     offsets = [0, *itertools.accumulate(sizes)]
-    return [{key: value[start:stop] for key, value in outputs.items()} for start, stop in zip(offsets, offsets[1:])]
+
+    def split(result: Any) -> list[Outputs]:
+        outputs = _outputs_as_dict(result, "batch")
+        for key, value in outputs.items():
+            if value.ndim == 0 or value.shape[0] != total:
+                raise PyTritonValidationError(
+                    f"@batch: output {key!r} has shape {value.shape}, but its leading dim must be the batch size "
+                    f"{total} (the sum of the requests' batch sizes {sizes})."
+                )
+        return [{key: value[start:stop] for key, value in outputs.items()}
+                for start, stop in zip(offsets, offsets[1:])]
+
+    return map_result(wrapped(**inputs), split)
 
 
 @wrapt.decorator
-def sample(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Outputs]:
+def sample(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Call the model once per request, with that request's arrays as keyword arguments.
 
     For models that handle one sample at a time: the callable never sees the request list, and may
-    return a dict or a list/tuple in the model's output order.
+    return a dict or a list/tuple in the model's output order. Coroutine callables run
+    concurrently for the requests of a batch; generators are advanced together, one step each
+    per step of the batch's stream.
     """
     requests = _requests_arg("sample", args, kwargs)
-    return [_outputs_as_dict(wrapped(**request), "sample") for request in requests]
+    parts = [((index,), wrapped(**request)) for index, request in enumerate(requests)]
+    return gather(len(requests), parts, lambda _indices, result: [_outputs_as_dict(result, "sample")])
 
 
 # --- list of requests -> groups of requests ---------------------------------------------------
@@ -239,7 +254,7 @@ def sample(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kw
 @wrapt.decorator
 def group_by_keys(
     wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> list[Any]:
+) -> Any:
     """Call the wrapped callable once per group of requests sharing the same input names.
 
     With optional inputs one Triton batch may mix requests with and without them, which @batch
@@ -442,7 +457,6 @@ def pad_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
         key: np.concatenate([value, np.repeat(value[-1:], target - size, axis=0)]) if target > size else value
         for key, value in kwargs.items()
     }
-    result = wrapped(**padded)
 
     def trim(value: Any, what: str) -> np.ndarray:
         array = _as_array(value, f"@pad_batch: output {what}")
@@ -453,14 +467,17 @@ def pad_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
             )
         return array[:size]
 
-    if isinstance(result, Mapping):
-        return {key: trim(value, repr(key)) for key, value in result.items()}
-    if isinstance(result, (list, tuple)):
-        return type(result)(trim(value, f"#{index}") for index, value in enumerate(result))
-    raise PyTritonValidationError(
-        f"@pad_batch: the callable returned {type(result).__name__}; expected a dict of output name -> array "
-        "or a list/tuple of arrays."
-    )
+    def trim_all(result: Any) -> Any:
+        if isinstance(result, Mapping):
+            return {key: trim(value, repr(key)) for key, value in result.items()}
+        if isinstance(result, (list, tuple)):
+            return type(result)(trim(value, f"#{index}") for index, value in enumerate(result))
+        raise PyTritonValidationError(
+            f"@pad_batch: the callable returned {type(result).__name__}; expected a dict of output name -> array "
+            "or a list/tuple of arrays."
+        )
+
+    return map_result(wrapped(**padded), trim_all)
 
 
 def _rows_equal(array: np.ndarray) -> bool:
