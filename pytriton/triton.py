@@ -397,6 +397,9 @@ class Triton:
             self._stopped = True
             self._wake.set()
             atexit.unregister(self.stop)
+            for model in self._models.values():  # Triton waits for open streams before it unloads a model
+                for handler in model.handlers:
+                    handler.end_streams()
             if self._process is not None:
                 exit_timeout = self._config.exit_timeout_secs
                 self._process.stop(timeout_s=(exit_timeout if exit_timeout is not None else

@@ -39,6 +39,7 @@ from pytriton.worker.responses import shape_response
 logger = logging.getLogger("pytriton.worker")
 
 _POLL_MS = 100
+_CUT = "pytriton: the server is stopping"
 
 
 def is_async_callable(func: Callable[..., Any]) -> bool:
@@ -109,6 +110,7 @@ class InstanceHandler:
         self._backlog: Deque[Tuple[bytes, List[Any]]] = collections.deque()  # arrived during a stream
         self._private_loop: Optional[asyncio.AbstractEventLoop] = None  # for a coroutine in blocking mode
         self._stop = threading.Event()
+        self._ending_streams = threading.Event()
         self._released = False
         self._thread = threading.Thread(
             target=self._serve_async_main if asynchronous else self._serve,
@@ -118,6 +120,17 @@ class InstanceHandler:
 
     def start(self) -> None:
         self._thread.start()
+
+    def end_streams(self) -> None:
+        """Cut the streams in flight short (the server is stopping): each gets an error and its end.
+
+        Triton does not unload a decoupled model while a stream is open, so a stop would otherwise
+        wait for every generator to finish on its own.
+        """
+        self._ending_streams.set()
+
+    def _cut_message(self) -> str:
+        return f"Model '{self._context.model_name}': the server is stopping; the stream was cut short"
 
     def stop(self, timeout_s: float = 5.0) -> bool:
         """Stop serving and release the socket and shared memory.
@@ -211,8 +224,12 @@ class InstanceHandler:
             for step in generator:
                 part, frames = self._part(batch_id, count, step, batch_sizes)
                 self._socket.send_multipart([identity, *protocol.encode(part, frames)])
-                if self._cancelled(batch_id):
+                if self._ending_streams.is_set():
                     generator.close()  # runs the generator's finally blocks now
+                    errors = (self._cut_message(),) * count
+                    break
+                if self._cancelled(batch_id):
+                    generator.close()
                     logger.debug("Model '%s': batch %d cancelled by its requesters", self._context.model_name,
                                  batch_id)
                     break
@@ -256,7 +273,12 @@ class InstanceHandler:
         sender = _AsyncSender(socket)
         tasks: Dict[int, asyncio.Task[None]] = {}
         try:
+            cut = False
             while not self._stop.is_set():
+                if self._ending_streams.is_set() and not cut and self._decoupled:
+                    cut = True
+                    for task in tasks.values():
+                        task.cancel(_CUT)
                 if not await socket.poll(_POLL_MS):
                     continue
                 identity, *frames = await socket.recv_multipart()
@@ -343,8 +365,11 @@ class InstanceHandler:
             else:  # a plain list: one response per request, then the end
                 part, frames = self._part(batch_id, count, outcome, batch_sizes)
                 await sender.send([identity, *protocol.encode(part, frames)])
-        except asyncio.CancelledError:
-            logger.debug("Model '%s': batch %d cancelled by its requesters", self._context.model_name, batch_id)
+        except asyncio.CancelledError as cancelled:
+            if cancelled.args == (_CUT,):
+                errors = (self._cut_message(),) * count
+            else:
+                logger.debug("Model '%s': batch %d cancelled by its requesters", self._context.model_name, batch_id)
         except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
             error, unrecoverable = self._callable_error(exc)
             errors = (error,) * count

@@ -250,12 +250,54 @@ def test_model_failing_to_load_reports_the_server_output(monkeypatch):
     assert our_leftovers() == {"processes": [], "segments": []}
 
 
-def test_decoupled_models_are_refused_clearly_until_streaming_exists():
-    from pytriton.exceptions import PyTritonModelConfigError
+def test_a_streaming_model_with_streams_in_flight_stops_cleanly():
+    """stop() while a generator is mid-stream: the stream is cut with an error, the generator is
+    closed, and nothing is left behind. (Triton unloads a decoupled model only once the client
+    closed its gRPC stream, as a well-behaved client does when its request ends.)"""
+    import threading
+    import time
 
-    with Triton(config=server_config()) as triton:
-        with pytest.raises(PyTritonModelConfigError, match="model 'Stream': ModelConfig\\(decoupled=True\\)"):
-            triton.bind("Stream", lambda requests: requests, config=ModelConfig(decoupled=True), **F32)
+    import tritonclient.grpc as grpcclient
+
+    started = threading.Event()
+    closed = threading.Event()
+
+    def slow_stream(requests):
+        try:
+            for step in range(100):
+                started.set()
+                time.sleep(0.1)
+                yield [{"OUTPUT_1": r["INPUT_1"] + step} for r in requests]
+        finally:
+            closed.set()
+
+    config = server_config()
+    triton = Triton(config=config)
+    triton.bind("Stream", slow_stream, config=ModelConfig(decoupled=True), **F32)
+    triton.run()
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{config.grpc_port}")
+    errors = []
+    ended = threading.Event()
+
+    def on_response(result, error):
+        if error is not None:
+            errors.append(str(error))
+            ended.set()
+
+    client.start_stream(on_response)
+    tensor = grpcclient.InferInput("INPUT_1", [1, 1], "FP32")
+    tensor.set_data_from_numpy(np.zeros((1, 1), np.float32))
+    client.async_stream_infer("Stream", [tensor])
+    assert started.wait(10)
+    stopper = threading.Thread(target=triton.stop)
+    stopper.start()
+    assert ended.wait(10), "the stream was not ended by stop()"
+    client.stop_stream()
+    client.close()
+    stopper.join(60)
+    assert not stopper.is_alive()
+    assert closed.is_set()  # the generator's finally ran: it did not run on to step 100
+    assert errors == ["Model 'Stream': the server is stopping; the stream was cut short"]
     assert our_leftovers() == {"processes": [], "segments": []}
 
 
