@@ -11,6 +11,11 @@ a 0700 workspace folder, so pickle is safe here. Headers are NamedTuples holding
 because pickling them costs microseconds where dataclasses cost hundreds (measured: 64-request
 batch headers, 17 us against 390 us to encode).
 
+Exchanges: `Hello`/`Welcome` once per instance at load; then per batch either `InferBatch` ->
+`BatchResult` (one answer), or, for a decoupled model, `InferBatch` -> any number of
+`StreamPart` -> `StreamEnd`, with `Cancel` from the proxy when every requester of the batch has
+gone. Version 2 added the streaming messages.
+
 Names (endpoints, segments) are built by the functions at the bottom of this module, on both
 sides of the process boundary.
 """
