@@ -4,12 +4,18 @@
 HTTP, ``"StatusCode.NOT_FOUND"`` over gRPC, ``None`` for its own argument checks), while
 sockets, gevent and gRPC raise their own types. Every call into ``tritonclient`` in this
 package runs inside :func:`translate_errors`, so the mapping below is the only one.
+
+Streams (``pytriton.client.core_stream`` and its asyncio twin) meet errors the server sends
+inside a stream, a gRPC stream response's ``error_message`` or an SSE ``{"error": ...}``
+event: :func:`stream_error` maps them with the same rules (``tritonclient`` gives those
+no status, which elsewhere marks its own argument checks).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import socket
 from collections.abc import Iterator
 
@@ -17,6 +23,7 @@ import grpc  # type: ignore[import-untyped,unused-ignore]
 from tritonclient.utils import InferenceServerException
 
 from pytriton.client.exceptions import (
+    PyTritonClientDecoupledMismatchError,
     PyTritonClientError,
     PyTritonClientInferenceServerError,
     PyTritonClientModelUnavailableError,
@@ -32,8 +39,13 @@ except ImportError:  # pragma: no cover - depends on the installed extras
 
 try:  # aiohttp comes with tritonclient[http] for its asyncio client.
     from aiohttp import ClientConnectionError as _AiohttpConnectionError
+    from aiohttp import ClientPayloadError as _AiohttpPayloadError
 except ImportError:  # pragma: no cover - depends on the installed extras
     _AiohttpConnectionError = ConnectionError  # type: ignore[misc,assignment]
+    _AiohttpPayloadError = ConnectionError  # type: ignore[misc,assignment]
+
+# A server that hangs up mid-answer: a body cut short (http.client, aiohttp) or a socket error.
+_HUNG_UP = (OSError, _AiohttpConnectionError, _AiohttpPayloadError, http.client.HTTPException)
 
 # asyncio's TimeoutError is the builtin one from Python 3.11 on, a class of its own before;
 # socket.timeout is the builtin one from 3.10 on, an OSError of its own on 3.8 and 3.9.
@@ -42,12 +54,16 @@ _TIMEOUTS = (TimeoutError, asyncio.TimeoutError, socket.timeout, _GeventTimeout)
 INFER_ACTION = "Error occurred during inference request"
 CONFIG_ACTION = "Error occurred while fetching the model configuration"
 READY_ACTION = "Error occurred while checking server and model readiness"
+STREAM_ACTION = "Error occurred while streaming the responses of a request"
 
 _TIMEOUT_STATUSES = {"StatusCode.DEADLINE_EXCEEDED", "504"}
 _UNREACHABLE_STATUSES = {"StatusCode.UNAVAILABLE"}
 _NOT_FOUND_STATUSES = {"404", "StatusCode.NOT_FOUND"}
 _QUEUE_FULL_TEXT = "exceeds maximum queue size"
 _RESTRICTED_TEXT = "is restricted, expecting header"
+_DECOUPLED_TEXT = "decoupled transaction policy"
+#: The status given to errors sent inside a stream: the server answered, with no status of its own.
+_STREAM_STATUS = "stream"
 
 
 def _from_server(
@@ -61,6 +77,12 @@ def _from_server(
         return PyTritonClientInferenceServerError(
             f"{action}. The server restricts this API to requests with an access token; give the client "
             f"the right one (access_token=...). Message: {message}"
+        )
+    if _DECOUPLED_TEXT in lowered:
+        # A one-response call that reached a decoupled model (e.g. with a model_config given by the user).
+        return PyTritonClientDecoupledMismatchError(
+            f"{action}. The model is decoupled (it sends any number of responses per request); use "
+            f"DecoupledModelClient or AsyncioDecoupledModelClient. Message: {message}"
         )
     if status is None:
         # tritonclient raises status-less exceptions only for its own checks of our arguments.
@@ -109,9 +131,53 @@ def translate_error(
     if isinstance(exc, _TIMEOUTS):
         return _timeout(action, url, timeout_s, str(exc) or type(exc).__name__)
     # Refused, reset, DNS failure, a server that hung up: the server cannot be reached.
-    if isinstance(exc, (OSError, _AiohttpConnectionError)):
+    if isinstance(exc, _HUNG_UP):
         return PyTritonClientModelUnavailableError(f"{action}. Cannot reach the server at {url}: {exc}")
     return PyTritonClientError(f"{action}. Unexpected {type(exc).__name__} from tritonclient: {exc}")
+
+
+def server_error(
+    status: str | None, message: str, *, action: str, url: str, timeout_s: float | None = None
+) -> PyTritonClientError:
+    """The client's error for an answer the server gave outside ``tritonclient`` (an HTTP status and its text).
+
+    Args:
+        status: the HTTP status code as a string (e.g. ``"404"``).
+        message: the server's error text.
+        action: start of the message, see :func:`translate_error`.
+        url: the server's URL.
+        timeout_s: the time the call was given.
+    """
+    return _from_server(status or _STREAM_STATUS, message, action, url, timeout_s)
+
+
+def stream_error(
+    error: BaseException | str, *, action: str, url: str, timeout_s: float | None = None
+) -> PyTritonClientError:
+    """The client's error for a failure met while reading a stream.
+
+    Args:
+        error: the server's error text sent inside the stream, or what ``tritonclient``, gRPC
+            or the connection raised. A status-less ``InferenceServerException`` here is the
+            server's own answer (``tritonclient`` wraps a stream response's ``error_message`` so).
+        action: start of the message, see :func:`translate_error`.
+        url: the server's URL.
+        timeout_s: the time the read was given.
+    """
+    if isinstance(error, str):
+        return _from_server(_STREAM_STATUS, error, action, url, timeout_s)
+    if isinstance(error, InferenceServerException) and error.status() is None:
+        message = error.message() if error.message() is not None else str(error)
+        return _from_server(_STREAM_STATUS, message, action, url, timeout_s)
+    return translate_error(error, action=action, url=url, timeout_s=timeout_s)
+
+
+def next_response_timeout(model_name: str, url: str, timeout_s: float) -> PyTritonClientTimeoutError:
+    """The error raised when a stream's next response does not come in time (the request is then cancelled)."""
+    return PyTritonClientTimeoutError(
+        f"{STREAM_ACTION}. Model {model_name!r} at {url} sent no next response within {timeout_s:g} s "
+        "(inference_timeout_s bounds the wait for each response); the request was cancelled"
+    )
 
 
 @contextlib.contextmanager

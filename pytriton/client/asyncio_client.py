@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Awaitable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -21,19 +21,19 @@ from pytriton.client._args import client_args, mapping_arg, pool_arg, timeout_ar
 from pytriton.client.codec import batch_request, concat_batches, sample_request, sample_response, split_batch
 from pytriton.client.core_aio import AsyncTritonCore, wait_until_ready_async
 from pytriton.client.exceptions import PyTritonClientClosedError
-from pytriton.client.model_config import ClientModelConfig
+from pytriton.client.model_config import ClientModelConfig, check_decoupled
+
+_Client = TypeVar("_Client", bound="AsyncioModelClientBase")
 
 
-class AsyncioModelClient:
-    """Asyncio client of one model on a Triton server, over HTTP or gRPC.
+class AsyncioModelClientBase:
+    """What every asyncio client of one model shares; see :class:`AsyncioModelClient`.
 
-    Many tasks of one event loop may share a client: requests run concurrently over its
-    connection pool (HTTP) or channel (gRPC). Use it from one event loop only.
-
-    Example:
-        >>> async with AsyncioModelClient("grpc://localhost", "Linear") as client:  # doctest: +SKIP
-        ...     outputs = await client.infer_batch(np.zeros((4, 2), dtype=np.float32))
+    Subclasses set :attr:`streaming`: whether they serve decoupled models (and only those).
     """
+
+    #: True for the streaming client, which needs a decoupled model; False for one-response clients.
+    streaming = False
 
     def __init__(
         self,
@@ -106,6 +106,62 @@ class AsyncioModelClient:
         await wait_until_ready_async(self._core, self._args.model_name, self._args.model_version, timeout_s)
         self._ready_checked = True
 
+    async def close(self) -> None:
+        """Close the connections; later calls raise :class:`PyTritonClientClosedError`. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            await self._core.close()
+
+    async def __aenter__(self: _Client) -> _Client:
+        if not self._lazy_init:
+            try:
+                await self._initialized_config()
+            except BaseException:
+                await self.close()
+                raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            args = self._args
+            raise PyTritonClientClosedError(f"The asyncio client of model {args.model_name!r} at {args.url} is closed")
+
+    async def _initialized_config(self) -> ClientModelConfig:
+        self._check_open()
+        if self._model_config is not None and self._ready_checked:
+            return check_decoupled(self._model_config, self.streaming)
+        if self._init_lock is None:
+            self._init_lock = asyncio.Lock()
+        async with self._init_lock:  # concurrent first requests wait once, together
+            deadline = time.monotonic() + self._args.init_timeout_s
+            if not self._ready_checked:
+                await wait_until_ready_async(
+                    self._core, self._args.model_name, self._args.model_version, self._args.init_timeout_s
+                )
+                self._ready_checked = True
+            if self._model_config is None:
+                left = max(deadline - time.monotonic(), 0.5)  # as in ModelClient: a ready server answers at once
+                self._model_config = await self._core.get_model_config(
+                    self._args.model_name, self._args.model_version, timeout_s=left
+                )
+        return check_decoupled(self._model_config, self.streaming)
+
+
+class AsyncioModelClient(AsyncioModelClientBase):
+    """Asyncio client of one model on a Triton server, over HTTP or gRPC.
+
+    Many tasks of one event loop may share a client: requests run concurrently over its
+    connection pool (HTTP) or channel (gRPC). Use it from one event loop only. For a decoupled
+    model use :class:`~pytriton.client.streaming_aio.AsyncioDecoupledModelClient`.
+
+    Example:
+        >>> async with AsyncioModelClient("grpc://localhost", "Linear") as client:  # doctest: +SKIP
+        ...     outputs = await client.infer_batch(np.zeros((4, 2), dtype=np.float32))
+    """
+
     async def infer_sample(
         self,
         *inputs: np.ndarray,
@@ -153,49 +209,6 @@ class AsyncioModelClient:
             if isinstance(result, BaseException):
                 raise result
         return concat_batches(results)  # type: ignore[arg-type]  # no exception left in the list
-
-    async def close(self) -> None:
-        """Close the connections; later calls raise :class:`PyTritonClientClosedError`. Idempotent."""
-        if not self._closed:
-            self._closed = True
-            await self._core.close()
-
-    async def __aenter__(self) -> AsyncioModelClient:
-        if not self._lazy_init:
-            try:
-                await self._initialized_config()
-            except BaseException:
-                await self.close()
-                raise
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            args = self._args
-            raise PyTritonClientClosedError(f"The asyncio client of model {args.model_name!r} at {args.url} is closed")
-
-    async def _initialized_config(self) -> ClientModelConfig:
-        self._check_open()
-        if self._model_config is not None and self._ready_checked:
-            return self._model_config
-        if self._init_lock is None:
-            self._init_lock = asyncio.Lock()
-        async with self._init_lock:  # concurrent first requests wait once, together
-            deadline = time.monotonic() + self._args.init_timeout_s
-            if not self._ready_checked:
-                await wait_until_ready_async(
-                    self._core, self._args.model_name, self._args.model_version, self._args.init_timeout_s
-                )
-                self._ready_checked = True
-            if self._model_config is None:
-                left = max(deadline - time.monotonic(), 0.5)  # as in ModelClient: a ready server answers at once
-                self._model_config = await self._core.get_model_config(
-                    self._args.model_name, self._args.model_version, timeout_s=left
-                )
-        return self._model_config
 
     async def _infer(
         self,

@@ -5,6 +5,10 @@ The first step of a request. :class:`ModelClient` owns one :class:`~pytriton.cli
 server and model, positional or named inputs, and the batch axis for ``infer_sample`` (the
 last two as pure functions of ``pytriton.client.codec``, shared with the asyncio client).
 ``FuturesModelClient`` (``pytriton.client.futures``) runs one ``ModelClient`` per worker thread.
+
+:class:`ModelClientBase` holds what the one-response and the streaming client
+(``pytriton.client.streaming``) share: arguments, core, readiness wait and model configuration;
+each refuses the kind of model it cannot serve when the configuration is read.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -20,18 +24,19 @@ from pytriton.client._args import client_args, mapping_arg, timeout_arg
 from pytriton.client.codec import batch_request, sample_request, sample_response
 from pytriton.client.core import TritonCore, create_core, wait_until_ready
 from pytriton.client.exceptions import PyTritonClientClosedError
-from pytriton.client.model_config import ClientModelConfig
+from pytriton.client.model_config import ClientModelConfig, check_decoupled
+
+_Client = TypeVar("_Client", bound="ModelClientBase")
 
 
-class ModelClient:
-    """Synchronous client of one model on a Triton server, over HTTP or gRPC.
+class ModelClientBase:
+    """What every synchronous client of one model shares; see :class:`ModelClient`.
 
-    Not thread safe: use one per thread, or :class:`~pytriton.client.futures.FuturesModelClient`.
-
-    Example:
-        >>> with ModelClient("localhost:8000", "Linear") as client:  # doctest: +SKIP
-        ...     outputs = client.infer_batch(np.zeros((4, 2), dtype=np.float32))
+    Subclasses set :attr:`streaming`: whether they serve decoupled models (and only those).
     """
+
+    #: True for the streaming client, which needs a decoupled model; False for one-response clients.
+    streaming = False
 
     def __init__(
         self,
@@ -68,6 +73,8 @@ class ModelClient:
             PyTritonClientInvalidUrlError: the URL is not understood.
             PyTritonClientValueError: another argument is wrong.
             PyTritonClientTimeoutError: ``lazy_init=False`` and not ready within ``init_timeout_s``.
+            PyTritonClientDecoupledMismatchError: ``lazy_init=False`` and the model is decoupled
+                (for :class:`ModelClient`) or not (for the streaming client).
         """
         self._args = client_args(
             url,
@@ -92,7 +99,12 @@ class ModelClient:
 
     @property
     def model_config(self) -> ClientModelConfig:
-        """The model's configuration; the first access waits for the server and model if needed."""
+        """The model's configuration; the first access waits for the server and model if needed.
+
+        Raises:
+            PyTritonClientDecoupledMismatchError: the model is decoupled and this client is not a
+                streaming one, or the other way round.
+        """
         return self._initialized_config()
 
     def wait_for_model(self, timeout_s: float | None = None) -> None:
@@ -109,6 +121,53 @@ class ModelClient:
         timeout_s = timeout_arg("timeout_s", timeout_s, self._args.init_timeout_s)
         wait_until_ready(self._core, self._args.model_name, self._args.model_version, timeout_s)
         self._ready_checked = True
+
+    def close(self) -> None:
+        """Close the connection; later calls raise :class:`PyTritonClientClosedError`. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._core.close()
+
+    def __enter__(self: _Client) -> _Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            args = self._args
+            raise PyTritonClientClosedError(f"The client of model {args.model_name!r} at {args.url} is closed")
+
+    def _initialized_config(self) -> ClientModelConfig:
+        self._check_open()
+        if self._model_config is not None and self._ready_checked:
+            return check_decoupled(self._model_config, self.streaming)
+        deadline = time.monotonic() + self._args.init_timeout_s
+        if not self._ready_checked:
+            wait_until_ready(self._core, self._args.model_name, self._args.model_version, self._args.init_timeout_s)
+            self._ready_checked = True
+        if self._model_config is None:
+            # What is left of the init time bounds the fetch too; never below a small floor, as
+            # a ready server answers it in milliseconds.
+            left = max(deadline - time.monotonic(), 0.5)
+            self._model_config = self._core.get_model_config(
+                self._args.model_name, self._args.model_version, timeout_s=left
+            )
+        return check_decoupled(self._model_config, self.streaming)
+
+
+class ModelClient(ModelClientBase):
+    """Synchronous client of one model on a Triton server, over HTTP or gRPC.
+
+    Not thread safe: use one per thread, or :class:`~pytriton.client.futures.FuturesModelClient`.
+    For a decoupled model (any number of responses per request) use
+    :class:`~pytriton.client.streaming.DecoupledModelClient`.
+
+    Example:
+        >>> with ModelClient("localhost:8000", "Linear") as client:  # doctest: +SKIP
+        ...     outputs = client.infer_batch(np.zeros((4, 2), dtype=np.float32))
+    """
 
     def infer_sample(
         self,
@@ -168,40 +227,6 @@ class ModelClient:
         """
         config = self._initialized_config()
         return self._infer(batch_request(config, inputs, named_inputs), parameters, headers)
-
-    def close(self) -> None:
-        """Close the connection; later calls raise :class:`PyTritonClientClosedError`. Idempotent."""
-        if not self._closed:
-            self._closed = True
-            self._core.close()
-
-    def __enter__(self) -> ModelClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            args = self._args
-            raise PyTritonClientClosedError(f"The client of model {args.model_name!r} at {args.url} is closed")
-
-    def _initialized_config(self) -> ClientModelConfig:
-        self._check_open()
-        if self._model_config is not None and self._ready_checked:
-            return self._model_config
-        deadline = time.monotonic() + self._args.init_timeout_s
-        if not self._ready_checked:
-            wait_until_ready(self._core, self._args.model_name, self._args.model_version, self._args.init_timeout_s)
-            self._ready_checked = True
-        if self._model_config is None:
-            # What is left of the init time bounds the fetch too; never below a small floor, as
-            # a ready server answers it in milliseconds.
-            left = max(deadline - time.monotonic(), 0.5)
-            self._model_config = self._core.get_model_config(
-                self._args.model_name, self._args.model_version, timeout_s=left
-            )
-        return self._model_config
 
     def _infer(
         self,

@@ -12,7 +12,13 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-from tritonclient.utils import np_to_triton_dtype
+from tritonclient.grpc import service_pb2
+from tritonclient.utils import (
+    TRITON_RESERVED_REQUEST_PARAMS,
+    TRITON_RESERVED_REQUEST_PARAMS_PREFIX,
+    np_to_triton_dtype,
+    serialize_byte_tensor,
+)
 
 from pytriton.client.exceptions import PyTritonClientModelDoesntSupportBatchingError, PyTritonClientValueError
 from pytriton.client.model_config import ClientModelConfig
@@ -117,7 +123,12 @@ def concat_batches(chunks: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.n
     return {name: np.concatenate([chunk[name] for chunk in chunks], axis=0) for name in chunks[0]}
 
 
-def _wire_array(name: str, value: np.ndarray) -> tuple[np.ndarray, str]:
+def wire_array(name: str, value: np.ndarray) -> tuple[np.ndarray, str]:
+    """The array as it goes on the wire (unicode as object) and its Triton data type.
+
+    Raises:
+        PyTritonClientValueError: Triton has no data type for the array's dtype.
+    """
     if value.dtype.kind == "U":
         # tritonclient encodes str items of object arrays as UTF-8; unicode arrays it refuses.
         value = value.astype(np.object_)
@@ -145,11 +156,63 @@ def to_infer_inputs(protocol: ModuleType, inputs: Mapping[str, np.ndarray]) -> l
     """
     infer_inputs = []
     for name, value in inputs.items():
-        value, triton_dtype = _wire_array(name, value)
+        value, triton_dtype = wire_array(name, value)
         infer_input = protocol.InferInput(name, list(value.shape), triton_dtype)
         infer_input.set_data_from_numpy(value)
         infer_inputs.append(infer_input)
     return infer_inputs
+
+
+def to_stream_request(
+    model_name: str,
+    model_version: str,
+    inputs: Mapping[str, np.ndarray],
+    *,
+    parameters: Mapping[str, Any] | None = None,
+    request_id: str = "",
+) -> Any:
+    """A gRPC ``ModelInferRequest`` for a decoupled model's stream, asking for an empty final response.
+
+    The asyncio streaming client builds its requests here: ``tritonclient.grpc.aio``'s
+    ``stream_infer`` cannot ask for the empty final response (only the blocking client's
+    ``async_stream_infer`` can), and without it a stream whose model sends the final flag on its
+    own never shows its end. Tensors go in binary as ``to_infer_inputs`` sends them.
+
+    Raises:
+        PyTritonClientValueError: an array Triton cannot carry, or a parameter that is reserved
+            by Triton or of another type than str, int, float or bool.
+    """
+    request = service_pb2.ModelInferRequest(model_name=model_name, model_version=model_version, id=request_id)
+    for name, value in inputs.items():
+        value, triton_dtype = wire_array(name, value)
+        request.inputs.add(name=name, datatype=triton_dtype, shape=list(value.shape))
+        if triton_dtype == "BYTES":
+            serialized = serialize_byte_tensor(value)
+            request.raw_input_contents.append(serialized.item() if serialized.size else b"")
+        else:
+            request.raw_input_contents.append(np.ascontiguousarray(value).tobytes())
+    for key, item in (parameters or {}).items():
+        if key in TRITON_RESERVED_REQUEST_PARAMS or key.startswith(TRITON_RESERVED_REQUEST_PARAMS_PREFIX):
+            raise PyTritonClientValueError(f"Parameter {key!r} is reserved by Triton and cannot be given")
+        parameter = request.parameters[key]
+        if isinstance(item, bool):  # before int: bool is an int
+            parameter.bool_param = item
+        elif isinstance(item, int):
+            parameter.int64_param = item
+        elif isinstance(item, float):
+            parameter.double_param = item
+        elif isinstance(item, str):
+            parameter.string_param = item
+        else:
+            raise PyTritonClientValueError(f"Parameter {key!r} must be a str, int, float or bool, got {item!r}")
+    request.parameters["triton_enable_empty_final_response"].bool_param = True
+    return request
+
+
+def is_final_response(response: Any) -> bool:
+    """Whether a gRPC ``ModelInferResponse`` is a stream's last one (Triton's ``triton_final_response``)."""
+    flag = response.parameters.get("triton_final_response")
+    return bool(flag is not None and flag.bool_param)
 
 
 def output_names(response: Any) -> list[str]:

@@ -10,6 +10,10 @@ make the calls, and a time limit can be put on every single call:
 * ``tritonclient.http`` fixes its socket timeouts when the client is built, so a call that needs
   a different bound runs on a short-lived client built with it.
 
+Decoupled models' streams are opened here too (:meth:`TritonCore.open_stream`) and read through
+``pytriton.client.core_stream``: over gRPC on this core's ``tritonclient`` client, over HTTP on
+a connection of their own (``tritonclient.http`` cannot stream).
+
 A ``TritonCore`` is not thread safe (neither are ``tritonclient`` clients): one per thread.
 """
 
@@ -30,9 +34,17 @@ import tritonclient.http
 from pytriton.client._args import auth_headers, with_auth
 from pytriton.client._errors import CONFIG_ACTION, INFER_ACTION, READY_ACTION, translate_errors
 from pytriton.client.codec import from_infer_result, to_infer_inputs
+from pytriton.client.core_stream import GrpcResponseStream, HttpResponseStream, ResponseStream
 from pytriton.client.exceptions import (
     PyTritonClientModelUnavailableError,
     PyTritonClientTimeoutError,
+)
+from pytriton.client.generate import (
+    ResponseDecoder,
+    batch_size_of,
+    check_streamable,
+    encode_request,
+    generate_stream_path,
 )
 from pytriton.client.model_config import ClientModelConfig, parse_model_config
 from pytriton.client.url import TritonUrl
@@ -132,6 +144,45 @@ class TritonCore(abc.ABC):
             )
             return from_infer_result(result)
 
+    def open_stream(
+        self,
+        model_name: str,
+        model_version: str,
+        config: ClientModelConfig,
+        inputs: Mapping[str, np.ndarray],
+        *,
+        parameters: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
+        request_id: str = "",
+    ) -> ResponseStream:
+        """Send one request to a decoupled model and return the stream of its responses.
+
+        Args:
+            model_name: the model to run.
+            model_version: its version, ``""`` for the server's choice.
+            config: the model's configuration (HTTP needs its dtypes and dims).
+            inputs: input name to array, batch axis included for batching models.
+            parameters: custom request parameters (forwarded to the model).
+            headers: extra HTTP headers or gRPC metadata.
+            timeout_s: the longest to wait for the request to be taken.
+            request_id: the request's id, echoed by the server in its messages.
+
+        Raises:
+            PyTritonClientValueError: an input or parameter the protocol cannot carry.
+            PyTritonClientError: the server refused the request (translated as for :meth:`infer`).
+        """
+        return self._open_stream(
+            model_name,
+            model_version,
+            config,
+            inputs,
+            parameters=dict(parameters) if parameters else None,
+            headers=self._headers(headers),
+            timeout_s=self._timeout(timeout_s),
+            request_id=request_id,
+        )
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release the connections; the core is unusable afterwards."""
@@ -153,6 +204,16 @@ class TritonCore(abc.ABC):
 
     @abc.abstractmethod
     def _infer(self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any) -> Any: ...
+
+    @abc.abstractmethod
+    def _open_stream(
+        self,
+        model_name: str,
+        model_version: str,
+        config: ClientModelConfig,
+        inputs: Mapping[str, np.ndarray],
+        **kwargs: Any,
+    ) -> ResponseStream: ...
 
 
 class HttpCore(TritonCore):
@@ -206,6 +267,26 @@ class HttpCore(TritonCore):
                 headers=kwargs["headers"],
             )
 
+    def _open_stream(
+        self,
+        model_name: str,
+        model_version: str,
+        config: ClientModelConfig,
+        inputs: Mapping[str, np.ndarray],
+        **kwargs: Any,
+    ) -> ResponseStream:
+        check_streamable(config)
+        body = encode_request(config, inputs, kwargs["parameters"], kwargs["request_id"])
+        return HttpResponseStream(
+            self.url,
+            model_name,
+            generate_stream_path(model_name, model_version),
+            body,
+            ResponseDecoder(config, batch_size_of(config, inputs), str(self.url)),
+            headers=kwargs["headers"],
+            timeout_s=kwargs["timeout_s"],
+        )
+
     def close(self) -> None:
         """Close the long-lived HTTP connection pool."""
         self._client.close()
@@ -246,8 +327,18 @@ class GrpcCore(TritonCore):
             client_timeout=kwargs["timeout_s"],
         )
 
+    def _open_stream(
+        self,
+        model_name: str,
+        model_version: str,
+        config: ClientModelConfig,
+        inputs: Mapping[str, np.ndarray],
+        **kwargs: Any,
+    ) -> ResponseStream:
+        return GrpcResponseStream(self._client, self.url, model_name, model_version, inputs, **kwargs)
+
     def close(self) -> None:
-        """Close the gRPC channel."""
+        """Close the gRPC channel (and a stream still open on it)."""
         self._client.close()
 
 

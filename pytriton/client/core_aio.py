@@ -9,7 +9,9 @@ and the readiness wait (:func:`~pytriton.client.core.readiness_steps`, driven he
 call's own limit, so one protocol cannot drift from the other.
 
 The ``tritonclient`` client is created on the first call, inside the running event loop:
-``aiohttp`` sessions and ``grpc.aio`` channels belong to the loop that creates them.
+``aiohttp`` sessions and ``grpc.aio`` channels belong to the loop that creates them. Streams of
+decoupled models go through an :class:`~pytriton.client.core_stream_aio.AsyncStreamOpener`,
+which keeps its own channel or session for them.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pytriton.client._args import auth_headers, with_auth
 from pytriton.client._errors import CONFIG_ACTION, INFER_ACTION, READY_ACTION, translate_errors
 from pytriton.client.codec import from_infer_result, to_infer_inputs
 from pytriton.client.core import ProbeOutcome, readiness_steps
+from pytriton.client.core_stream_aio import AsyncResponseStream, AsyncStreamOpener
 from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
 from pytriton.client.model_config import ClientModelConfig, parse_model_config
 from pytriton.client.url import TritonUrl
@@ -56,6 +59,7 @@ class AsyncTritonCore:
         self._auth = auth_headers(url.scheme, access_token)
         self._grpc = url.scheme == "grpc"
         self._client: Any = None
+        self._streams = AsyncStreamOpener(url, self._auth)
 
     async def is_server_ready(self, timeout_s: float | None = None) -> bool:
         """Whether the server accepts inference."""
@@ -108,11 +112,36 @@ class AsyncTritonCore:
 
         return await self._call(INFER_ACTION, timeout_s, call)
 
+    async def open_stream(
+        self,
+        model_name: str,
+        model_version: str,
+        config: ClientModelConfig,
+        inputs: Mapping[str, np.ndarray],
+        *,
+        parameters: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
+        request_id: str = "",
+    ) -> AsyncResponseStream:
+        """Send one request to a decoupled model; see :meth:`pytriton.client.core.TritonCore.open_stream`."""
+        return await self._streams.open(
+            model_name,
+            model_version,
+            config,
+            inputs,
+            parameters=dict(parameters) if parameters else None,
+            headers=headers,
+            timeout_s=self.default_timeout_s if timeout_s is None else timeout_s,
+            request_id=request_id,
+        )
+
     async def close(self) -> None:
-        """Close the session or channel; the core is unusable afterwards."""
+        """Close the sessions or channels; the core is unusable afterwards."""
         client, self._client = self._client, None
         if client is not None:
             await client.close()
+        await self._streams.close()
 
     def _kw(self) -> dict[str, Any]:
         return {"headers": with_auth(self._auth, None)}

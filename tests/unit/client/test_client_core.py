@@ -41,6 +41,9 @@ class ScriptedCore(TritonCore):
     def _infer(self, model_name, model_version, inputs, **kwargs):
         raise NotImplementedError
 
+    def _open_stream(self, model_name, model_version, config, inputs, **kwargs):
+        raise NotImplementedError
+
     def close(self):
         pass
 

@@ -1,0 +1,283 @@
+"""One request's stream of responses from a decoupled model, blocking, over gRPC or HTTP.
+
+The client step of a streamed request for :class:`~pytriton.client.streaming.DecoupledModelClient`.
+A :class:`ResponseStream` is opened by :meth:`TritonCore.open_stream
+<pytriton.client.core.TritonCore.open_stream>` (the request is then on its way) and read one
+response at a time, each wait bounded by its own time limit; errors come out already
+translated (``pytriton.client._errors``). Ending it early, by :meth:`ResponseStream.cancel`
+or on a timeout or an error, cancels the request on the server:
+
+* gRPC: ``tritonclient.grpc``'s bidirectional stream (``start_stream``,
+  ``async_stream_infer(enable_empty_final_response=True)``, ``stop_stream``). The response that
+  carries ``triton_final_response`` ends the stream; ``stop_stream(cancel_requests=True)``
+  cancels the call, which Triton passes on to the model (``request.is_cancelled()``).
+* HTTP: ``POST .../generate_stream`` on a connection of its own (``http.client``); the events
+  are decoded by :mod:`pytriton.client.generate`; the end of the body ends the stream, and
+  closing the connection cancels the request (Triton 2.51 cancels it when the client goes).
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+import contextlib
+import http.client
+import json
+import logging
+import queue
+import socket
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc
+
+from pytriton.client._errors import (
+    INFER_ACTION,
+    STREAM_ACTION,
+    next_response_timeout,
+    server_error,
+    stream_error,
+    translate_errors,
+)
+from pytriton.client.codec import from_infer_result, is_final_response, to_infer_inputs
+from pytriton.client.exceptions import PyTritonClientError
+from pytriton.client.generate import ResponseDecoder
+from pytriton.client.url import TritonUrl
+
+_LOGGER = logging.getLogger(__name__)
+
+#: Bytes read from an event stream at once (a read returns what has arrived, up to this).
+READ_SIZE = 65536
+#: The most of an error body kept in a message.
+ERROR_BODY_LIMIT = 4096
+
+
+class ResponseStream(abc.ABC):
+    """The responses of one request to a decoupled model, read one at a time.
+
+    Not thread safe. Once it has ended (final response, error, timeout or :meth:`cancel`),
+    :meth:`next_response` returns None.
+    """
+
+    def __init__(self, model_name: str, url: TritonUrl) -> None:
+        """Name the model and server, for messages."""
+        self.model_name = model_name
+        self.url = url
+        self.finished = False
+
+    def next_response(self, timeout_s: float) -> dict[str, np.ndarray] | None:
+        """The outputs of the next response, or None once the request's final response has come.
+
+        Args:
+            timeout_s: the longest to wait for this response.
+
+        Raises:
+            PyTritonClientTimeoutError: no response within ``timeout_s``; the request is cancelled.
+            PyTritonClientInferenceServerError: the model or server failed the request.
+            PyTritonClientModelUnavailableError: the server cannot be reached or went away.
+        """
+        if self.finished:
+            return None
+        try:
+            outputs = self._next(timeout_s)
+        except BaseException:
+            self.cancel()
+            raise
+        if outputs is None:
+            self.cancel()  # the request is complete: this only closes the stream
+        return outputs
+
+    def cancel(self) -> None:
+        """End the stream; a request still running is cancelled on the server. Idempotent."""
+        if not self.finished:
+            self.finished = True
+            try:
+                self._close()
+            except Exception as exc:  # noqa: BLE001 - closing must not hide why the stream ended
+                _LOGGER.debug("Closing the stream of %s at %s failed: %s", self.model_name, self.url, exc)
+
+    def __del__(self) -> None:
+        # A stream dropped unread (e.g. an iterator never started) must not keep the request running.
+        with contextlib.suppress(Exception):
+            self.cancel()
+
+    @abc.abstractmethod
+    def _next(self, timeout_s: float) -> dict[str, np.ndarray] | None: ...
+
+    @abc.abstractmethod
+    def _close(self) -> None: ...
+
+
+class GrpcResponseStream(ResponseStream):
+    """A request on ``tritonclient.grpc``'s stream; the client can run one stream at a time."""
+
+    def __init__(
+        self,
+        client: tritonclient.grpc.InferenceServerClient,
+        url: TritonUrl,
+        model_name: str,
+        model_version: str,
+        inputs: Mapping[str, np.ndarray],
+        *,
+        parameters: Mapping[str, Any] | None,
+        headers: Mapping[str, str] | None,
+        request_id: str,
+        timeout_s: float,
+    ) -> None:
+        """Start the stream and send the request.
+
+        Args:
+            client: the gRPC client (no other stream may run on it).
+            url: the server's address, for messages.
+            model_name: the model to run.
+            model_version: its version, ``""`` for the server's choice.
+            inputs: input name to array.
+            parameters: custom request parameters.
+            headers: gRPC metadata, the access token's included.
+            request_id: the request's id.
+            timeout_s: the time limit named if starting fails.
+        """
+        super().__init__(model_name, url)
+        self._client = client
+        self._final_seen = False
+        responses: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        self._responses = responses
+        with translate_errors(INFER_ACTION, str(url), timeout_s):
+            # The callback holds the queue, not the stream: a stream nobody reads can then be
+            # collected, and its __del__ cancels the request.
+            client.start_stream(callback=lambda result, error: responses.put((result, error)), headers=headers)
+        try:
+            with translate_errors(INFER_ACTION, str(url), timeout_s):
+                client.async_stream_infer(
+                    model_name,
+                    to_infer_inputs(tritonclient.grpc, inputs),
+                    model_version=model_version,
+                    request_id=request_id,
+                    parameters=dict(parameters) if parameters else None,
+                    enable_empty_final_response=True,
+                )
+        except BaseException:
+            self.cancel()
+            raise
+
+    def _next(self, timeout_s: float) -> dict[str, np.ndarray] | None:
+        deadline = time.monotonic() + timeout_s
+        while not self._final_seen:
+            try:
+                result, error = self._responses.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except queue.Empty:
+                raise next_response_timeout(self.model_name, str(self.url), timeout_s) from None
+            if error is not None:
+                raise stream_error(error, action=STREAM_ACTION, url=str(self.url), timeout_s=timeout_s) from error
+            response = result.get_response()
+            self._final_seen = is_final_response(response)
+            if response.outputs or not self._final_seen:
+                with translate_errors(STREAM_ACTION, str(self.url), timeout_s):
+                    return from_infer_result(result)
+        return None
+
+    def _close(self) -> None:
+        # Cancelling also ends a completed call at once, where a polite stop would wait for the server.
+        self._client.stop_stream(cancel_requests=True)
+
+
+class HttpResponseStream(ResponseStream):
+    """A request on Triton's ``generate_stream`` endpoint, on an HTTP connection of its own."""
+
+    def __init__(
+        self,
+        url: TritonUrl,
+        model_name: str,
+        path: str,
+        body: bytes,
+        decoder: ResponseDecoder,
+        *,
+        headers: Mapping[str, str] | None,
+        timeout_s: float,
+    ) -> None:
+        """Connect, send the request and read the answer's status.
+
+        Args:
+            url: the server's address.
+            model_name: the model, for messages.
+            path: the endpoint's path (:func:`~pytriton.client.generate.generate_stream_path`).
+            body: the request's JSON (:func:`~pytriton.client.generate.encode_request`).
+            decoder: turns the events into outputs.
+            headers: extra HTTP headers, the access token's included.
+            timeout_s: the longest to wait for the connection and the answer's status.
+
+        Raises:
+            PyTritonClientTimeoutError: no answer within ``timeout_s``.
+            PyTritonClientError: the server refused the request (its status and message mapped
+                as for the other clients).
+        """
+        super().__init__(model_name, url)
+        self._decoder = decoder
+        self._pending: collections.deque[dict[str, np.ndarray] | PyTritonClientError] = collections.deque()
+        self._connection = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout_s)
+        self._response: http.client.HTTPResponse | None = None
+        request_headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **(headers or {})}
+        try:
+            with translate_errors(INFER_ACTION, str(url), timeout_s):
+                self._connection.request("POST", path, body=body, headers=request_headers)
+                response = self._connection.getresponse()
+                if response.status != 200:
+                    raise server_error(
+                        str(response.status),
+                        error_text(response.read(ERROR_BODY_LIMIT)),
+                        action=INFER_ACTION,
+                        url=str(url),
+                        timeout_s=timeout_s,
+                    )
+        except BaseException:
+            self.cancel()
+            raise
+        self._response = response
+
+    def _next(self, timeout_s: float) -> dict[str, np.ndarray] | None:
+        deadline = time.monotonic() + timeout_s
+        while not self._pending:
+            chunk = self._read(deadline, timeout_s)
+            if not chunk:
+                self._decoder.finish()
+                return None
+            self._pending.extend(self._decoder.feed(chunk))
+        item = self._pending.popleft()
+        if isinstance(item, PyTritonClientError):
+            raise item
+        return item
+
+    def _read(self, deadline: float, timeout_s: float) -> bytes:
+        response, sock = self._response, self._connection.sock
+        left = deadline - time.monotonic()
+        if response is None or sock is None or left <= 0:
+            raise next_response_timeout(self.model_name, str(self.url), timeout_s)
+        sock.settimeout(left)  # the socket's limit bounds each read, so the wait for this response
+        try:
+            return response.read1(READ_SIZE)
+        except (socket.timeout, TimeoutError) as exc:
+            raise next_response_timeout(self.model_name, str(self.url), timeout_s) from exc
+        except Exception as exc:
+            raise stream_error(exc, action=STREAM_ACTION, url=str(self.url), timeout_s=timeout_s) from exc
+
+    def _close(self) -> None:
+        sock = self._connection.sock
+        if sock is not None:
+            # Shut down first: the response's file object holds the socket open past close().
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        if self._response is not None:
+            self._response.close()
+        self._connection.close()
+
+
+def error_text(body: bytes) -> str:
+    """The message of an error answer: the ``error`` of its JSON, else the text itself."""
+    text = body.decode("utf-8", "replace")
+    with contextlib.suppress(ValueError):
+        parsed = json.loads(text)
+        if isinstance(parsed, dict) and "error" in parsed:
+            return str(parsed["error"])
+    return text

@@ -1,0 +1,245 @@
+"""The asyncio twin of :mod:`pytriton.client.core_stream`: one request's responses, awaited.
+
+The client step of a streamed request for
+:class:`~pytriton.client.streaming_aio.AsyncioDecoupledModelClient`. Everything but the I/O is
+shared with the blocking streams: the request builders and decoders (``pytriton.client.codec``,
+``pytriton.client.generate``) and the error translation. Each wait for a response is bounded
+with ``asyncio.wait_for``; ending a stream early cancels the request on the server.
+
+* gRPC: ``ModelStreamInfer`` on a ``grpc.aio`` channel of the :class:`AsyncStreamOpener`, with
+  the request built by :func:`~pytriton.client.codec.to_stream_request` (``tritonclient.grpc.aio``'s
+  ``stream_infer`` cannot ask for the empty final response that shows a stream's end).
+  Cancelling the call cancels the request.
+* HTTP: ``POST .../generate_stream`` on the opener's ``aiohttp`` session; closing the response
+  drops its connection, which cancels the request.
+
+Channels and sessions belong to the event loop that creates them, so the opener creates them
+on first use, inside the loop.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import collections
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import grpc  # type: ignore[import-untyped,unused-ignore]
+import numpy as np
+from tritonclient.grpc import InferResult, service_pb2_grpc
+
+from pytriton.client._errors import (
+    INFER_ACTION,
+    STREAM_ACTION,
+    next_response_timeout,
+    server_error,
+    stream_error,
+    translate_errors,
+)
+from pytriton.client.codec import from_infer_result, is_final_response, to_stream_request
+from pytriton.client.core_stream import ERROR_BODY_LIMIT, error_text
+from pytriton.client.exceptions import PyTritonClientError
+from pytriton.client.generate import (
+    ResponseDecoder,
+    batch_size_of,
+    check_streamable,
+    encode_request,
+    generate_stream_path,
+)
+from pytriton.client.model_config import ClientModelConfig
+from pytriton.client.url import TritonUrl
+
+_LOGGER = logging.getLogger(__name__)
+
+#: gRPC's message size limits, lifted as ``tritonclient`` lifts them for its own channels.
+_CHANNEL_OPTIONS = [("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)]
+
+
+class AsyncResponseStream(abc.ABC):
+    """The responses of one request to a decoupled model, awaited one at a time.
+
+    Once it has ended (final response, error, timeout or :meth:`cancel`),
+    :meth:`next_response` returns None.
+    """
+
+    def __init__(self, model_name: str, url: TritonUrl) -> None:
+        """Name the model and server, for messages."""
+        self.model_name = model_name
+        self.url = url
+        self.finished = False
+
+    async def next_response(self, timeout_s: float) -> dict[str, np.ndarray] | None:
+        """The outputs of the next response, or None once the final response has come.
+
+        See :meth:`pytriton.client.core_stream.ResponseStream.next_response`.
+        """
+        if self.finished:
+            return None
+        try:
+            outputs = await self._next(timeout_s)
+        except BaseException:
+            self.cancel()
+            raise
+        if outputs is None:
+            self.cancel()
+        return outputs
+
+    def cancel(self) -> None:
+        """End the stream; a request still running is cancelled on the server. Idempotent, not awaited."""
+        if not self.finished:
+            self.finished = True
+            try:
+                self._close()
+            except Exception as exc:  # noqa: BLE001 - closing must not hide why the stream ended
+                _LOGGER.debug("Closing the stream of %s at %s failed: %s", self.model_name, self.url, exc)
+
+    @abc.abstractmethod
+    async def _next(self, timeout_s: float) -> dict[str, np.ndarray] | None: ...
+
+    @abc.abstractmethod
+    def _close(self) -> None: ...
+
+
+class AsyncGrpcResponseStream(AsyncResponseStream):
+    """One request on a ``ModelStreamInfer`` call of its own."""
+
+    def __init__(self, call: Any, url: TritonUrl, model_name: str) -> None:
+        """Read the responses of ``call``, a started ``ModelStreamInfer`` carrying one request."""
+        super().__init__(model_name, url)
+        self._call = call
+        self._final_seen = False
+
+    async def _next(self, timeout_s: float) -> dict[str, np.ndarray] | None:
+        while not self._final_seen:
+            try:
+                response = await asyncio.wait_for(self._call.read(), timeout_s)
+            except asyncio.TimeoutError:
+                raise next_response_timeout(self.model_name, str(self.url), timeout_s) from None
+            except Exception as exc:
+                raise stream_error(exc, action=STREAM_ACTION, url=str(self.url), timeout_s=timeout_s) from exc
+            if response is grpc.aio.EOF:  # the server ended the call without a final response
+                return None
+            if response.error_message:
+                raise stream_error(response.error_message, action=STREAM_ACTION, url=str(self.url))
+            self._final_seen = is_final_response(response.infer_response)
+            if response.infer_response.outputs or not self._final_seen:
+                with translate_errors(STREAM_ACTION, str(self.url), timeout_s):
+                    return from_infer_result(InferResult(response.infer_response))
+        return None
+
+    def _close(self) -> None:
+        self._call.cancel()
+
+
+class AsyncHttpResponseStream(AsyncResponseStream):
+    """One request on Triton's ``generate_stream`` endpoint, on a connection of the session's."""
+
+    def __init__(self, response: aiohttp.ClientResponse, decoder: ResponseDecoder, url: TritonUrl, model_name: str):
+        """Read the events of ``response``, an accepted ``generate_stream`` answer."""
+        super().__init__(model_name, url)
+        self._response = response
+        self._decoder = decoder
+        self._pending: collections.deque[dict[str, np.ndarray] | PyTritonClientError] = collections.deque()
+
+    async def _next(self, timeout_s: float) -> dict[str, np.ndarray] | None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not self._pending:
+            try:
+                chunk = await asyncio.wait_for(self._response.content.readany(), max(deadline - loop.time(), 0.0))
+            except asyncio.TimeoutError:
+                raise next_response_timeout(self.model_name, str(self.url), timeout_s) from None
+            except Exception as exc:
+                raise stream_error(exc, action=STREAM_ACTION, url=str(self.url), timeout_s=timeout_s) from exc
+            if not chunk:
+                self._decoder.finish()
+                return None
+            self._pending.extend(self._decoder.feed(chunk))
+        item = self._pending.popleft()
+        if isinstance(item, PyTritonClientError):
+            raise item
+        return item
+
+    def _close(self) -> None:
+        # close(), not release(): the connection must go, or the server would not see the client leave.
+        self._response.close()
+
+
+class AsyncStreamOpener:
+    """Opens streams to one server, over a ``grpc.aio`` channel or an ``aiohttp`` session of its own."""
+
+    def __init__(self, url: TritonUrl, auth: Mapping[str, str]) -> None:
+        """Prepare; nothing is created before the first stream.
+
+        Args:
+            url: the server's address; its scheme picks the protocol.
+            auth: the headers (HTTP) or metadata (gRPC) carrying the access token.
+        """
+        self.url = url
+        self._auth = dict(auth)
+        self._channel: Any = None
+        self._session: aiohttp.ClientSession | None = None
+
+    async def open(
+        self,
+        model_name: str,
+        model_version: str,
+        config: ClientModelConfig,
+        inputs: Mapping[str, np.ndarray],
+        *,
+        parameters: Mapping[str, Any] | None,
+        headers: Mapping[str, str] | None,
+        timeout_s: float,
+        request_id: str,
+    ) -> AsyncResponseStream:
+        """Send one request and return the stream of its responses; see ``TritonCore.open_stream``."""
+        merged = {**(headers or {}), **self._auth}
+        if self.url.scheme == "grpc":
+            request = to_stream_request(model_name, model_version, inputs, parameters=parameters, request_id=request_id)
+            if self._channel is None:
+                self._channel = grpc.aio.insecure_channel(self.url.address, options=_CHANNEL_OPTIONS)
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+            metadata = tuple((key.lower(), value) for key, value in merged.items())
+            # A finished request iterator only half-closes the call: the responses still come.
+            call = stub.ModelStreamInfer(iter([request]), metadata=metadata)
+            return AsyncGrpcResponseStream(call, self.url, model_name)
+        check_streamable(config)
+        body = encode_request(config, inputs, parameters, request_id)
+        decoder = ResponseDecoder(config, batch_size_of(config, inputs), str(self.url))
+        response = await self._post(generate_stream_path(model_name, model_version), body, merged, timeout_s)
+        return AsyncHttpResponseStream(response, decoder, self.url, model_name)
+
+    async def close(self) -> None:
+        """Close the channel and the session (cancelling the streams still on them)."""
+        channel, self._channel = self._channel, None
+        session, self._session = self._session, None
+        if channel is not None:
+            await channel.close()
+        if session is not None:
+            await session.close()
+
+    async def _post(self, path: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> Any:
+        if self._session is None:
+            # No overall limit: a stream may last any time; each wait has its own.
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        request_headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **headers}
+        address = f"http://{self.url.address}{path}"
+        session = self._session
+
+        async def post() -> aiohttp.ClientResponse:
+            return await session.post(address, data=body, headers=request_headers)
+
+        with translate_errors(INFER_ACTION, str(self.url), timeout_s):
+            response = await asyncio.wait_for(post(), timeout_s)
+            if response.status != 200:
+                try:
+                    text = await asyncio.wait_for(response.content.read(ERROR_BODY_LIMIT), timeout_s)
+                finally:
+                    response.close()
+                raise server_error(
+                    str(response.status), error_text(text), action=INFER_ACTION, url=str(self.url), timeout_s=timeout_s
+                )
+        return response
