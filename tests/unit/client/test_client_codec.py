@@ -6,9 +6,17 @@ import numpy as np
 import pytest
 import tritonclient.grpc
 import tritonclient.http
+from tritonclient.grpc import service_pb2
 from tritonclient.utils import deserialize_bytes_tensor
 
-from pytriton.client.codec import add_batch_axis, map_inputs, strip_batch_axis, to_infer_inputs
+from pytriton.client.codec import (
+    add_batch_axis,
+    is_final_response,
+    map_inputs,
+    strip_batch_axis,
+    to_infer_inputs,
+    to_stream_request,
+)
 from pytriton.client.exceptions import PyTritonClientValueError
 from pytriton.client.model_config import ClientModelConfig, TensorSpec
 
@@ -87,3 +95,33 @@ def test_unicode_arrays_go_as_utf8_bytes():
 def test_dtypes_triton_cannot_carry_are_named():
     with pytest.raises(PyTritonClientValueError, match="Input 'C' has dtype complex64"):
         to_infer_inputs(tritonclient.http, {"C": np.zeros(2, np.complex64)})
+
+
+def test_stream_request_asks_for_the_empty_final_response_and_carries_tensors_in_binary():
+    inputs = {"TEXT": np.array([b"a\x00", "b"], dtype=object), "COUNT": np.array([[3]], np.int32)}
+    parameters = {"n": 1, "t": 0.5, "s": "x", "b": True}
+    request = to_stream_request("Tokens", "2", inputs, parameters=parameters, request_id="9")
+    assert (request.model_name, request.model_version, request.id) == ("Tokens", "2", "9")
+    tensors = [(t.name, t.datatype, list(t.shape)) for t in request.inputs]
+    assert tensors == [("TEXT", "BYTES", [2]), ("COUNT", "INT32", [1, 1])]
+    assert request.raw_input_contents[0] == b"\x02\x00\x00\x00a\x00\x01\x00\x00\x00b"
+    assert np.frombuffer(request.raw_input_contents[1], np.int32).tolist() == [3]
+    parameters = request.parameters
+    assert parameters["triton_enable_empty_final_response"].bool_param
+    assert (parameters["n"].int64_param, parameters["t"].double_param) == (1, 0.5)
+    assert (parameters["s"].string_param, parameters["b"].bool_param) == ("x", True)
+
+
+@pytest.mark.parametrize("key", ["sequence_id", "triton_anything"])
+def test_stream_request_refuses_reserved_parameters(key):
+    with pytest.raises(PyTritonClientValueError, match=f"'{key}' is reserved"):
+        to_stream_request("M", "", {}, parameters={key: 1})
+
+
+def test_final_response_flag():
+    response = service_pb2.ModelInferResponse()
+    assert not is_final_response(response)
+    response.parameters["triton_final_response"].bool_param = False
+    assert not is_final_response(response)
+    response.parameters["triton_final_response"].bool_param = True
+    assert is_final_response(response)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import socket
 
 import grpc
@@ -9,9 +10,18 @@ import pytest
 from gevent import Timeout as GeventTimeout
 from tritonclient.utils import InferenceServerException
 
-from pytriton.client._errors import INFER_ACTION, translate_error, translate_errors
+from pytriton.client._errors import (
+    INFER_ACTION,
+    STREAM_ACTION,
+    next_response_timeout,
+    server_error,
+    stream_error,
+    translate_error,
+    translate_errors,
+)
 from pytriton.client.exceptions import (
     PyTritonClientClosedError,
+    PyTritonClientDecoupledMismatchError,
     PyTritonClientError,
     PyTritonClientInferenceServerError,
     PyTritonClientModelUnavailableError,
@@ -149,3 +159,54 @@ def test_context_manager_chains_the_cause():
 def test_context_manager_catches_gevent_timeout_which_is_a_base_exception():
     with pytest.raises(PyTritonClientTimeoutError), translate_errors(INFER_ACTION, URL, 0.5):
         raise GeventTimeout(0.5)
+
+
+# The refusals of tritonserver 2.51 when a one-response call reaches a decoupled model.
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        ("501", "HTTP end point doesn't support models with decoupled transaction policy"),
+        ("StatusCode.UNIMPLEMENTED", "ModelInfer RPC doesn't support models with decoupled transaction policy"),
+    ],
+)
+def test_decoupled_refusal_names_the_streaming_clients(status, message):
+    error = translate(InferenceServerException(msg=message, status=status))
+    assert type(error) is PyTritonClientDecoupledMismatchError
+    assert "use DecoupledModelClient or AsyncioDecoupledModelClient" in str(error) and message in str(error)
+
+
+def test_errors_sent_inside_a_stream_are_the_servers_answers():
+    # tritonclient wraps a stream response's error_message without a status: not an argument check here.
+    error = stream_error(InferenceServerException(msg="the model broke"), action=STREAM_ACTION, url=URL)
+    assert type(error) is PyTritonClientInferenceServerError and "the model broke" in str(error)
+    unknown = stream_error("Request for unknown model: 'Nope' is not found", action=STREAM_ACTION, url=URL)
+    assert type(unknown) is PyTritonClientModelUnavailableError
+    cancelled = InferenceServerException(msg="Locally cancelled by application!", status="StatusCode.CANCELLED")
+    assert type(stream_error(cancelled, action=STREAM_ACTION, url=URL)) is PyTritonClientInferenceServerError
+    assert type(stream_error(ConnectionResetError(104, "reset"), action=STREAM_ACTION, url=URL)) is (
+        PyTritonClientModelUnavailableError
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        ("404", PyTritonClientModelUnavailableError),
+        ("400", PyTritonClientInferenceServerError),
+        ("500", PyTritonClientInferenceServerError),
+    ],
+)
+def test_http_answers_outside_tritonclient(status, expected):
+    error = server_error(status, "the server's words", action=INFER_ACTION, url=URL)
+    assert type(error) is expected and "the server's words" in str(error)
+
+
+def test_a_body_cut_short_is_a_server_that_went_away():
+    error = translate(http.client.IncompleteRead(b"data: {"))
+    assert type(error) is PyTritonClientModelUnavailableError
+
+
+def test_next_response_timeout_names_model_url_and_time():
+    error = next_response_timeout("Tokens", URL, 0.5)
+    assert type(error) is PyTritonClientTimeoutError
+    assert "'Tokens'" in str(error) and URL in str(error) and "within 0.5 s" in str(error)

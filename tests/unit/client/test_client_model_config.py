@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from pytriton.client.exceptions import PyTritonClientInferenceServerError
-from pytriton.client.model_config import ClientModelConfig, TensorSpec, parse_model_config
+from pytriton.client.exceptions import (
+    PyTritonClientDecoupledMismatchError,
+    PyTritonClientInferenceServerError,
+    PyTritonClientValueError,
+)
+from pytriton.client.model_config import ClientModelConfig, TensorSpec, check_decoupled, parse_model_config
 
 # Shapes taken from a real tritonserver 2.51: HTTP gives numbers, gRPC's JSON gives int64 as strings,
 # wraps the config in "config" and omits fields at their default (max_batch_size 0).
@@ -63,3 +69,24 @@ def test_unknown_data_type_is_named():
 def test_config_without_name():
     with pytest.raises(PyTritonClientInferenceServerError, match="without a name"):
         parse_model_config({"max_batch_size": 1})
+
+
+def test_decoupled_from_the_transaction_policy_of_either_protocol():
+    # HTTP leaves the policy out for a model that is not decoupled; gRPC's JSON leaves out false fields.
+    assert not parse_model_config(HTTP_BATCH2).decoupled
+    assert not parse_model_config(dict(HTTP_BATCH2, model_transaction_policy={})).decoupled
+    assert parse_model_config(dict(HTTP_BATCH2, model_transaction_policy={"decoupled": True})).decoupled
+    grpc_decoupled = {"config": dict(GRPC_ADDSUB["config"], model_transaction_policy={"decoupled": True})}
+    assert parse_model_config(grpc_decoupled).decoupled
+
+
+def test_check_decoupled_names_the_clients_to_use():
+    plain = parse_model_config(HTTP_BATCH2)
+    decoupled = dataclasses.replace(plain, decoupled=True)
+    assert check_decoupled(plain, streaming=False) is plain
+    assert check_decoupled(decoupled, streaming=True) is decoupled
+    with pytest.raises(PyTritonClientDecoupledMismatchError, match="'Batch2' is decoupled.*use DecoupledModelClient"):
+        check_decoupled(decoupled, streaming=False)
+    with pytest.raises(PyTritonClientDecoupledMismatchError, match="'Batch2' is not decoupled.*use ModelClient"):
+        check_decoupled(plain, streaming=True)
+    assert issubclass(PyTritonClientDecoupledMismatchError, PyTritonClientValueError)
