@@ -9,33 +9,24 @@ blocks until SIGINT/SIGTERM or an unrecoverable model error; `stop` undoes every
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import errno
 import functools
 import logging
 import os
 import pathlib
-import signal
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
-import zmq
-
+from pytriton.binding import InferFunc, ModelBindings, block_until_signal
 from pytriton.exceptions import (
     PyTritonBadParameterError,
     PyTritonInvalidOperationError,
-    PyTritonModelConfigError,
     PyTritonServerError,
     PyTritonServerStartupError,
 )
-from pytriton.ipc import protocol
 from pytriton.model_config import ModelConfig, Tensor
-from pytriton.model_config.tensor import resolve_tensor_names
-from pytriton.repository.pbtxt import model_config_proto, to_pbtxt, to_triton_data_type
-from pytriton.repository.warmup import warmup_entries
-from pytriton.repository.writer import write_model
 from pytriton.server.argv import build_argv
 from pytriton.server.config import TritonConfig, merge
 from pytriton.server.control import ServerControl, wait_for
@@ -49,28 +40,14 @@ from pytriton.server.distribution import (
 from pytriton.server.process import ServerProcess
 from pytriton.server.security import TritonSecurityConfig, resolve_access_token, restricted_config
 from pytriton.server.workspace import Workspace, sweep_stale
-from pytriton.worker.context import TritonContext
-from pytriton.worker.handler import InstanceHandler, is_async_callable, is_generator_callable
-from pytriton.worker.request import Request
 
 __all__ = ["Triton", "TritonConfig", "TritonSecurityConfig"]
 
 logger = logging.getLogger("pytriton.triton")
 
-InferFunc = Callable[[List[Request]], Any]
-"""An inference callable: a list of requests in, one mapping of output name to array per request out."""
-
 STARTUP_TIMEOUT_S = 120.0
 MODEL_LOAD_TIMEOUT_S = 120.0
 _TRITON_DEFAULT_EXIT_TIMEOUT_S = 30
-
-
-@dataclasses.dataclass
-class _BoundModel:
-    context: TritonContext
-    infer_funcs: List[InferFunc]
-    strict: bool
-    handlers: List[InstanceHandler]
 
 
 class Triton:
@@ -104,10 +81,9 @@ class Triton:
         self._access_token = resolve_access_token(security)
         self._workspace_path = pathlib.Path(workspace) if workspace is not None else None
         self._workspace: Optional[Workspace] = None
-        self._models: Dict[str, _BoundModel] = {}
+        self._bindings = ModelBindings("Triton", self._on_unrecoverable)
         self._process: Optional[ServerProcess] = None
         self._control: Optional[ServerControl] = None
-        self._zmq: Optional[zmq.Context[zmq.Socket[bytes]]] = None
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._unrecoverable: Optional[str] = None
@@ -157,92 +133,15 @@ class Triton:
         with self._lock:
             if self._stopped:
                 raise PyTritonInvalidOperationError("this Triton was stopped; create a new Triton to bind models")
-            if not isinstance(model_name, str) or not model_name:
-                raise PyTritonBadParameterError(f"model_name={model_name!r} is invalid: expected a non-empty string")
-            if model_name in self._models:
-                raise PyTritonInvalidOperationError(
-                    f"model '{model_name}' is already bound to this Triton; bind each model name once"
-                )
-            infer_funcs: List[InferFunc] = (
-                list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]  # type: ignore[list-item]
-            )
-            if not infer_funcs or not all(callable(f) for f in infer_funcs):
-                raise PyTritonBadParameterError(
-                    f"infer_func of model '{model_name}' must be a callable or a non-empty list of callables, "
-                    f"got {infer_func!r}"
-                )
-            if not isinstance(model_version, int) or isinstance(model_version, bool) or model_version < 1:
-                raise PyTritonBadParameterError(
-                    f"model_version={model_version!r} of model '{model_name}' is invalid: expected an int >= 1"
-                )
-            config = config if config is not None else ModelConfig()
-            if not isinstance(config, ModelConfig):
-                raise PyTritonBadParameterError(
-                    f"config of model '{model_name}' must be a pytriton.model_config.ModelConfig, got {config!r}"
-                )
-            streaming = [is_generator_callable(f) for f in infer_funcs]
-            if any(streaming) and not config.decoupled:
-                raise PyTritonModelConfigError(
-                    f"model '{model_name}': the inference callable is a generator, which streams responses; "
-                    "bind it with config=ModelConfig(decoupled=True)"
-                )
-            asynchronous = [is_async_callable(f) for f in infer_funcs]
-            context = TritonContext(
-                model_name=model_name,
-                model_version=model_version,
-                inputs=resolve_tensor_names(inputs, "INPUT"),
-                outputs=resolve_tensor_names(outputs, "OUTPUT"),
-                config=config,
-            )
+            declaration = self._bindings.declare(model_name, infer_func, inputs, outputs, model_version, config, strict)
             workspace = self._ensure_workspace()
-            key = protocol.model_key(model_name, model_version)
-            endpoint = protocol.ipc_endpoint(workspace.sockets / key)
-            shm_prefix = f"{workspace.shm_prefix}-{key}"
-            proto = model_config_proto(
-                model_name,
-                context.inputs,
-                context.outputs,
-                config,
-                instance_count=len(infer_funcs),
-                parameters={
-                    protocol.PARAM_ENDPOINT: endpoint,
-                    protocol.PARAM_SHM_PREFIX: shm_prefix,
-                    protocol.PARAM_PROTOCOL: str(protocol.PROTOCOL_VERSION),
-                    protocol.PARAM_WORKER_PID: str(os.getpid()),
-                    **({protocol.PARAM_RELAYED: "1"} if any(asynchronous) else {}),
-                },
+            self._bindings.start(
+                declaration,
+                repository=workspace.model_repository,
+                sockets=workspace.sockets,
+                shm_prefix=workspace.shm_prefix,
+                import_paths=proxy_import_paths(self._distribution()),
             )
-            config_text = to_pbtxt(proto)
-            import_paths = proxy_import_paths(self._distribution())
-            if self._zmq is None:
-                self._zmq = zmq.Context()
-            bound = _BoundModel(context, infer_funcs, strict, handlers=[])
-            self._models[model_name] = bound  # registered first, so stop() finds whatever started
-            try:
-                for index, func in enumerate(infer_funcs):
-                    handler = InstanceHandler(
-                        context=context,
-                        infer_func=func,
-                        endpoint=protocol.instance_endpoint(endpoint, index),
-                        instance=index,
-                        shm_prefix=shm_prefix,
-                        strict=strict,
-                        zmq_context=self._zmq,
-                        on_unrecoverable=self._on_unrecoverable,
-                        asynchronous=asynchronous[index],
-                    )
-                    bound.handlers.append(handler)
-                    handler.start()
-                warmup_files = warmup_entries(model_name, context.inputs, config, to_triton_data_type)[1]
-                write_model(workspace.model_repository, model_name, model_version, config_text, import_paths,
-                            warmup_files)
-            except BaseException:
-                for handler in bound.handlers:
-                    handler.stop()
-                del self._models[model_name]
-                raise
-            logger.debug("Bound model '%s' version %d with %d instance(s)", model_name, model_version,
-                         len(bound.handlers))
             if self._process is not None and self._control is not None:
                 self._control.load_model(model_name, MODEL_LOAD_TIMEOUT_S)
                 self._wait_models_ready([model_name], time.monotonic() + MODEL_LOAD_TIMEOUT_S)
@@ -297,7 +196,7 @@ class Triton:
             try:
                 if not wait_for(self._control.is_ready, deadline, process.is_running):
                     raise PyTritonServerStartupError(self._startup_failure(process))
-                self._wait_models_ready(list(self._models), deadline)
+                self._wait_models_ready(self._bindings.names(), deadline)
             except BaseException:
                 self.stop()
                 raise
@@ -319,7 +218,7 @@ class Triton:
         assert self._process is not None and self._control is not None and self._workspace is not None
         control = self._control
         for name in names:
-            version = self._models[name].context.model_version
+            version = self._bindings.version(name)
             ready = wait_for(functools.partial(control.is_model_ready, name, version), deadline,
                              self._process.is_running)
             if not ready:
@@ -359,24 +258,11 @@ class Triton:
         In-flight requests finish before it returns; the previous signal handlers are restored.
         """
         self.run()
-        received: List[int] = []
-
-        def _record(signum: int, _frame: Any) -> None:
-            received.append(signum)
-            self._wake.set()
-
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                previous[signum] = signal.signal(signum, _record)
         try:
-            while not received and self.is_alive():
-                self._wake.wait(monitoring_period_s)
-            if received:
-                logger.info("Signal %d received: stopping Triton", received[0])
+            signum = block_until_signal(self.is_alive, self._wake, monitoring_period_s)
+            if signum is not None:
+                logger.info("Signal %d received: stopping Triton", signum)
         finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
             self.stop()
 
     def is_alive(self) -> bool:
@@ -397,21 +283,14 @@ class Triton:
             self._stopped = True
             self._wake.set()
             atexit.unregister(self.stop)
-            for model in self._models.values():  # Triton waits for open streams before it unloads a model
-                for handler in model.handlers:
-                    handler.end_streams()
+            self._bindings.end_streams()  # Triton waits for open streams before it unloads a model
             if self._process is not None:
                 exit_timeout = self._config.exit_timeout_secs
                 self._process.stop(timeout_s=(exit_timeout if exit_timeout is not None else
                                               _TRITON_DEFAULT_EXIT_TIMEOUT_S) + 15)
             if self._control is not None:
                 self._control.close()
-            stuck = [h for model in self._models.values() for h in model.handlers if not h.stop()]
-            if self._zmq is not None and not stuck:
-                self._zmq.term()
-            elif stuck:
-                logger.warning("%d handler(s) still run an inference callable; leaving them behind", len(stuck))
-            self._zmq = None
+            self._bindings.stop_handlers()
             if self._workspace is not None:
                 self._workspace.cleanup()
             logger.debug("Triton stopped")

@@ -1,0 +1,251 @@
+"""Setup step 2, shared by both facades: a bound callable -> worker handlers and a model folder.
+
+`Triton` (which starts its own tritonserver) and `RemoteTriton` (which binds to a tritonserver
+something else started) serve callables the same way. `ModelBindings.declare` checks what the
+user passed and describes the model, starting nothing; `ModelBindings.start` starts one worker
+handler per model instance on an ipc socket and writes the model folder whose configuration tells
+the proxy where they listen. The facades differ only in where the folder and the sockets live,
+and in who loads the model into which server.
+
+`block_until_signal` is the loop of both facades' ``serve()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import pathlib
+import signal
+import threading
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+import zmq
+
+from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError, PyTritonModelConfigError
+from pytriton.ipc import protocol
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config.tensor import resolve_tensor_names
+from pytriton.repository.pbtxt import model_config_proto, to_pbtxt, to_triton_data_type
+from pytriton.repository.warmup import warmup_entries
+from pytriton.repository.writer import write_model
+from pytriton.worker.context import TritonContext
+from pytriton.worker.handler import InstanceHandler, is_async_callable, is_generator_callable
+from pytriton.worker.request import Request
+
+logger = logging.getLogger("pytriton.triton")
+
+InferFunc = Callable[[List[Request]], Any]
+"""An inference callable: a list of requests in, one mapping of output name to array per request out."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelDeclaration:
+    """A checked `bind` call: what to serve, before anything runs."""
+
+    context: TritonContext
+    infer_funcs: List[InferFunc]
+    strict: bool
+    asynchronous: List[bool]
+
+
+@dataclasses.dataclass
+class BoundModel:
+    """A model being served: its declaration and the handlers started for its instances."""
+
+    declaration: ModelDeclaration
+    handlers: List[InstanceHandler]
+
+    @property
+    def version(self) -> int:
+        return self.declaration.context.model_version
+
+
+class ModelBindings:
+    """The models one facade serves, with their worker handlers and their ZeroMQ context.
+
+    Args:
+        owner: how error messages name the facade (``"Triton"``, ``"RemoteTriton"``).
+        on_unrecoverable: called with the model name after its callable raised
+            `PyTritonUnrecoverableError`.
+    """
+
+    def __init__(self, owner: str, on_unrecoverable: Callable[[str], None]) -> None:
+        self._owner = owner
+        self._on_unrecoverable = on_unrecoverable
+        self._models: Dict[str, BoundModel] = {}
+        self._zmq: Optional[zmq.Context[zmq.Socket[bytes]]] = None
+
+    def __contains__(self, model_name: object) -> bool:
+        return model_name in self._models
+
+    def names(self) -> List[str]:
+        """The bound model names, in binding order."""
+        return list(self._models)
+
+    def version(self, model_name: str) -> int:
+        return self._models[model_name].version
+
+    def declare(
+        self,
+        model_name: str,
+        infer_func: Union[InferFunc, Sequence[InferFunc]],
+        inputs: Sequence[Tensor],
+        outputs: Sequence[Tensor],
+        model_version: int,
+        config: Optional[ModelConfig],
+        strict: bool,
+    ) -> ModelDeclaration:
+        """Check the arguments of a `bind` call (see `Triton.bind`); starts and writes nothing.
+
+        Raises:
+            PyTritonBadParameterError: an argument has the wrong kind or value.
+            PyTritonInvalidOperationError: `model_name` is already bound here.
+            PyTritonModelConfigError: a generator callable on a model that is not decoupled.
+        """
+        if not isinstance(model_name, str) or not model_name:
+            raise PyTritonBadParameterError(f"model_name={model_name!r} is invalid: expected a non-empty string")
+        if model_name in self._models:
+            raise PyTritonInvalidOperationError(
+                f"model '{model_name}' is already bound to this {self._owner}; bind each model name once"
+            )
+        infer_funcs: List[InferFunc] = (
+            list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]  # type: ignore[list-item]
+        )
+        if not infer_funcs or not all(callable(f) for f in infer_funcs):
+            raise PyTritonBadParameterError(
+                f"infer_func of model '{model_name}' must be a callable or a non-empty list of callables, "
+                f"got {infer_func!r}"
+            )
+        if not isinstance(model_version, int) or isinstance(model_version, bool) or model_version < 1:
+            raise PyTritonBadParameterError(
+                f"model_version={model_version!r} of model '{model_name}' is invalid: expected an int >= 1"
+            )
+        config = config if config is not None else ModelConfig()
+        if not isinstance(config, ModelConfig):
+            raise PyTritonBadParameterError(
+                f"config of model '{model_name}' must be a pytriton.model_config.ModelConfig, got {config!r}"
+            )
+        if any(is_generator_callable(f) for f in infer_funcs) and not config.decoupled:
+            raise PyTritonModelConfigError(
+                f"model '{model_name}': the inference callable is a generator, which streams responses; "
+                "bind it with config=ModelConfig(decoupled=True)"
+            )
+        context = TritonContext(
+            model_name=model_name,
+            model_version=model_version,
+            inputs=resolve_tensor_names(inputs, "INPUT"),
+            outputs=resolve_tensor_names(outputs, "OUTPUT"),
+            config=config,
+        )
+        return ModelDeclaration(context, infer_funcs, strict, [is_async_callable(f) for f in infer_funcs])
+
+    def start(
+        self,
+        declaration: ModelDeclaration,
+        *,
+        repository: pathlib.Path,
+        sockets: pathlib.Path,
+        shm_prefix: str,
+        import_paths: Sequence[str],
+    ) -> BoundModel:
+        """Start the model's worker handlers and write its folder into `repository`.
+
+        Args:
+            declaration: from `declare`.
+            repository: the model repository the server loads from.
+            sockets: folder of the handlers' ipc sockets (the server must reach it).
+            shm_prefix: prefix of every shared-memory segment of the facade.
+            import_paths: folders the generated model.py puts on the stub's ``sys.path``.
+
+        On failure, the handlers started so far are stopped and the model is not bound.
+        """
+        context = declaration.context
+        model_name, model_version, config = context.model_name, context.model_version, context.config
+        key = protocol.model_key(model_name, model_version)
+        endpoint = protocol.ipc_endpoint(sockets / key)
+        model_shm_prefix = f"{shm_prefix}-{key}"
+        proto = model_config_proto(
+            model_name,
+            context.inputs,
+            context.outputs,
+            config,
+            instance_count=len(declaration.infer_funcs),
+            parameters={
+                protocol.PARAM_ENDPOINT: endpoint,
+                protocol.PARAM_SHM_PREFIX: model_shm_prefix,
+                protocol.PARAM_PROTOCOL: str(protocol.PROTOCOL_VERSION),
+                protocol.PARAM_WORKER_PID: str(os.getpid()),
+                **({protocol.PARAM_RELAYED: "1"} if any(declaration.asynchronous) else {}),
+            },
+        )
+        config_text = to_pbtxt(proto)
+        if self._zmq is None:
+            self._zmq = zmq.Context()
+        bound = BoundModel(declaration, handlers=[])
+        self._models[model_name] = bound  # registered first, so stop_handlers() finds whatever started
+        try:
+            for index, func in enumerate(declaration.infer_funcs):
+                handler = InstanceHandler(
+                    context=context,
+                    infer_func=func,
+                    endpoint=protocol.instance_endpoint(endpoint, index),
+                    instance=index,
+                    shm_prefix=model_shm_prefix,
+                    strict=declaration.strict,
+                    zmq_context=self._zmq,
+                    on_unrecoverable=self._on_unrecoverable,
+                    asynchronous=declaration.asynchronous[index],
+                )
+                bound.handlers.append(handler)
+                handler.start()
+            warmup_files = warmup_entries(model_name, context.inputs, config, to_triton_data_type)[1]
+            write_model(repository, model_name, model_version, config_text, import_paths, warmup_files)
+        except BaseException:
+            for handler in bound.handlers:
+                handler.stop()
+            del self._models[model_name]
+            raise
+        logger.debug("Bound model '%s' version %d with %d instance(s)", model_name, model_version,
+                     len(bound.handlers))
+        return bound
+
+    def end_streams(self) -> None:
+        """Cut open streams short, so the server can unload decoupled models without waiting for them."""
+        for model in self._models.values():
+            for handler in model.handlers:
+                handler.end_streams()
+
+    def stop_handlers(self) -> None:
+        """Stop every handler, then the ZeroMQ context unless a callable still runs."""
+        stuck = [h for model in self._models.values() for h in model.handlers if not h.stop()]
+        if self._zmq is not None and not stuck:
+            self._zmq.term()
+        elif stuck:
+            logger.warning("%d handler(s) still run an inference callable; leaving them behind", len(stuck))
+        self._zmq = None
+
+
+def block_until_signal(is_alive: Callable[[], bool], wake: threading.Event, period_s: float) -> Optional[int]:
+    """Wait until SIGINT or SIGTERM arrives or `is_alive` turns false; the signal, or None.
+
+    The handlers only record the signal and set `wake`; they are installed only from the main
+    thread, and the previous ones are restored before this returns.
+    """
+    received: List[int] = []
+
+    def _record(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        wake.set()
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, _record)
+    try:
+        while not received and is_alive():
+            wake.wait(period_s)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return received[0] if received else None
