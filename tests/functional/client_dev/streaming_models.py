@@ -4,7 +4,8 @@ Written into a dev server's repository (``dev_server(models=streaming_models(mar
 the streaming clients are tested against the real tritonserver without pytriton's server side.
 
 * ``Countdown`` (no batching) and ``CountdownBatch`` (``max_batch_size`` 4): send ``COUNT``
-  responses, ``DELAY`` seconds apart, then the final flag on its own (an empty final response).
+  responses, ``DELAY`` seconds apart, then the final flag on its own (an empty final response);
+  a cancelled request stops within a few milliseconds.
   Each response has ``INDEX`` (its number), ``WORD`` (BYTES, ``b"word-<i>"``) and ``GRID``
   (a 2 x 3 float32 array, ``i`` + 0..5), all with the batch axis for ``CountdownBatch``.
 * ``Faulty``: two responses, then an error response carrying the final flag.
@@ -38,8 +39,8 @@ class TritonPythonModel:
             delay = pb_utils.get_input_tensor_by_name(request, "DELAY").as_numpy()
             size = count.shape[0] if self.batching else None
             for index in range(int(count.reshape(-1)[0])):
-                if index:
-                    time.sleep(float(delay.reshape(-1)[0]))
+                if index and not self._pause(request, float(delay.reshape(-1)[0])):
+                    break
                 outputs = {
                     "INDEX": np.array([index], dtype=np.int32),
                     "WORD": np.array([f"word-{index}".encode()], dtype=np.object_),
@@ -50,6 +51,16 @@ class TritonPythonModel:
                 sender.send(pb_utils.InferenceResponse([pb_utils.Tensor(k, v) for k, v in outputs.items()]))
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
+
+    @staticmethod
+    def _pause(request, delay):
+        # Sleep in small steps, so that a cancelled request frees the instance for the next test.
+        deadline = time.monotonic() + delay
+        while time.monotonic() < deadline:
+            if request.is_cancelled():
+                return False
+            time.sleep(min(0.02, max(deadline - time.monotonic(), 0)))
+        return not request.is_cancelled()
 """
 
 _FAULTY = """

@@ -1,0 +1,280 @@
+"""The streaming clients against the real tritonserver, over gRPC and HTTP, sync and asyncio.
+
+The models are raw decoupled Python-backend models (``client_dev/streaming_models.py``) served
+by the bundled tritonserver through ``client_dev/dev_server.py``, so these tests do not depend
+on pytriton's server side. One module-scoped server; each behaviour runs on both protocols and,
+where the two clients differ in how they do it, on both client flavours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import sys
+import time
+import uuid
+
+import numpy as np
+import pytest
+from support import free_ports
+
+from pytriton.client import (
+    AsyncioDecoupledModelClient,
+    AsyncioModelClient,
+    ClientModelConfig,
+    DecoupledModelClient,
+    FuturesModelClient,
+    ModelClient,
+    PyTritonClientDecoupledMismatchError,
+    PyTritonClientError,
+    PyTritonClientInferenceServerError,
+    PyTritonClientTimeoutError,
+    PyTritonClientValueError,
+)
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "client_dev"))
+
+from dev_server import dev_server
+from streaming_models import streaming_models
+
+pytestmark = pytest.mark.functional
+
+CANCEL_WAIT_S = 5.0  # how long the model may take to see a cancellation and write its marker
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    workspace = tmp_path_factory.mktemp("streaming")
+    markers = workspace / "markers"
+    markers.mkdir()
+    ports = free_ports(3)
+    with dev_server(
+        root=None, workspace=workspace, ports=(ports[0], ports[1], ports[2]), models=streaming_models(str(markers))
+    ) as running:
+        yield running, markers
+
+
+@pytest.fixture(params=["grpc", "http"])
+def url(request, server):
+    running, _ = server
+    return running.grpc_url if request.param == "grpc" else running.http_url
+
+
+@pytest.fixture()
+def markers(server):
+    return server[1]
+
+
+@pytest.fixture(params=["sync", "asyncio"])
+def flavour(request):
+    return request.param
+
+
+def countdown(count, delay):
+    return {"COUNT": np.array([count], np.int32), "DELAY": np.array([delay], np.float32)}
+
+
+def stream(flavour, url, model, inputs, *, batch=False, **client_kwargs):
+    """Run one streamed request to the end: [(seconds since the call, outputs)], and the error raised."""
+    received = []
+    method = "infer_batch" if batch else "infer_sample"
+    if flavour == "sync":
+        with DecoupledModelClient(url, model, **client_kwargs) as client:
+            start = time.monotonic()
+            try:
+                for outputs in getattr(client, method)(**inputs):
+                    received.append((time.monotonic() - start, outputs))
+            except PyTritonClientError as error:
+                return received, error
+        return received, None
+
+    async def run():
+        async with AsyncioDecoupledModelClient(url, model, **client_kwargs) as client:
+            start = time.monotonic()
+            try:
+                async for outputs in getattr(client, method)(**inputs):
+                    received.append((time.monotonic() - start, outputs))
+            except PyTritonClientError as error:
+                return received, error
+        return received, None
+
+    return asyncio.run(run())
+
+
+def wait_for_marker(markers: pathlib.Path, tag: str) -> list:
+    """The markers the Cancellable model wrote for ``tag`` (``tag``: cancelled; ``tag.done``: ran to the end)."""
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while time.monotonic() < deadline:
+        found = sorted(path.name for path in markers.glob(f"{tag}*") if not path.name.endswith(".tmp"))
+        if found:
+            return [(name, int((markers / name).read_text())) for name in found]
+        time.sleep(0.05)
+    return []
+
+
+def test_responses_arrive_one_by_one_and_the_stream_ends(url, flavour):
+    received, error = stream(flavour, url, "Countdown", countdown(3, 0.5))
+    assert error is None
+    times = [seconds for seconds, _ in received]
+    assert [outputs["INDEX"].tolist() for _, outputs in received] == [[0], [1], [2]]
+    assert times[0] + 0.8 < times[-1], f"responses arrived at {times}: not one by one"
+    first = received[0][1]
+    assert first["WORD"].dtype == np.object_ and first["WORD"].tolist() == [b"word-0"]
+    assert first["GRID"].dtype == np.float32
+    np.testing.assert_array_equal(received[2][1]["GRID"], np.arange(6, dtype=np.float32).reshape(2, 3) + 2)
+
+
+def test_batch_axis_added_and_removed_for_a_batching_model(url, flavour):
+    samples, error = stream(flavour, url, "CountdownBatch", countdown(2, 0.0))
+    assert error is None
+    assert [outputs["GRID"].shape for _, outputs in samples] == [(2, 3), (2, 3)]
+    assert [outputs["INDEX"].shape for _, outputs in samples] == [(1,), (1,)]
+    inputs = {"COUNT": np.array([[2], [2]], np.int32), "DELAY": np.array([[0.0], [0.0]], np.float32)}
+    batches, error = stream(flavour, url, "CountdownBatch", inputs, batch=True)
+    assert error is None
+    assert [outputs["GRID"].shape for _, outputs in batches] == [(2, 2, 3), (2, 2, 3)]
+    assert batches[1][1]["WORD"].tolist() == [[b"word-1"], [b"word-1"]]
+
+
+def test_error_mid_stream_comes_after_the_partial_results(url, flavour):
+    received, error = stream(flavour, url, "Faulty", countdown(0, 0.0))
+    assert [outputs["INDEX"].tolist() for _, outputs in received] == [[0], [1]]
+    assert isinstance(error, PyTritonClientInferenceServerError)
+    assert "the model broke after 2 responses" in str(error)
+
+
+def test_timeout_bounds_the_wait_for_each_response(url, flavour):
+    # Responses 0.4 s apart pass a 1 s limit although the stream takes longer than it ...
+    received, error = stream(flavour, url, "Countdown", countdown(4, 0.4), inference_timeout_s=1.0)
+    assert error is None and len(received) == 4 and received[-1][0] > 1.0
+    # ... and a response 2 s after the first fails a 0.5 s limit, naming the model and the limit.
+    received, error = stream(flavour, url, "Countdown", countdown(2, 2.0), inference_timeout_s=0.5)
+    assert len(received) == 1
+    assert isinstance(error, PyTritonClientTimeoutError)
+    assert "'Countdown'" in str(error) and "within 0.5 s" in str(error)
+
+
+def test_sync_timeout_cancels_and_the_client_goes_on(url):
+    with DecoupledModelClient(url, "Countdown", inference_timeout_s=0.5) as client:
+        responses = client.infer_sample(**countdown(2, 2.0))
+        next(responses)
+        start = time.monotonic()
+        with pytest.raises(PyTritonClientTimeoutError):
+            next(responses)
+        assert 0.4 < time.monotonic() - start < 1.5
+        assert [outputs["INDEX"].tolist() for outputs in client.infer_sample(**countdown(2, 0.0))] == [[0], [1]]
+
+
+def test_sync_break_cancels_the_request_and_the_client_goes_on(url, markers):
+    tag = uuid.uuid4().hex
+    with DecoupledModelClient(url, "Cancellable") as client:
+        inputs = dict(countdown(20, 0.3), TAG=np.array([tag.encode()], dtype=object))
+        for outputs in client.infer_sample(**inputs):
+            if outputs["INDEX"][0] == 1:
+                break
+        assert wait_for_marker(markers, tag) == [(tag, 2)]
+        # The same client streams again at once.
+        again = client.infer_sample(**countdown(2, 0.0), TAG=np.array([b"again"], dtype=object))
+        assert [outputs["INDEX"].tolist() for outputs in again] == [[0], [1]]
+
+
+def test_sync_close_of_the_iterator_cancels_too(url, markers):
+    tag = uuid.uuid4().hex
+    with DecoupledModelClient(url, "Cancellable") as client:
+        responses = client.infer_sample(**countdown(20, 0.3), TAG=np.array([tag], dtype=object))
+        next(responses)
+        responses.close()
+        assert wait_for_marker(markers, tag) == [(tag, 1)]
+
+
+def test_asyncio_break_cancels_the_request_and_the_client_goes_on(url, markers):
+    tag = uuid.uuid4().hex
+
+    async def run():
+        async with AsyncioDecoupledModelClient(url, "Cancellable") as client:
+            inputs = dict(countdown(20, 0.3), TAG=np.array([tag.encode()], dtype=object))
+            async for outputs in client.infer_sample(**inputs):
+                if outputs["INDEX"][0] == 1:
+                    break  # the loop finalizes the dropped generator on its next turn: that cancels
+            await asyncio.sleep(0)
+            found = await asyncio.get_running_loop().run_in_executor(None, wait_for_marker, markers, tag)
+            inputs = dict(countdown(2, 0.0), TAG=np.array([b"again"], dtype=object))
+            again = [outputs["INDEX"].tolist() async for outputs in client.infer_sample(**inputs)]
+            return found, again
+
+    found, again = asyncio.run(run())
+    assert found == [(tag, 2)]
+    assert again == [[0], [1]]
+
+
+def test_asyncio_streams_run_concurrently(url):
+    async def run():
+        async with AsyncioDecoupledModelClient(url, "Countdown") as client:
+
+            async def indices(count):
+                return [outputs["INDEX"][0] async for outputs in client.infer_sample(**countdown(count, 0.3))]
+
+            start = time.monotonic()
+            results = await asyncio.gather(indices(3), indices(4))
+            return results, time.monotonic() - start
+
+    (three, four), seconds = asyncio.run(run())
+    assert (three, four) == ([0, 1, 2], [0, 1, 2, 3])
+    assert seconds < 1.5  # one after the other would take 1.5 s
+
+
+def test_one_stream_at_a_time_on_a_sync_client(url):
+    with DecoupledModelClient(url, "Countdown") as client:
+        first = client.infer_sample(**countdown(3, 0.0))
+        with pytest.raises(PyTritonClientValueError, match="still streams the responses of a previous request"):
+            client.infer_sample(**countdown(1, 0.0))
+        first.close()
+        assert len(list(client.infer_sample(**countdown(1, 0.0)))) == 1
+
+
+def test_streaming_clients_refuse_a_model_that_is_not_decoupled(url):
+    with DecoupledModelClient(url, "Plain") as client:
+        with pytest.raises(PyTritonClientDecoupledMismatchError, match="'Plain' is not decoupled.*use ModelClient"):
+            client.infer_sample(INPUT_1=np.ones(2, np.float32))
+
+    async def run():
+        async with AsyncioDecoupledModelClient(url, "Plain") as client:
+            async for _ in client.infer_sample(INPUT_1=np.ones(2, np.float32)):
+                pass
+
+    with pytest.raises(PyTritonClientDecoupledMismatchError, match="not decoupled"):
+        asyncio.run(run())
+
+
+def test_one_response_clients_refuse_a_decoupled_model(url):
+    inputs = countdown(1, 0.0)
+    expected = "'Countdown' is decoupled.*use DecoupledModelClient or AsyncioDecoupledModelClient"
+    with ModelClient(url, "Countdown") as client, pytest.raises(PyTritonClientDecoupledMismatchError, match=expected):
+        client.infer_sample(**inputs)
+    with FuturesModelClient(url, "Countdown") as futures:
+        with pytest.raises(PyTritonClientDecoupledMismatchError, match=expected):
+            futures.infer_sample(**inputs).result(timeout=30)
+
+    async def run():
+        async with AsyncioModelClient(url, "Countdown") as client:
+            await client.infer_sample(**inputs)
+
+    with pytest.raises(PyTritonClientDecoupledMismatchError, match=expected):
+        asyncio.run(run())
+    # A configuration given by the user lets the request through: the server's refusal is translated.
+    given = ClientModelConfig("Countdown", max_batch_size=0)
+    with ModelClient(url, "Countdown", model_config=given) as client:
+        with pytest.raises(PyTritonClientDecoupledMismatchError, match="decoupled transaction policy"):
+            client.infer_sample(**inputs)
+
+
+def test_fp16_streams_over_grpc_and_is_refused_over_http(server, flavour):
+    running, _ = server
+    values = {"INPUT_1": np.array([0.5, 1.5, -2.0], np.float16)}
+    received, error = stream(flavour, running.grpc_url, "Half", values)
+    assert error is None
+    assert [outputs["OUTPUT_1"].dtype for _, outputs in received] == [np.float16, np.float16]
+    np.testing.assert_array_equal(received[0][1]["OUTPUT_1"], values["INPUT_1"])
+    received, error = stream(flavour, running.http_url, "Half", values)
+    assert received == []
+    assert isinstance(error, PyTritonClientValueError) and "grpc://" in str(error)
