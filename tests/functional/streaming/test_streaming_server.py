@@ -13,6 +13,7 @@ import json
 import queue
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -113,22 +114,21 @@ def grpc_stream(config, model, values, *, batched=False, cancel_after=None, time
         tensor.set_data_from_numpy(data)
         client.async_stream_infer(model, [tensor], request_id=str(index), enable_empty_final_response=True)
     results: dict = {str(i): [] for i in range(len(values))}
-    open_ids = set(results)
+    remaining = len(values)  # streams not ended yet (an error carries no request id: count, don't name)
     received = 0
     try:
-        while open_ids:
+        while remaining:
             at, result, error = arrivals.get(timeout=timeout_s)
             if error is not None:
-                # an error ends its request's stream; tritonclient gives no request id with it
                 results.setdefault("error", []).append((at - start, str(error)))
-                open_ids.pop()
+                remaining -= 1
                 continue
             response = result.get_response()
             if result.as_numpy("token") is not None:
                 results[response.id].append((at - start, int(result.as_numpy("token").reshape(-1)[0])))
                 received += 1
             if response.parameters["triton_final_response"].bool_param:
-                open_ids.discard(response.id)
+                remaining -= 1
             if cancel_after is not None and received >= cancel_after:
                 break
     finally:
@@ -175,13 +175,19 @@ def test_a_cancelled_stream_stops_the_generator(served):
     assert 2 <= tokens.steps[-1] < 20
 
 
-def test_coroutine_calls_of_one_instance_overlap_while_they_await(served):
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_coroutine_calls_of_one_instance_overlap_while_they_await(served, protocol):
+    import tritonclient.http as httpclient
+
     overlap = served["overlap"]
+    overlap.max_active = 0
     client_results = []
+    module = grpcclient if protocol == "grpc" else httpclient
+    port = served["config"].grpc_port if protocol == "grpc" else served["config"].http_port
 
     def one(value):
-        client = grpcclient.InferenceServerClient(f"127.0.0.1:{served['config'].grpc_port}")
-        tensor = grpcclient.InferInput("n", [1], "INT32")
+        client = module.InferenceServerClient(f"127.0.0.1:{port}")
+        tensor = module.InferInput("n", [1], "INT32")
         tensor.set_data_from_numpy(np.array([value], np.int32))
         client_results.append(int(client.infer("Overlap", [tensor]).as_numpy("token")[0]))
         client.close()
@@ -197,20 +203,45 @@ def test_coroutine_calls_of_one_instance_overlap_while_they_await(served):
 
 @pytest.mark.parametrize(("model", "expected"), [("Tokens", [0, 1, 2]), ("Countdown", [3, 2, 1])])
 def test_generators_and_async_generators_stream_over_http_server_sent_events(served, model, expected):
-    port = served["config"].http_port
+    events = http_stream(served["config"], model, {"n": 3})
+    assert [event["token"] for _, event in events] == expected
+    assert events[-1][0] - events[0][0] >= 0.5 * STEP_S
+
+
+def http_stream(config, model, body, *, stop_after=None):
+    """POST to the generate-stream endpoint; returns [(t, event)] (stops reading after `stop_after`)."""
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v2/models/{model}/generate_stream",
-        data=json.dumps({"n": 3}).encode(),
+        f"http://127.0.0.1:{config.http_port}/v2/models/{model}/generate_stream",
+        data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json"},
     )
     events = []
     start = time.monotonic()
-    with urllib.request.urlopen(request, timeout=10) as response:
-        for line in response:
-            if line.startswith(b"data:"):
-                events.append((time.monotonic() - start, json.loads(line[5:])))
-    assert [event["token"] for _, event in events] == expected
-    assert events[-1][0] - events[0][0] >= 0.5 * STEP_S
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            for line in response:
+                if line.startswith(b"data:"):
+                    events.append((time.monotonic() - start, json.loads(line[5:])))
+                    if stop_after is not None and len(events) >= stop_after:
+                        break
+    except urllib.error.HTTPError as error:
+        events.append((time.monotonic() - start, json.loads(error.read())))
+    return events
+
+
+def test_an_error_mid_stream_reaches_an_http_requester_after_the_responses_sent(served):
+    events = http_stream(served["config"], "Tokens", {"n": -1})
+    assert [event.get("token") for _, event in events[:2]] == [0, 1]
+    assert "Model 'Tokens' failed: ValueError: the tokenizer broke" in events[2][1]["error"]
+    assert len(events) == 3
+
+
+def test_an_http_client_that_disconnects_mid_stream_stops_the_generator(served):
+    tokens = served["tokens"]
+    tokens.closed_early.clear()
+    events = http_stream(served["config"], "Tokens", {"n": 20}, stop_after=2)
+    assert len(events) == 2
+    assert tokens.closed_early.wait(5.0), "the generator was not closed after the HTTP client went away"
 
 
 def test_a_non_streaming_grpc_call_to_a_decoupled_model_is_refused_by_triton(served):
