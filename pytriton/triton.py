@@ -4,6 +4,9 @@ Setup flow: `bind` turns the declaration into a model folder (``repository``) an
 worker handler per callable (``worker``); `run` sweeps leftovers of dead servers, starts the
 tritonserver process (``server``) and returns once every bound model answers ready; `serve`
 blocks until SIGINT/SIGTERM or an unrecoverable model error; `stop` undoes everything.
+
+`RemoteTriton` (from ``pytriton.remote``, exported here too) binds callables the same way to a
+tritonserver that something else started.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pytriton.exceptions import (
     PyTritonServerStartupError,
 )
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.remote import RemoteTriton
 from pytriton.server.argv import build_argv
 from pytriton.server.config import TritonConfig, merge
 from pytriton.server.control import ServerControl, wait_for
@@ -41,7 +45,7 @@ from pytriton.server.process import ServerProcess
 from pytriton.server.security import TritonSecurityConfig, resolve_access_token, restricted_config
 from pytriton.server.workspace import Workspace, sweep_stale
 
-__all__ = ["Triton", "TritonConfig", "TritonSecurityConfig"]
+__all__ = ["RemoteTriton", "Triton", "TritonConfig", "TritonSecurityConfig"]
 
 logger = logging.getLogger("pytriton.triton")
 

@@ -1,7 +1,8 @@
-"""The library's own calls to its server: readiness and model loading.
+"""The library's own calls to a tritonserver: readiness, and the model repository.
 
 Over HTTP with the standard library (no client stack on the server side), or over gRPC when the
-user turned HTTP off. Every call has a timeout; readiness is polled against a monotonic deadline.
+user turned HTTP off (or a remote server is given by a ``grpc://`` URL). Every call has a
+timeout; readiness is polled against a monotonic deadline.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ import http.client
 import json
 import time
 import urllib.parse
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from pytriton.exceptions import PyTritonServerError
-from pytriton.server.security import auth_headers
+from pytriton.exceptions import PyTritonBadParameterError, PyTritonServerError
+from pytriton.server.security import ACCESS_TOKEN_HEADER, auth_headers
+
+DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
+"""Triton's default ports, used when a server URL names none."""
 
 
 def _connect_host(address: Optional[str]) -> str:
@@ -23,8 +27,31 @@ def _connect_host(address: Optional[str]) -> str:
     return address
 
 
+def parse_server_url(url: str) -> Tuple[str, str, int]:
+    """``(protocol, host, port)`` of a server URL: ``http://host:port``, ``grpc://host:port`` or ``host:port``.
+
+    A URL without a scheme is HTTP; one without a port gets Triton's default port for its protocol.
+
+    Raises:
+        PyTritonBadParameterError: not a URL of that form (another scheme, a path, a bad port).
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise PyTritonBadParameterError(f"url={url!r} is invalid: expected 'http://host:port' or 'grpc://host:port'")
+    text = url.strip()
+    parsed = urllib.parse.urlsplit(text if "://" in text else f"http://{text}")
+    try:
+        port = parsed.port
+    except ValueError:
+        port = -1
+    if parsed.scheme not in DEFAULT_PORTS or not parsed.hostname or parsed.path not in ("", "/") or port == -1:
+        raise PyTritonBadParameterError(
+            f"url={url!r} is invalid: expected 'http://host:port' (the server's HTTP endpoint) or 'grpc://host:port'"
+        )
+    return parsed.scheme, parsed.hostname, port if port is not None else DEFAULT_PORTS[parsed.scheme]
+
+
 class ServerControl:
-    """Health and model-repository calls to one local tritonserver.
+    """Health and model-repository calls to one tritonserver.
 
     Args:
         http_port: the server's HTTP port, or None when HTTP is off.
@@ -47,6 +74,15 @@ class ServerControl:
         self._headers: Dict[str, str] = auth_headers(access_token, grpc=False) if access_token else {}
         self._grpc_headers: Dict[str, str] = auth_headers(access_token, grpc=True) if access_token else {}
         self._grpc_client: Any = None
+
+    @classmethod
+    def for_url(cls, url: str, access_token: Optional[str] = None) -> ServerControl:
+        """Calls to the server at `url` (see `parse_server_url`), over the URL's protocol."""
+        scheme, host, port = parse_server_url(url)
+        if scheme == "http":
+            return cls(http_address=host, http_port=port, grpc_address=None, grpc_port=DEFAULT_PORTS["grpc"],
+                       access_token=access_token)
+        return cls(http_address=None, http_port=None, grpc_address=host, grpc_port=port, access_token=access_token)
 
     def _request(self, method: str, path: str, timeout_s: float, body: bytes = b"") -> tuple[int, bytes]:
         assert self._http is not None
@@ -74,6 +110,15 @@ class ServerControl:
         except Exception:  # noqa: BLE001 - not reachable yet counts as not ready
             return False
 
+    def is_live(self, timeout_s: float = 1.0) -> bool:
+        """True while the server answers its liveness endpoint."""
+        try:
+            if self._http:
+                return self._request("GET", "/v2/health/live", timeout_s)[0] == 200
+            return bool(self._grpc().is_server_live(headers=self._grpc_headers, client_timeout=timeout_s))
+        except Exception:  # noqa: BLE001 - not reachable counts as not live
+            return False
+
     def is_model_ready(self, name: str, version: int, timeout_s: float = 1.0) -> bool:
         try:
             if self._http:
@@ -90,19 +135,62 @@ class ServerControl:
         Raises:
             PyTritonServerError: with the server's reason when the load fails.
         """
+        self._repository_call(f"could not load model '{name}'", "load", name, timeout_s)
+
+    def unload_model(self, name: str, timeout_s: float) -> None:
+        """Ask the server to unload model `name`; returns before the unload is complete.
+
+        Triton lets the requests in flight finish first; `repository_index` tells when it is done.
+
+        Raises:
+            PyTritonServerError: with the server's reason when it refuses.
+        """
+        self._repository_call(f"could not unload model '{name}'", "unload", name, timeout_s)
+
+    def repository_index(self, timeout_s: float = 5.0) -> List[Dict[str, str]]:
+        """Every model folder of the server's repositories: ``name``, and for those ever loaded
+        ``version``, ``state`` (``READY``, ``LOADING``, ``UNLOADING``, ``UNAVAILABLE``) and ``reason``.
+
+        Raises:
+            PyTritonServerError: the server is unreachable or refuses (the message says which).
+        """
+        entries = self._repository_call("could not read its model repository index", "index", None, timeout_s)
+        return [{key: str(value) for key, value in entry.items()} for entry in entries]
+
+    def _repository_call(self, failure: str, action: str, name: Optional[str], timeout_s: float) -> Any:
+        """One call of the model-repository API; its decoded answer, or a `PyTritonServerError`."""
         try:
             if self._http:
-                status, body = self._request("POST", f"/v2/repository/models/{urllib.parse.quote(name)}/load",
-                                             timeout_s, b"{}")
+                path = "/v2/repository/index" if name is None else (
+                    f"/v2/repository/models/{urllib.parse.quote(name)}/{action}")
+                status, body = self._request("POST", path, timeout_s, b"{}")
                 if status != 200:
-                    reason = json.loads(body or b"{}").get("error", body.decode(errors="replace"))
-                    raise PyTritonServerError(f"Triton could not load model '{name}': {reason}")
-            else:
-                self._grpc().load_model(name, headers=self._grpc_headers, client_timeout=timeout_s)
+                    raise PyTritonServerError(f"Triton {failure}: {self._refusal(status, body)}")
+                return json.loads(body) if body else None
+            client = self._grpc()
+            if name is None:
+                index = client.get_model_repository_index(headers=self._grpc_headers, as_json=True,
+                                                          client_timeout=timeout_s)
+                return index.get("models", [])
+            call = client.load_model if action == "load" else client.unload_model
+            return call(name, headers=self._grpc_headers, client_timeout=timeout_s)
         except PyTritonServerError:
             raise
         except Exception as exc:
-            raise PyTritonServerError(f"Triton could not load model '{name}': {exc}") from exc
+            raise PyTritonServerError(f"Triton {failure}: {exc}") from exc
+
+    def _refusal(self, status: int, body: bytes) -> str:
+        """The server's reason for a refused HTTP call, with the remedy of a missing token."""
+        try:
+            reason = str(json.loads(body or b"{}").get("error", ""))
+        except ValueError:
+            reason = ""
+        reason = reason or body.decode(errors="replace") or f"HTTP status {status}"
+        if status == 403:
+            sent = "the access token sent was refused" if self._headers else "no access token was sent"
+            reason += (f" ({sent}; the model-repository API needs the '{ACCESS_TOKEN_HEADER}' header the server "
+                       "was started to expect)")
+        return reason
 
     def close(self) -> None:
         if self._grpc_client is not None:

@@ -3,10 +3,14 @@
 Every name (the workspace folder, shared-memory segments, Triton's own Python-backend regions)
 carries ``pytriton-<owner pid>-<random>``, so two servers on one host never collide and the next
 start can sweep what a killed one left: whatever carries the pid of a dead process is removed.
+
+`SharedWorkspace` is the same idea for a tritonserver that something else started: several
+binding processes share its model repository, each with a session of its own in the folder.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import pathlib
@@ -14,11 +18,11 @@ import secrets
 import shutil
 import signal
 import tempfile
-from typing import List, Optional, Set
+from typing import Callable, Dict, List, Optional, Set
 
 import psutil
 
-from pytriton.exceptions import PyTritonBadParameterError
+from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError
 from pytriton.ipc.shm import SHM_DIR
 
 logger = logging.getLogger("pytriton.server")
@@ -163,3 +167,197 @@ def _kill_orphans(server_ids: Set[str]) -> None:
                 logger.info("Killed orphaned process %d: %s", process.pid, cmdline[:200])
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
+
+
+MODELS_FOLDER = "models"
+"""Subfolder of a shared workspace that the remote server serves (``--model-repository``)."""
+SOCKETS_FOLDER = "sockets"
+"""Subfolder of a shared workspace holding one folder of ipc sockets per binding session."""
+OWNER_FILE = "pytriton-owner"
+"""File in a model folder naming the session that wrote it (Triton ignores it)."""
+_LOCK_FILE = "lock"
+
+
+def remote_server_flags(model_repository: pathlib.Path) -> str:
+    """The tritonserver flags a server needs to serve the models of a shared workspace."""
+    return f"--model-repository={model_repository} --model-control-mode=explicit"
+
+
+class SharedWorkspace:
+    """This process's share of a workspace folder it shares with a tritonserver it did not start.
+
+    Layout of the folder (created by whoever starts the server; this class adds what it needs)::
+
+        <path>/models/                 the server's --model-repository
+        <path>/models/<model>/         one model of a session: config.pbtxt, <version>/model.py and
+                                       pytriton-owner (the session id)
+        <path>/sockets/<session id>/   one session's ipc sockets, and its lock file
+
+    A session id is ``pytriton-<pid>-<random>``; it also prefixes the session's shared-memory
+    segments. The session holds an exclusive ``flock`` on its lock file for as long as it lives,
+    and the kernel drops the lock however the process ends, so `sweep` tells dead sessions from
+    live ones without trusting pids (which another PID namespace does not see, or may reuse).
+
+    Args:
+        path: the workspace folder; it and its ``models`` folder must exist.
+
+    Raises:
+        PyTritonBadParameterError: a folder is missing, or the path is too long for Unix sockets.
+    """
+
+    def __init__(self, path: pathlib.Path) -> None:
+        self.path = pathlib.Path(path).expanduser().absolute()
+        self.model_repository = self.path / MODELS_FOLDER
+        if not self.path.is_dir() or not self.model_repository.is_dir():
+            missing = self.path if not self.path.is_dir() else self.model_repository
+            raise PyTritonBadParameterError(
+                f"workspace={str(path)!r} is invalid: {missing} is not a folder. Create {self.model_repository} and "
+                f"start tritonserver with {remote_server_flags(self.model_repository)}"
+            )
+        self.session_id = f"{PREFIX}-{os.getpid()}-{secrets.token_hex(4)}"
+        sockets_root = self.path / SOCKETS_FOLDER
+        self.sockets = sockets_root / self.session_id
+        if len(str(self.sockets)) > _MAX_SOCKET_DIR:
+            raise PyTritonBadParameterError(
+                f"workspace={str(path)!r} is too long for Unix sockets ({len(str(self.sockets))} characters with "
+                f"its session's sockets folder; at most {_MAX_SOCKET_DIR}); choose a shorter workspace path"
+            )
+        sockets_root.mkdir(mode=0o700, exist_ok=True)
+        self._lock_fd: Optional[int] = self._open_session(sockets_root)
+        self._claimed: List[str] = []
+
+    def _open_session(self, sockets_root: pathlib.Path) -> int:
+        # Locked before it gets its name, so a sweep never sees this session's folder unlocked.
+        staging = sockets_root / f".{self.session_id}"
+        staging.mkdir(mode=0o700)
+        fd = os.open(staging / _LOCK_FILE, os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(staging, self.sockets)
+        return fd
+
+    @property
+    def shm_prefix(self) -> str:
+        """Prefix of this session's shared-memory segments."""
+        return self.session_id
+
+    def claim(self, model_name: str) -> pathlib.Path:
+        """Create the folder of model `model_name` for this session; the name is then taken.
+
+        Raises:
+            PyTritonBadParameterError: the name cannot be a folder name.
+            PyTritonInvalidOperationError: the repository already has a folder of that name.
+        """
+        if model_name in (".", "..") or "/" in model_name or "\0" in model_name:
+            raise PyTritonBadParameterError(
+                f"model_name={model_name!r} is invalid for a model repository: it must be a folder name"
+            )
+        folder = self.model_repository / model_name
+        try:
+            folder.mkdir(mode=0o700)  # atomic: of two sessions claiming one name, one fails here
+        except FileExistsError:
+            owner = _read_owner(folder)
+            whose = f"by pytriton session {owner}" if owner else "and no pytriton session owns it"
+            raise PyTritonInvalidOperationError(
+                f"model '{model_name}' is already in the model repository ({folder} exists, {whose}); "
+                "choose another model name"
+            ) from None
+        (folder / OWNER_FILE).write_text(self.session_id)
+        self._claimed.append(model_name)
+        return folder
+
+    def release(self, model_name: str) -> None:
+        """Remove the folder of a model this session claimed."""
+        if model_name in self._claimed:
+            self._claimed.remove(model_name)
+            shutil.rmtree(self.model_repository / model_name, ignore_errors=True)
+
+    def cleanup(self) -> None:
+        """Remove this session's model folders, sockets and segments, then end the session."""
+        for name in list(self._claimed):
+            self.release(name)
+        shutil.rmtree(self.sockets, ignore_errors=True)
+        remove_segments(self.session_id)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def sweep(self, unload: Callable[[List[str]], None]) -> List[str]:
+        """Remove what dead sessions left in the workspace; returns the names removed.
+
+        `unload` gets the models of dead sessions first, so the server drops them before their
+        folders go. A session is dead when its lock is free, or when its sockets folder is gone
+        while a model folder still names it (a session creates that folder, locked, before it
+        claims a model, and removes it last). Model folders without an owner file are not
+        pytriton's and stay.
+        """
+        sockets_root = self.path / SOCKETS_FOLDER
+        held: Dict[str, int] = {}  # dead session -> descriptor holding its lock while it is removed
+        gone: Set[str] = set()  # dead sessions whose folder is already gone
+        live: Set[str] = {self.session_id}
+
+        def is_dead(session_id: str) -> bool:
+            # Judged when first met, not from an earlier listing: a session that started since
+            # then and already claimed a model must be seen alive.
+            if session_id in live or session_id in held or session_id in gone:
+                return session_id not in live
+            if not (sockets_root / session_id).is_dir():
+                gone.add(session_id)
+                return True
+            fd = _lock_if_dead(sockets_root / session_id / _LOCK_FILE)
+            if fd is None:
+                live.add(session_id)
+                return False
+            held[session_id] = fd
+            return True
+
+        removed: List[str] = []
+        try:
+            models = []
+            for folder in sorted(self.model_repository.iterdir()):
+                owner = _read_owner(folder)
+                if owner and is_dead(owner):
+                    models.append(folder.name)
+            for entry in os.scandir(sockets_root):
+                if entry.name.startswith(PREFIX) and entry.is_dir():
+                    is_dead(entry.name)
+                elif entry.name.startswith(f".{PREFIX}"):  # a session that died while starting
+                    pid = _owner_pid(entry.name[1:])
+                    if pid is not None and not psutil.pid_exists(pid):
+                        shutil.rmtree(entry.path, ignore_errors=True)
+            if models:
+                unload(models)
+                for name in models:
+                    shutil.rmtree(self.model_repository / name, ignore_errors=True)
+                    removed.append(str(self.model_repository / name))
+            for session_id in held:
+                shutil.rmtree(sockets_root / session_id, ignore_errors=True)
+                removed.append(str(sockets_root / session_id))
+            for session_id in (*held, *gone):
+                removed += remove_segments(session_id)
+        finally:
+            for fd in held.values():
+                os.close(fd)
+        if removed:
+            logger.info("Removed %d leftovers of pytriton sessions that died: %s", len(removed), removed)
+        return removed
+
+
+def _read_owner(folder: pathlib.Path) -> Optional[str]:
+    try:
+        return (folder / OWNER_FILE).read_text().strip() or None
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _lock_if_dead(lock_file: pathlib.Path) -> Optional[int]:
+    """A descriptor holding the lock of a session that is gone, or None while it lives."""
+    try:
+        fd = os.open(lock_file, os.O_RDWR)
+    except (FileNotFoundError, PermissionError):  # removed meanwhile, or another user's: leave it
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd

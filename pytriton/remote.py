@@ -1,0 +1,303 @@
+"""The `RemoteTriton` facade: bind callables of this process to a tritonserver something else started.
+
+Setup flow when the server is not this process's child (one server container per pod, NVIDIA's
+server image, a server shared by several processes): the server serves ``<workspace>/models``
+with explicit model control. `bind` claims a model folder there (``server.workspace``), checks
+through the server's repository index that the server sees it, starts the worker handlers on
+sockets under ``<workspace>/sockets/<session>`` and writes the folder (``binding``); `run` loads
+the bound models and returns once they are ready; `serve` blocks until SIGINT/SIGTERM; `stop`
+unloads this process's models and removes what it created. The server keeps running.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import os
+import pathlib
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from pytriton.binding import InferFunc, ModelBindings, block_until_signal
+from pytriton.exceptions import (
+    PyTritonBadParameterError,
+    PyTritonInvalidOperationError,
+    PyTritonServerError,
+)
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.server.control import ServerControl, wait_for
+from pytriton.server.distribution import find_distribution, proxy_import_paths
+from pytriton.server.workspace import SharedWorkspace, remote_server_flags
+
+__all__ = ["RemoteTriton"]
+
+logger = logging.getLogger("pytriton.triton")
+
+MODEL_LOAD_TIMEOUT_S = 120.0
+UNLOAD_TIMEOUT_S = 60.0
+_REPOSITORY_CALL_TIMEOUT_S = 10.0
+_LOADED_STATES = ("READY", "LOADING", "UNLOADING")
+"""Repository-index states of a model the server holds (or is still dropping)."""
+_DUPLICATE_REASON = "two or more repositories"
+"""Part of the index's reason for a model name found in several repositories (Triton 2.51)."""
+
+
+class RemoteTriton:
+    """Serves this process's callables through a tritonserver that something else started.
+
+    The server and this process share a workspace folder. The server must serve its
+    ``models`` subfolder with explicit model control::
+
+        tritonserver --model-repository=<workspace>/models --model-control-mode=explicit ...
+
+    Several processes may bind to one server and one workspace; each model name is served
+    by one process at a time. `stop` unloads this process's models and never stops the server.
+
+    Args:
+        url: the server's HTTP endpoint, ``http://host:port``, or its gRPC endpoint,
+            ``grpc://host:port``; without a scheme, HTTP.
+        workspace: the shared folder; it and its ``models`` subfolder must exist, at the same
+            path for the server as for this process.
+        access_token: sent as header ``triton-access-token`` (gRPC:
+            ``triton-grpc-protocol-triton-access-token``) on the library's calls, for a server
+            started with its model-repository API restricted to that header; None sends none.
+
+    Raises:
+        PyTritonBadParameterError: the URL, the workspace or the token is invalid.
+
+    Use it as a context manager (``with RemoteTriton(...) as triton: ...``) or call `stop()`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        workspace: Union[str, os.PathLike[str]],
+        access_token: Optional[str] = None,
+    ) -> None:
+        if access_token is not None and (not isinstance(access_token, str) or not access_token):
+            raise PyTritonBadParameterError(
+                f"access_token={access_token!r} is invalid: expected None or a non-empty string"
+            )
+        if not isinstance(workspace, (str, os.PathLike)):
+            raise PyTritonBadParameterError(f"workspace={workspace!r} is invalid: expected a folder path")
+        self._control = ServerControl.for_url(url, access_token)
+        self._url = url
+        self._workspace = SharedWorkspace(pathlib.Path(workspace))
+        self._bindings = ModelBindings("RemoteTriton", self._on_unrecoverable)
+        self._import_paths: Optional[Tuple[str, ...]] = None
+        self._loaded: List[str] = []  # asked to load: stop() unloads these
+        self._ready: List[str] = []  # loaded and ready: is_alive() watches these
+        self._swept = False
+        self._running = False
+        self._stopped = False
+        self._unrecoverable: Optional[str] = None
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        atexit.register(self.stop)
+
+    # -- context manager -------------------------------------------------------------------
+    def __enter__(self) -> RemoteTriton:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    # -- binding ---------------------------------------------------------------------------
+    def bind(
+        self,
+        model_name: str,
+        infer_func: Union[InferFunc, Sequence[InferFunc]],
+        inputs: Sequence[Tensor],
+        outputs: Sequence[Tensor],
+        model_version: int = 1,
+        config: Optional[ModelConfig] = None,
+        strict: bool = False,
+    ) -> None:
+        """Serve `infer_func` as model `model_name` (the arguments of `Triton.bind`).
+
+        The model's folder is written into the workspace at once, and the server is asked
+        whether it sees it. After `run()`, the model is also loaded, and this returns when it is
+        ready.
+
+        Raises:
+            PyTritonInvalidOperationError: the server's repository already has a model of this
+                name (bound by another process, or not pytriton's).
+            PyTritonServerError: the server is unreachable, refuses the repository calls (a
+                missing access token), or does not serve this workspace's ``models`` folder.
+        """
+        with self._lock:
+            if self._stopped:
+                raise PyTritonInvalidOperationError(
+                    "this RemoteTriton was stopped; create a new RemoteTriton to bind models"
+                )
+            declaration = self._bindings.declare(model_name, infer_func, inputs, outputs, model_version, config, strict)
+            if self._import_paths is None:
+                self._import_paths = proxy_import_paths(find_distribution())
+            self._sweep_once()
+            workspace = self._workspace
+            workspace.claim(model_name)
+            try:
+                self._check_served(model_name)
+                self._bindings.start(
+                    declaration,
+                    repository=workspace.model_repository,
+                    sockets=workspace.sockets,
+                    shm_prefix=workspace.shm_prefix,
+                    import_paths=self._import_paths,
+                )
+            except BaseException:
+                workspace.release(model_name)
+                raise
+            if self._running:
+                self._load([model_name])
+
+    def _check_served(self, model_name: str) -> None:
+        """Refuse a server that does not list the folder just written, or that serves the name already."""
+        entries = [entry for entry in self._index() if entry.get("name") == model_name]
+        if not entries:
+            repository = self._workspace.model_repository
+            raise PyTritonServerError(
+                f"the tritonserver at {self._url} does not serve the workspace's model repository {repository}: its "
+                f"repository index does not list the folder of model '{model_name}' written there. Start it with "
+                f"{remote_server_flags(repository)}, with the workspace at the same path in its filesystem"
+            )
+        # A model of that name that another repository holds is either listed as loaded, or, once our
+        # folder exists too, as unavailable because it "appears in two or more repositories".
+        clash = [entry for entry in entries
+                 if entry.get("state") in _LOADED_STATES or _DUPLICATE_REASON in entry.get("reason", "")]
+        if clash:
+            state = clash[0].get("state", "")
+            reason = clash[0].get("reason", "")
+            raise PyTritonInvalidOperationError(
+                f"the tritonserver at {self._url} already serves a model named '{model_name}' from another model "
+                f"repository (state {state}{': ' + reason if reason else ''}); choose another model name"
+            )
+
+    def _index(self) -> List[Dict[str, str]]:
+        try:
+            return self._control.repository_index(_REPOSITORY_CALL_TIMEOUT_S)
+        except PyTritonServerError as exc:
+            raise PyTritonServerError(f"tritonserver at {self._url}: {exc}") from exc
+
+    def _sweep_once(self) -> None:
+        """Unload and remove, once per session, what sessions that died left in the workspace."""
+        if not self._swept:
+            self._workspace.sweep(self._unload)
+            self._swept = True
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def run(self) -> None:
+        """Load every bound model into the server; returns once they are all ready.
+
+        Raises:
+            PyTritonServerError: the server is unreachable, or a model failed to load (with the
+                server's reason); what this process created is then removed, as by `stop()`.
+        """
+        with self._lock:
+            if self._stopped:
+                raise PyTritonInvalidOperationError("this RemoteTriton was stopped; create a new RemoteTriton")
+            if self._running:
+                return
+            try:
+                if not self._control.is_live(_REPOSITORY_CALL_TIMEOUT_S):
+                    raise PyTritonServerError(
+                        f"no tritonserver answers at {self._url}; start it first, with "
+                        f"{remote_server_flags(self._workspace.model_repository)}"
+                    )
+                self._sweep_once()
+                self._load(self._bindings.names())
+            except BaseException:
+                self.stop()
+                raise
+            self._running = True
+            logger.info("Models %s are ready on the tritonserver at %s", self._ready, self._url)
+
+    def _load(self, names: Sequence[str]) -> None:
+        deadline = time.monotonic() + MODEL_LOAD_TIMEOUT_S
+        for name in names:
+            self._loaded.append(name)  # before the call: a load that half happened is unloaded too
+            try:
+                self._control.load_model(name, MODEL_LOAD_TIMEOUT_S)
+            except PyTritonServerError as exc:
+                raise PyTritonServerError(f"tritonserver at {self._url}: {exc}") from exc
+        for name in names:
+            version = self._bindings.version(name)
+            ready = functools.partial(self._control.is_model_ready, name, version)
+            if not wait_for(ready, deadline, lambda: not self._stopped):
+                raise PyTritonServerError(
+                    f"model '{name}' version {version} did not become ready on the tritonserver at {self._url} "
+                    f"within {MODEL_LOAD_TIMEOUT_S:.0f} s"
+                )
+            self._ready.append(name)
+
+    def _unload(self, names: Sequence[str]) -> None:
+        """Unload `names` and wait until the server dropped them; failures are logged, not raised."""
+        for name in names:
+            try:
+                self._control.unload_model(name, _REPOSITORY_CALL_TIMEOUT_S)
+            except PyTritonServerError as exc:
+                logger.warning("tritonserver at %s: %s", self._url, exc)
+
+        def dropped() -> bool:
+            try:
+                entries = self._control.repository_index(_REPOSITORY_CALL_TIMEOUT_S)
+            except PyTritonServerError as exc:
+                logger.warning("tritonserver at %s: %s; not waiting for the unload", self._url, exc)
+                return True
+            return not any(e.get("name") in names and e.get("state") in _LOADED_STATES for e in entries)
+
+        if not wait_for(dropped, time.monotonic() + UNLOAD_TIMEOUT_S, lambda: True, interval_s=0.1):
+            logger.warning("tritonserver at %s still holds models %s after %.0f s; going on without them",
+                           self._url, list(names), UNLOAD_TIMEOUT_S)
+
+    def serve(self, monitoring_period_s: float = 1.0) -> None:
+        """Load the models and block until SIGINT or SIGTERM, or until they stop being served.
+
+        Returns when a signal arrives, when a bound model is no longer ready on the server (the
+        server stopped, restarted or unloaded it), or when a callable raised
+        `PyTritonUnrecoverableError`; then stops (see `stop`), leaving the server running.
+        """
+        self.run()
+        try:
+            signum = block_until_signal(self.is_alive, self._wake, monitoring_period_s)
+            if signum is not None:
+                logger.info("Signal %d received: unloading models from the tritonserver at %s", signum, self._url)
+        finally:
+            self.stop()
+
+    def is_alive(self) -> bool:
+        """True after `run()` while the server answers and every model loaded by this process is ready."""
+        if self._stopped or self._unrecoverable is not None or not self._running:
+            return False
+        ready = list(self._ready)
+        if not ready:
+            return self._control.is_live()
+        return all(self._control.is_model_ready(name, self._bindings.version(name)) for name in ready)
+
+    def _on_unrecoverable(self, model_name: str) -> None:
+        self._unrecoverable = model_name
+        self._wake.set()
+        threading.Thread(target=self.stop, name="pytriton-unrecoverable-stop", daemon=True).start()
+
+    def stop(self) -> None:
+        """Unload this process's models, then remove its handlers, sockets, folders and segments.
+
+        The server keeps running, with the models of other processes. Requests in flight on
+        this process's models finish first (for at most `UNLOAD_TIMEOUT_S`); open streams are
+        cut short.
+        """
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            self._wake.set()
+            atexit.unregister(self.stop)
+            self._bindings.end_streams()  # Triton waits for open streams before it unloads a model
+            if self._loaded:
+                self._unload(self._loaded)
+            self._bindings.stop_handlers()
+            self._control.close()
+            self._workspace.cleanup()
+            logger.debug("RemoteTriton stopped; the tritonserver at %s keeps running", self._url)
