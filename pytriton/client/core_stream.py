@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import tritonclient.grpc
+from tritonclient.utils import InferenceServerException
 
 from pytriton.client._errors import (
     INFER_ACTION,
@@ -150,17 +151,31 @@ class GrpcResponseStream(ResponseStream):
             client.start_stream(callback=lambda result, error: responses.put((result, error)), headers=headers)
         try:
             with translate_errors(INFER_ACTION, str(url), timeout_s):
-                client.async_stream_infer(
-                    model_name,
-                    to_infer_inputs(tritonclient.grpc, inputs),
-                    model_version=model_version,
-                    request_id=request_id,
-                    parameters=dict(parameters) if parameters else None,
-                    enable_empty_final_response=True,
-                )
+                try:
+                    client.async_stream_infer(
+                        model_name,
+                        to_infer_inputs(tritonclient.grpc, inputs),
+                        model_version=model_version,
+                        request_id=request_id,
+                        parameters=dict(parameters) if parameters else None,
+                        enable_empty_final_response=True,
+                    )
+                except InferenceServerException:
+                    # A stream the server refused at once (e.g. without the access token): tritonclient
+                    # only says "no longer in valid state" and hands the reason to the callback.
+                    reason = self._early_failure(timeout_s)
+                    if reason is None:
+                        raise
+                    raise stream_error(reason, action=INFER_ACTION, url=str(url), timeout_s=timeout_s) from reason
         except BaseException:
             self.cancel()
             raise
+
+    def _early_failure(self, timeout_s: float) -> BaseException | None:
+        with contextlib.suppress(queue.Empty):
+            _, error = self._responses.get(timeout=min(timeout_s, 1.0))
+            return error if isinstance(error, BaseException) else None
+        return None
 
     def _next(self, timeout_s: float) -> dict[str, np.ndarray] | None:
         deadline = time.monotonic() + timeout_s

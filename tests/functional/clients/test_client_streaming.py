@@ -278,3 +278,30 @@ def test_fp16_streams_over_grpc_and_is_refused_over_http(server, flavour):
     received, error = stream(flavour, running.http_url, "Half", values)
     assert received == []
     assert isinstance(error, PyTritonClientValueError) and "grpc://" in str(error)
+
+
+TOKEN = "s3cret"
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory):
+    """A second server that restricts inference (streams included) to requests with the token."""
+    workspace = tmp_path_factory.mktemp("streaming-guarded")
+    models = {"Countdown": streaming_models(str(workspace))["Countdown"]}
+    restriction = f"inference:triton-access-token={TOKEN}"
+    restricted = ("--http-restricted-api", restriction, "--grpc-restricted-protocol", restriction)
+    ports = free_ports(3)
+    with dev_server(
+        root=None, workspace=workspace, ports=(ports[0], ports[1], ports[2]), models=models, extra_args=restricted
+    ) as running:
+        yield running
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_access_token_goes_with_the_stream(guarded, protocol, flavour):
+    url = guarded.grpc_url if protocol == "grpc" else guarded.http_url
+    received, error = stream(flavour, url, "Countdown", countdown(2, 0.0), access_token=TOKEN)
+    assert error is None and len(received) == 2
+    received, error = stream(flavour, url, "Countdown", countdown(2, 0.0))
+    assert received == []
+    assert isinstance(error, PyTritonClientInferenceServerError) and "access token" in str(error)
