@@ -63,6 +63,8 @@ class RemoteTriton:
         access_token: sent as header ``triton-access-token`` (gRPC:
             ``triton-grpc-protocol-triton-access-token``) on the library's calls, for a server
             started with its model-repository API restricted to that header; None sends none.
+        connect_timeout_s: how long the first `bind` or `run` waits for the server to answer
+            (a server started beside this process may still be starting).
 
     Raises:
         PyTritonBadParameterError: the URL, the workspace or the token is invalid.
@@ -75,7 +77,13 @@ class RemoteTriton:
         url: str,
         workspace: Union[str, os.PathLike[str]],
         access_token: Optional[str] = None,
+        connect_timeout_s: float = 120.0,
     ) -> None:
+        if (not isinstance(connect_timeout_s, (int, float)) or isinstance(connect_timeout_s, bool)
+                or not connect_timeout_s > 0):
+            raise PyTritonBadParameterError(
+                f"connect_timeout_s={connect_timeout_s!r} is invalid: expected a number of seconds > 0"
+            )
         if access_token is not None and (not isinstance(access_token, str) or not access_token):
             raise PyTritonBadParameterError(
                 f"access_token={access_token!r} is invalid: expected None or a non-empty string"
@@ -89,7 +97,8 @@ class RemoteTriton:
         self._import_paths: Optional[Tuple[str, ...]] = None
         self._loaded: List[str] = []  # asked to load: stop() unloads these
         self._ready: List[str] = []  # loaded and ready: is_alive() watches these
-        self._swept = False
+        self._connect_timeout_s = float(connect_timeout_s)
+        self._connected = False
         self._running = False
         self._stopped = False
         self._unrecoverable: Optional[str] = None
@@ -135,7 +144,7 @@ class RemoteTriton:
             declaration = self._bindings.declare(model_name, infer_func, inputs, outputs, model_version, config, strict)
             if self._import_paths is None:
                 self._import_paths = proxy_import_paths(find_distribution())
-            self._sweep_once()
+            self._connect()
             workspace = self._workspace
             workspace.claim(model_name)
             try:
@@ -181,11 +190,17 @@ class RemoteTriton:
         except PyTritonServerError as exc:
             raise PyTritonServerError(f"tritonserver at {self._url}: {exc}") from exc
 
-    def _sweep_once(self) -> None:
-        """Unload and remove, once per session, what sessions that died left in the workspace."""
-        if not self._swept:
-            self._workspace.sweep(self._unload)
-            self._swept = True
+    def _connect(self) -> None:
+        """Once: wait until the server answers, then unload and remove what dead sessions left."""
+        if self._connected:
+            return
+        if not wait_for(self._control.is_live, time.monotonic() + self._connect_timeout_s, lambda: True, 0.2):
+            raise PyTritonServerError(
+                f"no tritonserver answers at {self._url} (waited {self._connect_timeout_s:g} s); start it first, "
+                f"with {remote_server_flags(self._workspace.model_repository)}"
+            )
+        self._workspace.sweep(self._unload)
+        self._connected = True
 
     # -- lifecycle -------------------------------------------------------------------------
     def run(self) -> None:
@@ -201,12 +216,7 @@ class RemoteTriton:
             if self._running:
                 return
             try:
-                if not self._control.is_live(_REPOSITORY_CALL_TIMEOUT_S):
-                    raise PyTritonServerError(
-                        f"no tritonserver answers at {self._url}; start it first, with "
-                        f"{remote_server_flags(self._workspace.model_repository)}"
-                    )
-                self._sweep_once()
+                self._connect()
                 self._load(self._bindings.names())
             except BaseException:
                 self.stop()

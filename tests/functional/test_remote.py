@@ -85,11 +85,11 @@ def _die_with_parent() -> None:
 class Server:
     """A tritonserver started from a hand-written command line, serving `<workspace>/models`."""
 
-    def __init__(self, workspace: pathlib.Path, extra_flags: Sequence[str] = ()) -> None:
+    def __init__(self, workspace: pathlib.Path, extra_flags: Sequence[str] = (), ports: Sequence[int] = ()) -> None:
         distribution = find_distribution()
         self.workspace = workspace
         (workspace / "models").mkdir(parents=True, exist_ok=True)
-        self.http_port, self.grpc_port, metrics_port = free_ports(3)
+        self.http_port, self.grpc_port, metrics_port = ports or free_ports(3)
         self.url = f"http://127.0.0.1:{self.http_port}"
         self.grpc_url = f"grpc://127.0.0.1:{self.grpc_port}"
         backends = assemble_backends(distribution, pathlib.Path(tempfile.mkdtemp(prefix="ptr-backends-")))
@@ -335,10 +335,41 @@ def test_url_and_token_are_checked(server):
             RemoteTriton(url, workspace=server.workspace)
     with pytest.raises(PyTritonBadParameterError, match="access_token="):
         RemoteTriton(server.url, workspace=server.workspace, access_token="")
+    with pytest.raises(PyTritonBadParameterError, match="connect_timeout_s="):
+        RemoteTriton(server.url, workspace=server.workspace, connect_timeout_s=0)
     port = free_ports(1)[0]
-    with RemoteTriton(f"http://127.0.0.1:{port}", workspace=server.workspace) as triton:
-        with pytest.raises(PyTritonServerError, match=f"no tritonserver answers at http://127.0.0.1:{port}"):
+    with RemoteTriton(f"http://127.0.0.1:{port}", workspace=server.workspace, connect_timeout_s=0.5) as triton:
+        with pytest.raises(PyTritonServerError, match=rf"no tritonserver answers at http://127.0.0.1:{port} "
+                                                      rf"\(waited 0.5 s\); start it first, with --model-repository="):
             triton.run()
+
+
+def test_a_binding_process_started_before_the_server_waits_for_it():
+    """Containers of a pod start together: the binding process may come up first."""
+    with _shared_workspace() as workspace:
+        (workspace / "models").mkdir(parents=True)
+        ports = free_ports(3)
+        output = workspace.parent / "early.log"
+        with open(output, "wb") as log:
+            early = subprocess.Popen(
+                [sys.executable, "-c", BINDER, f"http://127.0.0.1:{ports[0]}", str(workspace), "Early", "add", "1"],
+                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+            )
+        server = None
+        try:
+            server = Server(workspace, ports=ports)
+            assert _wait(lambda: server.status("/v2/models/Early/ready") == 200 or early.poll() is not None, 90), \
+                output.read_text()
+            assert _add_one(server.url, "Early", 1.0) == 2.0
+            early.send_signal(signal.SIGTERM)
+            assert early.wait(timeout=90) == 0
+            assert server.index() == {}
+        finally:
+            if early.poll() is None:
+                early.kill()
+                early.wait()
+            if server is not None:
+                server.stop()
 
 
 def test_bind_after_run_loads_at_once_over_grpc_with_an_access_token():
