@@ -236,8 +236,12 @@ class HttpResponseStream(ResponseStream):
         request_headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **(headers or {})}
         try:
             with translate_errors(INFER_ACTION, str(url), timeout_s):
-                self._connection.request("POST", path, body=body, headers=request_headers)
-                response = self._connection.getresponse()
+                try:
+                    self._connection.request("POST", path, body=body, headers=request_headers)
+                    # Triton sends the answer's head with the first response: this waits for it.
+                    response = self._connection.getresponse()
+                except (socket.timeout, TimeoutError) as exc:
+                    raise next_response_timeout(model_name, str(url), timeout_s) from exc
                 if response.status != 200:
                     raise server_error(
                         str(response.status),

@@ -209,7 +209,9 @@ class AsyncStreamOpener:
         check_streamable(config)
         body = encode_request(config, inputs, parameters, request_id)
         decoder = ResponseDecoder(config, batch_size_of(config, inputs), str(self.url))
-        response = await self._post(generate_stream_path(model_name, model_version), body, merged, timeout_s)
+        response = await self._post(
+            model_name, generate_stream_path(model_name, model_version), body, merged, timeout_s
+        )
         return AsyncHttpResponseStream(response, decoder, self.url, model_name)
 
     async def close(self) -> None:
@@ -221,7 +223,7 @@ class AsyncStreamOpener:
         if session is not None:
             await session.close()
 
-    async def _post(self, path: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> Any:
+    async def _post(self, model_name: str, path: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> Any:
         if self._session is None:
             # No overall limit: a stream may last any time; each wait has its own.
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
@@ -233,7 +235,11 @@ class AsyncStreamOpener:
             return await session.post(address, data=body, headers=request_headers)
 
         with translate_errors(INFER_ACTION, str(self.url), timeout_s):
-            response = await asyncio.wait_for(post(), timeout_s)
+            try:
+                # Triton sends the answer's head with the first response: this waits for it.
+                response = await asyncio.wait_for(post(), timeout_s)
+            except asyncio.TimeoutError as exc:
+                raise next_response_timeout(model_name, str(self.url), timeout_s) from exc
             if response.status != 200:
                 try:
                     text = await asyncio.wait_for(response.content.read(ERROR_BODY_LIMIT), timeout_s)

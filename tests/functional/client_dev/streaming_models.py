@@ -4,7 +4,8 @@ Written into a dev server's repository (``dev_server(models=streaming_models(mar
 the streaming clients are tested against the real tritonserver without pytriton's server side.
 
 * ``Countdown`` (no batching) and ``CountdownBatch`` (``max_batch_size`` 4): send ``COUNT``
-  responses, ``DELAY`` seconds apart, then the final flag on its own (an empty final response);
+  responses, ``DELAY`` seconds apart (the first after the optional ``LEAD`` seconds), then the
+  final flag on its own (an empty final response);
   a cancelled request stops within a few milliseconds.
   Each response has ``INDEX`` (its number), ``WORD`` (BYTES, ``b"word-<i>"``) and ``GRID``
   (a 2 x 3 float32 array, ``i`` + 0..5), all with the batch axis for ``CountdownBatch``.
@@ -37,9 +38,12 @@ class TritonPythonModel:
             sender = request.get_response_sender()
             count = pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy()
             delay = pb_utils.get_input_tensor_by_name(request, "DELAY").as_numpy()
+            lead = pb_utils.get_input_tensor_by_name(request, "LEAD")
+            lead = 0.0 if lead is None else float(lead.as_numpy().reshape(-1)[0])
             size = count.shape[0] if self.batching else None
             for index in range(int(count.reshape(-1)[0])):
-                if index and not self._pause(request, float(delay.reshape(-1)[0])):
+                pause = float(delay.reshape(-1)[0]) if index else lead
+                if pause and not self._pause(request, pause):
                     break
                 outputs = {
                     "INDEX": np.array([index], dtype=np.int32),
@@ -144,11 +148,9 @@ class TritonPythonModel:
         ]
 """
 
-_COUNT_INPUTS = (
-    '{ name: "COUNT" data_type: TYPE_INT32 dims: [1] }, { name: "DELAY" data_type: TYPE_FP32 dims: [1] }'
-)
+_COUNT_INPUTS = '{ name: "COUNT" data_type: TYPE_INT32 dims: [1] }, { name: "DELAY" data_type: TYPE_FP32 dims: [1] }'
 _COUNTDOWN_IO = (
-    f"input [{_COUNT_INPUTS}]\n"
+    f'input [{_COUNT_INPUTS}, {{ name: "LEAD" data_type: TYPE_FP32 dims: [1] optional: true }}]\n'
     'output [{ name: "INDEX" data_type: TYPE_INT32 dims: [1] }, { name: "WORD" data_type: TYPE_STRING dims: [1] },'
     ' { name: "GRID" data_type: TYPE_FP32 dims: [2, 3] }]\n'
 )

@@ -152,6 +152,12 @@ def test_timeout_bounds_the_wait_for_each_response(url, flavour):
     assert len(received) == 1
     assert isinstance(error, PyTritonClientTimeoutError)
     assert "'Countdown'" in str(error) and "within 0.5 s" in str(error)
+    # The first response counts too (over HTTP, Triton sends the answer's head with it).
+    late_start = dict(countdown(2, 0.0), LEAD=np.array([2.0], np.float32))
+    received, error = stream(flavour, url, "Countdown", late_start, inference_timeout_s=0.5)
+    assert received == []
+    assert isinstance(error, PyTritonClientTimeoutError)
+    assert "'Countdown'" in str(error) and "within 0.5 s" in str(error)
 
 
 def test_sync_timeout_cancels_and_the_client_goes_on(url):
