@@ -30,8 +30,14 @@ import tritonclient.grpc as grpcclient
 from support import free_ports, shm_entries
 
 from pytriton.client import ModelClient
+from pytriton.client.exceptions import PyTritonClientInferenceServerError
 from pytriton.decorators import batch
-from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError, PyTritonServerError
+from pytriton.exceptions import (
+    PyTritonBadParameterError,
+    PyTritonInvalidOperationError,
+    PyTritonServerError,
+    PyTritonUnrecoverableError,
+)
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.server.distribution import assemble_backends, find_distribution, server_environment
 from pytriton.triton import RemoteTriton
@@ -438,4 +444,35 @@ def test_a_decoupled_model_streams_through_a_remote_binding(server):
         assert steps == [0, 1, 2, 3]
         assert binder.terminate() == 0
     assert server.index() == {}
+    assert server.is_up()
+
+
+def test_serve_returns_and_cleans_up_when_the_server_goes_away():
+    with _shared_workspace() as workspace:
+        server = Server(workspace)
+        try:
+            with binding(server, "Abandoned") as binder:
+                [session] = binder.session_folders
+                server.stop()
+                assert binder.process.wait(timeout=60) == 0  # serve() returned: its model is no longer served
+                assert not (workspace / "models" / "Abandoned").exists()
+                assert not session.exists()
+                assert shm_entries(f"pytriton-{binder.process.pid}-") == []
+        finally:
+            server.stop()
+
+
+def test_an_unrecoverable_error_unloads_the_model_and_spares_the_server(server):
+    @batch
+    def broken(INPUT_1):
+        raise PyTritonUnrecoverableError("the GPU fell off")
+
+    with RemoteTriton(server.url, workspace=server.workspace) as triton:
+        triton.bind("Broken", broken, **F32)
+        triton.run()
+        with ModelClient(server.url, "Broken") as client:
+            with pytest.raises(PyTritonClientInferenceServerError, match="the GPU fell off"):
+                client.infer_sample(np.array([1.0], dtype=np.float32))
+        assert _wait(lambda: not triton.is_alive(), 30)
+        assert _wait(lambda: "Broken" not in server.index(), 30)
     assert server.is_up()
