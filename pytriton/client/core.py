@@ -276,7 +276,7 @@ class HttpCore(TritonCore):
         **kwargs: Any,
     ) -> ResponseStream:
         check_streamable(config)
-        body = encode_request(config, inputs, kwargs["parameters"], kwargs["request_id"])
+        body = encode_request(config, inputs, kwargs["parameters"])
         return HttpResponseStream(
             self.url,
             model_name,

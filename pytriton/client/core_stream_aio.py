@@ -207,7 +207,7 @@ class AsyncStreamOpener:
             call = stub.ModelStreamInfer(iter([request]), metadata=metadata)
             return AsyncGrpcResponseStream(call, self.url, model_name)
         check_streamable(config)
-        body = encode_request(config, inputs, parameters, request_id)
+        body = encode_request(config, inputs, parameters)
         decoder = ResponseDecoder(config, batch_size_of(config, inputs), str(self.url))
         response = await self._post(
             model_name, generate_stream_path(model_name, model_version), body, merged, timeout_s

@@ -27,9 +27,10 @@ What the generate endpoint can carry (as measured against tritonserver 2.51):
   outputs come back as ``bytes``, also when the server writes bytes that are not valid UTF-8.
 * Input dtypes must match the model's exactly: the server converts JSON numbers to the input's
   type without range checks (300 would arrive as 44 in an INT8).
-* Parameters go in the ``parameters`` object (strings, numbers, booleans), the request id as
-  ``id``. Any key that is not an input becomes a parameter on the server, so inputs the model
-  does not have are refused here.
+* Parameters go in the ``parameters`` object (strings, numbers, booleans). The server hands
+  every other key that is not an input to the model as a parameter too, so inputs the model
+  does not have are refused here, and no request id is sent (``id`` would reach the model as a
+  parameter as well).
 
 gRPC streaming carries all of this in binary, with shapes; use a ``grpc://`` URL where HTTP
 cannot.
@@ -53,8 +54,6 @@ from pytriton.client.model_config import ClientModelConfig, TensorSpec
 
 #: Data types the generate endpoint refuses in JSON, in both directions.
 BINARY_ONLY_DTYPES = ("FP16", "BF16")
-#: Keys of the request object that are not inputs.
-RESERVED_KEYS = ("parameters", "id")
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _USE_GRPC = "use a grpc:// URL, which carries tensors in binary with their shapes"
@@ -246,7 +245,6 @@ def encode_request(
     config: ClientModelConfig,
     inputs: Mapping[str, np.ndarray],
     parameters: Mapping[str, Any] | None = None,
-    request_id: str = "",
 ) -> bytes:
     """The JSON body of a ``generate_stream`` request.
 
@@ -254,7 +252,6 @@ def encode_request(
         config: the model's configuration (input dtypes, dims and batching).
         inputs: input name to array, batch axis included for a batching model.
         parameters: request parameters (str, int, float or bool values).
-        request_id: the request's id, echoed by the server; left out when empty.
 
     Raises:
         PyTritonClientValueError: an input the model lacks, or one the endpoint cannot carry
@@ -268,7 +265,7 @@ def encode_request(
                 f"Model {config.model_name!r} has no input {name!r} (its inputs: {sorted(specs)}); over HTTP "
                 "streaming the server would take it for a parameter"
             )
-        if name == RESERVED_KEYS[0]:
+        if name == "parameters":
             raise PyTritonClientValueError(f"An input named {name!r} cannot go over HTTP streaming; {_USE_GRPC}")
         body[name] = _json_values(config, specs[name], value)
     if parameters:
@@ -278,8 +275,6 @@ def encode_request(
                     f"Parameter {key!r} must have a str key and a str, int, float or bool value, got {item!r}"
                 )
         body["parameters"] = dict(parameters)
-    if request_id and "id" not in specs:
-        body["id"] = request_id
     return json.dumps(body, ensure_ascii=False).encode("utf-8")
 
 

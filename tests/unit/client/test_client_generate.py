@@ -140,14 +140,13 @@ def test_response_shape_refuses_counts_that_fit_nothing(dims, size):
 # ---- requests ----------------------------------------------------------------------------------
 
 
-def test_request_json_has_flat_lists_parameters_and_id():
+def test_request_json_has_flat_lists_and_parameters():
     inputs = {"COUNT": np.array([3], np.int32), "TEXT": np.array([b"h\xc3\xa9", "x\x00"], dtype=object)}
-    body = json.loads(encode_request(COUNTDOWN, inputs, {"temperature": 0.5, "greedy": True}, "7"))
+    body = json.loads(encode_request(COUNTDOWN, inputs, {"temperature": 0.5, "greedy": True}))
     assert body == {
         "COUNT": [3],
         "TEXT": ["hé", "x\x00"],
         "parameters": {"temperature": 0.5, "greedy": True},
-        "id": "7",
     }
 
 
