@@ -38,10 +38,11 @@ class BigramModel:
     def __init__(self, text: str) -> None:
         self.vocabulary = sorted(set(text))
         self.index = {char: position for position, char in enumerate(self.vocabulary)}
-        counts = np.ones((len(self.vocabulary), len(self.vocabulary)))  # add-one smoothing
+        counts = np.full((len(self.vocabulary), len(self.vocabulary)), 0.01)  # a little smoothing
         for current, following in zip(text, text[1:]):
             counts[self.index[current], self.index[following]] += 1
-        self.probabilities = counts / counts.sum(axis=1, keepdims=True)
+        sharpened = counts**3  # a low sampling temperature: frequent pairs dominate
+        self.probabilities = sharpened / sharpened.sum(axis=1, keepdims=True)
 
     def next_char(self, previous: str, rng: np.random.Generator) -> str:
         row = self.probabilities[self.index.get(previous, self.index[" "])]

@@ -46,3 +46,25 @@ def test_demo_follows_the_port_variables_and_leaves_nothing_behind():
     segments = [name for name in os.listdir("/dev/shm") if name.startswith(marker)]
     folders = [name for name in os.listdir(tempfile.gettempdir()) if name.startswith(marker)]
     assert (processes, segments, folders) == ([], [], [])
+
+
+STREAMING = DEMO.with_name("streaming.py")
+
+
+def test_streaming_example_prints_the_same_generated_text_over_grpc_and_http():
+    http, grpc, metrics = free_ports(3)
+    env = dict(
+        os.environ,
+        PYTRITON_TRITON_CONFIG_HTTP_PORT=str(http),
+        PYTRITON_TRITON_CONFIG_GRPC_PORT=str(grpc),
+        PYTRITON_TRITON_CONFIG_METRICS_PORT=str(metrics),
+    )
+    result = subprocess.run(
+        [sys.executable, str(STREAMING), "--max-tokens", "30"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    lines = result.stdout.splitlines()
+    assert lines[-1] == "streaming OK: 30 tokens over gRPC and over HTTP"
+    grpc_line, http_line = lines[-3], lines[-2]
+    assert grpc_line.split("| ")[1] == http_line.split("| ")[1]
+    assert len(grpc_line.split("| ")[1]) == len("the model ") + 30
