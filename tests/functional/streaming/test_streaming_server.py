@@ -1,9 +1,10 @@
-"""Streaming (decoupled) and async models served by pytriton, checked with tritonclient itself.
+"""Streaming (decoupled) and async models served by pytriton, end to end.
 
-The clients here are tritonclient's own gRPC stream and a raw HTTP request to Triton's
-generate-stream endpoint, so these tests show what the server side sends, whatever our
-streaming clients do (tests/functional/clients/test_client_streaming.py covers those).
-One server serves the module.
+First with tritonclient's own gRPC stream and raw HTTP requests to Triton's generate-stream
+endpoint, which show what the server side sends whatever our clients do; then with pytriton's
+`DecoupledModelClient` and `AsyncioDecoupledModelClient` over both protocols (their own
+details are covered in tests/functional/clients/test_client_streaming.py). One server serves
+the module.
 """
 
 from __future__ import annotations
@@ -264,3 +265,73 @@ def test_a_generator_bound_without_decoupled_is_refused_at_bind():
             triton.bind("NotDecoupled", stream, N_IN, TOKEN_OUT)
     finally:
         triton.stop()
+
+
+# --- pytriton's own streaming clients against pytriton's streaming models ------------------------
+
+
+@pytest.fixture(params=["grpc", "http"])
+def url(request, served):
+    config = served["config"]
+    return f"grpc://127.0.0.1:{config.grpc_port}" if request.param == "grpc" else f"http://127.0.0.1:{config.http_port}"
+
+
+def test_decoupled_model_client_reads_a_generator_model_token_by_token(url):
+    from pytriton.client import DecoupledModelClient
+
+    arrivals = []
+    with DecoupledModelClient(url, "Tokens") as client:
+        start = time.monotonic()
+        for partial in client.infer_sample(n=np.array([3], np.int32)):
+            arrivals.append((time.monotonic() - start, int(partial["token"][0])))
+    assert [token for _, token in arrivals] == [0, 1, 2]
+    assert arrivals[-1][0] - arrivals[0][0] >= 1.5 * STEP_S
+
+
+def test_asyncio_decoupled_client_streams_a_batched_async_generator(url):
+    from pytriton.client import AsyncioDecoupledModelClient
+
+    async def read():
+        async with AsyncioDecoupledModelClient(url, "Countdown") as client:
+            return [int(partial["token"][0]) async for partial in client.infer_sample(n=np.array([3], np.int32))]
+
+    assert asyncio.run(read()) == [3, 2, 1]
+
+
+def test_the_client_gets_a_mid_stream_error_after_the_partial_results(url):
+    from pytriton.client import DecoupledModelClient
+    from pytriton.client.exceptions import PyTritonClientInferenceServerError
+
+    received = []
+    with DecoupledModelClient(url, "Tokens") as client:
+        with pytest.raises(PyTritonClientInferenceServerError, match="ValueError: the tokenizer broke"):
+            for partial in client.infer_sample(n=np.array([-1], np.int32)):
+                received.append(int(partial["token"][0]))
+        assert received == [0, 1]
+        # the client and the model serve the next stream as usual
+        assert [int(p["token"][0]) for p in client.infer_sample(n=np.array([2], np.int32))] == [0, 1]
+
+
+def test_breaking_out_of_the_loop_stops_the_model_s_generator(url, served):
+    from pytriton.client import DecoupledModelClient
+
+    tokens = served["tokens"]
+    tokens.closed_early.clear()
+    with DecoupledModelClient(url, "Tokens") as client:
+        for partial in client.infer_sample(n=np.array([30], np.int32)):
+            if int(partial["token"][0]) == 1:
+                break
+        assert tokens.closed_early.wait(5.0), "the generator ran on after the client left"
+        assert tokens.steps[-1] < 30
+
+
+def test_each_client_kind_refuses_the_other_kind_of_model_naming_the_right_client(url):
+    from pytriton.client import DecoupledModelClient, ModelClient
+    from pytriton.client.exceptions import PyTritonClientDecoupledMismatchError
+
+    with ModelClient(url, "Tokens") as client:
+        with pytest.raises(PyTritonClientDecoupledMismatchError, match="DecoupledModelClient"):
+            client.infer_sample(n=np.array([2], np.int32))
+    with DecoupledModelClient(url, "Overlap") as client:
+        with pytest.raises(PyTritonClientDecoupledMismatchError, match="ModelClient"):
+            list(client.infer_sample(n=np.array([2], np.int32)))
