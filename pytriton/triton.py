@@ -33,7 +33,7 @@ from pytriton.model_config import ModelConfig, Tensor
 from pytriton.remote import RemoteTriton
 from pytriton.server.argv import build_argv
 from pytriton.server.config import TritonConfig, merge
-from pytriton.server.control import ServerControl, wait_for
+from pytriton.server.control import GrpcTls, ServerControl, wait_for
 from pytriton.server.distribution import (
     ServerDistribution,
     assemble_backends,
@@ -193,6 +193,7 @@ class Triton:
                 grpc_address=config.grpc_address,
                 grpc_port=config.effective_grpc_port,
                 access_token=self._access_token,
+                grpc_tls=_grpc_tls(config),
             )
             self._process = process
             process.start()
@@ -298,3 +299,13 @@ class Triton:
             if self._workspace is not None:
                 self._workspace.cleanup()
             logger.debug("Triton stopped")
+
+
+def _grpc_tls(config: TritonConfig) -> Optional[GrpcTls]:
+    """How the library's own calls reach the gRPC endpoint when it uses TLS (None: plain)."""
+    if not (config.grpc_use_ssl or config.grpc_use_ssl_mutual):  # --grpc-use-ssl-mutual implies TLS
+        return None
+    paths = {name: None if value is None else str(value) for name, value in (
+        ("server_cert", config.grpc_server_cert), ("server_key", config.grpc_server_key),
+        ("root_cert", config.grpc_root_cert))}
+    return GrpcTls.for_server(mutual=bool(config.grpc_use_ssl_mutual), **paths)

@@ -11,7 +11,7 @@ import http.client
 import json
 import time
 import urllib.parse
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonServerError
 from pytriton.server.security import ACCESS_TOKEN_HEADER, auth_headers
@@ -50,6 +50,26 @@ def parse_server_url(url: str) -> Tuple[str, str, int]:
     return parsed.scheme, parsed.hostname, port if port is not None else DEFAULT_PORTS[parsed.scheme]
 
 
+class GrpcTls(NamedTuple):
+    """Files (paths) for a TLS connection to the server's gRPC endpoint; None leaves one out."""
+
+    root_certificates: Optional[str]
+    private_key: Optional[str] = None
+    certificate_chain: Optional[str] = None
+
+    @classmethod
+    def for_server(
+        cls, *, mutual: bool, server_cert: Optional[str], server_key: Optional[str], root_cert: Optional[str]
+    ) -> GrpcTls:
+        """How the library reaches a server it started with ``--grpc-use-ssl``: it trusts the
+        server's root certificate (or, without one, the server's own certificate) and, under
+        mutual TLS, shows the server's own key and certificate as its client identity."""
+        trusted = root_cert or server_cert
+        if mutual:
+            return cls(trusted, server_key, server_cert)
+        return cls(trusted)
+
+
 class ServerControl:
     """Health and model-repository calls to one tritonserver.
 
@@ -58,6 +78,7 @@ class ServerControl:
         grpc_port: the server's gRPC port (used when HTTP is off).
         access_token: sent with every call, so the library reaches the APIs it restricted
             (model loading is in the model-repository group).
+        grpc_tls: how to reach a gRPC endpoint that uses TLS (only used when HTTP is off).
     """
 
     def __init__(
@@ -68,7 +89,9 @@ class ServerControl:
         grpc_address: Optional[str],
         grpc_port: int,
         access_token: Optional[str] = None,
+        grpc_tls: Optional[GrpcTls] = None,
     ) -> None:
+        self._grpc_tls = grpc_tls
         self._http = (_connect_host(http_address), http_port) if http_port else None
         self._grpc_url = f"{_connect_host(grpc_address)}:{grpc_port}"
         self._headers: Dict[str, str] = auth_headers(access_token, grpc=False) if access_token else {}
@@ -98,7 +121,14 @@ class ServerControl:
         if self._grpc_client is None:
             import tritonclient.grpc as grpcclient
 
-            self._grpc_client = grpcclient.InferenceServerClient(self._grpc_url)
+            tls = self._grpc_tls
+            credentials: Dict[str, Any] = {} if tls is None else {
+                "ssl": True,
+                "root_certificates": tls.root_certificates,
+                "private_key": tls.private_key,
+                "certificate_chain": tls.certificate_chain,
+            }
+            self._grpc_client = grpcclient.InferenceServerClient(self._grpc_url, **credentials)
         return self._grpc_client
 
     def is_ready(self, timeout_s: float = 1.0) -> bool:

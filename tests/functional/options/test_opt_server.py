@@ -407,6 +407,18 @@ def test_grpc_use_ssl_mutual_requires_a_client_certificate(certificates):
             _grpc_infer(server)
 
 
+@pytest.mark.parametrize("mutual", [False, True])
+def test_a_tls_only_grpc_server_with_http_off_starts_and_serves(certificates, mutual):
+    """With HTTP off the library's own readiness and load calls go over gRPC, with TLS too."""
+    config = _tls_config(certificates, allow_http=False, grpc_use_ssl_mutual=mutual or None)
+    with _configured(config, {"Ident": Identity()}) as server:
+        credentials = {"ssl": True, "root_certificates": str(certificates["ca.crt"])}
+        if mutual:
+            credentials.update(private_key=str(certificates["client.key"]),
+                               certificate_chain=str(certificates["client.crt"]))
+        assert _grpc_infer(server, **credentials) == [[5.0, 5.0]]
+
+
 # --- 5. metrics ------------------------------------------------------------------------------------
 
 
