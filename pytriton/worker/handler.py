@@ -34,7 +34,7 @@ from pytriton.ipc import codec, protocol
 from pytriton.ipc.shm import Arena, SegmentReader
 from pytriton.worker.context import TritonContext, set_current_context
 from pytriton.worker.request import Request
-from pytriton.worker.responses import shape_response
+from pytriton.worker.responses import Failure, batch_result, stream_part
 
 logger = logging.getLogger("pytriton.worker")
 
@@ -326,7 +326,7 @@ class InstanceHandler:
     ) -> None:
         """Await a coroutine, or run an async generator (or a plain outcome), and send the answer."""
         if not self._decoupled and (inspect.isasyncgen(outcome) or inspect.isgenerator(outcome)):
-            outcome = _Failure(self._not_decoupled_message())
+            outcome = Failure(self._not_decoupled_message())
         if not self._decoupled:
             if inspect.iscoroutine(outcome):
                 try:
@@ -334,8 +334,8 @@ class InstanceHandler:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # noqa: BLE001
-                    outcome = _Failure(self._callable_error(exc)[0])
-            if isinstance(outcome, _Failure):
+                    outcome = Failure(self._callable_error(exc)[0])
+            if isinstance(outcome, Failure):
                 result = protocol.BatchResult(batch_id, (outcome.message,) * count, (), "")
                 await sender.send([identity, *protocol.encode(result)])
                 return
@@ -347,7 +347,7 @@ class InstanceHandler:
         errors: Tuple[Optional[str], ...] = (None,) * count
         unrecoverable = False
         try:
-            if isinstance(outcome, _Failure):
+            if isinstance(outcome, Failure):
                 raise _NotDecoupled(outcome.message)
             if inspect.iscoroutine(outcome):
                 outcome = await outcome
@@ -402,7 +402,7 @@ class InstanceHandler:
         return requests
 
     def _call(self, batch: protocol.InferBatch, payload: Sequence[Any]) -> Tuple[List[Optional[int]], Any]:
-        """Run the callable on the batch: its result (list, generator, coroutine...) or a `_Failure`."""
+        """Run the callable on the batch: its result (list, generator, coroutine...) or a `Failure`."""
         batch_sizes: List[Optional[int]] = [None] * len(batch.parameters)
         try:
             requests = self._requests(batch, payload)
@@ -411,7 +411,7 @@ class InstanceHandler:
             return batch_sizes, self._infer_func(requests)
         except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
             error, unrecoverable = self._callable_error(exc)
-            return batch_sizes, _Failure(error, unrecoverable)
+            return batch_sizes, Failure(error, unrecoverable)
 
     def _callable_error(self, exc: Exception) -> Tuple[str, bool]:
         """The message a requester gets for the callable's exception, and whether it is unrecoverable."""
@@ -428,68 +428,15 @@ class InstanceHandler:
         return (f"Model '{self._context.model_name}': the inference callable yields responses (it is a generator), "
                 "but the model is not decoupled; bind it with ModelConfig(decoupled=True) to stream responses")
 
-    def _outcomes(self, count: int, results: Any, what: str) -> List[Any]:
-        if isinstance(results, _Failure):
-            return [results] * count
-        if isinstance(results, (list, tuple)) and len(results) == count:
-            return list(results)
-        got = f"a {type(results).__name__} of {len(results)}" if isinstance(results, (list, tuple)) else (
-            type(results).__name__)
-        error = (f"Model '{self._context.model_name}': the inference callable {what} {got} for a batch of {count} "
-                 "requests; expected a list with one mapping of output name to array per request")
-        return [_Failure(error)] * count
-
-    def _shape(self, outcomes: List[Any], batch_sizes: List[Optional[int]]
-               ) -> Tuple[List[Dict[str, np.ndarray]], List[Optional[str]], List[bool]]:
-        groups: List[Dict[str, np.ndarray]] = []
-        errors: List[Optional[str]] = []
-        present: List[bool] = []
-        for index, outcome in enumerate(outcomes):
-            present.append(outcome is not None)
-            if outcome is None:
-                groups.append({})
-                errors.append(None)
-            elif isinstance(outcome, _Failure):
-                groups.append({})
-                errors.append(outcome.message)
-            else:
-                try:
-                    groups.append(shape_response(self._context, outcome, request_index=index,
-                                                 batch_size=batch_sizes[index], strict=self._strict))
-                    errors.append(None)
-                except Exception as exc:  # noqa: BLE001 - one bad response fails that request only
-                    logger.warning("%s", exc)
-                    groups.append({})
-                    errors.append(str(exc))
-        return groups, errors, present
-
     def _result(
         self, batch_id: int, count: int, results: Any, batch_sizes: List[Optional[int]], arena: Optional[Arena]
     ) -> Tuple[protocol.BatchResult, List[Any]]:
-        outcomes = self._outcomes(count, results, "returned")
-        for index, outcome in enumerate(outcomes):
-            if outcome is None:  # a response is required for every request of a non-streaming model
-                outcomes[index] = _Failure(f"Model '{self._context.model_name}': the inference callable returned "
-                                           f"None for request {index}; expected a mapping of output name to array")
-        groups, errors, _ = self._shape(outcomes, batch_sizes)
-        unrecoverable = any(isinstance(o, _Failure) and o.unrecoverable for o in outcomes)
-        columns, segment, frames = codec.pack(groups, arena)
-        return protocol.BatchResult(batch_id, tuple(errors), columns, segment, unrecoverable), frames
+        return batch_result(self._context, batch_id, count, results, batch_sizes, self._strict, arena)
 
     def _part(
         self, batch_id: int, count: int, step: Any, batch_sizes: List[Optional[int]]
     ) -> Tuple[protocol.StreamPart, List[Any]]:
-        groups, errors, present = self._shape(self._outcomes(count, step, "yielded"), batch_sizes)
-        columns, _, frames = codec.pack(groups, None)  # inline: the proxy may still read the previous part
-        return protocol.StreamPart(batch_id, tuple(present), tuple(errors), columns), frames
-
-
-class _Failure:
-    __slots__ = ("message", "unrecoverable")
-
-    def __init__(self, message: str, unrecoverable: bool = False) -> None:
-        self.message = message
-        self.unrecoverable = unrecoverable
+        return stream_part(self._context, batch_id, count, step, batch_sizes, self._strict)
 
 
 class _NotDecoupled(Exception):

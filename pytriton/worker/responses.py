@@ -1,17 +1,34 @@
-"""Checks what a callable returned for one request and shapes it into the declared outputs.
+"""Checks what a callable returned and turns it into the wire's answer messages.
 
-Pure functions: the worker calls them for every request of a batch, so that one request's bad
-response becomes an error for that requester alone.
+Pure functions: `shape_response` checks one request's response against the declared outputs,
+so that one request's bad response becomes an error for that requester alone; `batch_result`
+and `stream_part` build the `BatchResult` (one answer per request) and the `StreamPart` (one
+step of a stream) of a whole batch from what the callable returned or yielded.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Sequence
+import logging
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from pytriton.exceptions import PyTritonValidationError
+from pytriton.ipc import codec, protocol
+from pytriton.ipc.shm import Arena
 from pytriton.worker.context import TritonContext
+
+logger = logging.getLogger("pytriton.worker")
+
+
+class Failure:
+    """An error meant for the requesters of a batch, in place of their responses."""
+
+    __slots__ = ("message", "unrecoverable")
+
+    def __init__(self, message: str, unrecoverable: bool = False) -> None:
+        self.message = message
+        self.unrecoverable = unrecoverable
 
 
 def _describe(value: Any) -> str:
@@ -122,3 +139,77 @@ def shape_response(
                 )
         arrays[tensor.name] = array
     return arrays
+
+
+def _outcomes(context: TritonContext, count: int, results: Any, what: str) -> List[Any]:
+    """One entry per request: a response, None, or a `Failure`."""
+    if isinstance(results, Failure):
+        return [results] * count
+    if isinstance(results, (list, tuple)) and len(results) == count:
+        return list(results)
+    got = f"a {type(results).__name__} of {len(results)}" if isinstance(results, (list, tuple)) else (
+        type(results).__name__)
+    error = (f"Model '{context.model_name}': the inference callable {what} {got} for a batch of {count} "
+             "requests; expected a list with one mapping of output name to array per request")
+    return [Failure(error)] * count
+
+
+def _shape_all(
+    context: TritonContext, outcomes: List[Any], batch_sizes: List[Optional[int]], strict: bool
+) -> Tuple[List[Dict[str, np.ndarray]], List[Optional[str]], List[bool]]:
+    """Per request: its arrays, its error (or None), and whether it has a response at all."""
+    groups: List[Dict[str, np.ndarray]] = []
+    errors: List[Optional[str]] = []
+    present: List[bool] = []
+    for index, outcome in enumerate(outcomes):
+        present.append(outcome is not None)
+        if outcome is None:
+            groups.append({})
+            errors.append(None)
+        elif isinstance(outcome, Failure):
+            groups.append({})
+            errors.append(outcome.message)
+        else:
+            try:
+                groups.append(shape_response(context, outcome, request_index=index, batch_size=batch_sizes[index],
+                                             strict=strict))
+                errors.append(None)
+            except Exception as exc:  # noqa: BLE001 - one bad response fails that request only
+                logger.warning("%s", exc)
+                groups.append({})
+                errors.append(str(exc))
+    return groups, errors, present
+
+
+def batch_result(
+    context: TritonContext,
+    batch_id: int,
+    count: int,
+    results: Any,
+    batch_sizes: List[Optional[int]],
+    strict: bool,
+    arena: Optional[Arena],
+) -> Tuple[protocol.BatchResult, List[Any]]:
+    """The `BatchResult` of a batch from what the callable returned (or a `Failure`).
+
+    `arena` carries large outputs; None sends everything inline (when answers overlap).
+    """
+    outcomes = _outcomes(context, count, results, "returned")
+    for index, outcome in enumerate(outcomes):
+        if outcome is None:  # a response is required for every request of a non-streaming model
+            outcomes[index] = Failure(f"Model '{context.model_name}': the inference callable returned None for "
+                                      f"request {index}; expected a mapping of output name to array")
+    groups, errors, _ = _shape_all(context, outcomes, batch_sizes, strict)
+    unrecoverable = any(isinstance(o, Failure) and o.unrecoverable for o in outcomes)
+    columns, segment, frames = codec.pack(groups, arena)
+    return protocol.BatchResult(batch_id, tuple(errors), columns, segment, unrecoverable), frames
+
+
+def stream_part(
+    context: TritonContext, batch_id: int, count: int, step: Any, batch_sizes: List[Optional[int]], strict: bool
+) -> Tuple[protocol.StreamPart, List[Any]]:
+    """The `StreamPart` of one value a streaming callable yielded; always inline (the proxy may
+    still be reading the previous part when this one is written)."""
+    groups, errors, present = _shape_all(context, _outcomes(context, count, step, "yielded"), batch_sizes, strict)
+    columns, _, frames = codec.pack(groups, None)
+    return protocol.StreamPart(batch_id, tuple(present), tuple(errors), columns), frames
