@@ -194,8 +194,10 @@ class Relay:
 
     def _fail_batch(self, batch_id: int, reason: str) -> None:
         batch = self._pending.pop(batch_id, None)
-        for index, is_open in enumerate(batch.open if batch else ()):
-            if is_open and batch is not None:
+        if batch is None:
+            return
+        for index, is_open in enumerate(batch.open):
+            if is_open:
                 try:
                     self._finish(batch, index, f"Model '{self._model_name}': {reason}")
                 except Exception:  # noqa: BLE001 - the sender itself is broken; nothing more to tell
