@@ -13,15 +13,17 @@ from typing import Any
 
 import numpy as np
 from tritonclient.grpc import service_pb2
-from tritonclient.utils import (
-    TRITON_RESERVED_REQUEST_PARAMS,
-    TRITON_RESERVED_REQUEST_PARAMS_PREFIX,
-    np_to_triton_dtype,
-    serialize_byte_tensor,
-)
+from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor
 
 from pytriton.client.exceptions import PyTritonClientModelDoesntSupportBatchingError, PyTritonClientValueError
 from pytriton.client.model_config import ClientModelConfig
+
+# Request parameters Triton keeps for itself (its own names, and any starting with the prefix).
+# Written here rather than imported: older tritonclient releases (those for Python 3.8) lack them.
+_RESERVED_PARAMETERS = frozenset(
+    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"}
+)
+_RESERVED_PARAMETER_PREFIX = "triton_"
 
 
 def map_inputs(config: ClientModelConfig, positional: Sequence[Any], named: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -192,7 +194,7 @@ def to_stream_request(
         else:
             request.raw_input_contents.append(np.ascontiguousarray(value).tobytes())
     for key, item in (parameters or {}).items():
-        if key in TRITON_RESERVED_REQUEST_PARAMS or key.startswith(TRITON_RESERVED_REQUEST_PARAMS_PREFIX):
+        if key in _RESERVED_PARAMETERS or key.startswith(_RESERVED_PARAMETER_PREFIX):
             raise PyTritonClientValueError(f"Parameter {key!r} is reserved by Triton and cannot be given")
         parameter = request.parameters[key]
         if isinstance(item, bool):  # before int: bool is an int

@@ -39,7 +39,6 @@ from pytriton.worker.responses import Failure, batch_result, stream_part
 logger = logging.getLogger("pytriton.worker")
 
 _POLL_MS = 100
-_CUT = "pytriton: the server is stopping"
 
 
 def is_async_callable(func: Callable[..., Any]) -> bool:
@@ -276,9 +275,9 @@ class InstanceHandler:
             cut = False
             while not self._stop.is_set():
                 if self._ending_streams.is_set() and not cut and self._decoupled:
-                    cut = True
+                    cut = True  # the tasks see _ending_streams when cancelled: cut, not a requester's Cancel
                     for task in tasks.values():
-                        task.cancel(_CUT)
+                        task.cancel()
                 if not await socket.poll(_POLL_MS):
                     continue
                 identity, *frames = await socket.recv_multipart()
@@ -365,8 +364,8 @@ class InstanceHandler:
             else:  # a plain list: one response per request, then the end
                 part, frames = self._part(batch_id, count, outcome, batch_sizes)
                 await sender.send([identity, *protocol.encode(part, frames)])
-        except asyncio.CancelledError as cancelled:
-            if cancelled.args == (_CUT,):
+        except asyncio.CancelledError:
+            if self._ending_streams.is_set():
                 errors = (self._cut_message(),) * count
             else:
                 logger.debug("Model '%s': batch %d cancelled by its requesters", self._context.model_name, batch_id)
