@@ -55,18 +55,34 @@ READ_SIZE = 65536
 ERROR_BODY_LIMIT = 4096
 
 
-class ResponseStream(abc.ABC):
-    """The responses of one request to a decoupled model, read one at a time.
-
-    Not thread safe. Once it has ended (final response, error, timeout or :meth:`cancel`),
-    :meth:`next_response` returns None.
-    """
+class StreamBase(abc.ABC):
+    """What the blocking and the asyncio streams share: the names used in messages, and ending once."""
 
     def __init__(self, model_name: str, url: TritonUrl) -> None:
         """Name the model and server, for messages."""
         self.model_name = model_name
         self.url = url
         self.finished = False
+
+    def cancel(self) -> None:
+        """End the stream; a request still running is cancelled on the server. Idempotent, never awaited."""
+        if not self.finished:
+            self.finished = True
+            try:
+                self._close()
+            except Exception as exc:  # noqa: BLE001 - closing must not hide why the stream ended
+                _LOGGER.debug("Closing the stream of %s at %s failed: %s", self.model_name, self.url, exc)
+
+    @abc.abstractmethod
+    def _close(self) -> None: ...
+
+
+class ResponseStream(StreamBase):
+    """The responses of one request to a decoupled model, read one at a time.
+
+    Not thread safe. Once it has ended (final response, error, timeout or :meth:`cancel`),
+    :meth:`next_response` returns None.
+    """
 
     def next_response(self, timeout_s: float) -> dict[str, np.ndarray] | None:
         """The outputs of the next response, or None once the request's final response has come.
@@ -90,15 +106,6 @@ class ResponseStream(abc.ABC):
             self.cancel()  # the request is complete: this only closes the stream
         return outputs
 
-    def cancel(self) -> None:
-        """End the stream; a request still running is cancelled on the server. Idempotent."""
-        if not self.finished:
-            self.finished = True
-            try:
-                self._close()
-            except Exception as exc:  # noqa: BLE001 - closing must not hide why the stream ended
-                _LOGGER.debug("Closing the stream of %s at %s failed: %s", self.model_name, self.url, exc)
-
     def __del__(self) -> None:
         # A stream dropped unread (e.g. an iterator never started) must not keep the request running.
         with contextlib.suppress(Exception):
@@ -106,9 +113,6 @@ class ResponseStream(abc.ABC):
 
     @abc.abstractmethod
     def _next(self, timeout_s: float) -> dict[str, np.ndarray] | None: ...
-
-    @abc.abstractmethod
-    def _close(self) -> None: ...
 
 
 class GrpcResponseStream(ResponseStream):

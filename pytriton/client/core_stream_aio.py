@@ -22,7 +22,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import collections
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,7 +39,7 @@ from pytriton.client._errors import (
     translate_errors,
 )
 from pytriton.client.codec import from_infer_result, is_final_response, to_stream_request
-from pytriton.client.core_stream import ERROR_BODY_LIMIT, error_text
+from pytriton.client.core_stream import ERROR_BODY_LIMIT, StreamBase, error_text
 from pytriton.client.exceptions import PyTritonClientError
 from pytriton.client.generate import (
     ResponseDecoder,
@@ -52,24 +51,16 @@ from pytriton.client.generate import (
 from pytriton.client.model_config import ClientModelConfig
 from pytriton.client.url import TritonUrl
 
-_LOGGER = logging.getLogger(__name__)
-
 #: gRPC's message size limits, lifted as ``tritonclient`` lifts them for its own channels.
 _CHANNEL_OPTIONS = [("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)]
 
 
-class AsyncResponseStream(abc.ABC):
+class AsyncResponseStream(StreamBase):
     """The responses of one request to a decoupled model, awaited one at a time.
 
     Once it has ended (final response, error, timeout or :meth:`cancel`),
     :meth:`next_response` returns None.
     """
-
-    def __init__(self, model_name: str, url: TritonUrl) -> None:
-        """Name the model and server, for messages."""
-        self.model_name = model_name
-        self.url = url
-        self.finished = False
 
     async def next_response(self, timeout_s: float) -> dict[str, np.ndarray] | None:
         """The outputs of the next response, or None once the final response has come.
@@ -87,20 +78,8 @@ class AsyncResponseStream(abc.ABC):
             self.cancel()
         return outputs
 
-    def cancel(self) -> None:
-        """End the stream; a request still running is cancelled on the server. Idempotent, not awaited."""
-        if not self.finished:
-            self.finished = True
-            try:
-                self._close()
-            except Exception as exc:  # noqa: BLE001 - closing must not hide why the stream ended
-                _LOGGER.debug("Closing the stream of %s at %s failed: %s", self.model_name, self.url, exc)
-
     @abc.abstractmethod
     async def _next(self, timeout_s: float) -> dict[str, np.ndarray] | None: ...
-
-    @abc.abstractmethod
-    def _close(self) -> None: ...
 
 
 class AsyncGrpcResponseStream(AsyncResponseStream):
