@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -24,6 +25,23 @@ from pytriton.ipc.shm import Arena, SegmentReader
 from pytriton.proxy.relay import Relay
 
 _LIVENESS_CHECK_MS = 1000
+_PARENT_CHECK_S = 0.5
+
+
+def _exit_with_parent(parent_pid: int, period_s: float = _PARENT_CHECK_S) -> None:
+    """End this stub process soon after tritonserver (its parent) is gone.
+
+    Triton's stub outlives a killed server: reparented, it keeps polling and ignores SIGTERM.
+    ``PR_SET_PDEATHSIG`` cannot help here, since it fires when the server's *thread* that
+    forked the stub ends (a model-load thread), not the server.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(period_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="pytriton-parent-watch", daemon=True).start()
 
 
 def _parameters(model_config: Dict[str, Any]) -> Dict[str, str]:
@@ -55,6 +73,7 @@ class TritonPythonModel:
     """The Python-backend model Triton loads for every model bound with pytriton."""
 
     def initialize(self, args: Dict[str, str]) -> None:
+        _exit_with_parent(os.getppid())
         config = json.loads(args["model_config"])
         params = _parameters(config)
         self._model_name = args["model_name"]

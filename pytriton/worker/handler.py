@@ -111,6 +111,8 @@ class InstanceHandler:
         self._stop = threading.Event()
         self._ending_streams = threading.Event()
         self._released = False
+        self.proxy_pid: Optional[int] = None
+        """Pid of the stub process whose proxy last connected (None before the first handshake)."""
         self._thread = threading.Thread(
             target=self._serve_async_main if asynchronous else self._serve,
             name=f"pytriton-{context.model_name}-{instance}",
@@ -119,6 +121,10 @@ class InstanceHandler:
 
     def start(self) -> None:
         self._thread.start()
+
+    def is_serving(self) -> bool:
+        """Whether the handler's thread still runs (it ends only on stop)."""
+        return self._thread.is_alive()
 
     def end_streams(self) -> None:
         """Cut the streams in flight short (the server is stopping): each gets an error and its end.
@@ -387,6 +393,11 @@ class InstanceHandler:
             )
         elif hello.instance != self._instance:
             error = f"instance {hello.instance} connected to the handler of instance {self._instance}"
+        if error is None and hello.proxy_pid != self.proxy_pid:
+            if self.proxy_pid is not None:
+                # A new stub replaces a dead one and reuses its segment names: drop the old mappings.
+                self._reader.close()
+            self.proxy_pid = hello.proxy_pid
         logger.debug("Model '%s' instance %d: proxy pid %d connected", self._context.model_name, self._instance,
                      hello.proxy_pid)
         return protocol.Welcome(protocol.PROTOCOL_VERSION, os.getpid(), error)
