@@ -8,7 +8,11 @@ the combinations tritonserver would refuse at load time, so the error points at 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence, Tuple, Union
+import math
+import numbers
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import numpy as np
 
 from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.model_config.common import DynamicBatcher, _check_bool, _check_int
@@ -30,6 +34,18 @@ class ModelConfig:
         decoupled: the callable may send any number of responses per request (streaming).
         warmup: `ModelWarmup` requests Triton sends through the callable while loading the
             model, before reporting it ready (one `ModelWarmup` or a sequence of them).
+        max_restarts: how many times pytriton restarts the model after one of its instances'
+            stub processes died (killed, crashed) within `restart_window_s`; one more death in
+            that window gives the model up: the server stops and `Triton.serve()` raises
+            `PyTritonModelRestartLimitError`. 0 never restarts.
+        restart_window_s: the sliding window, in seconds, that `max_restarts` counts in.
+        isolate_failures: when the callable raises on a batch of several requests, call it again
+            on halves of the batch (recursively) so that only the requests that fail on their own
+            get the error; the callable must be safe to call twice on the same requests. Not for
+            decoupled or async models.
+        execution_timeout_s: seconds a call of the callable may take (None: no limit). A call
+            still running then is abandoned: its requesters get an error and the instance goes
+            on serving on a fresh thread. Not for decoupled or async models.
     """
 
     batching: bool = True
@@ -38,6 +54,10 @@ class ModelConfig:
     response_cache: bool = False
     decoupled: bool = False
     warmup: Union[ModelWarmup, Sequence[ModelWarmup]] = ()
+    max_restarts: int = 5
+    restart_window_s: float = 300.0
+    isolate_failures: bool = False
+    execution_timeout_s: Optional[float] = None
 
     @property
     def warmups(self) -> Tuple[ModelWarmup, ...]:
@@ -66,12 +86,30 @@ class ModelConfig:
         if len(set(names)) != len(names):
             raise PyTritonBadParameterError(f"ModelConfig.warmup entries need distinct names, got {names!r}")
         set_(self, "warmup", tuple(warmup))
+        set_(self, "max_restarts", _check_int("ModelConfig.max_restarts", self.max_restarts, 0))
+        window = self.restart_window_s
+        if isinstance(window, bool) or not isinstance(window, (int, float)) or not window > 0:
+            raise PyTritonBadParameterError(
+                f"ModelConfig.restart_window_s must be a number of seconds > 0, got {window!r}"
+            )
+        set_(self, "restart_window_s", float(window))
         if self.response_cache and self.decoupled:
             # tritonserver refuses to load such a model; say so before it gets that far.
             raise PyTritonBadParameterError(
                 "ModelConfig.response_cache=True cannot be combined with ModelConfig.decoupled=True: "
                 "Triton's response cache does not support decoupled models"
             )
+        set_(self, "isolate_failures", _check_bool("ModelConfig.isolate_failures", self.isolate_failures))
+        set_(self, "execution_timeout_s", _check_timeout_s(self.execution_timeout_s))
+        for name, on in (("isolate_failures", self.isolate_failures),
+                         ("execution_timeout_s", self.execution_timeout_s is not None)):
+            if on and self.decoupled:
+                # A stream's requesters may already hold some of their responses: neither a retry
+                # of part of the batch nor a timeout of the whole stream has a meaning to offer.
+                raise PyTritonBadParameterError(
+                    f"ModelConfig.{name}={getattr(self, name)!r} cannot be combined with ModelConfig.decoupled=True: "
+                    "it applies only to callables that return one response per request"
+                )
         if batching:
             for size in self.batcher.preferred_batch_size or ():
                 if size > self.max_batch_size:
@@ -79,3 +117,15 @@ class ModelConfig:
                         f"ModelConfig.batcher.preferred_batch_size entries must be <= max_batch_size "
                         f"({self.max_batch_size}), got {size}"
                     )
+
+
+def _check_timeout_s(value: Any) -> Optional[float]:
+    """`execution_timeout_s` as a float, or None; a clear error for anything but a positive finite number."""
+    if value is None:
+        return None
+    is_number = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+    if not is_number or not math.isfinite(value) or value <= 0:
+        raise PyTritonBadParameterError(
+            f"ModelConfig.execution_timeout_s must be None (no limit) or a positive number of seconds, got {value!r}"
+        )
+    return float(value)

@@ -11,6 +11,11 @@ What the callable returns decides how the answer travels:
 - a coroutine or an async generator: the same, awaited. When the callable is async
   (`asynchronous=True`), the thread runs an asyncio loop instead of the blocking loop, and
   every batch becomes a task, so batches of one instance overlap wherever the callable awaits.
+
+Two opt-in steps sit between the handler and a plain callable (`ModelConfig`):
+``isolate_failures`` calls it again on parts of a batch it raised on (`isolation`), and
+``execution_timeout_s`` runs it on a thread the handler can abandon (`timed`). Without them
+the handler calls the callable directly, in its own thread.
 """
 
 from __future__ import annotations
@@ -29,12 +34,14 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
-from pytriton.exceptions import PyTritonUnrecoverableError
+from pytriton.exceptions import PyTritonModelConfigError, PyTritonUnrecoverableError
 from pytriton.ipc import codec, protocol
 from pytriton.ipc.shm import Arena, SegmentReader
 from pytriton.worker.context import TritonContext, set_current_context
+from pytriton.worker.isolation import isolate
 from pytriton.worker.request import Request
-from pytriton.worker.responses import Failure, batch_result, stream_part
+from pytriton.worker.responses import Failure, batch_result, per_request, stream_part
+from pytriton.worker.timed import ExecutionTimeout, TimedCaller
 
 logger = logging.getLogger("pytriton.worker")
 
@@ -73,6 +80,10 @@ class InstanceHandler:
             `PyTritonUnrecoverableError` and its requesters got their errors.
         asynchronous: run an asyncio loop in the thread (for coroutine and async generator
             callables); the proxy then relays, so batches may overlap.
+
+    Raises:
+        PyTritonModelConfigError: ``isolate_failures`` or ``execution_timeout_s`` asked of an
+            async callable (they apply to plain callables only).
     """
 
     def __init__(
@@ -95,6 +106,22 @@ class InstanceHandler:
         self._on_unrecoverable = on_unrecoverable
         self._asynchronous = asynchronous
         self._decoupled = bool(getattr(context.config, "decoupled", False))
+        self._isolate_failures = bool(getattr(context.config, "isolate_failures", False))
+        timeout_s: Optional[float] = getattr(context.config, "execution_timeout_s", None)
+        if asynchronous and (self._isolate_failures or timeout_s is not None):
+            asked = ", ".join(f"{name}={value!r}" for name, value in (
+                ("isolate_failures", self._isolate_failures), ("execution_timeout_s", timeout_s)) if value)
+            raise PyTritonModelConfigError(
+                f"model '{context.model_name}': ModelConfig({asked}) applies to plain callables only, but the "
+                f"inference callable of instance {instance} is async; leave it unset, or handle failures and time "
+                "limits inside the coroutine (e.g. with asyncio.wait_for)"
+            )
+        self._stop = threading.Event()
+        self._timed: Optional[TimedCaller] = None
+        self._run_callable: Callable[[List[Request]], Any] = infer_func  # the hot path: a direct call
+        if timeout_s is not None:
+            self._timed = TimedCaller(infer_func, timeout_s, context=context, instance=instance, stopping=self._stop)
+            self._run_callable = self._timed
         self._arena = Arena(lambda generation: protocol.segment_name(shm_prefix, instance, "out", generation))
         self._reader = SegmentReader()
         self._bytes_inputs = {t.name: np.dtype(t.dtype).kind for t in context.inputs if np.dtype(t.dtype).kind == "S"}
@@ -108,7 +135,6 @@ class InstanceHandler:
             os.chmod(self._socket_path, 0o600)
         self._backlog: Deque[Tuple[bytes, List[Any]]] = collections.deque()  # arrived during a stream
         self._private_loop: Optional[asyncio.AbstractEventLoop] = None  # for a coroutine in blocking mode
-        self._stop = threading.Event()
         self._ending_streams = threading.Event()
         self._released = False
         self.proxy_pid: Optional[int] = None
@@ -159,6 +185,8 @@ class InstanceHandler:
         self._reader.close()
         if self._private_loop is not None:
             self._private_loop.close()
+        if self._timed is not None:
+            self._timed.close()
         if self._socket_path is not None:
             try:
                 os.unlink(self._socket_path)
@@ -414,19 +442,50 @@ class InstanceHandler:
     def _call(self, batch: protocol.InferBatch, payload: Sequence[Any]) -> Tuple[List[Optional[int]], Any]:
         """Run the callable on the batch: its result (list, generator, coroutine...) or a `Failure`."""
         batch_sizes: List[Optional[int]] = [None] * len(batch.parameters)
+        requests: List[Request] = []
         try:
             requests = self._requests(batch, payload)
             if self._strict and self._context.config.batching:  # before the callable may change the requests
                 batch_sizes = [_batch_size(request) for request in requests]
-            return batch_sizes, self._infer_func(requests)
+            return batch_sizes, self._run_callable(requests)
         except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
+            if self._isolate_failures and len(requests) > 1 and _may_split(exc) and not _must_stop(exc):
+                return batch_sizes, self._isolate(requests, exc)
             error, unrecoverable = self._callable_error(exc)
             return batch_sizes, Failure(error, unrecoverable)
+
+    def _isolate(self, requests: List[Request], error: Exception) -> List[Any]:
+        """Per request, its response or its `Failure`, after calling the callable again on parts
+        of the batch it raised `error` on (see `isolation.isolate`)."""
+        logger.warning("Model '%s': the inference callable raised on a batch of %d requests (%s: %s); calling it "
+                       "on parts of the batch to find the failing requests", self._context.model_name, len(requests),
+                       type(error).__name__, error)
+        calls = [0]
+
+        def call(indices: Sequence[int]) -> Any:
+            calls[0] += 1
+            return self._run_callable([requests[i] for i in indices])
+
+        answers: List[Any] = [None] * len(requests)
+        for indices, answer, failure in isolate(len(requests), call, error, may_split=_may_split,
+                                                 must_stop=_must_stop):
+            if failure is not None:
+                entries: List[Any] = [Failure(*self._callable_error(failure))] * len(indices)
+            else:
+                if inspect.iscoroutine(answer):
+                    answer.close()  # a plain callable returned an awaitable for a part only: not awaited
+                entries = per_request(self._context, len(indices), answer)
+            for index, entry in zip(indices, entries):
+                answers[index] = entry
+        failed = sum(1 for answer in answers if isinstance(answer, Failure))
+        logger.warning("Model '%s': %d of %d requests failed on their own (%d extra calls)", self._context.model_name,
+                       failed, len(requests), calls[0])
+        return answers
 
     def _callable_error(self, exc: Exception) -> Tuple[str, bool]:
         """The message a requester gets for the callable's exception, and whether it is unrecoverable."""
         model = self._context.model_name
-        if isinstance(exc, _NotDecoupled):
+        if isinstance(exc, (_NotDecoupled, ExecutionTimeout)):  # already logged where it happened
             return str(exc), False
         if isinstance(exc, PyTritonUnrecoverableError):
             logger.error("Model '%s': unrecoverable error, the server shuts down", model, exc_info=exc)
@@ -474,6 +533,16 @@ class _BlockingSender(_Sender):
 
     async def send(self, frames: List[Any]) -> None:
         self._handler._socket.send_multipart(frames)
+
+
+def _may_split(exc: Exception) -> bool:
+    """A timeout says nothing about which requests are at fault; retrying parts would only hang again."""
+    return not isinstance(exc, ExecutionTimeout)
+
+
+def _must_stop(exc: Exception) -> bool:
+    """An unrecoverable error is never retried: the callable says it cannot serve anymore."""
+    return isinstance(exc, PyTritonUnrecoverableError)
 
 
 def _forget(tasks: Dict[int, Any], batch_id: int, _task: Any) -> None:

@@ -141,8 +141,9 @@ def shape_response(
     return arrays
 
 
-def _outcomes(context: TritonContext, count: int, results: Any, what: str) -> List[Any]:
-    """One entry per request: a response, None, or a `Failure`."""
+def per_request(context: TritonContext, count: int, results: Any, what: str = "returned") -> List[Any]:
+    """One entry per request: a response, None, or a `Failure` (for all of them when `results`
+    is not a list of `count` entries)."""
     if isinstance(results, Failure):
         return [results] * count
     if isinstance(results, (list, tuple)) and len(results) == count:
@@ -194,7 +195,7 @@ def batch_result(
 
     `arena` carries large outputs; None sends everything inline (when answers overlap).
     """
-    outcomes = _outcomes(context, count, results, "returned")
+    outcomes = per_request(context, count, results, "returned")
     for index, outcome in enumerate(outcomes):
         if outcome is None:  # a response is required for every request of a non-streaming model
             outcomes[index] = Failure(f"Model '{context.model_name}': the inference callable returned None for "
@@ -210,6 +211,6 @@ def stream_part(
 ) -> Tuple[protocol.StreamPart, List[Any]]:
     """The `StreamPart` of one value a streaming callable yielded; always inline (the proxy may
     still be reading the previous part when this one is written)."""
-    groups, errors, present = _shape_all(context, _outcomes(context, count, step, "yielded"), batch_sizes, strict)
+    groups, errors, present = _shape_all(context, per_request(context, count, step, "yielded"), batch_sizes, strict)
     columns, _, frames = codec.pack(groups, None)
     return protocol.StreamPart(batch_id, tuple(present), tuple(errors), columns), frames
