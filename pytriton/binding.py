@@ -18,7 +18,7 @@ import os
 import pathlib
 import signal
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import zmq
 
@@ -29,6 +29,7 @@ from pytriton.model_config.tensor import resolve_tensor_names
 from pytriton.repository.pbtxt import model_config_proto, to_pbtxt, to_triton_data_type
 from pytriton.repository.warmup import warmup_entries
 from pytriton.repository.writer import write_model
+from pytriton.server.workspace import remove_segments
 from pytriton.worker.context import TritonContext
 from pytriton.worker.handler import InstanceHandler, is_async_callable, is_generator_callable
 from pytriton.worker.request import Request
@@ -55,6 +56,8 @@ class BoundModel:
 
     declaration: ModelDeclaration
     handlers: List[InstanceHandler]
+    shm_prefix: str = ""
+    """Prefix of this model's shared-memory segments."""
 
     @property
     def version(self) -> int:
@@ -85,6 +88,23 @@ class ModelBindings:
 
     def version(self, model_name: str) -> int:
         return self._models[model_name].version
+
+    def config(self, model_name: str) -> ModelConfig:
+        config: ModelConfig = self._models[model_name].declaration.context.config
+        return config
+
+    def instances(self) -> List[Tuple[str, int, int, Optional[int]]]:
+        """``(model, version, instance, stub pid)`` of every instance; the pid is None until its
+        stub's proxy connected."""
+        return [(name, model.version, index, handler.proxy_pid)
+                for name, model in list(self._models.items()) for index, handler in enumerate(model.handlers)]
+
+    def forget_stub(self, model_name: str, instance: int) -> List[str]:
+        """Remove the input segments a dead stub of `instance` left, so its successor can create them."""
+        model = self._models.get(model_name)
+        if model is None:
+            return []
+        return remove_segments(protocol.segment_name(model.shm_prefix, instance, "in", 0)[:-1])
 
     def declare(
         self,
@@ -182,7 +202,7 @@ class ModelBindings:
         config_text = to_pbtxt(proto)
         if self._zmq is None:
             self._zmq = zmq.Context()
-        bound = BoundModel(declaration, handlers=[])
+        bound = BoundModel(declaration, handlers=[], shm_prefix=model_shm_prefix)
         self._models[model_name] = bound  # registered first, so stop_handlers() finds whatever started
         try:
             for index, func in enumerate(declaration.infer_funcs):
@@ -226,26 +246,53 @@ class ModelBindings:
         self._zmq = None
 
 
-def block_until_signal(is_alive: Callable[[], bool], wake: threading.Event, period_s: float) -> Optional[int]:
+class SignalWatch:
+    """Records SIGINT and SIGTERM while it is entered (from the main thread only).
+
+    The handlers only record the signal and set `wake`; the previous handlers come back on exit.
+    Held across a whole ``serve()``, stop included, so that a second signal during the drain is
+    seen (`repeated`) instead of reaching Python's default handlers half-way through a cleanup.
+    """
+
+    def __init__(self, wake: threading.Event, on_repeat: Optional[Callable[[], None]] = None) -> None:
+        self._wake = wake
+        self._on_repeat = on_repeat
+        self.received: List[int] = []
+        self._previous: Dict[int, Any] = {}
+
+    def _record(self, signum: int, _frame: Any) -> None:
+        self.received.append(signum)
+        self._wake.set()
+        if len(self.received) > 1 and self._on_repeat is not None:
+            self._on_repeat()
+
+    @property
+    def first(self) -> Optional[int]:
+        return self.received[0] if self.received else None
+
+    def __enter__(self) -> SignalWatch:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._record)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+
+def block_until_signal(
+    is_alive: Callable[[], bool], wake: threading.Event, period_s: float, watch: Optional[SignalWatch] = None
+) -> Optional[int]:
     """Wait until SIGINT or SIGTERM arrives or `is_alive` turns false; the signal, or None.
 
-    The handlers only record the signal and set `wake`; they are installed only from the main
-    thread, and the previous ones are restored before this returns.
+    With `watch` given (already entered), its handlers are used and stay installed; otherwise
+    handlers are installed for the wait only.
     """
-    received: List[int] = []
-
-    def _record(signum: int, _frame: Any) -> None:
-        received.append(signum)
-        wake.set()
-
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, _record)
-    try:
-        while not received and is_alive():
-            wake.wait(period_s)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    return received[0] if received else None
+    if watch is None:
+        with SignalWatch(wake) as own:
+            return block_until_signal(is_alive, wake, period_s, own)
+    while not watch.received and is_alive():
+        wake.wait(period_s)
+    return watch.first

@@ -8,10 +8,15 @@
     ├── PyTritonModelConfigError           a model declaration cannot become a Triton model
     ├── PyTritonInvalidOperationError      a call that the current state does not allow
     ├── PyTritonServerError                the tritonserver process cannot start, serve or stop
-    │   └── PyTritonServerStartupError     it could not start (port in use, binary or libpython missing)
+    │   ├── PyTritonServerStartupError     it could not start (port in use, binary or libpython missing)
+    │   ├── PyTritonServerCrashedError     it died while serving (killed, crashed); carries its exit status
+    │   └── PyTritonModelRestartLimitError a model's instances kept dying; the model was given up
     ├── PyTritonUnrecoverableError         raised by a callable: the server shuts down
     └── pytriton.client.exceptions.PyTritonClientError  (client side, see that module)
 """
+
+
+from typing import Optional
 
 
 class PyTritonError(Exception):
@@ -44,6 +49,32 @@ class PyTritonServerError(PyTritonError):
 
 class PyTritonServerStartupError(PyTritonServerError):
     """The tritonserver process could not start: the message names the cause and the remedy."""
+
+
+class PyTritonServerCrashedError(PyTritonServerError):
+    """The tritonserver process died while serving (killed, crashed, out of memory).
+
+    Raised by `Triton.serve()` (so a script exits non-zero and a supervisor sees a crash, not a
+    clean stop), and by the next call on a `Triton` started with `run()`.
+
+    Attributes:
+        returncode: the server's exit code; negative: the number of the signal that killed it.
+        log_tail: the last lines the server printed.
+    """
+
+    def __init__(self, message: str = "", returncode: Optional[int] = None, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.returncode = returncode
+        self.log_tail = log_tail
+
+
+class PyTritonModelRestartLimitError(PyTritonServerError):
+    """A model's instances died more often than its restart budget allows (a crash loop).
+
+    pytriton restarts a model whose Python-backend stub died; when that happens more than
+    ``ModelConfig.max_restarts`` times within ``ModelConfig.restart_window_s`` the model is given
+    up, the server stops and `Triton.serve()` raises this.
+    """
 
 
 class PyTritonUnrecoverableError(PyTritonError):

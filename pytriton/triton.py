@@ -20,12 +20,13 @@ import pathlib
 import socket
 import threading
 import time
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Sequence, Union
 
-from pytriton.binding import InferFunc, ModelBindings, block_until_signal
+from pytriton.binding import InferFunc, ModelBindings, SignalWatch, block_until_signal
 from pytriton.exceptions import (
     PyTritonBadParameterError,
     PyTritonInvalidOperationError,
+    PyTritonModelRestartLimitError,
     PyTritonServerError,
     PyTritonServerStartupError,
 )
@@ -43,6 +44,7 @@ from pytriton.server.distribution import (
 )
 from pytriton.server.process import ServerProcess
 from pytriton.server.security import TritonSecurityConfig, resolve_access_token, restricted_config
+from pytriton.server.supervisor import InstanceView, RestartBudget, Supervisor, kill_server_processes
 from pytriton.server.workspace import Workspace, sweep_stale
 
 __all__ = ["RemoteTriton", "Triton", "TritonConfig", "TritonSecurityConfig"]
@@ -91,6 +93,9 @@ class Triton:
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._unrecoverable: Optional[str] = None
+        self._fatal: Optional[PyTritonServerError] = None
+        self._supervisor: Optional[Supervisor] = None
+        self._hurry = threading.Event()  # a second signal during the drain: stop at once
         self._stopped = False
         self._server_distribution: Optional[ServerDistribution] = None
 
@@ -135,6 +140,7 @@ class Triton:
         After `run()`, the model is loaded at once and this returns when it is ready.
         """
         with self._lock:
+            self._raise_if_failed()
             if self._stopped:
                 raise PyTritonInvalidOperationError("this Triton was stopped; create a new Triton to bind models")
             declaration = self._bindings.declare(model_name, infer_func, inputs, outputs, model_version, config, strict)
@@ -170,6 +176,7 @@ class Triton:
             PyTritonServerStartupError: the server could not start; the message says why.
         """
         with self._lock:
+            self._raise_if_failed()
             if self._stopped:
                 raise PyTritonInvalidOperationError("this Triton was stopped; create a new Triton to run again")
             if self._process is not None:
@@ -205,7 +212,30 @@ class Triton:
             except BaseException:
                 self.stop()
                 raise
+            self._supervisor = Supervisor(
+                process=process,
+                control=self._control,
+                instances=self._instance_views,
+                budget_for=self._restart_budget,
+                forget_instance=self._bindings.forget_stub,
+                after_reload=lambda _model: workspace.restrict_segments(),
+                on_fatal=self._on_fatal,
+                server_id=workspace.server_id,
+            )
+            self._supervisor.start()
             logger.info("Triton Inference Server is ready (pid %s)", process.pid)
+
+    def _instance_views(self) -> List[InstanceView]:
+        return [InstanceView(*entry) for entry in self._bindings.instances()]
+
+    def _restart_budget(self, model_name: str) -> RestartBudget:
+        config = self._bindings.config(model_name)
+        return RestartBudget(config.max_restarts, config.restart_window_s)
+
+    def _raise_if_failed(self) -> None:
+        """The next call after the server died (or gave a model up) says so, instead of a vaguer error."""
+        if self._fatal is not None:
+            raise self._fatal
 
     def _startup_failure(self, process: ServerProcess) -> str:
         if process.is_running():
@@ -260,20 +290,42 @@ class Triton:
     def serve(self, monitoring_period_s: float = 1.0) -> None:
         """Run the server and block until SIGINT or SIGTERM, or until it stops by itself.
 
-        In-flight requests finish before it returns; the previous signal handlers are restored.
+        On the first signal the server drains: it reports not ready at once, refuses new
+        requests, and lets the requests and streams in flight finish within its exit timeout
+        (``TritonConfig.exit_timeout_secs``). A second signal during the drain stops it at once.
+        The previous signal handlers are restored before this returns.
+
+        Raises:
+            PyTritonServerCrashedError: tritonserver died while serving (killed, crashed); the
+                message names the signal or exit code and ends with the server's last lines.
+            PyTritonModelRestartLimitError: a model's instances kept dying and it was given up.
         """
         self.run()
-        try:
-            signum = block_until_signal(self.is_alive, self._wake, monitoring_period_s)
-            if signum is not None:
-                logger.info("Signal %d received: stopping Triton", signum)
-        finally:
-            self.stop()
+        with SignalWatch(self._wake, on_repeat=self._hurry.set) as signals:
+            try:
+                signum = block_until_signal(self.is_alive, self._wake, monitoring_period_s, signals)
+                if signum is not None:
+                    logger.info("Signal %d received: draining, then stopping Triton (a second signal stops at once)",
+                                signum)
+            finally:
+                self.stop()
+        if self._fatal is not None:
+            raise self._fatal
 
     def is_alive(self) -> bool:
-        """True while the server runs and no model declared itself unrecoverable."""
+        """True while the server runs, no model declared itself unrecoverable and none was given up."""
         process = self._process
-        return process is not None and process.is_running() and self._unrecoverable is None and not self._stopped
+        return (process is not None and process.is_running() and self._unrecoverable is None
+                and self._fatal is None and not self._stopped)
+
+    def _on_fatal(self, error: PyTritonServerError) -> None:
+        """From the supervisor: the server died, or a model spent its restart budget."""
+        self._fatal = error
+        self._wake.set()
+        if isinstance(error, PyTritonModelRestartLimitError):
+            # Like an unrecoverable error: a server that cannot serve one of its models stops, so
+            # that its health endpoints stop answering and an orchestrator restarts the process.
+            threading.Thread(target=self.stop, name="pytriton-restart-limit-stop", daemon=True).start()
 
     def _on_unrecoverable(self, model_name: str) -> None:
         self._unrecoverable = model_name
@@ -288,17 +340,48 @@ class Triton:
             self._stopped = True
             self._wake.set()
             atexit.unregister(self.stop)
-            self._bindings.end_streams()  # Triton waits for open streams before it unloads a model
+            if self._supervisor is not None:
+                self._supervisor.stop()  # the server's exit and its stubs' are no news from here on
             if self._process is not None:
                 exit_timeout = self._config.exit_timeout_secs
-                self._process.stop(timeout_s=(exit_timeout if exit_timeout is not None else
-                                              _TRITON_DEFAULT_EXIT_TIMEOUT_S) + 15)
+                exit_timeout = exit_timeout if exit_timeout is not None else _TRITON_DEFAULT_EXIT_TIMEOUT_S
+                self._process.stop(timeout_s=exit_timeout + 15, poll=self._drain_poll(exit_timeout))
+                self._bindings.end_streams()
+                if self._workspace is not None:
+                    kill_server_processes(self._workspace.server_id, exclude=self._process.pid)
             if self._control is not None:
                 self._control.close()
             self._bindings.stop_handlers()
             if self._workspace is not None:
                 self._workspace.cleanup()
             logger.debug("Triton stopped")
+
+
+    def _drain_poll(self, exit_timeout: float) -> Callable[[float], bool]:
+        """What `stop()` does while the server drains: cut the streams still open shortly before
+        the server's exit timeout (so their clients get an error, not a dropped connection), and
+        stop at once on a second signal or when only the versions stuck after a stub's death
+        are left (Triton would wait for them until the exit timeout)."""
+        cut_after = exit_timeout * 0.8
+        cut = threading.Event()
+        supervisor, process = self._supervisor, self._process
+
+        def poll(waited: float) -> bool:
+            if waited >= cut_after and not cut.is_set():
+                cut.set()
+                self._bindings.end_streams()
+            if self._hurry.is_set():
+                logger.warning("Second signal during the drain: stopping tritonserver at once")
+                return True
+            stuck = supervisor.stuck_versions if supervisor is not None else 0
+            live = process.live_models if process is not None else None
+            if stuck and live is not None and live <= stuck:
+                logger.info("Only the %d model version(s) left behind by dead stubs remain; stopping tritonserver",
+                            stuck)
+                return True
+            return False
+
+        return poll
 
 
 def _grpc_tls(config: TritonConfig) -> Optional[GrpcTls]:

@@ -15,7 +15,8 @@ import re
 import signal
 import subprocess
 import threading
-from typing import Deque, List, Mapping, Optional, Sequence
+import time
+from typing import Callable, Deque, List, Mapping, Optional, Sequence
 
 import psutil
 
@@ -26,6 +27,9 @@ _PR_SET_PDEATHSIG = 1
 _ERROR_LINE = re.compile(r"^E\d{4} ")
 # Logged as an error by every CPU-only server at start and stop; it changes nothing.
 _HARMLESS = "CudaDriverHelper has not been initialized"
+# Logged each second of a shutdown (at INFO level, which is on by default) once in-flight
+# inferences are done and the models are being unloaded.
+_LIVE_MODELS = re.compile(r"Found (\d+) live models")
 
 
 _PRIVATE_UMASK = 0o077
@@ -63,6 +67,8 @@ class ServerProcess:
         self._lines: Deque[str] = collections.deque(maxlen=keep_lines)
         self._process: Optional[subprocess.Popen[bytes]] = None
         self._reader: Optional[threading.Thread] = None
+        self.live_models: Optional[int] = None
+        """During a shutdown: how many model versions the server still waits for (from its log)."""
 
     @property
     def pid(self) -> Optional[int]:
@@ -114,6 +120,9 @@ class ServerProcess:
         for raw in self._process.stdout:
             line = raw.decode("utf-8", "replace").rstrip()
             self._lines.append(line)
+            live = _LIVE_MODELS.search(line)
+            if live:
+                self.live_models = int(live.group(1))
             harmless = _HARMLESS in line
             level = logging.WARNING if _ERROR_LINE.match(line) and not harmless else logging.DEBUG
             _server_log.log(level, "%s", line)
@@ -141,8 +150,13 @@ class ServerProcess:
         parts.append("Its last output:\n" + self.output_tail(8))
         return "\n".join(parts)
 
-    def stop(self, timeout_s: float) -> Optional[int]:
-        """SIGINT (Triton waits for in-flight requests), then SIGKILL after `timeout_s`.
+    def stop(self, timeout_s: float, poll: Optional[Callable[[float], bool]] = None) -> Optional[int]:
+        """SIGINT (Triton finishes in-flight requests, then unloads), then SIGKILL after `timeout_s`.
+
+        Args:
+            timeout_s: how long the server may take.
+            poll: called with the seconds waited so far, every 0.1 s while the server drains;
+                returning True kills the server at once (a second signal, nothing left to wait for).
 
         Returns:
             The exit code.
@@ -156,12 +170,23 @@ class ServerProcess:
             children = []
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                logger.warning("tritonserver did not stop within %.0f s; killing it", timeout_s)
-                process.kill()
-                process.wait()
+            started = time.monotonic()
+            while True:
+                waited = time.monotonic() - started
+                try:
+                    process.wait(min(0.1, max(timeout_s - waited, 0.0)))
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                if time.monotonic() - started >= timeout_s:
+                    logger.warning("tritonserver did not stop within %.0f s; killing it", timeout_s)
+                    process.kill()
+                    process.wait()
+                    break
+                if poll is not None and poll(waited):
+                    process.kill()
+                    process.wait()
+                    break
         for child in children:  # stubs left behind by a killed server
             try:
                 child.kill()

@@ -1,0 +1,359 @@
+"""Supervision of a running server: notice a dead stub or a dead tritonserver, heal or report.
+
+Triton 2.51 does not restart a Python-backend stub that died (killed by the OOM killer, a
+segfault in a native library): every later request of its model fails with "Stub process ... is
+not healthy" while the health endpoints keep answering 200. The `Supervisor` thread watches each
+model instance's stub (its pid comes from the proxy's handshake with the worker) and the server
+process itself, a few times a second:
+
+- a dead stub: its model is unloaded at once (model and server readiness turn false), then
+  loaded again through Triton's model-control API, which starts fresh stubs; a model whose
+  stubs die more often than its restart budget allows stays down and the facade is told;
+- a dead tritonserver: the stubs it left are killed and the facade is told, with the exit
+  status and the last lines of the server's log.
+
+What to do with the news (raise from ``serve()``, turn ``is_alive()`` false) is the facade's.
+The pure parts (the restart budget, reading a dead process's exit status, describing it) are
+module functions with unit tests.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Set
+
+import psutil
+
+from pytriton.exceptions import PyTritonModelRestartLimitError, PyTritonServerCrashedError, PyTritonServerError
+from pytriton.server.control import ServerControl
+from pytriton.server.process import ServerProcess
+
+logger = logging.getLogger("pytriton.server")
+
+WATCH_PERIOD_S = 0.25
+"""How often stubs and the server are checked; a death is acted on within about this long."""
+UNLOAD_SETTLE_S = 1.5
+"""How long a healing waits for the dead instance's old model version to finish unloading."""
+RELOAD_TIMEOUT_S = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class InstanceView:
+    """One model instance as the supervisor sees it: whose stub serves it, if one connected yet."""
+
+    model: str
+    version: int
+    instance: int
+    stub_pid: Optional[int]
+
+
+class RestartBudget:
+    """At most `max_restarts` restarts within any `window_s` seconds (pure bookkeeping).
+
+    Args:
+        max_restarts: restarts allowed in the window; 0 never restarts.
+        window_s: the length of the sliding window.
+    """
+
+    def __init__(self, max_restarts: int, window_s: float) -> None:
+        self.max_restarts = max_restarts
+        self.window_s = window_s
+        self._times: Deque[float] = collections.deque()
+        self.total = 0
+
+    def allow(self, now: float) -> bool:
+        """Record a restart at `now` if the budget allows it; False when it is spent."""
+        while self._times and now - self._times[0] > self.window_s:
+            self._times.popleft()
+        if len(self._times) >= self.max_restarts:
+            return False
+        self._times.append(now)
+        self.total += 1
+        return True
+
+
+def read_exit_status(pid: int) -> Optional[int]:
+    """The wait status of zombie `pid` (from ``/proc/<pid>/stat``), or None when unknown.
+
+    A stub is tritonserver's child, so only the server could wait for it; but Linux shows the
+    exit status of a zombie in the last field of its ``stat`` line, which tells a SIGKILL (the OOM
+    killer) from a SIGSEGV or an exit.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            text = stat.read()
+    except OSError:
+        return None
+    fields = text.rpartition(")")[2].split()
+    # Fields after the name start at field 3 (state); exit_code is field 52.
+    if len(fields) < 50 or fields[0] != "Z":
+        return None
+    try:
+        return int(fields[49])
+    except ValueError:
+        return None
+
+
+def describe_wait_status(status: Optional[int]) -> str:
+    """Human words for a wait status: "killed by signal 9 (SIGKILL)", "exited with code 1"."""
+    if status is None:
+        return "ended (exit status unknown)"
+    if status & 0x7F:
+        return describe_signal(status & 0x7F)
+    return f"exited with code {(status >> 8) & 0xFF}"
+
+
+def describe_signal(number: int) -> str:
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = "unknown signal"
+    return f"killed by signal {number} ({name})"
+
+
+def describe_returncode(returncode: Optional[int]) -> str:
+    """Human words for a `subprocess` return code (negative: the signal that killed it)."""
+    if returncode is None:
+        return "ended (exit status unknown)"
+    if returncode < 0:
+        return describe_signal(-returncode)
+    return f"exited with code {returncode}"
+
+
+class _Stub:
+    """A stub process first seen alive, remembered so that a reused pid is never mistaken for it."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        try:
+            self.process: Optional[psutil.Process] = psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            self.process = None
+
+    def dead(self) -> bool:
+        if self.process is None:
+            return True
+        try:
+            return not self.process.is_running() or self.process.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+
+class Supervisor:
+    """Watches one tritonserver and its model instances from a thread of its own.
+
+    Args:
+        process: the server process.
+        control: the library's control calls to that server.
+        instances: the instances of every bound model, read on each check.
+        budget_for: the restart budget of a model (called once per model).
+        forget_instance: called with (model, instance) after its stub died and before the model
+            is loaded again: removes what the dead stub left (its shared-memory segments).
+        after_reload: called with the model name once it serves again.
+        on_fatal: called once with the error that ends serving (the server died, or a model spent
+            its restart budget).
+        server_id: the prefix every process of this server carries in its command line.
+    """
+
+    def __init__(
+        self,
+        *,
+        process: ServerProcess,
+        control: ServerControl,
+        instances: Callable[[], List[InstanceView]],
+        budget_for: Callable[[str], RestartBudget],
+        forget_instance: Callable[[str, int], object],
+        after_reload: Callable[[str], object],
+        on_fatal: Callable[[PyTritonServerError], None],
+        server_id: str,
+        period_s: float = WATCH_PERIOD_S,
+    ) -> None:
+        self._process = process
+        self._control = control
+        self._instances = instances
+        self._budget_for = budget_for
+        self._forget_instance = forget_instance
+        self._after_reload = after_reload
+        self._on_fatal = on_fatal
+        self._server_id = server_id
+        self._period_s = period_s
+        self._stubs: Dict[int, _Stub] = {}
+        self._buried: Set[int] = set()  # dead stubs already acted on
+        self._budgets: Dict[str, RestartBudget] = {}
+        self._down: Set[str] = set()
+        self._stop = threading.Event()
+        self.stuck_versions = 0
+        """Model versions that never finished unloading after their stub died mid-request (Triton
+        2.51 keeps their requests); the server's own shutdown then waits for them in vain."""
+        self._thread = threading.Thread(target=self._run, name="pytriton-supervisor", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop watching (before the server is stopped on purpose, so its exit is no news)."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+    def down_models(self) -> List[str]:
+        """Models that are not serving right now (being restarted, or given up)."""
+        return sorted(self._down)
+
+    def restarts(self, model: str) -> int:
+        budget = self._budgets.get(model)
+        return budget.total if budget is not None else 0
+
+    def stub_pids(self) -> List[int]:
+        return list(self._stubs)
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period_s):
+            try:
+                if not self._process.is_running():
+                    self._server_died()
+                    return
+                self._check_instances()
+            except Exception:
+                logger.exception("pytriton supervisor: unexpected error while checking the server")
+
+    def _check_instances(self) -> None:
+        dead: Dict[str, List[InstanceView]] = {}
+        for view in self._instances():
+            if view.stub_pid is None or view.stub_pid in self._buried:
+                continue
+            stub = self._stubs.get(view.stub_pid)
+            if stub is None:
+                stub = self._stubs[view.stub_pid] = _Stub(view.stub_pid)
+            if stub.dead():
+                dead.setdefault(view.model, []).append(view)
+        for model, views in dead.items():
+            if self._stop.is_set():
+                return
+            self._heal(model, views)
+
+    def _heal(self, model: str, views: List[InstanceView]) -> None:
+        statuses = {view.instance: read_exit_status(view.stub_pid) for view in views if view.stub_pid is not None}
+        for view in views:
+            if view.stub_pid is not None:
+                self._buried.add(view.stub_pid)
+                self._stubs.pop(view.stub_pid, None)
+        self._down.add(model)
+        budget = self._budgets.get(model)
+        if budget is None:
+            budget = self._budgets[model] = self._budget_for(model)
+        what = ", ".join(
+            f"instance {model}_0_{instance} (stub pid {pid}) {describe_wait_status(statuses[instance])}"
+            for instance, pid in sorted((v.instance, v.stub_pid) for v in views)
+        )
+        self._unload(model)  # at once: model and server readiness turn false while it is away
+        if not budget.allow(time.monotonic()):
+            message = (
+                f"Model '{model}': {what}; its instances died {budget.max_restarts + 1} times within "
+                f"{budget.window_s:.0f} s, more than its restart budget (ModelConfig(max_restarts="
+                f"{budget.max_restarts}, restart_window_s={budget.window_s:g})); the model stays down"
+            )
+            logger.error("%s", message)
+            self._on_fatal(PyTritonModelRestartLimitError(message))
+            return
+        logger.warning("Model '%s': %s; restarting the model (restart %d, at most %d within %.0f s)",
+                       model, what, budget.total, budget.max_restarts, budget.window_s)
+        started = time.monotonic()
+        self._wait_unloaded(model, views[0].version)
+        for view in views:
+            self._forget_instance(model, view.instance)
+        if self._stop.is_set():
+            return
+        try:
+            self._control.load_model(model, RELOAD_TIMEOUT_S)
+        except PyTritonServerError as exc:
+            if self._stop.is_set() or not self._process.is_running():
+                return
+            message = f"Model '{model}': {what}; loading it again failed: {exc}"
+            logger.error("%s", message)
+            self._on_fatal(PyTritonModelRestartLimitError(message))
+            return
+        self._after_reload(model)
+        self._down.discard(model)
+        logger.warning("Model '%s' serves again, %.1f s after its restart began", model, time.monotonic() - started)
+
+    def _unload(self, model: str) -> None:
+        try:
+            self._control.unload_model(model, 10.0)
+        except PyTritonServerError as exc:
+            logger.warning("Model '%s': could not unload it after its instance died: %s", model, exc)
+
+    def _wait_unloaded(self, model: str, version: int) -> None:
+        """Wait briefly for the dead version to leave; count it as stuck when it does not.
+
+        A stub killed in the middle of a request leaves that request's bookkeeping in the
+        server, and Triton 2.51 then never completes the unload. Loading the model again works
+        all the same (the new version serves beside the stuck one), but the server's own
+        shutdown will wait for the stuck version until its exit timeout; `stuck_versions` lets
+        the facade stop it sooner.
+        """
+        deadline = time.monotonic() + UNLOAD_SETTLE_S
+        while not self._stop.is_set():
+            try:
+                states = [entry.get("state") for entry in self._control.repository_index(2.0)
+                          if entry.get("name") == model and entry.get("version") == str(version)]
+            except PyTritonServerError:
+                return
+            if "UNLOADING" not in states:
+                return
+            if time.monotonic() >= deadline:
+                self.stuck_versions += 1
+                logger.debug("Model '%s' version %d: the dead instance's version does not finish unloading",
+                             model, version)
+                return
+            time.sleep(0.05)
+
+    def _server_died(self) -> None:
+        returncode = self._process.returncode
+        killed = self.kill_leftovers()
+        tail = self._process.output_tail(20)
+        message = (
+            f"tritonserver (pid {self._process.pid}) {describe_returncode(returncode)} while serving; "
+            f"{len(killed)} stub process(es) it left were killed. Its last output:\n{tail}"
+        )
+        logger.error("%s", message)
+        self._on_fatal(PyTritonServerCrashedError(message, returncode=returncode, log_tail=tail))
+
+    def kill_leftovers(self) -> List[int]:
+        """Kill every process of this server still running (stubs orphaned by a dead server)."""
+        known = [stub.process for stub in self._stubs.values() if stub.process is not None and not stub.dead()]
+        return kill_server_processes(self._server_id, exclude=self._process.pid, known=known)
+
+
+def kill_server_processes(
+    server_id: str, exclude: Optional[int] = None, known: Sequence[psutil.Process] = ()
+) -> List[int]:
+    """SIGKILL the processes whose command line carries `server_id` (a server's stubs carry it in
+    their model path or shared-memory region name), plus `known` ones; their pids.
+
+    Stubs of a killed server are reparented and would live on; this is how none outlives it.
+    """
+    victims: Dict[int, psutil.Process] = {process.pid: process for process in known}
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cmdline = " ".join(process.info.get("cmdline") or [])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if server_id in cmdline and process.pid not in (exclude, os.getpid()):
+            victims.setdefault(process.pid, process)
+    for process in victims.values():
+        try:
+            process.kill()
+            logger.info("Killed leftover process %d of server %s", process.pid, server_id)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    psutil.wait_procs(list(victims.values()), timeout=2)
+    return sorted(victims)
