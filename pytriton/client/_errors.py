@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
+import re
 import socket
 from collections.abc import Iterator
 
@@ -62,6 +63,8 @@ _NOT_FOUND_STATUSES = {"404", "StatusCode.NOT_FOUND"}
 _QUEUE_FULL_TEXT = "exceeds maximum queue size"
 _RESTRICTED_TEXT = "is restricted, expecting header"
 _DECOUPLED_TEXT = "decoupled transaction policy"
+# Triton's answer for requests of an instance whose Python-backend stub process died.
+_DEAD_STUB = re.compile(r"Stub process '([^']+)' is not healthy")
 #: The status given to errors sent inside a stream: the server answered, with no status of its own.
 _STREAM_STATUS = "stream"
 
@@ -77,6 +80,14 @@ def _from_server(
         return PyTritonClientInferenceServerError(
             f"{action}. The server restricts this API to requests with an access token; give the client "
             f"the right one (access_token=...). Message: {message}"
+        )
+    dead_stub = _DEAD_STUB.search(message)
+    if dead_stub:
+        # Kept an inference-server error (what code written for the published client catches).
+        return PyTritonClientInferenceServerError(
+            f"{action}. Model instance {dead_stub.group(1)} died while serving this request (its Python-backend stub "
+            "process is gone); a pytriton server restarts the model within seconds, so the request may be retried. "
+            f"Message: {message}"
         )
     if _DECOUPLED_TEXT in lowered:
         # A one-response call that reached a decoupled model (e.g. with a model_config given by the user).

@@ -102,7 +102,7 @@ def test_tritonclient_argument_checks_become_value_errors():
 
 
 def test_other_server_errors_are_inference_server_errors():
-    error = translate(InferenceServerException(msg="Stub process 'M_0' is not healthy.", status="500"))
+    error = translate(InferenceServerException(msg="Failed to process the request(s) for model 'M_0'", status="500"))
     assert type(error) is PyTritonClientInferenceServerError
 
 
@@ -210,3 +210,11 @@ def test_next_response_timeout_names_model_url_and_time():
     error = next_response_timeout("Tokens", URL, 0.5)
     assert type(error) is PyTritonClientTimeoutError
     assert "'Tokens'" in str(error) and URL in str(error) and "within 0.5 s" in str(error)
+
+
+@pytest.mark.parametrize("status", ["400", "StatusCode.INTERNAL"])
+def test_dead_stub_is_named_as_a_dead_instance_that_may_be_retried(status):
+    error = translate(InferenceServerException("Stub process 'Echo_0_1' is not healthy.", status=status))
+    assert type(error) is PyTritonClientInferenceServerError
+    assert "Model instance Echo_0_1 died" in str(error)
+    assert "retried" in str(error)
