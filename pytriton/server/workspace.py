@@ -2,7 +2,12 @@
 
 Every name (the workspace folder, shared-memory segments, Triton's own Python-backend regions)
 carries ``pytriton-<owner pid>-<random>``, so two servers on one host never collide and the next
-start can sweep what a killed one left: whatever carries the pid of a dead process is removed.
+start can sweep what a killed one left. Whether the owner still lives is told by a lease: the
+owner holds an exclusive ``flock`` on ``/dev/shm/<prefix>-lock`` from before it creates anything
+until it removed everything else, and the kernel drops the lock however the process ends. Pids
+cannot tell: in a container the owner is PID 1, which always exists, and two containers of one
+pod sharing ``/dev/shm`` do not see each other's pids. Names without a lease (from older
+versions) are judged by their pid, as before.
 
 `SharedWorkspace` is the same idea for a tritonserver that something else started: several
 binding processes share its model repository, each with a session of its own in the folder.
@@ -32,6 +37,48 @@ PREFIX = "pytriton"
 _MAX_SOCKET_DIR = 80
 
 
+LEASE_SUFFIX = "-lock"
+
+
+class ShmLease:
+    """The lease that tells other processes the owner of prefix `prefix` is alive (see module doc)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.path = os.path.join(SHM_DIR, f"{prefix}{LEASE_SUFFIX}")
+        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._fd: Optional[int] = fd
+
+    def release(self) -> None:
+        """Unlink the lease, then drop the lock: call after everything else of the prefix is gone."""
+        if self._fd is None:
+            return
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+
+
+def _lease_state(server_id: str) -> Optional[int]:
+    """For a prefix with a lease: a descriptor holding its lock when the owner is dead, -1 while it
+    lives; None when the prefix has no lease (judge it by its pid)."""
+    path = os.path.join(SHM_DIR, f"{server_id}{LEASE_SUFFIX}")
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    except PermissionError:  # another user's server: not ours to judge
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return -1
+    return fd
+
+
 def _owner_pid(name: str) -> Optional[int]:
     """The owner pid in a ``pytriton-<pid>-...`` name, or None for other names."""
     parts = name.split("-")
@@ -50,6 +97,7 @@ class Workspace:
 
     def __init__(self, path: Optional[pathlib.Path] = None) -> None:
         self.server_id = f"{PREFIX}-{os.getpid()}-{secrets.token_hex(4)}"
+        self._lease = ShmLease(self.server_id)  # first: nothing of this server exists without it
         if path is None:
             self.path = pathlib.Path(tempfile.mkdtemp(prefix=f"{self.server_id}-"))
             self._owned = True
@@ -101,13 +149,14 @@ class Workspace:
         return changed
 
     def cleanup(self) -> None:
-        """Remove the folders and segments this server created."""
-        remove_segments(self.server_id)
+        """Remove the folders and segments this server created; the lease goes last."""
+        remove_segments(self.server_id, keep_lease=True)
         if self._owned:
             shutil.rmtree(self.path, ignore_errors=True)
         else:
             for folder in (self.model_repository, self.sockets, self.backends):
                 shutil.rmtree(folder, ignore_errors=True)
+        self._lease.release()
 
 
 def _segment_names(prefix: str) -> List[str]:
@@ -117,10 +166,12 @@ def _segment_names(prefix: str) -> List[str]:
         return []
 
 
-def remove_segments(prefix: str) -> List[str]:
-    """Unlink every /dev/shm entry whose name starts with `prefix`."""
+def remove_segments(prefix: str, keep_lease: bool = False) -> List[str]:
+    """Unlink every /dev/shm entry whose name starts with `prefix` (but its lease with `keep_lease`)."""
     removed: List[str] = []
     for name in _segment_names(prefix):
+        if keep_lease and name == f"{prefix}{LEASE_SUFFIX}":
+            continue
         try:
             os.unlink(os.path.join(SHM_DIR, name))
             removed.append(name)
@@ -136,22 +187,37 @@ def sweep_stale(tmp_dir: Optional[str] = None) -> List[str]:
         The names removed (for logging and tests).
     """
     removed: List[str] = []
-    dead_ids = set()
+    dead_ids: Set[str] = set()
+    held: Dict[str, int] = {}  # dead owner -> descriptor holding its lease while its things go
+    judged: Set[str] = set()
     tmp = pathlib.Path(tmp_dir or tempfile.gettempdir())
     candidates = list(os.listdir(SHM_DIR)) if os.path.isdir(SHM_DIR) else []
     candidates += [p.name for p in tmp.glob(f"{PREFIX}-*") if p.is_dir()]
-    for name in candidates:
-        pid = _owner_pid(name)
-        if pid is not None and not psutil.pid_exists(pid):
-            dead_ids.add("-".join(name.split("-")[:3]))
-    if not dead_ids:
-        return removed
-    _kill_orphans(dead_ids)
-    for server_id in dead_ids:
-        removed += remove_segments(server_id)
-        for folder in tmp.glob(f"{server_id}-*"):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(str(folder))
+    try:
+        for name in candidates:
+            pid = _owner_pid(name)
+            server_id = "-".join(name.split("-")[:3])
+            if pid is None or server_id in judged:
+                continue
+            judged.add(server_id)
+            lease = _lease_state(server_id)
+            if lease is None:
+                if not psutil.pid_exists(pid):
+                    dead_ids.add(server_id)
+            elif lease >= 0:
+                held[server_id] = lease
+                dead_ids.add(server_id)
+        if not dead_ids:
+            return removed
+        _kill_orphans(dead_ids)
+        for server_id in dead_ids:
+            removed += remove_segments(server_id)
+            for folder in tmp.glob(f"{server_id}-*"):
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(str(folder))
+    finally:
+        for fd in held.values():
+            os.close(fd)
     if removed:
         logger.info("Removed %d leftovers of servers whose process died: %s", len(removed), removed)
     return removed
@@ -223,7 +289,12 @@ class SharedWorkspace:
                 f"its session's sockets folder; at most {_MAX_SOCKET_DIR}); choose a shorter workspace path"
             )
         sockets_root.mkdir(mode=0o700, exist_ok=True)
-        self._lock_fd: Optional[int] = self._open_session(sockets_root)
+        self._lease = ShmLease(self.session_id)  # so a Triton's sweep on this host sees its segments alive
+        try:
+            self._lock_fd: Optional[int] = self._open_session(sockets_root)
+        except BaseException:
+            self._lease.release()
+            raise
         self._claimed: List[str] = []
 
     def _open_session(self, sockets_root: pathlib.Path) -> int:
@@ -276,10 +347,11 @@ class SharedWorkspace:
         for name in list(self._claimed):
             self.release(name)
         shutil.rmtree(self.sockets, ignore_errors=True)
-        remove_segments(self.session_id)
+        remove_segments(self.session_id, keep_lease=True)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        self._lease.release()
 
     def sweep(self, unload: Callable[[List[str]], None]) -> List[str]:
         """Remove what dead sessions left in the workspace; returns the names removed.

@@ -221,3 +221,47 @@ def test_restrict_segments_makes_this_servers_segments_private():
         workspace.cleanup()
         if os.path.exists(foreign):
             os.unlink(foreign)
+
+
+def test_a_server_holds_a_lease_until_everything_else_is_gone():
+    workspace = Workspace()
+    lease = os.path.join(SHM_DIR, f"{workspace.server_id}-lock")
+    assert os.path.exists(lease)
+    _shm(f"{workspace.server_id}-seg")
+    workspace.cleanup()
+    assert not [name for name in os.listdir(SHM_DIR) if name.startswith(workspace.server_id)]
+
+
+def _lease_holder(server_id: str) -> subprocess.Popen:
+    """Another process holding the lease of `server_id` (as a live server in another container would)."""
+    code = (
+        "import fcntl, os, sys\n"
+        f"fd = os.open({os.path.join(SHM_DIR, server_id + '-lock')!r}, os.O_CREAT | os.O_RDWR, 0o600)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_sweep_judges_pid_1_names_by_their_lease_not_their_pid(tmp_path):
+    # In a container every server is PID 1, which always exists: only the lease tells.
+    dead_id, live_id = "pytriton-1-deadbeef", "pytriton-1-a11ce000"
+    _shm(f"{dead_id}-lock")  # a lease file nobody holds: its owner died
+    dead_segment = _shm(f"{dead_id}-m0-0-in-1")
+    (tmp_path / f"{dead_id}-xyz").mkdir()
+    holder = _lease_holder(live_id)
+    live_segment = _shm(f"{live_id}-m0-0-in-1")
+    try:
+        removed = sweep_stale(str(tmp_path))
+        assert os.path.basename(dead_segment) in removed
+        assert not os.path.exists(dead_segment)
+        assert not os.path.exists(os.path.join(SHM_DIR, f"{dead_id}-lock"))
+        assert not (tmp_path / f"{dead_id}-xyz").exists()
+        assert os.path.exists(live_segment), "a live owner's segment (lease held elsewhere) was removed"
+    finally:
+        holder.stdin.close()
+        holder.wait(5)
+        remove_segments(live_id)
