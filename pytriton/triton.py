@@ -44,7 +44,7 @@ from pytriton.server.distribution import (
 )
 from pytriton.server.process import ServerProcess
 from pytriton.server.security import TritonSecurityConfig, resolve_access_token, restricted_config
-from pytriton.server.supervisor import InstanceView, RestartBudget, Supervisor, kill_server_processes
+from pytriton.server.supervisor import InstanceView, RestartBudget, Supervisor, kill_server_processes, reap_adopted
 from pytriton.server.workspace import Workspace, sweep_stale
 
 __all__ = ["RemoteTriton", "Triton", "TritonConfig", "TritonSecurityConfig"]
@@ -349,6 +349,7 @@ class Triton:
                 self._bindings.end_streams()
                 if self._workspace is not None:
                     kill_server_processes(self._workspace.server_id, exclude=self._process.pid)
+                reap_adopted()
             if self._control is not None:
                 self._control.close()
             self._bindings.stop_handlers()

@@ -66,3 +66,47 @@ def our_leftovers() -> dict:
 def shm_entries(prefix: str) -> list:
     """The /dev/shm names starting with `prefix`, sorted."""
     return sorted(name for name in os.listdir("/dev/shm") if name.startswith(prefix))
+
+
+def http_status(url: str, timeout_s: float = 2.0):
+    """The HTTP status of a GET of `url`, or the name of the error when nothing answered."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError as exc:
+        return type(exc).__name__
+
+
+def stub_processes(model_name: str, root_pid: int = None) -> list:
+    """The live Python-backend stub processes serving `model_name` under `root_pid` (default: this process)."""
+    import psutil
+
+    found = []
+    for process in psutil.Process(root_pid or os.getpid()).children(recursive=True):
+        try:
+            cmdline = process.cmdline()
+            if process.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except psutil.NoSuchProcess:
+            continue
+        if cmdline and cmdline[0].endswith("triton_python_backend_stub") and f"/{model_name}/" in " ".join(cmdline):
+            found.append(process)
+    return found
+
+
+def wait_until(condition, timeout_s: float, interval_s: float = 0.05):
+    """Poll `condition` until it returns a truthy value (returned) or `timeout_s` passes (None)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval_s)
+    return None

@@ -218,6 +218,7 @@ class Supervisor:
     def _run(self) -> None:
         while not self._stop.wait(self._period_s):
             try:
+                reap_adopted(exclude=self._process.pid)
                 if not self._process.is_running():
                     self._server_died()
                     return
@@ -331,6 +332,28 @@ class Supervisor:
         """Kill every process of this server still running (stubs orphaned by a dead server)."""
         known = [stub.process for stub in self._stubs.values() if stub.process is not None and not stub.dead()]
         return kill_server_processes(self._server_id, exclude=self._process.pid, known=known)
+
+
+def reap_adopted(exclude: Optional[int] = None) -> List[int]:
+    """As PID 1 (a container's process), wait for the zombies this process adopted; their pids.
+
+    Orphans of a PID namespace are reparented to its PID 1, and Python reaps only the children
+    it started itself; stubs left by a killed tritonserver would stay ``<defunct>``. Children
+    that are not zombies yet, and `exclude` (the server, whose status `subprocess` reads), are
+    left alone. Elsewhere this does nothing: a user's own children are theirs to wait for.
+    """
+    if os.getpid() != 1:
+        return []
+    reaped = []
+    for child in psutil.Process().children():
+        try:
+            if child.pid == exclude or child.status() != psutil.STATUS_ZOMBIE:
+                continue
+            os.waitpid(child.pid, os.WNOHANG)
+            reaped.append(child.pid)
+        except (psutil.NoSuchProcess, ChildProcessError):
+            pass
+    return reaped
 
 
 def kill_server_processes(

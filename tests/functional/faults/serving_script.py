@@ -1,0 +1,62 @@
+"""A serving script as users write it, for fault tests that need a process of its own.
+
+``python serving_script.py HTTP GRPC METRICS [EXIT_TIMEOUT_S]`` serves two models with
+`Triton.serve()` and prints one JSON line once they are ready: its pid, and the names of the
+shared-memory entries of its server (so a test can check they are gone afterwards).
+
+- ``Sleep``: sleeps for the largest ``seconds`` value of the batch, then echoes it;
+- ``Tokens``: decoupled; for each request yields ``count`` tokens, ``seconds`` apart.
+"""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from pytriton.decorators import batch
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.triton import Triton, TritonConfig
+
+
+@batch
+def sleep(seconds):
+    time.sleep(float(seconds.max()))
+    return {"seconds": seconds}
+
+
+def tokens(requests):
+    request = requests[0]
+    for index in range(int(request["count"][0])):
+        time.sleep(float(request["seconds"][0]))
+        yield [{"token": np.array([index], dtype=np.int32)}]
+
+
+def main() -> None:
+    http, grpc, metrics = (int(port) for port in sys.argv[1:4])
+    exit_timeout = int(sys.argv[4]) if len(sys.argv) > 4 else 10
+    config = TritonConfig(http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_secs=exit_timeout)
+    with Triton(config=config) as triton:
+        triton.bind(
+            "Sleep", sleep,
+            inputs=[Tensor(name="seconds", dtype=np.float32, shape=(1,))],
+            outputs=[Tensor(name="seconds", dtype=np.float32, shape=(1,))],
+            config=ModelConfig(max_batch_size=8),
+        )
+        triton.bind(
+            "Tokens", tokens,
+            inputs=[Tensor(name="count", dtype=np.int32, shape=(1,)),
+                    Tensor(name="seconds", dtype=np.float32, shape=(1,))],
+            outputs=[Tensor(name="token", dtype=np.int32, shape=(1,))],
+            config=ModelConfig(batching=False, decoupled=True),
+        )
+        triton.run()
+        prefix = f"pytriton-{os.getpid()}-"
+        segments = sorted(name for name in os.listdir("/dev/shm") if name.startswith(prefix))
+        print(json.dumps({"pid": os.getpid(), "segments": segments}), flush=True)
+        triton.serve()
+
+
+if __name__ == "__main__":
+    main()

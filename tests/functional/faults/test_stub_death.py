@@ -1,0 +1,121 @@
+"""A model's Python-backend stub dies (kill -9, as the OOM killer does): honest health, healing, crash loops."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from support import http_status, http_url, our_leftovers, running_triton, stub_processes, wait_until
+
+from pytriton.client import ModelClient
+from pytriton.client.exceptions import PyTritonClientInferenceServerError
+from pytriton.decorators import batch
+from pytriton.exceptions import PyTritonModelRestartLimitError
+from pytriton.model_config import ModelConfig, Tensor
+
+pytestmark = pytest.mark.functional
+
+
+@batch
+def _sleep(seconds):
+    time.sleep(float(seconds.max()))
+    return {"seconds": seconds * 2}
+
+
+def _bind_sleep(triton, **config):
+    triton.bind(
+        "Sleep", _sleep,
+        inputs=[Tensor(name="seconds", dtype=np.float32, shape=(1,))],
+        outputs=[Tensor(name="seconds", dtype=np.float32, shape=(1,))],
+        config=ModelConfig(max_batch_size=4, **config),
+    )
+
+
+def _readiness(base: str):
+    return http_status(f"{base}/v2/health/ready"), http_status(f"{base}/v2/models/Sleep/ready")
+
+
+def _kill_stub(model: str = "Sleep") -> int:
+    stubs = stub_processes(model)
+    assert len(stubs) == 1, f"expected one stub of {model}, found {stubs}"
+    os.kill(stubs[0].pid, signal.SIGKILL)
+    return stubs[0].pid
+
+
+def test_killed_stub_turns_readiness_false_fails_in_flight_request_and_is_healed(caplog):
+    caplog.set_level(logging.WARNING, logger="pytriton")
+    with running_triton() as triton:
+        _bind_sleep(triton)
+        triton.run()
+        base = http_url(triton._config)
+        assert _readiness(base) == (200, 200)
+        outcome = {}
+
+        def in_flight():
+            started = time.monotonic()
+            try:
+                with ModelClient(base, "Sleep", inference_timeout_s=30) as client:
+                    outcome["result"] = client.infer_sample(seconds=np.array([3.0], dtype=np.float32))
+            except Exception as exc:  # noqa: BLE001 - the test inspects it
+                outcome["error"] = exc
+            outcome["after_s"] = time.monotonic() - started
+
+        thread = threading.Thread(target=in_flight)
+        thread.start()
+        time.sleep(0.5)  # the request is inside the callable now
+        dead_pid = _kill_stub()
+        killed_at = time.monotonic()
+
+        down = wait_until(lambda: all(code != 200 for code in _readiness(base)), timeout_s=2.0, interval_s=0.02)
+        assert down, f"readiness still {_readiness(base)} 2 s after the stub died"
+        thread.join(10)
+        assert not thread.is_alive(), "the in-flight request hung"
+        assert "result" not in outcome
+        assert isinstance(outcome["error"], PyTritonClientInferenceServerError)
+        assert "Sleep_0_0 died" in str(outcome["error"])
+        assert time.monotonic() - killed_at < 8
+
+        healed = wait_until(lambda: _readiness(base) == (200, 200), timeout_s=10 - (time.monotonic() - killed_at))
+        assert healed, f"not ready again 10 s after the death: {_readiness(base)}"
+        with ModelClient(base, "Sleep", inference_timeout_s=10) as client:
+            result = client.infer_sample(seconds=np.array([0.01], dtype=np.float32))
+        np.testing.assert_allclose(result["seconds"], [0.02])
+        assert [stub.pid for stub in stub_processes("Sleep")] != [dead_pid]
+        assert triton.is_alive()
+
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("Sleep_0_0" in m and "SIGKILL" in m and "restart 1" in m for m in warnings), warnings
+    assert our_leftovers() == {"processes": [], "segments": []}
+
+
+def test_a_model_whose_stubs_keep_dying_is_given_up_and_serve_raises():
+    with running_triton() as triton:
+        _bind_sleep(triton, max_restarts=1, restart_window_s=60)
+        triton.run()
+        base = http_url(triton._config)
+        raised = {}
+
+        def serve():
+            try:
+                triton.serve(monitoring_period_s=0.1)
+            except Exception as exc:  # noqa: BLE001 - the test inspects it
+                raised["error"] = exc
+
+        thread = threading.Thread(target=serve)
+        thread.start()
+        _kill_stub()
+        assert wait_until(lambda: _readiness(base) == (200, 200) and stub_processes("Sleep"), timeout_s=10)
+        _kill_stub()  # the second death within the window spends the budget of one restart
+        thread.join(15)
+        assert not thread.is_alive(), "serve() did not return after the restart budget was spent"
+        error = raised.get("error")
+        assert isinstance(error, PyTritonModelRestartLimitError), raised
+        assert "Sleep" in str(error) and "max_restarts=1" in str(error)
+        assert not triton.is_alive()
+        assert http_status(f"{base}/v2/health/live") != 200  # the server is gone, not half-serving
+    assert our_leftovers() == {"processes": [], "segments": []}
