@@ -110,7 +110,9 @@ def pack(
     Small tensors go back to back (8-byte aligned) into one payload frame; large ones are copied
     into `arena`, grown at most once per message. Without an arena everything goes inline: a
     sender with several messages in flight (streams, overlapping coroutines) cannot reuse one
-    arena, since the receiver may still read the previous message from it.
+    arena, since the receiver may still read the previous message from it. When /dev/shm has no
+    room for the arena (`Arena.reserve` refuses), the large tensors go inline too: slower, but
+    the message still goes through and Triton's own pool keeps the room it needs.
 
     Returns:
         The columns describing every tensor, the arena's segment name ("" when unused), and
@@ -134,9 +136,13 @@ def pack(
                 shm_total += aligned(size)
             prepared.append((column, index, buffer, size))
     view: Any = None  # only read when some tensor went to the arena, which needs one
-    if shm_total and arena is not None:
-        arena.reserve(shm_total)
-        view = arena.view
+    if arena is not None:
+        if not arena.reserve(shm_total):  # called with 0 too: lets a big arena shrink back
+            for column, index, _, _ in prepared:
+                column.in_shm[index] = False
+            shm_total = 0
+        elif shm_total:
+            view = arena.view
     pieces: List[Any] = []
     inline_offset = shm_offset = 0
     for column, index, buffer, size in prepared:
@@ -155,6 +161,15 @@ def pack(
     return tuple(c.frozen() for c in columns.values()), (arena.name if shm_total and arena else ""), frames
 
 
+def group_sizes(columns: Sequence[TensorColumn], count: int) -> List[int]:
+    """The tensor bytes of each of the `count` requests (or responses) of one message."""
+    sizes = [0] * count
+    for column in columns:
+        for index, size in enumerate(column.sizes):
+            sizes[index] += size
+    return sizes
+
+
 def unpack(
     columns: Sequence[TensorColumn], segment: str, frames: Sequence[Any], reader: SegmentReader, count: int
 ) -> List[Dict[str, np.ndarray]]:
@@ -166,7 +181,11 @@ def unpack(
     groups: List[Dict[str, np.ndarray]] = [{} for _ in range(count)]
     payload: Any = frames[0] if frames else b""
     payload = getattr(payload, "buffer", payload)
-    shm: Any = reader.buffer(segment) if segment else None
+    shm: Any = None
+    if segment:
+        shm = reader.buffer(segment)
+    else:
+        reader.forget_gone()  # the peer may have given its arena up; its pages live while mapped
     for column in columns:
         is_bytes = column.dtype == BYTES
         dtype = None if is_bytes else np.dtype(column.dtype)

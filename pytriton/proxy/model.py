@@ -20,12 +20,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]  # provided by the stub
 import zmq
 
-from pytriton.ipc import codec, protocol
+from pytriton.ipc import codec, protocol, shm
 from pytriton.ipc.shm import Arena, SegmentReader
 from pytriton.proxy.relay import Relay
 
 _LIVENESS_CHECK_MS = 1000
 _PARENT_CHECK_S = 0.5
+_OUTPUT_CHECK_BYTES = 1 << 20
+"""Batches with more output bytes than this check /dev/shm's free space before answering (the
+pool grows in 1 MiB steps; smaller outputs are left to Triton)."""
 
 
 def _exit_with_parent(parent_pid: int, period_s: float = _PARENT_CHECK_S) -> None:
@@ -86,6 +89,10 @@ class TritonPythonModel:
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.RCVTIMEO, _LIVENESS_CHECK_MS)
         self._socket.connect(endpoint)
+        # Before any arena exists, the one /dev/shm segment this process maps is Triton's pool.
+        pools = shm.mapped_segments()
+        self._pool = pools[0] if len(pools) == 1 else ""
+        self._input_sizes: List[int] = []
         self._arena = Arena(lambda generation: protocol.segment_name(shm_prefix, self._instance, "in", generation))
         self._reader = SegmentReader()
         self._batch_id = 0
@@ -119,6 +126,7 @@ class TritonPythonModel:
     def execute(self, requests: List[Any]) -> List[Any]:
         groups, parameters = _read_requests(requests)
         columns, segment, frames = codec.pack(groups, self._arena)
+        self._input_sizes = codec.group_sizes(columns, len(requests))
         self._batch_id += 1
         batch = protocol.InferBatch(self._batch_id, parameters, columns, segment)
         self._socket.send_multipart(protocol.encode(batch, frames))
@@ -135,6 +143,33 @@ class TritonPythonModel:
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(error)))
             else:
                 responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in arrays.items()]))
+        return self._refuse_what_cannot_fit(requests, result, responses)
+
+    def _refuse_what_cannot_fit(self, requests: List[Any], result: protocol.BatchResult,
+                                responses: List[Any]) -> List[Any]:
+        """Replace the responses that cannot fit in Triton's pool with an error that says why.
+
+        Triton's stub copies every output into its shared-memory pool after `execute` returns,
+        while the batch's inputs are still there; when the pool cannot grow, the whole batch
+        fails with Triton's terse pool error. Only a response larger than all the room there
+        could be (free space plus the pool's own, less the inputs) is refused here: that one
+        cannot fit whatever the pool's layout, and its requester learns what to change.
+        """
+        sizes = codec.group_sizes(result.columns, len(requests))
+        if sum(sizes) <= _OUTPUT_CHECK_BYTES:
+            return responses
+        usage = shm.shm_usage()
+        if sum(sizes) <= usage.free:
+            return responses
+        room = shm.output_room(usage.free, shm.segment_size(self._pool), sum(self._input_sizes))
+        for index, (nbytes, error) in enumerate(zip(sizes, result.errors)):
+            if error is not None or nbytes <= _OUTPUT_CHECK_BYTES:
+                continue
+            if nbytes <= room:
+                room -= nbytes
+            else:
+                message = shm.shortage_message(self._model_name, self._input_sizes[index], nbytes, usage)
+                responses[index] = pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
         return responses
 
     def _execute_relayed(self, requests: List[Any]) -> None:

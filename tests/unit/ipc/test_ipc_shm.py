@@ -70,11 +70,11 @@ def test_growing_creates_a_new_generation_and_unlinks_the_old(shm_prefix):
         assert shm_entries(shm_prefix) == [f"{shm_prefix}-0-out-1"]
         arena.reserve(MIN_ARENA_BYTES + 1)
         assert arena.name == f"{shm_prefix}-0-out-2"
-        assert arena.capacity == 2 * MIN_ARENA_BYTES  # next power of two
+        assert arena.capacity == 2 * MIN_ARENA_BYTES  # the next whole MiB
         assert shm_entries(shm_prefix) == [f"{shm_prefix}-0-out-2"]
-        arena.reserve(5 * MIN_ARENA_BYTES)
+        arena.reserve(5 * MIN_ARENA_BYTES + 1)
         assert arena.name == f"{shm_prefix}-0-out-3"
-        assert arena.capacity == 8 * MIN_ARENA_BYTES
+        assert arena.capacity == 6 * MIN_ARENA_BYTES  # not 8: no power-of-two rounding
         assert shm_entries(shm_prefix) == [f"{shm_prefix}-0-out-3"]
         assert stat.S_IMODE(os.stat(os.path.join(SHM_DIR, arena.name)).st_mode) == 0o600
     finally:
