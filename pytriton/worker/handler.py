@@ -449,10 +449,12 @@ class InstanceHandler:
                 batch_sizes = [_batch_size(request) for request in requests]
             return batch_sizes, self._run_callable(requests)
         except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
-            if self._isolate_failures and len(requests) > 1 and _may_split(exc) and not _must_stop(exc):
-                return batch_sizes, self._isolate(requests, exc)
-            error, unrecoverable = self._callable_error(exc)
-            return batch_sizes, Failure(error, unrecoverable)
+            if not (self._isolate_failures and len(requests) > 1 and _may_split(exc) and not _must_stop(exc)):
+                error, unrecoverable = self._callable_error(exc)
+                return batch_sizes, Failure(error, unrecoverable)
+            failed = exc
+        # Outside the except block, so the retries' errors do not chain (and log) this one.
+        return batch_sizes, self._isolate(requests, failed)
 
     def _isolate(self, requests: List[Request], error: Exception) -> List[Any]:
         """Per request, its response or its `Failure`, after calling the callable again on parts

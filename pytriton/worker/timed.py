@@ -54,8 +54,8 @@ class _Executor:
                 outcome = (False, exc)
             del argument  # the requests view the proxy's shared memory: hold them no longer than the call
             if self.abandoned:
-                logger.warning("Model '%s': an abandoned call returned after %.1f s; its result is dropped",
-                               self._context.model_name, time.monotonic() - started)
+                logger.warning("Model '%s': the call abandoned on thread %s returned after %.1f s; its result is "
+                               "dropped", self._context.model_name, self.thread.name, time.monotonic() - started)
                 return
             self.outbox.put(outcome)
             del outcome
