@@ -442,14 +442,15 @@ class InstanceHandler:
     def _call(self, batch: protocol.InferBatch, payload: Sequence[Any]) -> Tuple[List[Optional[int]], Any]:
         """Run the callable on the batch: its result (list, generator, coroutine...) or a `Failure`."""
         batch_sizes: List[Optional[int]] = [None] * len(batch.parameters)
-        requests: List[Request] = []
+        requests: Optional[List[Request]] = None
         try:
             requests = self._requests(batch, payload)
             if self._strict and self._context.config.batching:  # before the callable may change the requests
                 batch_sizes = [_batch_size(request) for request in requests]
             return batch_sizes, self._run_callable(requests)
         except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
-            if not (self._isolate_failures and len(requests) > 1 and _may_split(exc) and not _must_stop(exc)):
+            if not (self._isolate_failures and requests is not None and len(requests) > 1 and _may_split(exc)
+                    and not _must_stop(exc)):
                 error, unrecoverable = self._callable_error(exc)
                 return batch_sizes, Failure(error, unrecoverable)
             failed = exc
