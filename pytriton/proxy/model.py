@@ -92,7 +92,7 @@ class TritonPythonModel:
         # Before any arena exists, the one /dev/shm segment this process maps is Triton's pool.
         pools = shm.mapped_segments()
         self._pool = pools[0] if len(pools) == 1 else ""
-        self._input_sizes: List[int] = []
+        self._input_columns: Sequence[protocol.TensorColumn] = ()
         self._arena = Arena(lambda generation: protocol.segment_name(shm_prefix, self._instance, "in", generation))
         self._reader = SegmentReader()
         self._batch_id = 0
@@ -126,7 +126,7 @@ class TritonPythonModel:
     def execute(self, requests: List[Any]) -> List[Any]:
         groups, parameters = _read_requests(requests)
         columns, segment, frames = codec.pack(groups, self._arena)
-        self._input_sizes = codec.group_sizes(columns, len(requests))
+        self._input_columns = columns  # sized only when the outputs may not fit
         self._batch_id += 1
         batch = protocol.InferBatch(self._batch_id, parameters, columns, segment)
         self._socket.send_multipart(protocol.encode(batch, frames))
@@ -155,20 +155,19 @@ class TritonPythonModel:
         could be (free space plus the pool's own, less the inputs) is refused here: that one
         cannot fit whatever the pool's layout, and its requester learns what to change.
         """
+        total = sum(sum(column.sizes) for column in result.columns)
+        if total <= _OUTPUT_CHECK_BYTES or total <= (usage := shm.shm_usage()).free:
+            return responses
         sizes = codec.group_sizes(result.columns, len(requests))
-        if sum(sizes) <= _OUTPUT_CHECK_BYTES:
-            return responses
-        usage = shm.shm_usage()
-        if sum(sizes) <= usage.free:
-            return responses
-        room = shm.output_room(usage.free, shm.segment_size(self._pool), sum(self._input_sizes))
+        input_sizes = codec.group_sizes(self._input_columns, len(requests))
+        room = shm.output_room(usage.free, shm.segment_size(self._pool), sum(input_sizes))
         for index, (nbytes, error) in enumerate(zip(sizes, result.errors)):
             if error is not None or nbytes <= _OUTPUT_CHECK_BYTES:
                 continue
             if nbytes <= room:
                 room -= nbytes
             else:
-                message = shm.shortage_message(self._model_name, self._input_sizes[index], nbytes, usage)
+                message = shm.shortage_message(self._model_name, input_sizes[index], nbytes, usage)
                 responses[index] = pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
         return responses
 
