@@ -217,9 +217,7 @@ class Arena:
             if self.capacity and arena_size(peak) * 2 <= self.capacity:
                 self._release()  # steady traffic never gets here: its peak fills the arena
                 target = peak
-        if nbytes <= self.capacity:
-            return True
-        if target == 0:
+        if nbytes <= self.capacity:  # 0 always fits: an idle arena waits for a message to need it
             return True
         size = arena_size(target)
         self._release()
