@@ -53,3 +53,16 @@ clean:
 bench: install
 	@$(VPY) -c "import matplotlib" 2>/dev/null || $(VPY) -m pip install matplotlib
 	$(VPY) bench/run.py $(BENCH_ARGS)
+
+# Issue 9's reliability harness (harness/README.md); not part of `make test`, which runs each
+# in a short form (tests/functional/harness). E.g. `make soak SOAK_ARGS="--requests 20000"`.
+.PHONY: soak fuzz clients
+soak: install
+	@$(VPY) -c "import matplotlib" 2>/dev/null || $(VPY) -m pip install matplotlib
+	$(VPY) harness/soak.py $(SOAK_ARGS)
+
+fuzz: install
+	$(VPY) harness/fuzz.py $(FUZZ_ARGS)
+
+clients: install
+	$(VPY) harness/clients.py $(CLIENTS_ARGS)

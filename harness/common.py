@@ -1,0 +1,260 @@
+"""What the three harness programs share: the user process, its footprint, tables.
+
+`UserProcess` starts ``harness/serve.py`` (a `Triton` serving the echo models) as a child on
+free ports, in its own session and dying with the harness (``PR_SET_PDEATHSIG``), waits for its
+models against a monotonic deadline, and stops it politely (SIGTERM, bounded wait, then SIGKILL
+of the whole tree). `footprint` reads what the soak and the fuzzer watch: RSS of the user
+process, of its tritonserver and of each Python-backend stub (children of tritonserver), the
+bytes of the server's /dev/shm segments, and the fds and threads of the user process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
+
+import psutil
+
+HARNESS = pathlib.Path(__file__).resolve().parent
+REPO = HARNESS.parent
+MODELS = ("echo", "stream", "text")
+SHM_DIR = "/dev/shm"
+_PR_SET_PDEATHSIG = 1
+
+
+def free_ports(count: int) -> List[int]:
+    """Ports nothing listens on right now, picked by the kernel (parallel servers don't collide)."""
+    probes = []
+    for _ in range(count):
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        probes.append(probe)
+    ports = [probe.getsockname()[1] for probe in probes]
+    for probe in probes:
+        probe.close()
+    return ports
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def log(message: str) -> None:
+    """Progress goes to stderr; stdout holds the report."""
+    print(message, file=sys.stderr, flush=True)
+
+
+class UserProcess:
+    """``harness/serve.py`` in a child process: the user's side of the library, watched from outside.
+
+    Args:
+        fault: value of ``PYTRITON_HARNESS_FAULT`` for the child (a planted bug), or None.
+    """
+
+    def __init__(self, fault: Optional[str] = None) -> None:
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+        self._log = tempfile.NamedTemporaryFile("w+", prefix="pytriton-harness-", suffix=".log")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+        if fault:
+            env["PYTRITON_HARNESS_FAULT"] = fault
+        argv = [sys.executable, str(HARNESS / "serve.py"), "--http-port", str(self.http_port),
+                "--grpc-port", str(self.grpc_port), "--metrics-port", str(self.metrics_port)]
+        self._process = subprocess.Popen(
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=_die_with_parent,
+        )  # fmt: skip
+        self.pid = self._process.pid
+        self.shm_prefix = f"pytriton-{self.pid}-"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"grpc://127.0.0.1:{self.grpc_port}"
+
+    def url(self, protocol: str) -> str:
+        return self.http_url if protocol == "http" else self.grpc_url
+
+    def __enter__(self) -> UserProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def is_running(self) -> bool:
+        return self._process.poll() is None
+
+    def log_tail(self, chars: int = 4000) -> str:
+        self._log.flush()
+        self._log.seek(0)
+        return self._log.read()[-chars:]
+
+    def wait_ready(self, timeout_s: float = 180.0) -> float:
+        """Seconds until every model answers ready; raises with the log's tail if it never does."""
+        start = time.monotonic()
+        deadline = start + timeout_s
+        pending = list(MODELS)
+        while pending:
+            if not self.is_running():
+                raise RuntimeError(f"user process exited ({self._process.returncode}):\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"models {pending} not ready within {timeout_s} s:\n{self.log_tail()}")
+            if http_status(f"{self.http_url}/v2/models/{pending[0]}/ready") == 200:
+                pending.pop(0)
+            else:
+                time.sleep(0.2)
+        return time.monotonic() - start
+
+    def is_live(self) -> bool:
+        return self.is_running() and http_status(f"{self.http_url}/v2/health/live") == 200
+
+    def server(self) -> Optional[psutil.Process]:
+        """The tritonserver the user process started (None if gone)."""
+        try:
+            children = psutil.Process(self.pid).children()
+        except psutil.NoSuchProcess:
+            return None
+        return next((child for child in children if _name(child) == "tritonserver"), None)
+
+    def stubs(self) -> List[psutil.Process]:
+        """The Python-backend stubs: children of tritonserver, one per model instance."""
+        server = self.server()
+        if server is None:
+            return []
+        try:
+            return sorted(server.children(), key=lambda process: process.pid)
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self, timeout_s: float = 60.0) -> Optional[int]:
+        """SIGTERM, wait up to `timeout_s`, then SIGKILL the tree; returns the exit code."""
+        try:
+            tree = psutil.Process(self.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            tree = []
+        if self.is_running():
+            self._process.send_signal(signal.SIGTERM)
+            try:
+                self._process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        _, alive = psutil.wait_procs([p for p in tree if p.is_running()], timeout=5)
+        for process in alive:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self._log.close()
+        return self._process.returncode
+
+    def leftovers(self) -> Dict[str, List[str]]:
+        """Processes and /dev/shm segments of this server that survived `stop`."""
+        processes = []
+        for process in psutil.process_iter(["cmdline", "status"]):
+            cmdline = " ".join(process.info.get("cmdline") or [])
+            if self.shm_prefix in cmdline and process.info.get("status") != psutil.STATUS_ZOMBIE:
+                processes.append(cmdline[:120])
+        return {"processes": processes, "segments": shm_names(self.shm_prefix)}
+
+
+def _name(process: psutil.Process) -> str:
+    try:
+        return process.name()
+    except psutil.Error:
+        return ""
+
+
+def http_status(url: str, timeout_s: float = 2.0) -> int:
+    """HTTP status of a GET (0 when nothing answers)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+    except (OSError, ValueError):
+        return 0
+
+
+def shm_names(prefix: str) -> List[str]:
+    return sorted(name for name in os.listdir(SHM_DIR) if name.startswith(prefix))
+
+
+def shm_bytes(prefix: str) -> int:
+    """Total size of the /dev/shm entries whose names start with `prefix`."""
+    total = 0
+    for name in shm_names(prefix):
+        try:
+            total += os.stat(os.path.join(SHM_DIR, name)).st_size
+        except FileNotFoundError:  # unlinked between the listing and the stat
+            pass
+    return total
+
+
+def _rss(process: Optional[psutil.Process]) -> int:
+    if process is None:
+        return 0
+    try:
+        return int(process.memory_info().rss)
+    except psutil.Error:
+        return 0
+
+
+def process_counts(pid: int) -> Dict[str, int]:
+    """Open fds and threads of process `pid`."""
+    process = psutil.Process(pid)
+    return {"fds": process.num_fds(), "threads": process.num_threads()}
+
+
+def footprint(user: UserProcess) -> Dict[str, float]:
+    """One sample of what the soak and the fuzzer watch (bytes, counts)."""
+    stubs = user.stubs()
+    sample: Dict[str, float] = {
+        "t": time.monotonic(),
+        "rss_user": _rss(psutil.Process(user.pid)),
+        "rss_server": _rss(user.server()),
+        "rss_stubs": sum(_rss(stub) for stub in stubs),
+        "stubs": len(stubs),
+        "shm": shm_bytes(user.shm_prefix),
+    }
+    for index, stub in enumerate(stubs):
+        sample[f"rss_stub{index}"] = _rss(stub)
+    sample.update(process_counts(user.pid))
+    return sample
+
+
+def settle(read: Callable[[], Dict[str, float]], ok: Callable[[Dict[str, float]], bool],
+           timeout_s: float, period_s: float = 0.5) -> Dict[str, float]:
+    """Read until `ok` holds or `timeout_s` passes; returns the last reading (threads end lazily)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = read()
+        if ok(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(period_s)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A plain-text table with right-aligned columns."""
+    cells = [[str(header) for header in headers]] + [[str(cell) for cell in row] for row in rows]
+    widths = [max(len(row[column]) for row in cells) for column in range(len(headers))]
+    lines = ["  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in cells]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def mib(value: float) -> str:
+    return f"{value / 2**20:.1f}"
