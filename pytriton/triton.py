@@ -234,6 +234,8 @@ class Triton:
 
     def _raise_if_failed(self) -> None:
         """The next call after the server died (or gave a model up) says so, instead of a vaguer error."""
+        if self._fatal is None and self._supervisor is not None and not self._stopped:
+            self._supervisor.check_server()  # the watcher may not have looked since the death
         if self._fatal is not None:
             raise self._fatal
 

@@ -188,6 +188,8 @@ class Supervisor:
         self._budgets: Dict[str, RestartBudget] = {}
         self._down: Set[str] = set()
         self._stop = threading.Event()
+        self._report_lock = threading.Lock()
+        self._server_reported = False
         self.stuck_versions = 0
         """Model versions that never finished unloading after their stub died mid-request (Triton
         2.51 keeps their requests); the server's own shutdown then waits for them in vain."""
@@ -317,16 +319,25 @@ class Supervisor:
                 return
             time.sleep(0.05)
 
+    def check_server(self) -> None:
+        """Report a dead server now, from the caller's thread, if the watcher has not yet."""
+        if not self._process.is_running():
+            self._server_died()
+
     def _server_died(self) -> None:
-        returncode = self._process.returncode
-        killed = self.kill_leftovers()
-        tail = self._process.output_tail(20)
-        message = (
-            f"tritonserver (pid {self._process.pid}) {describe_returncode(returncode)} while serving; "
-            f"{len(killed)} stub process(es) it left were killed. Its last output:\n{tail}"
-        )
-        logger.error("%s", message)
-        self._on_fatal(PyTritonServerCrashedError(message, returncode=returncode, log_tail=tail))
+        with self._report_lock:  # held throughout: a caller of check_server() sees the report done
+            if self._server_reported:
+                return
+            self._server_reported = True
+            returncode = self._process.returncode
+            killed = self.kill_leftovers()
+            tail = self._process.output_tail(20)
+            message = (
+                f"tritonserver (pid {self._process.pid}) {describe_returncode(returncode)} while serving; "
+                f"{len(killed)} stub process(es) it left were killed. Its last output:\n{tail}"
+            )
+            logger.error("%s", message)
+            self._on_fatal(PyTritonServerCrashedError(message, returncode=returncode, log_tail=tail))
 
     def kill_leftovers(self) -> List[int]:
         """Kill every process of this server still running (stubs orphaned by a dead server)."""

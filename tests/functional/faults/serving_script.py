@@ -2,14 +2,16 @@
 
 ``python serving_script.py HTTP GRPC METRICS [EXIT_TIMEOUT_S]`` serves two models with
 `Triton.serve()` and prints one JSON line once they are ready: its pid, and the names of the
-shared-memory entries of its server (so a test can check they are gone afterwards).
+shared-memory entries its server created (so a test can check they are gone afterwards).
 
 - ``Sleep``: sleeps for the largest ``seconds`` value of the batch, then echoes it;
 - ``Tokens``: decoupled; for each request yields ``count`` tokens, ``seconds`` apart.
 """
 
+import faulthandler
 import json
 import os
+import signal
 import sys
 import time
 
@@ -34,8 +36,10 @@ def tokens(requests):
 
 
 def main() -> None:
+    faulthandler.register(signal.SIGUSR1)  # a test that times out dumps the stacks into stderr
     http, grpc, metrics = (int(port) for port in sys.argv[1:4])
     exit_timeout = int(sys.argv[4]) if len(sys.argv) > 4 else 10
+    before = set(os.listdir("/dev/shm"))
     config = TritonConfig(http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_secs=exit_timeout)
     with Triton(config=config) as triton:
         triton.bind(
@@ -53,7 +57,7 @@ def main() -> None:
         )
         triton.run()
         prefix = f"pytriton-{os.getpid()}-"
-        segments = sorted(name for name in os.listdir("/dev/shm") if name.startswith(prefix))
+        segments = sorted(name for name in set(os.listdir("/dev/shm")) - before if name.startswith(prefix))
         print(json.dumps({"pid": os.getpid(), "segments": segments}), flush=True)
         triton.serve()
 

@@ -1,0 +1,274 @@
+"""tritonserver dies under a serving script; SIGTERM drains; a second signal stops at once; PID 1.
+
+Each test runs `serving_script.py` (``Triton.serve()``, as users write it) in a process of its own,
+so that the exit status, the signals and what is left afterwards are the user's to see.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+from support import free_ports, http_status, our_leftovers, stub_processes, wait_until
+
+from pytriton.client import DecoupledModelClient, ModelClient
+from pytriton.client.exceptions import PyTritonClientError
+from pytriton.model_config.model_config import ModelConfig  # noqa: F401 - imported by the script too
+
+pytestmark = pytest.mark.functional
+
+SCRIPT = pathlib.Path(__file__).with_name("serving_script.py")
+
+
+class ServingScript:
+    """The serving script in a child process, optionally wrapped (e.g. by ``unshare``)."""
+
+    def __init__(self, exit_timeout_s: int = 10, wrapper: tuple = ()) -> None:
+        self.http, self.grpc, self.metrics = free_ports(3)
+        argv = [*wrapper, sys.executable, str(SCRIPT), str(self.http), str(self.grpc), str(self.metrics),
+                str(exit_timeout_s)]
+        self._stderr = tempfile.TemporaryFile(mode="w+")
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+        line = self.process.stdout.readline()
+        if not line:
+            self.process.wait()
+            raise AssertionError(f"the serving script did not start: {self.stderr()[-3000:]}")
+        self.info = json.loads(line)
+        self.base = f"http://127.0.0.1:{self.http}"
+
+    def root(self) -> psutil.Process:
+        """The process that runs the script (inside a wrapper, its descendant running Python)."""
+        process = psutil.Process(self.process.pid)
+        for child in [process, *process.children(recursive=True)]:
+            cmdline = child.cmdline()
+            if cmdline and cmdline[0] == sys.executable and str(SCRIPT) in cmdline:
+                return child
+        raise AssertionError("no process runs the serving script")
+
+    def server(self) -> psutil.Process:
+        found = [p for p in self.root().children() if p.name() == "tritonserver"]
+        assert len(found) == 1, found
+        return found[0]
+
+    def stderr(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read()
+
+    def finish(self, timeout_s: float) -> tuple:
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            try:
+                self.root().send_signal(signal.SIGUSR1)
+                time.sleep(1)
+            except (psutil.NoSuchProcess, AssertionError):
+                pass
+            self.kill()
+            raise AssertionError(f"the serving script did not exit within {timeout_s} s; its stderr:\n"
+                                 f"{self.stderr()[-3000:]}") from None
+        return self.process.returncode, self.stderr()
+
+    def kill(self) -> None:
+        for process in [*psutil.Process(self.process.pid).children(recursive=True)]:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self.process.kill()
+        self.process.wait()
+
+
+def _leftovers_of(pid_prefix: str) -> dict:
+    processes = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(process.info.get("cmdline") or [])
+        if pid_prefix in cmdline:
+            processes.append(cmdline[:120])
+    segments = sorted(name for name in os.listdir("/dev/shm") if name.startswith(pid_prefix))
+    return {"processes": processes, "segments": segments}
+
+
+def test_killed_tritonserver_makes_serve_raise_and_leaves_no_stub():
+    script = ServingScript()
+    try:
+        server = script.server()
+        stubs = stub_processes("Sleep", server.pid) + stub_processes("Tokens", server.pid)
+        assert len(stubs) == 2
+        server.kill()
+        killed_at = time.monotonic()
+        gone, alive = psutil.wait_procs(stubs, timeout=2.5)
+        assert not alive, f"stubs outlived their server by 2.5 s: {alive}"
+        returncode, err = script.finish(timeout_s=15)
+    finally:
+        if script.process.poll() is None:
+            script.kill()
+    assert returncode != 0, "a crashed server must make the script exit non-zero"
+    assert "PyTritonServerCrashedError" in err
+    assert "killed by signal 9 (SIGKILL)" in err
+    assert "Its last output" in err
+    assert time.monotonic() - killed_at < 15
+    prefix = f"pytriton-{script.info['pid']}-"
+    assert _leftovers_of(prefix) == {"processes": [], "segments": []}
+
+
+def test_run_users_see_is_alive_false_and_a_clear_error_on_the_next_call():
+    from support import running_triton
+
+    from pytriton.exceptions import PyTritonServerCrashedError
+    from pytriton.model_config import Tensor
+
+    def identity(requests):
+        return [{"y": request["x"]} for request in requests]
+
+    tensors = dict(inputs=[Tensor(name="x", dtype=np.float32, shape=(1,))],
+                   outputs=[Tensor(name="y", dtype=np.float32, shape=(1,))])
+    with running_triton() as triton:
+        triton.bind("Identity", identity, **tensors)
+        triton.run()
+        server = [p for p in psutil.Process().children() if p.name() == "tritonserver"]
+        assert len(server) == 1
+        stubs = stub_processes("Identity")
+        server[0].send_signal(signal.SIGSEGV)
+        assert wait_until(lambda: not triton.is_alive(), timeout_s=2), "is_alive() still true 2 s after the crash"
+        assert not psutil.wait_procs(stubs, timeout=2)[1], "a stub outlived its server"
+        with pytest.raises(PyTritonServerCrashedError, match=r"signal 11 \(SIGSEGV\)") as caught:
+            triton.bind("Other", identity, **tensors)
+        assert caught.value.returncode == -signal.SIGSEGV
+        assert caught.value.log_tail
+    assert our_leftovers() == {"processes": [], "segments": []}
+
+
+def _infer(base: str, seconds: float, outcome: dict, key: str) -> None:
+    try:
+        with ModelClient(base, "Sleep", init_timeout_s=5, inference_timeout_s=30) as client:
+            outcome[key] = client.infer_sample(seconds=np.array([seconds], dtype=np.float32))["seconds"]
+    except PyTritonClientError as exc:
+        outcome[key] = exc
+
+
+def _raw_infer(base: str, seconds: float) -> tuple:
+    """POST one JSON inference request; (status, body text)."""
+    import urllib.error
+    import urllib.request
+
+    body = json.dumps({"inputs": [{"name": "seconds", "shape": [1, 1], "datatype": "FP32", "data": [seconds]}]})
+    request = urllib.request.Request(f"{base}/v2/models/Sleep/infer", data=body.encode(), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError as exc:  # the server hung up: a refusal too, as long as it is quick
+        return type(exc).__name__, str(exc)
+
+
+def test_sigterm_drains_in_flight_requests_and_streams_then_exits_cleanly():
+    script = ServingScript(exit_timeout_s=10)
+    outcome: dict = {}
+    try:
+        request = threading.Thread(target=_infer, args=(script.base, 2.0, outcome, "in_flight"))
+        request.start()
+
+        def stream():
+            tokens = []
+            try:
+                with DecoupledModelClient(f"grpc://127.0.0.1:{script.grpc}", "Tokens",
+                                          inference_timeout_s=10) as client:
+                    for response in client.infer_sample(count=np.array([6], dtype=np.int32),
+                                                        seconds=np.array([0.3], dtype=np.float32)):
+                        tokens.append(int(response["token"][0]))
+            except PyTritonClientError as exc:
+                outcome["stream_error"] = exc
+            outcome["tokens"] = tokens
+
+        streaming = threading.Thread(target=stream)
+        streaming.start()
+        time.sleep(0.5)
+        script.root().send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        not_ready = wait_until(lambda: http_status(f"{script.base}/v2/health/ready") != 200, timeout_s=1.0,
+                               interval_s=0.02)
+        assert not_ready, "still ready after SIGTERM"
+        late_sent = time.monotonic()
+        outcome["late"] = _raw_infer(script.base, 0.0)
+        assert time.monotonic() - late_sent < 2, "a request sent during the drain hung"
+        request.join(10)
+        streaming.join(10)
+        returncode, err = script.finish(timeout_s=20)
+    finally:
+        if script.process.poll() is None:
+            script.kill()
+    np.testing.assert_allclose(outcome["in_flight"], [2.0])  # finished, not cut
+    assert outcome["tokens"] == [0, 1, 2, 3, 4, 5], outcome  # the stream got its time too
+    assert outcome["late"][0] != 200, outcome["late"]  # refused at once, with the server's reason
+    assert returncode == 0, err[-2000:]
+    assert _leftovers_of(f"pytriton-{script.info['pid']}-") == {"processes": [], "segments": []}
+
+
+def test_a_second_sigterm_during_the_drain_stops_at_once():
+    script = ServingScript(exit_timeout_s=30)
+    outcome: dict = {}
+    try:
+        request = threading.Thread(target=_infer, args=(script.base, 20.0, outcome, "long"), daemon=True)
+        request.start()
+        time.sleep(0.5)
+        root = script.root()
+        root.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        assert script.process.poll() is None, "the drain should still wait for the 20 s request"
+        root.send_signal(signal.SIGTERM)
+        second = time.monotonic()
+        returncode, err = script.finish(timeout_s=15)
+        assert time.monotonic() - second < 8, "the second signal did not stop the server at once"
+    finally:
+        if script.process.poll() is None:
+            script.kill()
+    assert returncode == 0, err[-2000:]
+    assert "Second signal" in err
+    assert _leftovers_of(f"pytriton-{script.info['pid']}-") == {"processes": [], "segments": []}
+
+
+def _can_unshare() -> bool:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-p", "-f", "--mount-proc", "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _can_unshare(), reason="needs root and unshare for a PID namespace")
+def test_as_pid_1_a_killed_stub_is_healed_and_sigterm_leaves_nothing_behind():
+    script = ServingScript(wrapper=("unshare", "-p", "-f", "--mount-proc"))
+    try:
+        assert script.info["pid"] == 1
+        segments = script.info["segments"]
+        server_ids = {"-".join(name.split("-")[:3]) for name in segments}
+        assert len(server_ids) == 1, segments
+        (server_id,) = server_ids
+        root = script.root()
+        stubs = stub_processes("Sleep", root.pid)
+        stubs[0].kill()
+        assert wait_until(lambda: http_status(f"{script.base}/v2/models/Sleep/ready") != 200, timeout_s=2)
+        assert wait_until(lambda: http_status(f"{script.base}/v2/models/Sleep/ready") == 200, timeout_s=10)
+        outcome: dict = {}
+        _infer(script.base, 0.0, outcome, "after")
+        np.testing.assert_allclose(outcome["after"], [0.0])
+        root.send_signal(signal.SIGTERM)
+        returncode, err = script.finish(timeout_s=30)
+    finally:
+        if script.process.poll() is None:
+            script.kill()
+    assert returncode == 0, err[-2000:]
+    left = sorted(name for name in os.listdir("/dev/shm") if name.startswith(server_id))
+    assert left == [], f"segments of the PID-1 server left behind: {left}"
+    assert _leftovers_of(server_id)["processes"] == []
