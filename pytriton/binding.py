@@ -89,6 +89,10 @@ class ModelBindings:
     def version(self, model_name: str) -> int:
         return self._models[model_name].version
 
+    def contexts(self) -> List[TritonContext]:
+        """What each bound model declared (name, tensors, config), in binding order."""
+        return [model.declaration.context for model in self._models.values()]
+
     def config(self, model_name: str) -> ModelConfig:
         config: ModelConfig = self._models[model_name].declaration.context.config
         return config

@@ -42,6 +42,7 @@ from pytriton.server.distribution import (
     proxy_import_paths,
     server_environment,
 )
+from pytriton.server.preflight import warn_if_shm_small
 from pytriton.server.process import ServerProcess
 from pytriton.server.security import TritonSecurityConfig, resolve_access_token, restricted_config
 from pytriton.server.supervisor import InstanceView, RestartBudget, Supervisor, kill_server_processes, reap_adopted
@@ -193,6 +194,8 @@ class Triton:
                 cache_directory=distribution.caches,
                 shm_region_prefix=f"{workspace.shm_prefix}-tpb",
             )
+            warn_if_shm_small(self._bindings.contexts())
+            workspace.hold_lease()  # before the server and its stubs create any segment
             process = ServerProcess(argv, server_environment(distribution), secrets=[self._access_token])
             self._control = ServerControl(
                 http_address=config.http_address,

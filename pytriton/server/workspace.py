@@ -97,7 +97,7 @@ class Workspace:
 
     def __init__(self, path: Optional[pathlib.Path] = None) -> None:
         self.server_id = f"{PREFIX}-{os.getpid()}-{secrets.token_hex(4)}"
-        self._lease = ShmLease(self.server_id)  # first: nothing of this server exists without it
+        self._lease: Optional[ShmLease] = None
         if path is None:
             self.path = pathlib.Path(tempfile.mkdtemp(prefix=f"{self.server_id}-"))
             self._owned = True
@@ -126,6 +126,15 @@ class Workspace:
     def shm_prefix(self) -> str:
         """Prefix of every shared-memory segment of this server (ours and Triton's)."""
         return self.server_id
+
+    def hold_lease(self) -> None:
+        """Take this server's lease (see the module doc); call before anything creates a segment.
+
+        Taken when the server starts rather than when the folder is made, so that a server that
+        never started leaves no entry in /dev/shm; its folder alone is judged by its pid.
+        """
+        if self._lease is None:
+            self._lease = ShmLease(self.server_id)
 
     def restrict_segments(self) -> List[str]:
         """Make every shared-memory segment of this server readable and writable by its user only.
@@ -156,7 +165,9 @@ class Workspace:
         else:
             for folder in (self.model_repository, self.sockets, self.backends):
                 shutil.rmtree(folder, ignore_errors=True)
-        self._lease.release()
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
 
 
 def _segment_names(prefix: str) -> List[str]:

@@ -226,6 +226,8 @@ def test_restrict_segments_makes_this_servers_segments_private():
 def test_a_server_holds_a_lease_until_everything_else_is_gone():
     workspace = Workspace()
     lease = os.path.join(SHM_DIR, f"{workspace.server_id}-lock")
+    assert not os.path.exists(lease)  # taken when the server starts, not before
+    workspace.hold_lease()
     assert os.path.exists(lease)
     _shm(f"{workspace.server_id}-seg")
     workspace.cleanup()
