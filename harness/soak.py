@@ -388,7 +388,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         duration_s=round(duration, 1), requests_per_s=round(ledger.answered / duration, 1), issued=ledger.issued,
         **ledger.outcomes, lost=ledger.issued - ledger.answered, unissued=ledger.total - ledger.issued,
         per_lane=ledger.per_lane, examples=ledger.examples, warmup=warmup.outcomes, samples=len(sampler.samples),
-        live_after_load=user_alive, user_exit_code=exit_code, leftovers=leftovers,
+        live_after_load=user_alive, harness_threads=threading.active_count(), user_exit_code=exit_code,
+        leftovers=leftovers,
     )  # fmt: skip
     for name, count in (("lost", figures["lost"] + figures["unissued"]), ("mixed", ledger.outcomes["mixed"]),
                         ("errors", ledger.outcomes["errors"])):
@@ -439,6 +440,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"\nbaseline: median of the samples of {len(baseline_samples)} idle sample(s) after the warm-up; "
           f"after close: median of the last 3 samples (waited up to {args.settle_s:.0f} s); "
           f"tolerance: RSS +{args.rss_tolerance:.0%}, others exact")
+    print(f"threads of this harness process at the end (the clients' side, not judged): {threading.active_count()}")
     for example in ledger.examples:
         print("  " + example)
     print("PASS" if not failures else "FAIL:\n  " + "\n  ".join(failures))
