@@ -17,6 +17,7 @@ from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor
 
 from pytriton.client.exceptions import PyTritonClientModelDoesntSupportBatchingError, PyTritonClientValueError
 from pytriton.client.model_config import ClientModelConfig
+from pytriton.ipc.protocol import DEADLINE_PARAMETER
 
 # Request parameters Triton keeps for itself (its own names, and any starting with the prefix).
 # Written here rather than imported: older tritonclient releases (those for Python 3.8) lack them.
@@ -227,3 +228,20 @@ def output_names(response: Any) -> list[str]:
 def from_infer_result(result: Any) -> dict[str, np.ndarray]:
     """Every output of an ``InferResult`` as a numpy array (BYTES as object arrays of bytes)."""
     return {name: result.as_numpy(name) for name in output_names(result.get_response())}
+
+
+def request_timeout_us(timeout_s: float) -> int:
+    """The request's deadline for the server (Triton's ``timeout`` parameter, in microseconds).
+
+    The client's inference timeout travels with the request: a model with a dynamic batcher
+    (whose queue policy allows the override, as pytriton's models do by default) rejects it once
+    that time has passed in its queue, so a request nobody waits for any more is never computed.
+    """
+    return max(1, int(timeout_s * 1_000_000))
+
+
+def with_deadline(parameters: Mapping[str, Any] | None, timeout_s: float, now_s: float) -> dict[str, Any]:
+    """The request's parameters plus its deadline for a pytriton worker (`DEADLINE_PARAMETER`)."""
+    extended = dict(parameters) if parameters else {}
+    extended[DEADLINE_PARAMETER] = int((now_s + timeout_s) * 1000)
+    return extended

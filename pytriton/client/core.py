@@ -33,7 +33,7 @@ import tritonclient.http
 
 from pytriton.client._args import auth_headers, with_auth
 from pytriton.client._errors import CONFIG_ACTION, INFER_ACTION, READY_ACTION, translate_errors
-from pytriton.client.codec import from_infer_result, to_infer_inputs
+from pytriton.client.codec import from_infer_result, request_timeout_us, to_infer_inputs, with_deadline
 from pytriton.client.core_stream import GrpcResponseStream, HttpResponseStream, ResponseStream
 from pytriton.client.exceptions import (
     PyTritonClientModelUnavailableError,
@@ -137,7 +137,7 @@ class TritonCore(abc.ABC):
                 model_name,
                 model_version,
                 inputs,
-                parameters=dict(parameters) if parameters else None,
+                parameters=with_deadline(parameters, timeout_s, time.time()),
                 headers=self._headers(headers),
                 timeout_s=timeout_s,
                 request_id=request_id,
@@ -265,6 +265,7 @@ class HttpCore(TritonCore):
                 request_id=kwargs["request_id"],
                 parameters=kwargs["parameters"],
                 headers=kwargs["headers"],
+                timeout=request_timeout_us(kwargs["timeout_s"]),
             )
 
     def _open_stream(
@@ -324,6 +325,7 @@ class GrpcCore(TritonCore):
             request_id=kwargs["request_id"],
             parameters=kwargs["parameters"],
             headers=kwargs["headers"],
+            timeout=request_timeout_us(kwargs["timeout_s"]),
             client_timeout=kwargs["timeout_s"],
         )
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -29,7 +30,7 @@ import tritonclient.http.aio
 
 from pytriton.client._args import auth_headers, with_auth
 from pytriton.client._errors import CONFIG_ACTION, INFER_ACTION, READY_ACTION, translate_errors
-from pytriton.client.codec import from_infer_result, to_infer_inputs
+from pytriton.client.codec import from_infer_result, request_timeout_us, to_infer_inputs, with_deadline
 from pytriton.client.core import ProbeOutcome, readiness_steps
 from pytriton.client.core_stream_aio import AsyncResponseStream, AsyncStreamOpener
 from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
@@ -98,6 +99,7 @@ class AsyncTritonCore:
     ) -> dict[str, np.ndarray]:
         """Run one inference request; see :meth:`pytriton.client.core.TritonCore.infer`."""
         protocol = tritonclient.grpc if self._grpc else tritonclient.http
+        limit_s = self.default_timeout_s if timeout_s is None else timeout_s
 
         async def call(client: Any) -> dict[str, np.ndarray]:
             result = await client.infer(
@@ -105,8 +107,9 @@ class AsyncTritonCore:
                 to_infer_inputs(protocol, inputs),
                 model_version=model_version,
                 request_id=request_id,
-                parameters=dict(parameters) if parameters else None,
+                parameters=with_deadline(parameters, limit_s, time.time()),
                 headers=with_auth(self._auth, headers),
+                timeout=request_timeout_us(limit_s),
             )
             return from_infer_result(result)
 

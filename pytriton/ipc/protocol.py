@@ -39,6 +39,13 @@ PARAM_RELAYED = "pytriton.relayed"
 """``"1"`` when the proxy answers through Triton's response senders from a relay thread (decoupled
 models, and callables that are coroutines, whose batches may overlap); absent otherwise."""
 
+DEADLINE_PARAMETER = "pytriton_deadline_ms"
+"""Request parameter by which pytriton's clients send their deadline to the worker: the Unix time,
+in milliseconds, after which nobody waits for the answer. Triton honours its own ``timeout``
+parameter only over gRPC and only in the dynamic batcher's queue; the worker drops requests whose
+deadline passed (and never shows the parameter to the callable) on both protocols. It compares
+wall clocks, so the client's and the server's must agree to well within the timeouts used."""
+
 # Tensors at or under this size travel inline in ZeroMQ frames; larger ones in shared memory.
 INLINE_MAX_BYTES = 64 * 1024
 

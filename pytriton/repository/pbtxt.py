@@ -122,6 +122,11 @@ def _fill_dynamic_batching(proto: pb.ModelConfig, config: ModelConfig) -> None:
     batching.default_priority_level = batcher.default_priority_level
     if batcher.default_queue_policy is not None:
         batching.default_queue_policy.CopyFrom(_queue_policy(batcher.default_queue_policy))
+    else:
+        # Triton's defaults (no timeout, no queue limit), but a request may bring its own deadline:
+        # pytriton's clients send their inference timeout, so a request that expired while queued
+        # is rejected instead of computed for nobody.
+        batching.default_queue_policy.allow_timeout_override = True
     for level, policy in sorted((batcher.priority_queue_policy or {}).items()):
         batching.priority_queue_policy[level].CopyFrom(_queue_policy(policy))
 

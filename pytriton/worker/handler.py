@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import threading
+import time
 from typing import Any, Callable, Deque, Dict, Generator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -38,6 +39,7 @@ from pytriton.exceptions import PyTritonModelConfigError, PyTritonUnrecoverableE
 from pytriton.ipc import codec, protocol
 from pytriton.ipc.shm import Arena, SegmentReader
 from pytriton.worker.context import TritonContext, set_current_context
+from pytriton.worker.deadline import expired_message, pop_expired
 from pytriton.worker.isolation import isolate
 from pytriton.worker.request import Request
 from pytriton.worker.responses import Failure, batch_result, per_request, stream_part
@@ -440,22 +442,43 @@ class InstanceHandler:
         return requests
 
     def _call(self, batch: protocol.InferBatch, payload: Sequence[Any]) -> Tuple[List[Optional[int]], Any]:
-        """Run the callable on the batch: its result (list, generator, coroutine...) or a `Failure`."""
+        """Run the callable on the batch: its result (list, generator, coroutine...) or a `Failure`.
+
+        Requests whose deadline passed are answered with an error and left out of the call (for
+        plain callables of non-decoupled models, whose answers are one list per batch).
+        """
         batch_sizes: List[Optional[int]] = [None] * len(batch.parameters)
-        requests: Optional[List[Request]] = None
         try:
             requests = self._requests(batch, payload)
             if self._strict and self._context.config.batching:  # before the callable may change the requests
                 batch_sizes = [_batch_size(request) for request in requests]
-            return batch_sizes, self._run_callable(requests)
+        except Exception as exc:  # noqa: BLE001 - a bad batch fails its own requesters only
+            error, unrecoverable = self._callable_error(exc)
+            return batch_sizes, Failure(error, unrecoverable)
+        expired = pop_expired(requests, time.time())
+        if not expired or self._decoupled or self._asynchronous:
+            return batch_sizes, self._call_requests(requests)
+        answers: List[Any] = [Failure(expired_message(self._context.model_name))] * len(requests)
+        live = [index for index in range(len(requests)) if index not in set(expired)]
+        logger.debug("Model '%s': %d of %d requests expired before the call", self._context.model_name, len(expired),
+                     len(requests))
+        if live:
+            outcome = self._call_requests([requests[index] for index in live])
+            for index, entry in zip(live, per_request(self._context, len(live), outcome)):
+                answers[index] = entry
+        return batch_sizes, answers
+
+    def _call_requests(self, requests: List[Request]) -> Any:
+        """The callable's result for `requests`, or a `Failure` (after isolating failures if asked)."""
+        try:
+            return self._run_callable(requests)
         except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
-            if not (self._isolate_failures and requests is not None and len(requests) > 1 and _may_split(exc)
-                    and not _must_stop(exc)):
+            if not (self._isolate_failures and len(requests) > 1 and _may_split(exc) and not _must_stop(exc)):
                 error, unrecoverable = self._callable_error(exc)
-                return batch_sizes, Failure(error, unrecoverable)
+                return Failure(error, unrecoverable)
             failed = exc
         # Outside the except block, so the retries' errors do not chain (and log) this one.
-        return batch_sizes, self._isolate(requests, failed)
+        return self._isolate(requests, failed)
 
     def _isolate(self, requests: List[Request], error: Exception) -> List[Any]:
         """Per request, its response or its `Failure`, after calling the callable again on parts

@@ -108,13 +108,22 @@ def test_optional_input_is_marked_and_appears_in_text():
     assert "optional: true" in to_pbtxt(proto)
 
 
-def test_batching_sets_max_batch_size_and_an_empty_dynamic_batcher():
+def test_batching_sets_max_batch_size_and_a_default_batcher_that_lets_requests_bring_their_deadline():
     proto = _proto(ModelConfig(max_batch_size=16))
 
     assert proto.max_batch_size == 16
     assert proto.HasField("dynamic_batching")
-    assert proto.dynamic_batching == pb.ModelDynamicBatching()
-    assert "dynamic_batching {\n}" in to_pbtxt(proto)
+    expected = pb.ModelDynamicBatching()
+    expected.default_queue_policy.allow_timeout_override = True  # Triton's defaults otherwise
+    assert proto.dynamic_batching == expected
+    assert "default_queue_policy {\n    allow_timeout_override: true\n  }" in to_pbtxt(proto)
+
+
+def test_request_timeout_is_the_inference_timeout_in_microseconds():
+    from pytriton.client.codec import request_timeout_us
+
+    assert request_timeout_us(2.5) == 2_500_000
+    assert request_timeout_us(0.0) == 1  # zero would mean "no deadline" to Triton
 
 
 def test_no_batching_gives_max_batch_size_zero_and_no_dynamic_batcher():
@@ -145,7 +154,7 @@ def test_dynamic_batcher_fields():
     assert batching.preserve_ordering is True
     assert batching.priority_levels == 3
     assert batching.default_priority_level == 2
-    assert not batching.HasField("default_queue_policy")
+    assert batching.default_queue_policy == pb.ModelQueuePolicy(allow_timeout_override=True)
     assert len(batching.priority_queue_policy) == 0
 
 

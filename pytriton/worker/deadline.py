@@ -1,0 +1,34 @@
+"""Deadlines that travel with requests: the ones that passed are answered without the callable.
+
+pytriton's clients send their inference timeout as an absolute deadline (the request parameter
+`pytriton.ipc.protocol.DEADLINE_PARAMETER`). A request that waited in Triton's queue past it has
+no one waiting for its answer any more; computing it would only delay the requests behind it.
+Pure functions: the handler decides what to do with the indices.
+"""
+
+from __future__ import annotations
+
+from typing import List, Sequence
+
+from pytriton.ipc.protocol import DEADLINE_PARAMETER
+from pytriton.worker.request import Request
+
+
+def pop_expired(requests: Sequence[Request], now_s: float) -> List[int]:
+    """Indices of the requests whose deadline passed by `now_s` (Unix seconds).
+
+    The deadline parameter is removed from every request's parameters, so the callable sees only
+    the parameters its client chose. A value that is not a number is ignored (not pytriton's).
+    """
+    expired = []
+    now_ms = now_s * 1000
+    for index, request in enumerate(requests):
+        deadline = request.parameters.pop(DEADLINE_PARAMETER, None)
+        if isinstance(deadline, (int, float)) and not isinstance(deadline, bool) and deadline < now_ms:
+            expired.append(index)
+    return expired
+
+
+def expired_message(model_name: str) -> str:
+    return (f"Model '{model_name}': the request's deadline (its client's inference timeout) passed while it "
+            "waited in the server's queue; it was not computed")
