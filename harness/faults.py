@@ -40,7 +40,8 @@ When each check happens (the legend printed with the table repeats it):
 With ``--pid1-rounds`` the matrix runs again with the user process as PID 1 of its own PID
 namespace (``faults_pid1.py``, as ``unshare -p -f --mount-proc`` does; root only, skipped with
 a message elsewhere). A final ordinary start+stop sweeps the last round. Exit status 1 when any
-check fails.
+check fails. ``--plant no_sweep,no_heal`` disables the sweep or the healing in the user process
+(through a generated ``sitecustomize``), to show that the checks notice.
 
 Usage: ``python harness/faults.py [--rounds 20] [--pid1-rounds 20] [--json out.json]``.
 """
@@ -59,6 +60,7 @@ import psutil
 from common import MODELS, log, table
 from faults_load import Load
 from faults_script import (
+    PLANTS,
     ServingScript,
     can_run_as_pid1,
     describe,
@@ -104,6 +106,7 @@ class Round:
     shm_end: Dict[str, int] = dataclasses.field(default_factory=dict)
     tmp_end: List[str] = dataclasses.field(default_factory=list)
     swept_at: str = ""
+    swept_by: str = ""  # whose sweep removed the round's pending entries (the next start logs them)
     shm_swept: Optional[Dict[str, int]] = None
     tmp_swept: List[str] = dataclasses.field(default_factory=list)
     matrix_shm: Optional[Dict[str, int]] = None  # the matrix's entries at the next start, after its sweep
@@ -165,8 +168,11 @@ class ZombieWatch:
 class Matrix:
     """Runs the rounds, and checks each round's leftovers at the next start (see the module doc)."""
 
-    def __init__(self, heal_limit_s: float = HEAL_LIMIT_S) -> None:
+    def __init__(self, heal_limit_s: float = HEAL_LIMIT_S, term_at_load_exit_s: float = TERM_AT_LOAD_EXIT_S,
+                 plant: Sequence[str] = ()) -> None:
+        self.plant = plant
         self.heal_limit_s = heal_limit_s
+        self.term_at_load_exit_s = term_at_load_exit_s
         self.rounds: List[Round] = []
         self.own_ids: List[str] = []
         self.host_baseline = shm_all()
@@ -211,7 +217,7 @@ class Matrix:
         round_ = Round(number=number, fault=fault, pid1=pid1, target=target)
         log(f"{round_.label}: {fault}{' ' + target if target else ''}{' as PID 1' if pid1 else ''}")
         started = time.monotonic()
-        script = ServingScript(pid1=pid1)
+        script = ServingScript(pid1=pid1, plant=self.plant if number else ())
         zombies = ZombieWatch(script, round_)
         load = Load(script.http_url, script.grpc_url)
         try:
@@ -265,8 +271,12 @@ class Matrix:
         host = shm_all()
         host_delta = {"entries": len(host) - len(self.host_baseline),
                       "bytes": sum(host.values()) - sum(self.host_baseline.values())}
+        output = script.log_tail(200_000)
         for earlier in self._awaiting_sweep:
             earlier.swept_at = round_.label
+            if earlier.shm_end or earlier.tmp_end:
+                # The sweep logs what it removed; another start on this host may have swept first.
+                earlier.swept_by = round_.label if earlier.server_id in output else "another process"
             earlier.shm_swept = shm_entries([earlier.server_id])
             earlier.tmp_swept = tmp_folders([earlier.server_id])
             earlier.matrix_shm = matrix_shm
@@ -357,7 +367,7 @@ class Matrix:
             round_.fail(f"the signalled stub {victim.pid} still serves {model}")
         zombies.sample("healed")
         self.observe(script)
-        load.stop()  # so that the stop below measures the library's drain, not these clients' keep-alive
+        self._quiet(load)
         self._sigterm(script, round_, zombies, "after the heal")
         healed_words = f"healed {round_.healed_s:.1f} s" if round_.healed_s is not None else "NOT healed"
         round_.outcome = f"{healed_words}; SIGTERM: exit {exit_words(round_.exit_code)}"
@@ -366,8 +376,16 @@ class Matrix:
         self._sigterm(script, round_, zombies, "under load")
         round_.outcome = f"exit {exit_words(round_.exit_code)}"
 
-    def _final(self, script: ServingScript, round_: Round, zombies: ZombieWatch, load: Load) -> None:
+    @staticmethod
+    def _quiet(load: Load) -> None:
+        """Stop the clients before a SIGTERM that is no fault of its own, so that the stop measures
+        the library's drain: tritonserver waits out its whole exit timeout for an HTTP connection
+        that closes just as the signal comes, and about 1 s after the close it no longer counts."""
         load.stop()
+        time.sleep(1.0)
+
+    def _final(self, script: ServingScript, round_: Round, zombies: ZombieWatch, load: Load) -> None:
+        self._quiet(load)
         self._sigterm(script, round_, zombies, "final stop")
         round_.outcome = f"exit {exit_words(round_.exit_code)}"
 
@@ -386,12 +404,13 @@ class Matrix:
         phase = f"at {stubs}/{len(MODELS)} stubs, {len(ready)} ready"
         if len(ready) == len(MODELS):
             round_.notes.append("every model was ready already when SIGTERM was sent")
-        round_.exit_code = self.wait_exit(script, round_, TERM_AT_LOAD_EXIT_S, zombies, "SIGTERM during load")
+        limit = self.term_at_load_exit_s
+        round_.exit_code = self.wait_exit(script, round_, limit, zombies, "SIGTERM during load")
         if round_.exit_code is None:
             serving = script.models_ready()
-            round_.outcome = f"HANG {phase}: runs {TERM_AT_LOAD_EXIT_S:.0f} s on, serving: {serving}"
-            round_.fail(f"SIGTERM during model load ({phase}) did not end the user process within "
-                        f"{TERM_AT_LOAD_EXIT_S:.0f} s (it serves: {serving}); killed it")
+            round_.outcome = f"HANG {phase}: runs {limit:.0f} s on, serving: {serving}"
+            round_.fail(f"SIGTERM during model load ({phase}) did not end the user process within {limit:.0f} s "
+                        f"(it serves: {serving}); killed it")
             script.kill_all()
             round_.leaves_for_sweep = True
             return
@@ -468,6 +487,8 @@ def row(round_: Round) -> List[str]:
     swept = "-"
     if round_.shm_swept is not None:
         swept = f"{shm_cell(round_.shm_swept)} at {round_.swept_at}; matrix {shm_cell(round_.matrix_shm)}"
+        if round_.swept_by:
+            swept += f"; swept by {round_.swept_by}"
     fault = round_.fault + (f" {round_.target}" if round_.target else "")
     verdict = "ok" if not round_.failures else "FAIL"
     return [round_.label, fault, "yes" if round_.pid1 else "no", outcome, procs, zombies, end, swept,
@@ -490,7 +511,9 @@ after next start's sweep: checked at the start named (the next round's; "final":
   its sweep had run (the sweep runs in its first bind(), before its tritonserver starts; checked when that server
   is ready, or for term_during_load once its tritonserver is up): the round's entries/bytes, then all the entries
   of the matrix's earlier servers (and entries without a server prefix its processes used) against the baseline
-  measured before round 1.
+  measured before round 1. "swept by": whose sweep removed the round's pending entries: the start named when its
+  log lists them, "another process" when another start on this host swept first (every start sweeps all dead
+  servers' leftovers).
 next start ok: the first later start whose four lanes all got a right answer."""
 
 
@@ -515,8 +538,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="rounds with the user process as PID 1 (default: as many as --rounds; 0: none)")
     parser.add_argument("--faults", default=",".join(FAULTS), help="faults to cycle through, in order")
     parser.add_argument("--pid1-faults", default=None, help="faults of the PID 1 rounds (default: --faults)")
-    parser.add_argument("--heal-limit-s", type=float, default=HEAL_LIMIT_S)
+    parser.add_argument("--heal-limit-s", type=float, default=HEAL_LIMIT_S, help="a stub fault must heal within")
+    parser.add_argument("--term-at-load-exit-s", type=float, default=TERM_AT_LOAD_EXIT_S,
+                        help="SIGTERM during model load must end the user process within")
     parser.add_argument("--json", default="", help="write the rounds to this file")
+    parser.add_argument("--plant", default="", help=f"plant bugs in the user process of every round but the final "
+                        f"one, to show that the checks notice them: some of {', '.join(PLANTS)}")
     args = parser.parse_args(argv)
     faults = [f for f in args.faults.split(",") if f]
     pid1_faults = [f for f in (args.pid1_faults or args.faults).split(",") if f]
@@ -534,7 +561,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         else:
             skipped = f"PID 1 rounds skipped: {why}"
             log(skipped)
-    matrix = Matrix(args.heal_limit_s)
+    plant = [name for name in args.plant.split(",") if name]
+    if sorted(set(plant) - set(PLANTS)):
+        parser.error(f"unknown plants {sorted(set(plant) - set(PLANTS))}; expected some of {', '.join(PLANTS)}")
+    matrix = Matrix(args.heal_limit_s, args.term_at_load_exit_s, plant)
     started = time.monotonic()
     log(f"baseline: the matrix's /dev/shm entries {shm_cell(matrix.baseline)}, "
         f"the host's {shm_cell(matrix.host_baseline)}")

@@ -16,13 +16,14 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import pathlib
 import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import psutil
 from common import HARNESS, MODELS, REPO, SHM_DIR, free_ports, http_status
@@ -32,6 +33,18 @@ PID1_LAUNCHER = HARNESS / "faults_pid1.py"
 STUB = "triton_python_backend_stub"
 _SERVER_ID = re.compile(r"shm-region-prefix-name=(pytriton-\d+-[0-9a-f]+)-tpb")
 _PR_SET_PDEATHSIG = 1
+PLANTS = {
+    # A planted bug in the user process, so that the matrix can show that its checks notice one.
+    "no_sweep": "pytriton.triton.sweep_stale = lambda *args, **kwargs: []",
+    "no_heal": "pytriton.server.supervisor.Supervisor._check_instances = lambda self: None",
+}
+_PLANT_MODULE = """\
+# Written by harness/faults_script.py: plants bugs in pytriton for the fault matrix's self-test.
+import pytriton.server.supervisor
+import pytriton.triton
+
+{lines}
+"""
 
 
 def _die_with_parent() -> None:
@@ -67,13 +80,20 @@ def can_run_as_pid1() -> Tuple[bool, str]:
 class ServingScript:
     """``harness/serve.py`` in a child process (as PID 1 of its own PID namespace with `pid1`)."""
 
-    def __init__(self, pid1: bool = False) -> None:
+    def __init__(self, pid1: bool = False, plant: Sequence[str] = ()) -> None:
         self.pid1 = pid1
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
         self._log = tempfile.NamedTemporaryFile("w+", prefix="faults-harness-", suffix=".log")
         self._status = tempfile.NamedTemporaryFile("w+", prefix="faults-harness-", suffix=".json")
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+        self._plant_dir: Optional[tempfile.TemporaryDirectory] = None
+        paths = [str(REPO), env.get("PYTHONPATH", "")]
+        if plant:
+            self._plant_dir = tempfile.TemporaryDirectory(prefix="faults-harness-plant-")
+            pathlib.Path(self._plant_dir.name, "sitecustomize.py").write_text(
+                _PLANT_MODULE.format(lines="\n".join(PLANTS[name] for name in plant)))
+            paths.insert(0, self._plant_dir.name)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
         argv = [sys.executable, str(SERVE), "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
                 "--metrics-port", str(self.metrics_port)]
         if pid1:
@@ -213,6 +233,8 @@ class ServingScript:
     def close(self) -> None:
         self._log.close()
         self._status.close()
+        if self._plant_dir is not None:
+            self._plant_dir.cleanup()
 
 
 # -- what a server leaves --------------------------------------------------------------------------
