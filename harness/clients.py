@@ -103,6 +103,18 @@ def counts() -> Dict[str, float]:
     return dict(process_counts(os.getpid()))
 
 
+def steady(timeout_s: float) -> Dict[str, float]:
+    """Counts once two readings 0.5 s apart agree: threads left by the previous class may still be ending."""
+    previous: List[Dict[str, float]] = [counts()]
+
+    def same(value: Dict[str, float]) -> bool:
+        agree = value == previous[0]
+        previous[0] = value
+        return agree
+
+    return settle(counts, same, timeout_s)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=200, help="create/use/close cycles per class and protocol")
@@ -125,7 +137,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log(f"baseline after warm-up: {first}")
         for name, cycle in CYCLES.items():
             for protocol in PROTOCOLS:
-                before = counts()
+                before = steady(args.settle_s)
                 wrong = 0
                 start = time.monotonic()
                 for _ in range(args.cycles):

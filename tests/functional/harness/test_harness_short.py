@@ -8,7 +8,10 @@ Known bugs the harness found are kept as strict xfails (harness/README.md).
 The short soak's growth limit is looser than the full run's 5 %: 2,000 requests take about
 4 s, so each mark's value comes from about 3 samples, and a single 4 MiB payload in flight, or
 the shared-memory arenas following the sizes of the last 64 messages, moves a sample by tens
-of percent. It still requires every request answered correctly and the return to baseline.
+of percent. It still requires every request answered correctly and the return to baseline,
+except that tritonserver's own RSS may stay up to twice its baseline: its heap keeps what the
+4 MiB payloads made it take (83 -> 107 MiB after 2,000 requests in one run, 126 -> 130 in
+another); the full run judges it at 10 % (and reports it, harness/README.md).
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ def run_harness(script: str, tmp_path: pathlib.Path, *args: str, timeout_s: floa
 def test_short_soak_answers_every_request_and_returns_to_baseline(tmp_path):
     plot = tmp_path / "soak.png"
     code, figures, report = run_harness(
-        "soak.py", tmp_path, "--requests", "2000", "--plot", str(plot), "--growth-limit", "0.5", "--settle-s", "20"
-    )
+        "soak.py", tmp_path, "--requests", "2000", "--plot", str(plot), "--growth-limit", "0.5", "--settle-s", "20",
+        "--server-rss-tolerance", "1.0",
+    )  # fmt: skip
     assert code == 0, report
     assert (figures["ok"], figures["lost"], figures["mixed"], figures["errors"]) == (2000, 0, 0, 0), report
     assert len(figures["per_lane"]) == 8  # every client flavour over both protocols took part
@@ -92,8 +96,13 @@ _LEAKS = {
     ("DecoupledModelClient", "grpc"): "library bug: one thread per stream stays, blocked in tritonclient's request "
     "iterator after stop_stream(cancel_requests=True)",
 }
+# Not strict: the gRPC stream's thread stays in 200 of 200 cycles of `make clients` and in about
+# 8,573 of 8,579 soak streams, but not in every short run (it races grpc's request thread); a fix of
+# the FuturesModelClient leak is under way in pytriton/client/futures.py. Drop each when fixed.
+_STRICT = {("FuturesModelClient", "http"): False, ("DecoupledModelClient", "grpc"): False}
 _CASES = [
-    pytest.param(client, protocol, marks=[pytest.mark.xfail(strict=True, reason=_LEAKS[client, protocol])]
+    pytest.param(client, protocol, marks=[pytest.mark.xfail(strict=_STRICT[client, protocol],
+                                                            reason=_LEAKS[client, protocol])]
                  if (client, protocol) in _LEAKS else [])
     for client in ["ModelClient", "FuturesModelClient", "AsyncioModelClient", "DecoupledModelClient",
                    "AsyncioDecoupledModelClient"]

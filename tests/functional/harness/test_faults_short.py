@@ -1,0 +1,139 @@
+"""The fault matrix (harness/faults.py) in its short form: one round of each fault, two as PID 1.
+
+`make faults` runs 20 rounds, then 20 more with the user process as PID 1. Here one run of the
+harness (a child process, about 90 s) gives one round of each of the six faults and two rounds
+as PID 1: a killed tritonserver (its orphaned stubs become PID 1's to reap) and SIGTERM during
+model load. Each test reads that run's figures and asserts one round's checks; the two bugs
+the matrix found are xfailed by name, only where they show (harness/faults_repro.py reproduces
+each).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+from typing import Any, Dict, List
+
+import pytest
+
+pytestmark = pytest.mark.functional
+
+HARNESS = pathlib.Path(__file__).resolve().parents[3] / "harness"
+FAULTS = ("kill_user", "kill_server", "kill_stub", "segv_stub", "term_under_load", "term_during_load")
+PID1_FAULTS = ("kill_server", "term_during_load")
+RUN = ["--rounds", "6", "--pid1-rounds", "2", "--pid1-faults", ",".join(PID1_FAULTS), "--term-at-load-exit-s", "15"]
+
+ZOMBIE_REASON = (
+    "Triton 2.51 keeps a stub killed in the middle of a request as a zombie under tritonserver until the server "
+    "stops: it never finishes unloading that model version, so it never waits for the stub (a stub killed while "
+    "idle is reaped within ~1.2 s); pytriton heals the model, but cannot reap another process's child "
+    "(python harness/faults_repro.py zombie-stub)"
+)
+SIGTERM_AT_LOAD_REASON = (
+    "serve() installs its SIGINT/SIGTERM handlers only after run() returned: as PID 1 of a PID namespace (a "
+    "container) a SIGTERM during model load meets no handler, the kernel drops it, and the script goes on to "
+    "serve (as an ordinary process it dies by -15 without cleanup instead) "
+    "(python harness/faults_repro.py sigterm-at-load)"
+)
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
+    out = tmp_path_factory.mktemp("faults") / "faults.json"
+    result = subprocess.run(
+        [sys.executable, str(HARNESS / "faults.py"), *RUN, "--json", str(out)],
+        capture_output=True, text=True, timeout=400, check=False,
+    )  # fmt: skip
+    assert out.exists(), f"no figures; stdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-4000:]}"
+    figures = json.loads(out.read_text())
+    figures["returncode"] = result.returncode
+    figures["report"] = result.stdout[-8000:]
+    return figures
+
+
+def round_of(figures: Dict[str, Any], fault: str, pid1: bool = False) -> Dict[str, Any]:
+    found = [r for r in figures["rounds"] if r["fault"] == fault and r["pid1"] == pid1]
+    assert len(found) == 1, (fault, pid1, figures["report"])
+    return found[0]
+
+
+def failures_but(round_: Dict[str, Any], known: str) -> List[str]:
+    return [failure for failure in round_["failures"] if known not in failure]
+
+
+def assert_left_nothing(round_: Dict[str, Any]) -> None:
+    """No process once it exited; nothing of it in /dev/shm or /tmp after the next start's sweep;
+    the matrix's entries at their baseline then; and a later start served."""
+    assert round_["procs_left"] == [], round_
+    assert round_["shm_swept"] == {} and round_["tmp_swept"] == [], round_
+    assert round_["matrix_shm"] == {}, round_
+    assert round_["next_ok"], round_
+
+
+@pytest.mark.timeout(450)
+@pytest.mark.parametrize("fault", FAULTS)
+def test_each_fault_as_an_ordinary_process(matrix: Dict[str, Any], fault: str) -> None:
+    round_ = round_of(matrix, fault)
+    assert failures_but(round_, "zombie") == [], matrix["report"]
+    assert_left_nothing(round_)
+    code = round_["exit_code"]
+    if fault == "kill_user":
+        assert code == -9
+        assert round_["shm_end"], "a SIGKILLed user process cannot clean up: its entries wait for the sweep"
+    elif fault == "kill_server":
+        assert code not in (0, None) and "crash reported" in round_["outcome"], round_["outcome"]
+    elif fault in ("kill_stub", "segv_stub"):
+        assert round_["healed_s"] is not None and round_["healed_s"] <= 10.0, round_["outcome"]
+        assert code == 0
+    elif fault == "term_under_load":
+        assert code == 0 and round_["shm_end"] == {}
+    else:
+        assert code in (0, -15), round_["outcome"]
+    answered = sum(lane["ok"] for lane in round_["load"].values())
+    assert answered > 0 or fault == "term_during_load", round_["load"]
+    assert all(lane["wrong"] == 0 for lane in round_["load"].values()), round_["load"]
+
+
+@pytest.mark.timeout(450)
+@pytest.mark.parametrize("fault", ("kill_stub", "segv_stub"))
+def test_no_zombie_stays_after_a_stub_death(matrix: Dict[str, Any], fault: str) -> None:
+    kept = round_of(matrix, fault)["zombies_kept"]
+    if kept and all("triton_python_b" in zombie and "tritonserver" in zombie for zombie in kept):
+        pytest.xfail(ZOMBIE_REASON)
+    assert kept == []
+
+
+@pytest.mark.timeout(450)
+def test_as_pid1_a_killed_server_leaves_no_zombie_and_nothing_behind(matrix: Dict[str, Any]) -> None:
+    round_ = round_of(matrix, "kill_server", pid1=True)
+    if matrix["pid1_skipped"]:
+        pytest.skip(matrix["pid1_skipped"])
+    assert round_["failures"] == [], matrix["report"]
+    assert round_["exit_code"] not in (0, None) and "crash reported" in round_["outcome"]
+    assert round_["zombies_kept"] == []
+    assert_left_nothing(round_)
+
+
+@pytest.mark.timeout(450)
+def test_as_pid1_sigterm_during_model_load_ends_the_script(matrix: Dict[str, Any]) -> None:
+    if matrix["pid1_skipped"]:
+        pytest.skip(matrix["pid1_skipped"])
+    round_ = round_of(matrix, "term_during_load", pid1=True)
+    assert_left_nothing(round_)  # even after the harness had to kill it, the sweep leaves nothing
+    if round_["exit_code"] is None and round_["outcome"].startswith("HANG"):
+        pytest.xfail(SIGTERM_AT_LOAD_REASON)
+    assert round_["failures"] == [] and round_["exit_code"] in (0, -15), round_["outcome"]
+
+
+@pytest.mark.timeout(450)
+def test_the_final_start_finds_everything_swept_and_the_run_fails_only_on_the_known_bugs(
+    matrix: Dict[str, Any],
+) -> None:
+    final = round_of(matrix, "final")
+    assert final["failures"] == [] and final["exit_code"] == 0, matrix["report"]
+    assert final["matrix_shm"] == {} and final["procs_left"] == []
+    unknown = [f for f in matrix["failures"] if "zombie" not in f and "SIGTERM during model load" not in f]
+    assert unknown == [], matrix["report"]
+    assert matrix["returncode"] == (1 if matrix["failures"] else 0)
