@@ -199,7 +199,13 @@ class GrpcResponseStream(ResponseStream):
 
     def _close(self) -> None:
         # Cancelling also ends a completed call at once, where a polite stop would wait for the server.
+        stream = getattr(self._client, "_stream", None)
         self._client.stop_stream(cancel_requests=True)
+        # tritonclient's cancel leaves gRPC's request thread blocked on the stream's request queue
+        # for good (one thread per stream); the end-of-requests marker it omits lets it finish.
+        queue = getattr(stream, "_request_queue", None)
+        if queue is not None:
+            queue.put(None)
 
 
 class HttpResponseStream(ResponseStream):

@@ -203,12 +203,39 @@ class FuturesModelClient:
         self.close()
 
     def _shutdown(self) -> None:
+        with self._lock:
+            workers = len(self._clients)
+        if workers:
+            # One release task per worker thread that made a client: each waits for the others at
+            # the barrier, so no thread takes two and every one cleans up after itself.
+            barrier = threading.Barrier(workers)
+            for _ in range(workers):
+                self._executor.submit(self._release_thread, barrier)
         self._executor.shutdown(wait=True)
         # Workers are gone, so no connection is in use while it is closed.
         with self._lock:
             clients, self._clients = self._clients, []
         for client in clients:
             client.close()
+
+    def _release_thread(self, barrier: threading.Barrier) -> None:
+        """In a worker thread: close its client and the gevent hub that tritonclient.http made in it.
+
+        A thread's gevent hub (an event loop with its own file descriptors) is not freed when the
+        thread ends; without this, each worker of a closed client would keep two descriptors.
+        """
+        client = getattr(self._local, "client", None)
+        if client is not None:
+            self._local.client = None
+            with self._lock:
+                if client in self._clients:
+                    self._clients.remove(client)
+            client.close()
+        release_gevent_hub()
+        try:
+            barrier.wait(timeout=5.0)
+        except threading.BrokenBarrierError:
+            pass
 
     def _closed_error(self) -> PyTritonClientClosedError:
         return PyTritonClientClosedError(
@@ -258,6 +285,17 @@ class FuturesModelClient:
                 self._clients.append(client)
             self._local.client = client
         return client
+
+
+def release_gevent_hub() -> None:
+    """Destroy the calling thread's gevent hub, if tritonclient.http made one in it."""
+    try:
+        from gevent._hub_local import get_hub_if_exists  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:  # no gevent (a gRPC-only install), or a gevent without it
+        return
+    hub = get_hub_if_exists()
+    if hub is not None:
+        hub.destroy(destroy_loop=True)
 
 
 def _infer_chunk(
