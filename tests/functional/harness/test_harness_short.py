@@ -91,23 +91,12 @@ def client_cycles(tmp_path_factory):
     return {(run["client"], run["protocol"]): run for run in figures["runs"]}, report
 
 
-_LEAKS = {
-    ("FuturesModelClient", "http"): "library bug: each worker thread's gevent hub stays, 2 fds per worker thread",
-    ("DecoupledModelClient", "grpc"): "library bug: one thread per stream stays, blocked in tritonclient's request "
-    "iterator after stop_stream(cancel_requests=True)",
-}
-# Not strict: the gRPC stream's thread stays in 200 of 200 cycles of `make clients` and in about
-# 8,573 of 8,579 soak streams, but not in every short run (it races grpc's request thread); a fix of
-# the FuturesModelClient leak is under way in pytriton/client/futures.py. Drop each when fixed.
-_STRICT = {("FuturesModelClient", "http"): False, ("DecoupledModelClient", "grpc"): False}
 _CASES = [
-    pytest.param(client, protocol, marks=[pytest.mark.xfail(strict=_STRICT[client, protocol],
-                                                            reason=_LEAKS[client, protocol])]
-                 if (client, protocol) in _LEAKS else [])
+    (client, protocol)
     for client in ["ModelClient", "FuturesModelClient", "AsyncioModelClient", "DecoupledModelClient",
                    "AsyncioDecoupledModelClient"]
     for protocol in ["http", "grpc"]
-]  # fmt: skip
+]
 
 
 @pytest.mark.timeout(200)
