@@ -265,7 +265,7 @@ def encode_request(
                 f"Model {config.model_name!r} has no input {name!r} (its inputs: {sorted(specs)}); over HTTP "
                 "streaming the server would take it for a parameter"
             )
-        if name == "parameters":
+        if name in ("parameters", "id"):  # the generate endpoint reads these keys as the request's own
             raise PyTritonClientValueError(f"An input named {name!r} cannot go over HTTP streaming; {_USE_GRPC}")
         body[name] = _json_values(config, specs[name], value)
     if parameters:

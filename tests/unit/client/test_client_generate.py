@@ -240,3 +240,10 @@ def test_decoder_delivers_the_responses_before_an_error_of_the_same_chunk():
     assert isinstance(items[2], PyTritonClientInferenceServerError) and "broke after 2" in str(items[2])
     unknown = decoder.feed(b'data: {"error":"Request for unknown model: \'X\' is not found"}\n\n')
     assert isinstance(unknown[0], PyTritonClientModelUnavailableError)
+
+
+@pytest.mark.parametrize("name", ["id", "parameters"])
+def test_inputs_named_like_the_generate_endpoints_own_keys_are_refused(name):
+    config = ClientModelConfig("R", 0, inputs=(spec(name, [1], np.int64, "INT64"),))
+    with pytest.raises(PyTritonClientValueError, match=f"input named '{name}' cannot go over HTTP streaming"):
+        encode_request(config, {name: np.array([1], np.int64)})
