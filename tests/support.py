@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import pathlib
+import signal
 import socket
+import subprocess
+import sys
+import tempfile
+import time
 from typing import Iterator
+
+import psutil
 
 from pytriton.triton import Triton, TritonConfig
 
@@ -110,3 +119,65 @@ def wait_until(condition, timeout_s: float, interval_s: float = 0.05):
             return value
         time.sleep(interval_s)
     return None
+
+
+SERVING_SCRIPT = pathlib.Path(__file__).parent / "functional" / "faults" / "serving_script.py"
+
+
+class ServingScript:
+    """`SERVING_SCRIPT` (``Triton.serve()`` as users write it) in a child process, optionally wrapped
+    (``unshare``, ``setpriv``); its first stdout line (JSON: pid, segments) is read as `info`."""
+
+    def __init__(self, exit_timeout_s: int = 10, wrapper: tuple = (), env: dict = None) -> None:
+        self.http, self.grpc, self.metrics = free_ports(3)
+        argv = [*wrapper, sys.executable, str(SERVING_SCRIPT), str(self.http), str(self.grpc), str(self.metrics),
+                str(exit_timeout_s)]
+        self._stderr = tempfile.TemporaryFile(mode="w+")
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=env)
+        line = self.process.stdout.readline()
+        if not line:
+            self.process.wait()
+            raise AssertionError(f"the serving script did not start: {self.stderr()[-3000:]}")
+        self.info = json.loads(line)
+        self.base = f"http://127.0.0.1:{self.http}"
+
+    def root(self) -> psutil.Process:
+        """The process that runs the script (inside a wrapper, its descendant running Python)."""
+        process = psutil.Process(self.process.pid)
+        for child in [process, *process.children(recursive=True)]:
+            cmdline = child.cmdline()
+            if cmdline and cmdline[0] == sys.executable and str(SERVING_SCRIPT) in cmdline:
+                return child
+        raise AssertionError("no process runs the serving script")
+
+    def server(self) -> psutil.Process:
+        found = [p for p in self.root().children() if p.name() == "tritonserver"]
+        assert len(found) == 1, found
+        return found[0]
+
+    def stderr(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read()
+
+    def finish(self, timeout_s: float) -> tuple:
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            try:
+                self.root().send_signal(signal.SIGUSR1)
+                time.sleep(1)
+            except (psutil.NoSuchProcess, AssertionError):
+                pass
+            self.kill()
+            raise AssertionError(f"the serving script did not exit within {timeout_s} s; its stderr:\n"
+                                 f"{self.stderr()[-3000:]}") from None
+        return self.process.returncode, self.stderr()
+
+    def kill(self) -> None:
+        for process in [*psutil.Process(self.process.pid).children(recursive=True)]:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self.process.kill()
+        self.process.wait()

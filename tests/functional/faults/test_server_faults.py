@@ -8,86 +8,21 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 
 import numpy as np
 import psutil
 import pytest
-from support import free_ports, http_status, our_leftovers, stub_processes, wait_until
+from support import ServingScript, http_status, our_leftovers, stub_processes, wait_until
 
 from pytriton.client import DecoupledModelClient, ModelClient
 from pytriton.client.exceptions import PyTritonClientError
-from pytriton.model_config.model_config import ModelConfig  # noqa: F401 - imported by the script too
 
 pytestmark = pytest.mark.functional
-
-SCRIPT = pathlib.Path(__file__).with_name("serving_script.py")
-
-
-class ServingScript:
-    """The serving script in a child process, optionally wrapped (e.g. by ``unshare``)."""
-
-    def __init__(self, exit_timeout_s: int = 10, wrapper: tuple = ()) -> None:
-        self.http, self.grpc, self.metrics = free_ports(3)
-        argv = [*wrapper, sys.executable, str(SCRIPT), str(self.http), str(self.grpc), str(self.metrics),
-                str(exit_timeout_s)]
-        self._stderr = tempfile.TemporaryFile(mode="w+")
-        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
-        line = self.process.stdout.readline()
-        if not line:
-            self.process.wait()
-            raise AssertionError(f"the serving script did not start: {self.stderr()[-3000:]}")
-        self.info = json.loads(line)
-        self.base = f"http://127.0.0.1:{self.http}"
-
-    def root(self) -> psutil.Process:
-        """The process that runs the script (inside a wrapper, its descendant running Python)."""
-        process = psutil.Process(self.process.pid)
-        for child in [process, *process.children(recursive=True)]:
-            cmdline = child.cmdline()
-            if cmdline and cmdline[0] == sys.executable and str(SCRIPT) in cmdline:
-                return child
-        raise AssertionError("no process runs the serving script")
-
-    def server(self) -> psutil.Process:
-        found = [p for p in self.root().children() if p.name() == "tritonserver"]
-        assert len(found) == 1, found
-        return found[0]
-
-    def stderr(self) -> str:
-        self._stderr.seek(0)
-        return self._stderr.read()
-
-    def finish(self, timeout_s: float) -> tuple:
-        try:
-            self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            try:
-                self.root().send_signal(signal.SIGUSR1)
-                time.sleep(1)
-            except (psutil.NoSuchProcess, AssertionError):
-                pass
-            self.kill()
-            raise AssertionError(f"the serving script did not exit within {timeout_s} s; its stderr:\n"
-                                 f"{self.stderr()[-3000:]}") from None
-        return self.process.returncode, self.stderr()
-
-    def kill(self) -> None:
-        for process in [*psutil.Process(self.process.pid).children(recursive=True)]:
-            try:
-                process.kill()
-            except psutil.NoSuchProcess:
-                pass
-        self.process.kill()
-        self.process.wait()
-
 
 def _leftovers_of(pid_prefix: str) -> dict:
     processes = []
@@ -131,8 +66,8 @@ def test_run_users_see_is_alive_false_and_a_clear_error_on_the_next_call():
     def identity(requests):
         return [{"y": request["x"]} for request in requests]
 
-    tensors = dict(inputs=[Tensor(name="x", dtype=np.float32, shape=(1,))],
-                   outputs=[Tensor(name="y", dtype=np.float32, shape=(1,))])
+    tensors = {"inputs": [Tensor(name="x", dtype=np.float32, shape=(1,))],
+                   "outputs": [Tensor(name="y", dtype=np.float32, shape=(1,))]}
     with running_triton() as triton:
         triton.bind("Identity", identity, **tensors)
         triton.run()
@@ -196,7 +131,7 @@ def test_sigterm_drains_in_flight_requests_and_streams_then_exits_cleanly():
         streaming.start()
         time.sleep(0.5)
         script.root().send_signal(signal.SIGTERM)
-        signalled = time.monotonic()
+        time.monotonic()
         not_ready = wait_until(lambda: http_status(f"{script.base}/v2/health/ready") != 200, timeout_s=1.0,
                                interval_s=0.02)
         assert not_ready, "still ready after SIGTERM"

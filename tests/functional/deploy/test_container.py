@@ -1,0 +1,124 @@
+"""Container behaviour without a container engine: the serving script as PID 1, and as a non-root user.
+
+A container runs the user's script as PID 1 of its own PID namespace (``unshare -p -f
+--mount-proc`` here), often as an unprivileged user with a read-only root filesystem and a few
+writable folders (``setpriv`` and a private TMPDIR here).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import signal
+import stat
+import subprocess
+import time
+
+import numpy as np
+import psutil
+import pytest
+from support import ServingScript, http_status, stub_processes, wait_until
+
+from pytriton.client import ModelClient
+
+pytestmark = pytest.mark.functional
+
+NOBODY = 65534
+
+
+def _root_can(*argv: str) -> bool:
+    if os.geteuid() != 0 or shutil.which(argv[0]) is None:
+        return False
+    return subprocess.run([*argv, "true"], capture_output=True).returncode == 0
+
+
+def _zombies_under(process: psutil.Process) -> list:
+    zombies = []
+    for child in process.children(recursive=True):
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                zombies.append(child.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return zombies
+
+
+def _ask(base: str, seconds: float = 0.0) -> float:
+    with ModelClient(base, "Sleep", init_timeout_s=10, inference_timeout_s=10) as client:
+        return float(client.infer_sample(seconds=np.array([seconds], dtype=np.float32))["seconds"][0])
+
+
+PID_1 = ("unshare", "-p", "-f", "--mount-proc")
+
+
+@pytest.mark.skipif(not _root_can(*PID_1), reason="needs root and unshare for a PID namespace")
+@pytest.mark.parametrize("fault", ["sigterm", "stub killed, then sigterm", "tritonserver killed"])
+def test_as_pid_1_the_script_reaps_every_child_and_stops_within_the_exit_timeout(fault):
+    exit_timeout_s = 10
+    script = ServingScript(exit_timeout_s=exit_timeout_s, wrapper=PID_1)
+    try:
+        assert script.info["pid"] == 1
+        root = script.root()
+        if fault == "stub killed, then sigterm":
+            stub_processes("Sleep", root.pid)[0].kill()
+            assert wait_until(lambda: http_status(f"{script.base}/v2/models/Sleep/ready") != 200, timeout_s=2)
+            assert wait_until(lambda: http_status(f"{script.base}/v2/models/Sleep/ready") == 200, timeout_s=10)
+            assert _ask(script.base) == 0.0
+            # The stub died idle, so Triton finished its unload and waited for it: nothing defunct.
+            assert wait_until(lambda: not _zombies_under(root), timeout_s=3), _zombies_under(root)
+        if fault == "tritonserver killed":
+            script.server().kill()
+            expected = lambda code: code != 0  # noqa: E731 - a crash is not a clean stop
+        else:
+            root.send_signal(signal.SIGTERM)
+            expected = lambda code: code == 0  # noqa: E731
+        started = time.monotonic()
+        # Zombies are checked while the script still runs (afterwards the namespace is gone).
+        while script.process.poll() is None and time.monotonic() - started < exit_timeout_s + 5:
+            time.sleep(0.1)
+            try:
+                if root.status() == psutil.STATUS_ZOMBIE:
+                    break
+                lingering = _zombies_under(root)
+            except psutil.NoSuchProcess:
+                break
+            if time.monotonic() - started > 3:
+                assert not lingering, f"zombies under the PID-1 script 3 s after the fault: {lingering}"
+        returncode, err = script.finish(timeout_s=5)
+        took = time.monotonic() - started
+    finally:
+        if script.process.poll() is None:
+            script.kill()
+    assert expected(returncode), (returncode, err[-2000:])
+    assert took < exit_timeout_s + 2, f"stopping took {took:.1f} s with an exit timeout of {exit_timeout_s} s"
+
+
+@pytest.mark.skipif(not _root_can("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"),
+                    reason="needs root and setpriv to run as another user")
+def test_the_script_serves_as_an_unprivileged_user_with_only_tmpdir_writable(tmp_path):
+    package = pathlib.Path(__import__("pytriton").__file__).parent
+    writable = tmp_path / "tmp"  # the only folder the user may write (an emptyDir in Kubernetes)
+    writable.mkdir()
+    os.chown(writable, NOBODY, NOBODY)
+    tmp_path.chmod(tmp_path.stat().st_mode | stat.S_IXOTH)
+    probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "test", "-w",
+                            str(package)], capture_output=True)
+    assert probe.returncode != 0, "the package must be read-only to the serving user"
+    env = {key: value for key, value in os.environ.items() if key not in ("HOME", "TMPDIR")}
+    env.update(TMPDIR=str(writable), HOME="/nonexistent")
+    script = ServingScript(wrapper=("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"), env=env)
+    try:
+        root = script.root()
+        assert root.uids().real == NOBODY
+        assert all(child.uids().real == NOBODY for child in root.children(recursive=True))
+        assert _ask(script.base, 0.0) == 0.0
+        root.send_signal(signal.SIGTERM)
+        returncode, err = script.finish(timeout_s=20)
+    finally:
+        if script.process.poll() is None:
+            script.kill()
+    assert returncode == 0, err[-2000:]
+    assert list(writable.iterdir()) == [], "the workspace in TMPDIR was left behind"
+    prefix = f"pytriton-{script.info['pid']}-"
+    assert not [name for name in os.listdir("/dev/shm") if name.startswith(prefix)]
