@@ -66,3 +66,8 @@ fuzz: install
 
 clients: install
 	$(VPY) harness/clients.py $(CLIENTS_ARGS)
+
+# Issue 9's fault matrix (harness/faults.py): 20 rounds of faults, then 20 as PID 1 (root only).
+.PHONY: faults
+faults: install
+	$(VPY) harness/faults.py $(FAULTS_ARGS)

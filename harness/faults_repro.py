@@ -6,6 +6,8 @@ signal handlers only after ``run()`` returned, so the signal meets Python's defa
 as an ordinary process the script dies by SIGTERM (-15) without its cleanup (its /dev/shm entries
 wait for the next start's sweep); as PID 1 of a PID namespace (a container) the kernel drops a
 signal that has no handler, and the script goes on to serve as if nothing had been asked.
+When the ordinary script dies this way before its stubs ran ``initialize()``, a stub can
+outlive its dead server: printed are the processes of the server left 60 s after the exit.
 
 ``python harness/faults_repro.py zombie-stub``: a stub killed while it holds a request stays a
 zombie under tritonserver for as long as the server runs (Triton 2.51 never finishes unloading
@@ -22,13 +24,16 @@ import time
 
 import numpy as np
 from common import MODELS
-from faults_script import ServingScript, shm_entries
+from faults_load import Load
+from faults_script import ServingScript, describe, processes_of, shm_entries
 
 from pytriton.client import ModelClient
 
 
 def sigterm_at_load(pid1: bool) -> None:
     script = ServingScript(pid1=pid1)
+    load = Load(script.http_url, script.grpc_url)  # clients knocking while the models load, as in the matrix
+    load.start()
     try:
         deadline = time.monotonic() + 120
         while not script.stubs() and time.monotonic() < deadline:
@@ -45,7 +50,16 @@ def sigterm_at_load(pid1: bool) -> None:
         else:
             print(f"  exit code {code}; /dev/shm entries left for the next start's sweep: "
                   f"{len(shm_entries([script.server_id or '']))}")
+            exited = time.monotonic()
+            while processes_of([script.server_id or ""]) and time.monotonic() - exited < 60:
+                time.sleep(0.5)
+            left = processes_of([script.server_id or ""])
+            print(f"  processes of its server {time.monotonic() - exited:.0f} s after the exit: "
+                  f"{[(describe(p), 'parent', p.ppid()) for p in left] or 'none'}")
+            for process in left:
+                process.kill()
     finally:
+        load.stop()
         if script.is_running():
             script.kill_all()
         script.close()
