@@ -1,0 +1,169 @@
+"""The pure parts of `pytriton check`: verdict lines, glibc parsing, and each decision."""
+
+from __future__ import annotations
+
+import errno
+import pathlib
+
+import pytest
+
+from pytriton.ipc.shm import MIB
+from pytriton.server.checks import (
+    CheckResult,
+    Verdict,
+    exit_status,
+    format_result,
+    judge_glibc,
+    judge_libpython,
+    judge_numpy,
+    judge_ports,
+    judge_shm,
+    judge_stub_libraries,
+    parse_glibc_version,
+    parse_ldd,
+)
+
+LDD = """\
+\tlinux-vdso.so.1 (0x00007ffc2a5f6000)
+\tlibcudart-09529672.so.12.6.77 => /srv/tritonserver/lib/libcudart-09529672.so.12.6.77 (0x00007f0a1c000000)
+\tlibpython3.11.so.1.0 => /opt/py/lib/libpython3.11.so.1.0 (0x00007f0a1b800000)
+\tlibstdc++.so.6 => /lib/x86_64-linux-gnu/libstdc++.so.6 (0x00007f0a1b400000)
+\t/lib64/ld-linux-x86-64.so.2 (0x00007f0a1c600000)
+"""
+
+
+def test_a_passing_line_has_the_verdict_name_and_detail_and_no_remedy():
+    line = format_result(CheckResult("glibc", Verdict.PASS, "glibc 2.36", "never shown"), name_width=9)
+    assert line == "PASS  glibc:     glibc 2.36"
+
+
+def test_a_failing_line_carries_its_remedy_on_the_same_line():
+    line = format_result(CheckResult("ports", Verdict.FAIL, "port 8000 is\nin use", "stop it"))
+    assert line == "FAIL  ports: port 8000 is in use -- fix: stop it"
+    assert "\n" not in line
+
+
+def test_a_warning_does_not_fail_but_a_failure_does():
+    passed = CheckResult("a", Verdict.PASS, "")
+    warned = CheckResult("b", Verdict.WARN, "")
+    assert exit_status([passed, warned]) == 0
+    assert exit_status([passed, warned, CheckResult("c", Verdict.FAIL, "")]) == 1
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("glibc 2.36", (2, 36)), ("glibc 2.35", (2, 35)), ("2.31", (2, 31)), ("glibc 2.4", (2, 4)),
+     ("", None), (None, None), ("musl", None)],
+)
+def test_glibc_versions_are_parsed_from_confstr_text(text, expected):
+    assert parse_glibc_version(text) == expected
+
+
+def test_glibc_2_35_and_newer_pass_older_fail_with_a_base_image_remedy():
+    assert judge_glibc((2, 35), bundled=True).verdict is Verdict.PASS
+    assert judge_glibc((2, 36), bundled=True).verdict is Verdict.PASS
+    old = judge_glibc((2, 31), bundled=True)
+    assert old.verdict is Verdict.FAIL
+    assert "2.31" in old.detail and "2.35" in old.detail and "Debian 12" in old.remedy
+
+
+def test_glibc_minor_versions_compare_as_numbers_not_text():
+    assert judge_glibc((2, 4), bundled=True).verdict is Verdict.FAIL  # "2.4" > "2.35" as text
+
+
+def test_no_glibc_fails_for_the_bundled_server():
+    assert judge_glibc(None, bundled=True).verdict is Verdict.FAIL
+    assert "musl" in judge_glibc(None, bundled=True).detail
+
+
+def test_an_own_server_is_not_held_to_the_bundled_glibc():
+    assert judge_glibc((2, 31), bundled=False).verdict is Verdict.PASS
+
+
+def test_a_static_python_fails_the_libpython_check_with_the_remedy():
+    result = judge_libpython("built without a shared libpython", None, False)
+    assert result.verdict is Verdict.FAIL and "--enable-shared" in result.remedy
+
+
+def test_a_shared_libpython_whose_file_is_missing_fails():
+    library = pathlib.Path("/opt/py/lib/libpython3.11.so.1.0")
+    assert judge_libpython(None, library, True).verdict is Verdict.PASS
+    missing = judge_libpython(None, library, False)
+    assert missing.verdict is Verdict.FAIL and str(library) in missing.detail
+
+
+def test_ldd_output_is_read_into_resolved_and_missing_libraries():
+    libraries = parse_ldd(LDD + "\tlibb64.so.0d => not found\n")
+    assert libraries["libpython3.11.so.1.0"] == "/opt/py/lib/libpython3.11.so.1.0"
+    assert libraries["libb64.so.0d"] is None
+    assert "linux-vdso.so.1" not in libraries  # no "=>": nothing to resolve
+
+
+def _same(path: str) -> str:
+    return path
+
+
+def test_stub_libraries_pass_when_libpython_is_this_interpreters():
+    result = judge_stub_libraries(parse_ldd(LDD), pathlib.Path("/opt/py/lib"), realpath=_same)
+    assert result.verdict is Verdict.PASS
+    assert "/opt/py/lib/libpython3.11.so.1.0" in result.detail
+
+
+def test_stub_libraries_fail_on_the_system_libpython_of_another_build():
+    trap = LDD.replace("/opt/py/lib/libpython", "/lib/x86_64-linux-gnu/libpython")
+    result = judge_stub_libraries(parse_ldd(trap), pathlib.Path("/opt/py/lib"), realpath=_same)
+    assert result.verdict is Verdict.FAIL
+    assert "/lib/x86_64-linux-gnu/libpython3.11.so.1.0" in result.detail and "/opt/py/lib" in result.remedy
+
+
+def test_stub_libraries_fail_naming_what_is_missing():
+    result = judge_stub_libraries(parse_ldd(LDD + "\tlibfoo.so.1 => not found\n"), pathlib.Path("/opt/py/lib"),
+                                  realpath=_same)
+    assert result.verdict is Verdict.FAIL and "libfoo.so.1" in result.detail
+
+
+@pytest.mark.parametrize("version, verdict", [("1.26.4", Verdict.PASS), ("1.24.4", Verdict.PASS),
+                                              ("2.0.0", Verdict.FAIL), ("2.4.6", Verdict.FAIL),
+                                              (None, Verdict.FAIL)])
+def test_the_stub_needs_numpy_1(version, verdict):
+    result = judge_numpy(version, "somewhere")
+    assert result.verdict is verdict
+    if verdict is Verdict.FAIL:
+        assert "numpy<2" in result.remedy
+
+
+def test_a_roomy_shm_passes():
+    assert judge_shm(1024 * MIB, 1000 * MIB, writable=True).verdict is Verdict.PASS
+
+
+def test_dockers_default_shm_warns_with_the_shm_size_fix():
+    result = judge_shm(64 * MIB, 63 * MIB, writable=True)
+    assert result.verdict is Verdict.WARN
+    assert "64.0 MiB" in result.detail and "--shm-size=256m" in result.remedy
+
+
+def test_a_large_but_full_shm_warns_about_free_space():
+    result = judge_shm(1024 * MIB, 100 * MIB, writable=True)
+    assert result.verdict is Verdict.WARN and "100.0 MiB is free" in result.detail
+
+
+def test_a_read_only_shm_fails():
+    assert judge_shm(1024 * MIB, 1000 * MIB, writable=False).verdict is Verdict.FAIL
+
+
+def test_free_ports_pass_and_list_the_endpoints():
+    result = judge_ports([("http_port", None, 8000, None), ("grpc_port", None, 8001, None)])
+    assert result.verdict is Verdict.PASS and "8000 (http)" in result.detail and "8001 (grpc)" in result.detail
+
+
+def test_a_busy_port_fails_naming_the_port_and_the_variable_that_moves_it():
+    result = judge_ports([("http_port", None, 8000, None), ("metrics_port", "127.0.0.1", 8002, errno.EADDRINUSE)])
+    assert result.verdict is Verdict.FAIL
+    assert "port 8002 (metrics_port) is already in use on 127.0.0.1" in result.detail
+    assert "PYTRITON_TRITON_CONFIG_METRICS_PORT=<port>" in result.remedy
+    assert "HTTP_PORT" not in result.remedy
+
+
+def test_a_privileged_port_fails_with_its_own_reason():
+    result = judge_ports([("http_port", None, 80, errno.EACCES)])
+    assert result.verdict is Verdict.FAIL and "privileges" in result.detail
