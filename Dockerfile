@@ -1,0 +1,86 @@
+# syntax=docker/dockerfile:1
+#
+# An image that serves Python callables through Triton with pytriton. As built here it serves
+# the two models of examples/serve.py (Linear, Upper) with `Triton.serve()`:
+#
+#   docker build -t pytriton-serve .
+#   docker run --rm --shm-size=1g -p 8000:8000 -p 8001:8001 -p 8002:8002 pytriton-serve
+#
+# Your own serving script, either way (docs/deploying.md, "Docker"):
+#   - a build argument naming a script in the build context:
+#       docker build --build-arg SERVE_SCRIPT=my_server.py -t my-models .
+#   - FROM this image and copy, when the script needs more packages:
+#       FROM pytriton-serve
+#       USER root
+#       RUN python -m pip install --no-cache-dir torch==2.5.1
+#       USER 10001:10001
+#       COPY my_server.py /app/serve.py
+#
+# Needs BuildKit (Docker's default builder since 23.0) for the RUN --mount options.
+
+# Debian 12 (glibc 2.36; the bundled tritonserver needs >= 2.35) with CPython 3.11 built with a
+# shared libpython, which Triton's Python-backend stub embeds. Both stages use the same image,
+# so the wheel's stub NumPy is built for the Python that runs it.
+ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
+
+# ---- stage 1: the wheel ---------------------------------------------------------------------
+FROM ${PYTHON_IMAGE} AS wheel
+WORKDIR /src
+# Build isolation is off, so this pinned setuptools is the one that builds the wheel.
+RUN python -m pip install --no-cache-dir --root-user-action=ignore setuptools==84.2.1
+COPY pyproject.toml LICENSE NOTICE ./
+COPY build_backend/ build_backend/
+COPY pytriton/ pytriton/
+# The build backend fetches the server tree from the pinned nvidia-pytriton==0.7.0 wheel and a
+# NumPy 1.x for the stub, both checked against their sha256 (as `make install` does); the cache
+# mount keeps those wheels across builds. .dockerignore keeps a local pytriton/tritonserver out.
+RUN --mount=type=cache,target=/root/.cache/pytriton \
+    python -m pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels .
+
+# ---- stage 2: the server image: the wheel, its pinned dependencies, tini; no build tools ----
+FROM ${PYTHON_IMAGE}
+ARG SERVE_SCRIPT=examples/serve.py
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# tini is PID 1 and runs python as an ordinary process. The library does handle being PID 1
+# itself: serve() installs SIGTERM/SIGINT handlers and reaps the zombies it adopts
+# (pytriton.server.supervisor.reap_adopted). But a PID 1 ignores every signal it has no handler
+# for, and there are moments with none: a SIGTERM while serve() is still starting tritonserver
+# and loading the models (harness/faults_repro.py sigterm-at-load), or a script of your own that
+# calls run() and waits in a loop of its own. As PID 1 that script would ignore `docker stop`
+# until it is SIGKILLed after the stop timeout; under tini the signal ends it at once.
+# Orphans (stubs of a killed tritonserver) are reaped by tini. So `docker run --init` is not needed.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends tini=0.19.0-1+b3 \
+ && rm -rf /var/lib/apt/lists/*
+
+# Only the wheel comes from the first stage, through a bind mount so that it stays in no layer.
+RUN --mount=type=bind,from=wheel,source=/wheels,target=/wheels \
+    --mount=type=bind,source=docker/constraints.txt,target=/tmp/constraints.txt \
+    python -m pip install --no-cache-dir --root-user-action=ignore \
+        --constraint /tmp/constraints.txt /wheels/pytriton-*.whl
+
+# A user of its own, by number so that Kubernetes' runAsNonRoot can verify it.
+RUN useradd --create-home --no-log-init --uid 10001 --user-group pytriton
+WORKDIR /app
+COPY ${SERVE_SCRIPT} /app/serve.py
+USER 10001:10001
+
+# A broken image fails its build here: glibc, libpython, the server tree and its stub's libraries
+# and NumPy, a throwaway tritonserver start, the workspace folder, checked as the user that will
+# serve. --build leaves out the ports and /dev/shm: the build container's say nothing about
+# those of the container that will run (`docker run ... pytriton check` looks at those).
+RUN pytriton check --build
+
+# Triton's HTTP, gRPC and metrics ports (TritonConfig's defaults).
+EXPOSE 8000 8001 8002
+
+# Ready means the server and every model answer (/v2/health/ready); the standard library only,
+# so the image needs no curl. The port follows PYTRITON_TRITON_CONFIG_HTTP_PORT when it is set.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; port = os.environ.get('PYTRITON_TRITON_CONFIG_HTTP_PORT') or '8000'; urllib.request.urlopen(f'http://127.0.0.1:{port}/v2/health/ready', timeout=4)"]
+
+ENTRYPOINT ["/usr/bin/tini", "--"]
+CMD ["python", "/app/serve.py"]

