@@ -7,6 +7,7 @@ installed; the tests render every one of them.
 
 from __future__ import annotations
 
+import functools
 import pathlib
 import re
 import sys
@@ -42,6 +43,20 @@ def helm():
     import helm_python
 
     return helm_python
+
+
+def kubernetes_validate():
+    """kubernetes_validate.utils, reading each bundled schema file once per test process.
+
+    Its `validate` parses the multi-megabyte definitions file of a Kubernetes version on every
+    call; a few hundred calls (objects x value sets x versions) spent most of their time there.
+    The schemas are only read, so sharing the parsed documents changes no result.
+    """
+    from kubernetes_validate import utils
+
+    if not hasattr(utils.schema_contents, "cache_info"):
+        utils.schema_contents = functools.lru_cache(maxsize=None)(utils.schema_contents)
+    return utils
 
 
 def render_manifests(values: Optional[Dict[str, Any]] = None) -> Dict[str, str]:

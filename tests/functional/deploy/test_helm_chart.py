@@ -21,6 +21,7 @@ from helm_chart_support import (
     VALUE_SETS,
     adapter_rule,
     helm,
+    kubernetes_validate,
     only,
     plain_env,
     quantity_bytes,
@@ -45,7 +46,7 @@ PYTRITON_KILL_MARGIN_S = 15
 
 
 def _kubernetes_versions():
-    from kubernetes_validate import utils
+    utils = kubernetes_validate()
 
     versions = [v for v in utils.all_versions() if tuple(map(int, v.split(".")[:2])) >= (1, 29)]
     return versions
@@ -86,7 +87,7 @@ def test_the_bundled_schemas_cover_1_29_and_newer():
 
 
 def test_every_object_fits_every_kubernetes_version_strictly(rendered):
-    from kubernetes_validate import utils
+    utils = kubernetes_validate()
 
     name, objects = rendered
     checked = 0
@@ -109,7 +110,7 @@ def test_every_object_fits_every_kubernetes_version_strictly(rendered):
 
 def test_strict_validation_rejects_an_unknown_field():
     # The negative control of the test above: strict schemas refuse fields Kubernetes would drop.
-    from kubernetes_validate import utils
+    utils = kubernetes_validate()
 
     deployment = only(render(), "Deployment")
     deployment["spec"]["template"]["spec"]["containers"][0]["livenessProbes"] = {}
