@@ -4,6 +4,7 @@ server tree fails it with the remedy; `--build` leaves out the checks of the run
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -96,3 +97,30 @@ def test_a_server_that_does_not_start_fails_the_start_check(tmp_path):
     line = line_of(result.stdout, "server start")
     assert line.startswith("FAIL") and "exited with code 3" in line and "cannot load libtritonserver.so" in line
     assert verdicts(result.stdout)["stub libraries"] == ["PASS"]
+
+
+def test_dockers_default_shm_warns_with_the_fix_but_does_not_fail():
+    """In a private mount namespace with Docker's 64 MB /dev/shm (needs root and unshare)."""
+    mount = "mount -t tmpfs -o size=64m tmpfs /dev/shm"
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare to mount a private 64 MB /dev/shm")
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", mount], capture_output=True, text=True, timeout=10)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare -m with a tmpfs mount is not permitted here: {probe.stderr.strip()}")
+    http, grpc, metrics = free_ports(3)
+    command = (f"{mount} && PYTRITON_TRITON_CONFIG_HTTP_PORT={http} PYTRITON_TRITON_CONFIG_GRPC_PORT={grpc} "
+               f"PYTRITON_TRITON_CONFIG_METRICS_PORT={metrics} exec {sys.executable} -m pytriton check")
+    result = subprocess.run(["unshare", "-m", "sh", "-c", command], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr  # a WARN does not fail
+    line = line_of(result.stdout, "/dev/shm")
+    assert line.startswith("WARN") and "/dev/shm is 64.0 MiB" in line and "docker run --shm-size=256m" in line
+    assert verdicts(result.stdout)["server start"] == ["PASS"]
+
+
+def test_the_console_script_runs_the_same_command():
+    script = shutil.which("pytriton", path=os.path.dirname(sys.executable))
+    assert script, "no `pytriton` script next to this Python: reinstall the package (make install)"
+    result = subprocess.run([script, "check", "--help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "--build" in result.stdout, result.stdout + result.stderr
+    wrong = subprocess.run([script, "chek"], capture_output=True, text=True, timeout=60)
+    assert wrong.returncode == 2 and "invalid choice: 'chek'" in wrong.stderr
