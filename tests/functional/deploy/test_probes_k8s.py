@@ -67,9 +67,11 @@ def test_chart_probes_answer_the_truth_during_load_serving_and_healing():
         during_start = _watch(base, paths, starting)
         starting.join()
         assert time.monotonic() - started_at >= WARMUP_S
-        assert during_start and all(s["readiness"] != 200 and s["startup"] != 200 for _, s in during_start)
-        # Nothing answers yet, not even liveness: the startup probe must hold liveness off.
-        assert all(s["liveness"] != 200 for _, s in during_start)
+        # Before the warm-up can have ended nothing answers, not even liveness: the startup
+        # probe must hold liveness off. (Later samples may already see the server ready.)
+        warming = [statuses for at, statuses in during_start if at < WARMUP_S]
+        assert len(warming) >= 5, during_start
+        assert all(200 not in statuses.values() for statuses in warming), warming
 
         # 2. Serving: every probe path answers 200 on the port the chart probes.
         assert {kind: http_status(base + path) for kind, path in paths.items()} == dict.fromkeys(paths, 200)
