@@ -17,6 +17,7 @@ import functools
 import logging
 import os
 import pathlib
+import signal
 import socket
 import threading
 import time
@@ -97,6 +98,8 @@ class Triton:
         self._fatal: Optional[PyTritonServerError] = None
         self._supervisor: Optional[Supervisor] = None
         self._hurry = threading.Event()  # a second signal during the drain: stop at once
+        self._start_interrupted: Callable[[], bool] = lambda: False  # a signal came while starting
+        self._in_serve = False
         self._stopped = False
         self._server_distribution: Optional[ServerDistribution] = None
 
@@ -173,9 +176,31 @@ class Triton:
     def run(self) -> None:
         """Start the server in the background; returns once every bound model is ready.
 
+        A SIGINT or SIGTERM that arrives while it starts (from the main thread) stops the start
+        and cleans up; then the signal takes its usual course (the previous handler, or the
+        default action), and if the process lives on, this raises.
+
         Raises:
-            PyTritonServerStartupError: the server could not start; the message says why.
+            PyTritonServerStartupError: the server could not start, or a signal stopped the
+                start; the message says why.
         """
+        if self._in_serve or threading.current_thread() is not threading.main_thread():
+            self._start()
+            return
+        with SignalWatch(threading.Event()) as signals:
+            self._start_interrupted = lambda: bool(signals.received)
+            try:
+                self._start()
+            finally:
+                self._start_interrupted = lambda: False
+        if signals.first is not None:  # the previous handlers are back
+            self.stop()
+            signal.raise_signal(signals.first)
+            raise PyTritonServerStartupError(
+                f"the start was interrupted by signal {signals.first}; the server was stopped and cleaned up"
+            )
+
+    def _start(self) -> None:
         with self._lock:
             self._raise_if_failed()
             if self._stopped:
@@ -209,7 +234,9 @@ class Triton:
             process.start()
             deadline = time.monotonic() + STARTUP_TIMEOUT_S
             try:
-                if not wait_for(self._control.is_ready, deadline, process.is_running):
+                if not wait_for(self._control.is_ready, deadline, self._starting(process)):
+                    if self._start_interrupted():
+                        return  # serve() saw a signal: it stops what was started
                     raise PyTritonServerStartupError(self._startup_failure(process))
                 self._wait_models_ready(self._bindings.names(), deadline)
             except BaseException:
@@ -242,6 +269,10 @@ class Triton:
         if self._fatal is not None:
             raise self._fatal
 
+    def _starting(self, process: ServerProcess) -> Callable[[], bool]:
+        """Whether a start may go on waiting: the server runs and no signal asked to stop."""
+        return lambda: process.is_running() and not self._start_interrupted()
+
     def _startup_failure(self, process: ServerProcess) -> str:
         if process.is_running():
             reason = f"it did not become ready within {STARTUP_TIMEOUT_S:.0f} s"
@@ -260,7 +291,9 @@ class Triton:
         for name in names:
             version = self._bindings.version(name)
             ready = wait_for(functools.partial(control.is_model_ready, name, version), deadline,
-                             self._process.is_running)
+                             self._starting(self._process))
+            if not ready and self._start_interrupted():
+                return
             if not ready:
                 raise PyTritonServerError(
                     f"model '{name}' version {version} did not become ready.\n{self._process.report()}"
@@ -305,14 +338,20 @@ class Triton:
                 message names the signal or exit code and ends with the server's last lines.
             PyTritonModelRestartLimitError: a model's instances kept dying and it was given up.
         """
-        self.run()
+        # Installed before the start: a SIGTERM while the models load (a pod deleted early) stops
+        # the start and cleans up, instead of killing the process half-way or, as PID 1, being
+        # dropped by the kernel for want of a handler.
         with SignalWatch(self._wake, on_repeat=self._hurry.set) as signals:
+            self._in_serve = True
             try:
+                self._start_interrupted = lambda: bool(signals.received)
+                self._start()
                 signum = block_until_signal(self.is_alive, self._wake, monitoring_period_s, signals)
                 if signum is not None:
                     logger.info("Signal %d received: draining, then stopping Triton (a second signal stops at once)",
                                 signum)
             finally:
+                self._in_serve = False
                 self.stop()
         if self._fatal is not None:
             raise self._fatal

@@ -128,18 +128,21 @@ class ServingScript:
     """`SERVING_SCRIPT` (``Triton.serve()`` as users write it) in a child process, optionally wrapped
     (``unshare``, ``setpriv``); its first stdout line (JSON: pid, segments) is read as `info`."""
 
-    def __init__(self, exit_timeout_s: int = 10, wrapper: tuple = (), env: dict = None) -> None:
+    def __init__(self, exit_timeout_s: int = 10, wrapper: tuple = (), env: dict = None, wait_ready: bool = True) -> None:
         self.http, self.grpc, self.metrics = free_ports(3)
         argv = [*wrapper, sys.executable, str(SERVING_SCRIPT), str(self.http), str(self.grpc), str(self.metrics),
                 str(exit_timeout_s)]
         self._stderr = tempfile.TemporaryFile(mode="w+")
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=env)
+        self.base = f"http://127.0.0.1:{self.http}"
+        self.info: dict = {}
+        if not wait_ready:
+            return
         line = self.process.stdout.readline()
         if not line:
             self.process.wait()
             raise AssertionError(f"the serving script did not start: {self.stderr()[-3000:]}")
         self.info = json.loads(line)
-        self.base = f"http://127.0.0.1:{self.http}"
 
     def root(self) -> psutil.Process:
         """The process that runs the script (inside a wrapper, its descendant running Python)."""

@@ -47,6 +47,26 @@ def _exit_with_parent(parent_pid: int, period_s: float = _PARENT_CHECK_S) -> Non
     threading.Thread(target=watch, name="pytriton-parent-watch", daemon=True).start()
 
 
+def _server_pid(cmdline: Sequence[str]) -> int:
+    """The pid of the tritonserver that started this stub.
+
+    Triton passes it as the stub's sixth argument (``stub model.py region default growth
+    <server pid> ...``); reading it there, rather than ``os.getppid()``, also catches a server
+    that died before this stub got as far as ``initialize`` (the stub was then adopted already).
+    """
+    if len(cmdline) > 5 and cmdline[5].isdigit():
+        return int(cmdline[5])
+    return os.getppid()
+
+
+def _own_cmdline() -> List[str]:
+    try:
+        with open("/proc/self/cmdline", "rb") as handle:
+            return [part.decode(errors="replace") for part in handle.read().split(b"\0") if part]
+    except OSError:
+        return []
+
+
 def _parameters(model_config: Dict[str, Any]) -> Dict[str, str]:
     return {key: value.get("string_value", "") for key, value in model_config.get("parameters", {}).items()}
 
@@ -76,7 +96,7 @@ class TritonPythonModel:
     """The Python-backend model Triton loads for every model bound with pytriton."""
 
     def initialize(self, args: Dict[str, str]) -> None:
-        _exit_with_parent(os.getppid())
+        _exit_with_parent(_server_pid(_own_cmdline()))
         config = json.loads(args["model_config"])
         params = _parameters(config)
         self._model_name = args["model_name"]

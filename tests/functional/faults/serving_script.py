@@ -1,10 +1,12 @@
 """A serving script as users write it, for fault tests that need a process of its own.
 
 ``python serving_script.py HTTP GRPC METRICS [EXIT_TIMEOUT_S]`` serves two models with
-`Triton.serve()` and prints one JSON line once they are ready: its pid, and the names of the
+`Triton.serve()` (after `Triton.run()` with ``SERVING_SCRIPT_RUN_FIRST=1``) and prints one JSON
+line once they are ready: its pid, and the names of the
 shared-memory entries its server created (so a test can check they are gone afterwards).
 
-- ``Sleep``: sleeps for the largest ``seconds`` value of the batch, then echoes it;
+- ``Sleep``: sleeps for the largest ``seconds`` value of the batch, then echoes it (its warm-up
+  sleeps ``SERVING_SCRIPT_LOAD_S`` seconds, 0 by default: a slow model load);
 - ``Tokens``: decoupled; for each request yields ``count`` tokens, ``seconds`` apart.
 """
 
@@ -13,12 +15,14 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
+import urllib.request
 
 import numpy as np
 
 from pytriton.decorators import batch
-from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config import ModelConfig, ModelWarmup, Tensor
 from pytriton.triton import Triton, TritonConfig
 
 
@@ -35,6 +39,22 @@ def tokens(requests):
         yield [{"token": np.array([index], dtype=np.int32)}]
 
 
+def announce_when_ready(http_port: int, before: set) -> None:
+    """Print the JSON line once the server answers ready (serve() blocks the main thread)."""
+    url = f"http://127.0.0.1:{http_port}/v2/health/ready"
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            pass
+        time.sleep(0.05)
+    prefix = f"pytriton-{os.getpid()}-"
+    segments = sorted(name for name in set(os.listdir("/dev/shm")) - before if name.startswith(prefix))
+    print(json.dumps({"pid": os.getpid(), "segments": segments}), flush=True)
+
+
 def main() -> None:
     faulthandler.register(signal.SIGUSR1)  # a test that times out dumps the stacks into stderr
     http, grpc, metrics = (int(port) for port in sys.argv[1:4])
@@ -46,7 +66,9 @@ def main() -> None:
             "Sleep", sleep,
             inputs=[Tensor(name="seconds", dtype=np.float32, shape=(1,))],
             outputs=[Tensor(name="seconds", dtype=np.float32, shape=(1,))],
-            config=ModelConfig(max_batch_size=8),
+            # SERVING_SCRIPT_LOAD_S: a warm-up that keeps the model loading that long (a slow model load).
+            config=ModelConfig(max_batch_size=8, warmup=ModelWarmup(
+                {"seconds": np.array([float(os.environ.get("SERVING_SCRIPT_LOAD_S", "0"))], dtype=np.float32)})),
         )
         triton.bind(
             "Tokens", tokens,
@@ -55,10 +77,9 @@ def main() -> None:
             outputs=[Tensor(name="token", dtype=np.int32, shape=(1,))],
             config=ModelConfig(batching=False, decoupled=True),
         )
-        triton.run()
-        prefix = f"pytriton-{os.getpid()}-"
-        segments = sorted(name for name in set(os.listdir("/dev/shm")) - before if name.startswith(prefix))
-        print(json.dumps({"pid": os.getpid(), "segments": segments}), flush=True)
+        if os.environ.get("SERVING_SCRIPT_RUN_FIRST") == "1":
+            triton.run()  # the background start first, then serve(): a pattern users have too
+        threading.Thread(target=announce_when_ready, args=(http, before), daemon=True).start()
         triton.serve()
 
 

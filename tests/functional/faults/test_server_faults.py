@@ -207,3 +207,34 @@ def test_as_pid_1_a_killed_stub_is_healed_and_sigterm_leaves_nothing_behind():
     left = sorted(name for name in os.listdir("/dev/shm") if name.startswith(server_id))
     assert left == [], f"segments of the PID-1 server left behind: {left}"
     assert _leftovers_of(server_id)["processes"] == []
+
+
+@pytest.mark.parametrize("as_pid_1, run_first", [(False, False), (True, False), (False, True), (True, True)],
+                         ids=["serve", "serve-pid-1", "run-then-serve", "run-then-serve-pid-1"])
+def test_sigterm_while_the_models_load_stops_the_start_cleanly(as_pid_1, run_first):
+    if as_pid_1 and not _can_unshare():
+        pytest.skip("needs root and unshare for a PID namespace")
+    env = dict(os.environ, SERVING_SCRIPT_LOAD_S="6", SERVING_SCRIPT_RUN_FIRST="1" if run_first else "0")
+    wrapper = ("unshare", "-p", "-f", "--mount-proc") if as_pid_1 else ()
+    script = ServingScript(exit_timeout_s=10, wrapper=wrapper, env=env, wait_ready=False)
+    try:
+        loading = wait_until(lambda: stub_processes("Sleep", script.process.pid), timeout_s=60)
+        assert loading, "the model never started loading"
+        time.sleep(0.5)  # its warm-up (6 s) runs now: the model is loading, serve() not yet serving
+        server_ids = {arg.split("-tpb")[0] for stub in loading for arg in stub.cmdline() if "-tpb" in arg}
+        script.root().send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        returncode, err = script.finish(timeout_s=30)
+        took = time.monotonic() - signalled
+    finally:
+        if script.process.poll() is None:
+            script.kill()
+    if not run_first:
+        assert returncode == 0, err[-2000:]  # serve(): a clean stop, neither death by SIGTERM nor a lost signal
+    elif not as_pid_1:
+        assert returncode == -signal.SIGTERM, err[-2000:]  # run() cleans up, then the default action applies
+    else:  # as PID 1 the default action is to ignore SIGTERM: run() raises rather than serve nothing
+        assert returncode != 0 and "the start was interrupted by signal 15" in err, err[-2000:]
+    assert took < 20, f"stopping a loading server took {took:.1f} s"
+    (server_id,) = server_ids
+    assert _leftovers_of(server_id) == {"processes": [], "segments": []}
