@@ -18,9 +18,10 @@ who restricted an API explicitly meant that header and value.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import secrets
-from typing import Any, Iterable, Optional, Sequence, Tuple
+from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple
 
 from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.server.config import TritonConfig
@@ -108,10 +109,24 @@ class TritonSecurityConfig:
         return tuple(self.restricted_endpoints)
 
 
-def resolve_access_token(security: TritonSecurityConfig) -> str:
-    """The token of one server: the chosen one, or a fresh random one (URL-safe, 256 bits)."""
+ACCESS_TOKEN_ENV = "PYTRITON_ACCESS_TOKEN"
+"""Environment variable with the token to use when `TritonSecurityConfig.access_token` is unset
+(how a Kubernetes Secret reaches the server without the script reading it)."""
+
+
+def resolve_access_token(security: TritonSecurityConfig, environ: Optional[Mapping[str, str]] = None) -> str:
+    """The token of one server: the chosen one, else `ACCESS_TOKEN_ENV` when set and not empty,
+    else a fresh random one (URL-safe, 256 bits)."""
     if security.access_token is not None:
         return security.access_token
+    from_env = (os.environ if environ is None else environ).get(ACCESS_TOKEN_ENV, "").strip()
+    if from_env:
+        if not _TOKEN_SHAPE.match(from_env):  # the value itself is never shown: it is a secret
+            raise PyTritonBadParameterError(
+                f"the environment variable {ACCESS_TOKEN_ENV} holds an invalid access token: expected letters, "
+                "digits and -._~+/= only"
+            )
+        return from_env
     return secrets.token_urlsafe(_TOKEN_BYTES)
 
 

@@ -137,3 +137,14 @@ def test_disabled_restriction_writes_no_flag():
 def test_auth_headers_carry_the_grpc_prefix_on_grpc_only():
     assert auth_headers("tok", grpc=False) == {"triton-access-token": "tok"}
     assert auth_headers("tok", grpc=True) == {"triton-grpc-protocol-triton-access-token": "tok"}
+
+
+def test_the_token_comes_from_the_config_then_the_environment_then_is_generated():
+    from pytriton.server.security import ACCESS_TOKEN_ENV, TritonSecurityConfig, resolve_access_token
+
+    assert resolve_access_token(TritonSecurityConfig(access_token="chosen"), {ACCESS_TOKEN_ENV: "env"}) == "chosen"
+    assert resolve_access_token(TritonSecurityConfig(), {ACCESS_TOKEN_ENV: "from-a-secret"}) == "from-a-secret"
+    generated = resolve_access_token(TritonSecurityConfig(), {ACCESS_TOKEN_ENV: ""})
+    assert len(generated) >= 40 and generated != resolve_access_token(TritonSecurityConfig(), {})
+    with pytest.raises(PyTritonBadParameterError, match="PYTRITON_ACCESS_TOKEN holds an invalid access token"):
+        resolve_access_token(TritonSecurityConfig(), {ACCESS_TOKEN_ENV: "has spaces"})
