@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import os
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
-from common import UserProcess, log, process_counts, settle, table
+from common import UserProcess, conclude, log, process_counts, settle, table
 
 from pytriton.client import (
     AsyncioDecoupledModelClient,
@@ -169,10 +168,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for failure in failures:
         print("  " + failure)
     print("PASS" if not failures else "FAIL")
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump(figures, out, indent=1, default=str)
-    return 0 if not failures else 1
+    return conclude(figures, failures, args.json)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ bytes of the server's /dev/shm segments, and the fds and threads of the user pro
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import pathlib
 import signal
@@ -254,6 +255,14 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     lines = ["  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in cells]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(lines)
+
+
+def conclude(figures: Dict[str, object], failures: Sequence[str], json_path: str) -> int:
+    """Write the figures as JSON (when a path is given); the exit status: 1 when anything failed."""
+    if json_path:
+        with open(json_path, "w") as out:
+            json.dump(figures, out, indent=1, default=str)
+    return 0 if not failures else 1
 
 
 def mib(value: float) -> str:

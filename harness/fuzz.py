@@ -40,7 +40,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import grpc
 import numpy as np
-from common import UserProcess, log, process_counts, settle, shm_bytes, table
+from common import UserProcess, conclude, log, process_counts, settle, shm_bytes, table
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -613,10 +613,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for failure in failures[:20]:
         print("  " + failure[:600])
     print("PASS" if not failures else f"FAIL ({len(failures)} problems)")
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump(figures, out, indent=1, default=str)
-    return 0 if not failures else 1
+    return conclude(figures, failures, args.json)
 
 
 if __name__ == "__main__":

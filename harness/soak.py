@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import threading
@@ -47,7 +46,7 @@ from concurrent.futures import Future
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
-from common import REPO, UserProcess, footprint, log, mib, settle, table
+from common import REPO, UserProcess, conclude, footprint, log, mib, settle, table
 
 from pytriton.client import (
     AsyncioModelClient,
@@ -464,10 +463,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for example in ledger.examples:
         print("  " + example)
     print("PASS" if not failures else "FAIL:\n  " + "\n  ".join(failures))
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump(figures, out, indent=1, default=str)
-    return 0 if not failures else 1
+    return conclude(figures, failures, args.json)
 
 
 if __name__ == "__main__":
