@@ -337,6 +337,8 @@ def plot(sampler: Sampler, path: str, title: str) -> Optional[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=100_000, help="requests of the load phase (default 10^5)")
+    parser.add_argument("--rehearsal", type=int, default=None,
+                        help="requests of the rehearsal before the baseline (default: 5 %% of --requests, at least 1000)")
     parser.add_argument("--period-s", type=float, default=0.5, help="sampling period")
     parser.add_argument("--growth-limit", type=float, default=0.05, help="largest growth from 50 %% to 100 %%")
     parser.add_argument("--rss-tolerance", type=float, default=0.10, help="RSS after close vs baseline")
@@ -364,7 +366,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # (Triton's Python-backend shared-memory pool, the allocators) reach it here, so the
         # baseline is the server's resting footprint under this load, and what the criteria
         # catch is growth that the same load causes again.
-        rehearsal_count = max(1000, args.requests // 20)
+        rehearsal_count = args.rehearsal if args.rehearsal is not None else max(1000, args.requests // 20)
         log(f"rehearsal: {rehearsal_count} requests of the load's mix")
         rehearsal = Ledger(rehearsal_count, rng.choice(SIZES, size=rehearsal_count, p=WEIGHTS),
                            id_base=WARMUP_ID_BASE + 1_000_000)

@@ -11,7 +11,10 @@ the shared-memory arenas following the sizes of the last 64 messages, moves a sa
 of percent. It still requires every request answered correctly and the return to baseline,
 except that tritonserver's own RSS may stay up to twice its baseline: its heap keeps what the
 4 MiB payloads made it take (83 -> 107 MiB after 2,000 requests in one run, 126 -> 130 in
-another); the full run judges it at 10 % (and reports it, harness/README.md).
+another); the full run judges it at 10 % (and reports it, harness/README.md). Other RSS may
+stay 25 % above (not 10 %): the stub that maps Triton's shared-memory pool grows with the pool's
+high-water mark, which a 1,000-request rehearsal does not always reach (72.5 -> 81.5 MiB in one
+run). The planted-leak run has no rehearsal, so that the leak is not in its baseline.
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ def test_short_soak_answers_every_request_and_returns_to_baseline(tmp_path):
 @pytest.mark.timeout(200)
 def test_soak_fails_when_the_user_process_leaks(tmp_path):
     code, figures, report = run_harness(
-        "soak.py", tmp_path, "--requests", "1000", "--plot", "", "--fault", "leak", "--settle-s", "3"
+        "soak.py", tmp_path, "--requests", "1000", "--plot", "", "--fault", "leak", "--settle-s", "3",
+        "--rehearsal", "0",  # the planted leak must not be part of the baseline
     )
     assert code == 1, report
     assert not figures["metrics"]["fds"]["back_ok"] and figures["metrics"]["fds"]["growth"] > 0.5, report
