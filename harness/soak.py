@@ -338,7 +338,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=100_000, help="requests of the load phase (default 10^5)")
     parser.add_argument("--rehearsal", type=int, default=None,
-                        help="requests of the rehearsal before the baseline (default: 5 %% of --requests, at least 1000)")
+                        help="requests rehearsed before the baseline (default: 5 %% of --requests, >= 1000)")
     parser.add_argument("--period-s", type=float, default=0.5, help="sampling period")
     parser.add_argument("--growth-limit", type=float, default=0.05, help="largest growth from 50 %% to 100 %%")
     parser.add_argument("--rss-tolerance", type=float, default=0.10, help="RSS after close vs baseline")

@@ -128,7 +128,9 @@ class ServingScript:
     """`SERVING_SCRIPT` (``Triton.serve()`` as users write it) in a child process, optionally wrapped
     (``unshare``, ``setpriv``); its first stdout line (JSON: pid, segments) is read as `info`."""
 
-    def __init__(self, exit_timeout_s: int = 10, wrapper: tuple = (), env: dict = None, wait_ready: bool = True) -> None:
+    def __init__(
+        self, exit_timeout_s: int = 10, wrapper: tuple = (), env: dict = None, wait_ready: bool = True
+    ) -> None:
         self.http, self.grpc, self.metrics = free_ports(3)
         argv = [*wrapper, sys.executable, str(SERVING_SCRIPT), str(self.http), str(self.grpc), str(self.metrics),
                 str(exit_timeout_s)]
