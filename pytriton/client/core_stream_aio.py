@@ -85,13 +85,22 @@ class AsyncResponseStream(StreamBase):
 class AsyncGrpcResponseStream(AsyncResponseStream):
     """One request on a ``ModelStreamInfer`` call of its own."""
 
-    def __init__(self, call: Any, url: TritonUrl, model_name: str) -> None:
-        """Read the responses of ``call``, a started ``ModelStreamInfer`` carrying one request."""
+    def __init__(self, call: Any, url: TritonUrl, model_name: str, ended: asyncio.Event) -> None:
+        """Read the responses of ``call``, a started ``ModelStreamInfer`` carrying one request;
+        `ended` is set once they are all read (the request side then half-closes)."""
         super().__init__(model_name, url)
         self._call = call
+        self._ended = ended
         self._final_seen = False
 
     async def _next(self, timeout_s: float) -> dict[str, np.ndarray] | None:
+        try:
+            return await self._read(timeout_s)
+        except BaseException:
+            self._ended.set()
+            raise
+
+    async def _read(self, timeout_s: float) -> dict[str, np.ndarray] | None:
         while not self._final_seen:
             try:
                 response = await asyncio.wait_for(self._call.read(), timeout_s)
@@ -100,16 +109,20 @@ class AsyncGrpcResponseStream(AsyncResponseStream):
             except Exception as exc:
                 raise stream_error(exc, action=STREAM_ACTION, url=str(self.url), timeout_s=timeout_s) from exc
             if response is grpc.aio.EOF:  # the server ended the call without a final response
+                self._ended.set()
                 return None
             if response.error_message:
                 raise stream_error(response.error_message, action=STREAM_ACTION, url=str(self.url))
             self._final_seen = is_final_response(response.infer_response)
+            if self._final_seen:
+                self._ended.set()
             if response.infer_response.outputs or not self._final_seen:
                 with translate_errors(STREAM_ACTION, str(self.url), timeout_s):
                     return from_infer_result(InferResult(response.infer_response))
         return None
 
     def _close(self) -> None:
+        self._ended.set()
         self._call.cancel()
 
 
@@ -182,9 +195,17 @@ class AsyncStreamOpener:
                 self._channel = grpc.aio.insecure_channel(self.url.address, options=_CHANNEL_OPTIONS)
             stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
             metadata = tuple((key.lower(), value) for key, value in merged.items())
-            # A finished request iterator only half-closes the call: the responses still come.
-            call = stub.ModelStreamInfer(iter([request]), metadata=metadata)
-            return AsyncGrpcResponseStream(call, self.url, model_name)
+            # The request side stays open until the responses are read, as tritonclient's blocking
+            # stream does: half-closing at once raced with a refusal (an access token missing), which
+            # then sometimes reached the client as a bare "Internal error from Core".
+            ended = asyncio.Event()
+
+            async def requests() -> Any:
+                yield request
+                await ended.wait()
+
+            call = stub.ModelStreamInfer(requests(), metadata=metadata)
+            return AsyncGrpcResponseStream(call, self.url, model_name, ended)
         check_streamable(config)
         body = encode_request(config, inputs, parameters)
         decoder = ResponseDecoder(config, batch_size_of(config, inputs), str(self.url))
