@@ -46,8 +46,8 @@ from pytriton.server.distribution import (
 from pytriton.server.preflight import warn_if_shm_small
 from pytriton.server.process import ServerProcess
 from pytriton.server.security import TritonSecurityConfig, resolve_access_token, restricted_config
-from pytriton.server.supervisor import InstanceView, RestartBudget, Supervisor, kill_server_processes, reap_adopted
-from pytriton.server.workspace import Workspace, sweep_stale
+from pytriton.server.supervisor import InstanceView, RestartBudget, Supervisor, reap_adopted
+from pytriton.server.workspace import Workspace, kill_server_processes, sweep_stale
 
 __all__ = ["RemoteTriton", "Triton", "TritonConfig", "TritonSecurityConfig"]
 
@@ -392,7 +392,7 @@ class Triton:
                 self._process.stop(timeout_s=exit_timeout + 15, poll=self._drain_poll(exit_timeout))
                 self._bindings.end_streams()
                 if self._workspace is not None:
-                    kill_server_processes(self._workspace.server_id, exclude=self._process.pid)
+                    kill_server_processes({self._workspace.server_id}, exclude=self._process.pid)
                 reap_adopted()
             if self._control is not None:
                 self._control.close()

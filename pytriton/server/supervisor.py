@@ -26,13 +26,14 @@ import os
 import signal
 import threading
 import time
-from typing import Callable, Deque, Dict, List, Optional, Sequence, Set
+from typing import Callable, Deque, Dict, List, Optional, Set
 
 import psutil
 
 from pytriton.exceptions import PyTritonModelRestartLimitError, PyTritonServerCrashedError, PyTritonServerError
 from pytriton.server.control import ServerControl
 from pytriton.server.process import ServerProcess
+from pytriton.server.workspace import kill_server_processes
 
 logger = logging.getLogger("pytriton.server")
 
@@ -342,7 +343,7 @@ class Supervisor:
     def kill_leftovers(self) -> List[int]:
         """Kill every process of this server still running (stubs orphaned by a dead server)."""
         known = [stub.process for stub in self._stubs.values() if stub.process is not None and not stub.dead()]
-        return kill_server_processes(self._server_id, exclude=self._process.pid, known=known)
+        return kill_server_processes({self._server_id}, exclude=self._process.pid, known=known)
 
 
 def reap_adopted(exclude: Optional[int] = None) -> List[int]:
@@ -365,29 +366,3 @@ def reap_adopted(exclude: Optional[int] = None) -> List[int]:
         except (psutil.NoSuchProcess, ChildProcessError):
             pass
     return reaped
-
-
-def kill_server_processes(
-    server_id: str, exclude: Optional[int] = None, known: Sequence[psutil.Process] = ()
-) -> List[int]:
-    """SIGKILL the processes whose command line carries `server_id` (a server's stubs carry it in
-    their model path or shared-memory region name), plus `known` ones; their pids.
-
-    Stubs of a killed server are reparented and would live on; this is how none outlives it.
-    """
-    victims: Dict[int, psutil.Process] = {process.pid: process for process in known}
-    for process in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            cmdline = " ".join(process.info.get("cmdline") or [])
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        if server_id in cmdline and process.pid not in (exclude, os.getpid()):
-            victims.setdefault(process.pid, process)
-    for process in victims.values():
-        try:
-            process.kill()
-            logger.info("Killed leftover process %d of server %s", process.pid, server_id)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    psutil.wait_procs(list(victims.values()), timeout=2)
-    return sorted(victims)

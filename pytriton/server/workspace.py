@@ -21,9 +21,8 @@ import os
 import pathlib
 import secrets
 import shutil
-import signal
 import tempfile
-from typing import Callable, Dict, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Sequence, Set
 
 import psutil
 
@@ -220,7 +219,7 @@ def sweep_stale(tmp_dir: Optional[str] = None) -> List[str]:
                 dead_ids.add(server_id)
         if not dead_ids:
             return removed
-        _kill_orphans(dead_ids)
+        kill_server_processes(dead_ids)
         for server_id in dead_ids:
             removed += remove_segments(server_id)
             for folder in tmp.glob(f"{server_id}-*"):
@@ -234,16 +233,31 @@ def sweep_stale(tmp_dir: Optional[str] = None) -> List[str]:
     return removed
 
 
-def _kill_orphans(server_ids: Set[str]) -> None:
-    """Kill tritonserver and stub processes still running for servers whose owner died."""
+def kill_server_processes(
+    server_ids: Set[str], exclude: Optional[int] = None, known: Sequence[psutil.Process] = ()
+) -> List[int]:
+    """SIGKILL the processes whose command line carries one of `server_ids` (a server's stubs carry
+    it in their model path or shared-memory region name), plus `known` ones; their pids.
+
+    Stubs of a killed server are reparented and would live on; this is how none outlives it,
+    whether its owner noticed the death (the supervisor, `stop()`) or the next start's sweep did.
+    """
+    victims: Dict[int, psutil.Process] = {process.pid: process for process in known}
     for process in psutil.process_iter(["pid", "cmdline"]):
-        cmdline = " ".join(process.info.get("cmdline") or [])
-        if any(server_id in cmdline for server_id in server_ids):
-            try:
-                process.send_signal(signal.SIGKILL)
-                logger.info("Killed orphaned process %d: %s", process.pid, cmdline[:200])
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
+        try:
+            cmdline = " ".join(process.info.get("cmdline") or [])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if any(server_id in cmdline for server_id in server_ids) and process.pid not in (exclude, os.getpid()):
+            victims.setdefault(process.pid, process)
+    for process in victims.values():
+        try:
+            process.kill()
+            logger.info("Killed leftover process %d of server(s) %s", process.pid, sorted(server_ids))
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    psutil.wait_procs(list(victims.values()), timeout=2)
+    return sorted(victims)
 
 
 MODELS_FOLDER = "models"
