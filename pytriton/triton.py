@@ -21,7 +21,7 @@ import signal
 import socket
 import threading
 import time
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from pytriton.binding import InferFunc, ModelBindings, SignalWatch, block_until_signal
 from pytriton.exceptions import (
@@ -35,7 +35,7 @@ from pytriton.model_config import ModelConfig, Tensor
 from pytriton.remote import RemoteTriton
 from pytriton.server.argv import build_argv
 from pytriton.server.config import TritonConfig, merge
-from pytriton.server.control import GrpcTls, ServerControl, wait_for
+from pytriton.server.control import GrpcTls, ServerControl, accepts_connections, wait_for
 from pytriton.server.distribution import (
     ServerDistribution,
     assemble_backends,
@@ -239,6 +239,7 @@ class Triton:
                         return  # serve() saw a signal: it stops what was started
                     raise PyTritonServerStartupError(self._startup_failure(process))
                 self._wait_models_ready(self._bindings.names(), deadline)
+                self._wait_endpoints_listening(config, deadline)
             except BaseException:
                 self.stop()
                 raise
@@ -300,16 +301,23 @@ class Triton:
                 )
         self._workspace.restrict_segments()
 
+    def _wait_endpoints_listening(self, config: TritonConfig, deadline: float) -> None:
+        """Return from a start only once every enabled endpoint accepts connections (metrics come last)."""
+        assert self._process is not None
+        for field, address, port in _endpoints(config):
+            listening = wait_for(functools.partial(accepts_connections, address, port), deadline,
+                                 self._starting(self._process))
+            if not listening and self._start_interrupted():
+                return
+            if not listening:
+                raise PyTritonServerStartupError(
+                    f"tritonserver is ready but its {field} {port} does not accept connections.\n"
+                    f"{self._process.report()}"
+                )
+
     @staticmethod
     def _check_ports_free(config: TritonConfig) -> None:
-        wanted = []
-        if config.allow_http is not False:
-            wanted.append(("http_port", config.http_address, config.effective_http_port))
-        if config.allow_grpc is not False:
-            wanted.append(("grpc_port", config.grpc_address, config.effective_grpc_port))
-        if config.allow_metrics is not False:
-            wanted.append(("metrics_port", config.metrics_address, config.effective_metrics_port))
-        for field, address, port in wanted:
+        for field, address, port in _endpoints(config):
             probe = socket.socket(socket.AF_INET6 if address and ":" in address else socket.AF_INET)
             # Like the server itself, ignore connections of a previous server still in TIME_WAIT.
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -427,6 +435,18 @@ class Triton:
             return False
 
         return poll
+
+
+def _endpoints(config: TritonConfig) -> List[Tuple[str, Optional[str], int]]:
+    """``(field, address, port)`` of each endpoint the server opens."""
+    wanted = []
+    if config.allow_http is not False:
+        wanted.append(("http_port", config.http_address, config.effective_http_port))
+    if config.allow_grpc is not False:
+        wanted.append(("grpc_port", config.grpc_address, config.effective_grpc_port))
+    if config.allow_metrics is not False:
+        wanted.append(("metrics_port", config.metrics_address, config.effective_metrics_port))
+    return wanted
 
 
 def _grpc_tls(config: TritonConfig) -> Optional[GrpcTls]:

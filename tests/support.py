@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import pathlib
+import random
 import signal
 import socket
 import subprocess
@@ -19,16 +20,37 @@ import psutil
 from pytriton.triton import Triton, TritonConfig
 
 
+def _ephemeral_range() -> range:
+    try:
+        low, high = map(int, pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
 def free_ports(count: int) -> list:
-    """Ports nothing listens on right now (the kernel picks them, so parallel servers don't collide)."""
-    sockets, ports = [], []
-    for _ in range(count):
+    """Ports nothing uses right now, outside the kernel's ephemeral range.
+
+    A port the kernel hands out for `bind(0)` is also one it may give the next outgoing
+    connection as its local port, between this pick and the server's bind (a second or more
+    later); tritonserver then fails to open that endpoint and exits. Below the ephemeral range
+    no connection takes a port by itself; random picks keep parallel runs apart.
+    """
+    ephemeral = _ephemeral_range()
+    candidates = [port for port in range(10000, 30000) if port not in ephemeral] or list(range(10000, 30000))
+    ports: list = []
+    while len(ports) < count:
+        port = random.choice(candidates)
+        if port in ports:
+            continue
         probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        sockets.append(probe)
-        ports.append(probe.getsockname()[1])
-    for probe in sockets:
-        probe.close()
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError:
+            continue
+        finally:
+            probe.close()
+        ports.append(port)
     return ports
 
 

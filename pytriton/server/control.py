@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import time
 import urllib.parse
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
@@ -226,6 +227,20 @@ class ServerControl:
         if self._grpc_client is not None:
             self._grpc_client.close()
             self._grpc_client = None
+
+
+def accepts_connections(address: Optional[str], port: int, timeout_s: float = 0.5) -> bool:
+    """Whether something listens on `port` of the host bound to `address` (a wildcard means this host).
+
+    Triton answers ready on HTTP before its metrics endpoint listens (about 40 ms later): a
+    start that only polled readiness could return while a scrape is still refused.
+    """
+    host = _connect_host(address)
+    try:
+        with socket.create_connection((host.strip("[]"), port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
 
 
 def wait_for(

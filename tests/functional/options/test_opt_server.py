@@ -567,3 +567,10 @@ def test_trace_config_writes_a_trace_of_each_request_to_the_trace_file(source, r
     _infer(server.url("http"), "Ident", 12.0)
     # >=: a trace of an earlier test's request may still have been on its way to the file.
     assert _wait(lambda: _traced_requests(server.trace_file, "Ident") >= before + 2)
+
+
+def test_run_returns_only_once_the_metrics_endpoint_accepts_scrapes():
+    """Models load before the endpoints open, and the metrics endpoint opens about 40 ms after HTTP
+    answers ready: a start that waited for readiness alone let this first scrape be refused (once in CI)."""
+    with _configured(server_config(), {"Ident": Identity()}) as server:
+        assert "nv_inference_request_success" in _scrape(server.metrics_port)
