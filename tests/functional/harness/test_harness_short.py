@@ -65,7 +65,10 @@ def test_soak_fails_when_the_user_process_leaks(tmp_path):
         "--rehearsal", "0",  # the planted leak must not be part of the baseline
     )
     assert code == 1, report
-    assert not figures["metrics"]["fds"]["back_ok"] and figures["metrics"]["fds"]["growth"] > 0.5, report
+    fds = figures["metrics"]["fds"]
+    # One file kept open per call: the count keeps rising through the load (past the 5 % limit; how
+    # far depends on how the calls batched) and stays up after the clients close.
+    assert not fds["growth_ok"] and not fds["back_ok"] and fds["after"] > fds["baseline"] + 100, report
     assert any("fds" in failure for failure in figures["failures"]), report
 
 
