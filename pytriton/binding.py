@@ -234,6 +234,17 @@ class ModelBindings:
                      len(bound.handlers))
         return bound
 
+    def discard(self, model_name: str) -> None:
+        """Stop one model's handlers and forget it (its load failed); its folder is the caller's."""
+        model = self._models.pop(model_name, None)
+        if model is None:
+            return
+        for handler in model.handlers:
+            if not handler.stop():
+                logger.warning("a handler of model '%s' still runs its inference callable; leaving it behind",
+                               model_name)
+        remove_segments(f"{model.shm_prefix}-")
+
     def end_streams(self) -> None:
         """Cut open streams short, so the server can unload decoupled models without waiting for them."""
         for model in self._models.values():

@@ -1,11 +1,19 @@
 """The `RemoteTriton` facade: bind callables of this process to a tritonserver something else started.
 
-Setup flow when the server is not this process's child (one server container per pod, NVIDIA's
-server image, a server shared by several processes): the server serves ``<workspace>/models``
-with explicit model control. `bind` claims a model folder there (``server.workspace``), checks
-through the server's repository index that the server sees it, starts the worker handlers on
-sockets under ``<workspace>/sockets/<session>`` and writes the folder (``binding``); `run` loads
-the bound models and returns once they are ready; `serve` blocks until SIGINT/SIGTERM; `stop`
+Two ways to hand the server a model, chosen by the `workspace` argument:
+
+* no workspace (the published library's way): the server shares only the host with this
+  process. `bind` writes the model folder into a private folder here and, once connected,
+  sends it through Triton's model-repository API (a load with the configuration and the files
+  as overrides); the server rebuilds it on its side. Sockets and ``/dev/shm`` segments still
+  go through the host, so the server must run on this host, as this user.
+* a shared workspace: the server serves ``<workspace>/models`` with explicit model control
+  (one server container per pod, NVIDIA's server image, a server shared by several
+  processes). `bind` claims a model folder there (``server.workspace``) and checks through
+  the server's repository index that the server sees it.
+
+Either way: `connect` (also on entering ``with``) waits for the server and loads the bound
+models; a `bind` after it loads its model at once; `serve` blocks until SIGINT/SIGTERM; `stop`
 unloads this process's models and removes what it created. The server keeps running.
 """
 
@@ -27,9 +35,11 @@ from pytriton.exceptions import (
     PyTritonServerError,
 )
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.repository.override import load_override
+from pytriton.repository.writer import remove_model
 from pytriton.server.control import ServerControl, wait_for
 from pytriton.server.distribution import find_distribution, proxy_import_paths
-from pytriton.server.workspace import SharedWorkspace, remote_server_flags
+from pytriton.server.workspace import SharedWorkspace, Workspace, remote_server_flags
 
 __all__ = ["RemoteTriton"]
 
@@ -47,35 +57,39 @@ _DUPLICATE_REASON = "two or more repositories"
 class RemoteTriton:
     """Serves this process's callables through a tritonserver that something else started.
 
-    The server and this process share a workspace folder. The server must serve its
-    ``models`` subfolder with explicit model control::
+    Without a workspace, the models travel through the server's model-repository API, so only
+    the URL (and the same host) is needed; typically the server is another process's `Triton`,
+    and `access_token` is that one's ``get_access_token()``. With a workspace, the server and
+    this process share that folder, and the server must serve its ``models`` subfolder with
+    explicit model control::
 
         tritonserver --model-repository=<workspace>/models --model-control-mode=explicit ...
 
-    Several processes may bind to one server and one workspace; each model name is served
-    by one process at a time. `stop` unloads this process's models and never stops the server.
+    Several processes may bind to one server; each model name is served by one process at a
+    time. `stop` unloads this process's models and never stops the server.
 
     Args:
         url: the server's HTTP endpoint, ``http://host:port``, or its gRPC endpoint,
             ``grpc://host:port``; without a scheme, HTTP.
-        workspace: the shared folder; it and its ``models`` subfolder must exist, at the same
-            path for the server as for this process.
+        workspace: None to send the models through the API; or the shared folder: it and its
+            ``models`` subfolder must exist, at the same path for the server as for this process.
         access_token: sent as header ``triton-access-token`` (gRPC:
             ``triton-grpc-protocol-triton-access-token``) on the library's calls, for a server
             started with its model-repository API restricted to that header; None sends none.
-        connect_timeout_s: how long the first `bind` or `run` waits for the server to answer
-            (a server started beside this process may still be starting).
+        connect_timeout_s: how long `connect` (or the first `bind`) waits for the server to
+            answer (a server started beside this process may still be starting).
 
     Raises:
         PyTritonBadParameterError: the URL, the workspace or the token is invalid.
 
-    Use it as a context manager (``with RemoteTriton(...) as triton: ...``) or call `stop()`.
+    Use it as a context manager (``with RemoteTriton(...) as triton: ...``, which connects on
+    entry) or call `stop()`.
     """
 
     def __init__(
         self,
         url: str,
-        workspace: Union[str, os.PathLike[str]],
+        workspace: Union[str, os.PathLike[str], None] = None,
         access_token: Optional[str] = None,
         connect_timeout_s: float = 120.0,
     ) -> None:
@@ -88,17 +102,23 @@ class RemoteTriton:
             raise PyTritonBadParameterError(
                 f"access_token={access_token!r} is invalid: expected None or a non-empty string"
             )
-        if not isinstance(workspace, (str, os.PathLike)):
-            raise PyTritonBadParameterError(f"workspace={workspace!r} is invalid: expected a folder path")
+        if workspace is not None and not isinstance(workspace, (str, os.PathLike)):
+            raise PyTritonBadParameterError(f"workspace={workspace!r} is invalid: expected None or a folder path")
         self._control = ServerControl.for_url(url, access_token)
         self._url = url
-        self._workspace = SharedWorkspace(pathlib.Path(workspace))
+        self._shared: Optional[SharedWorkspace] = None
+        self._private: Optional[Workspace] = None
+        if workspace is not None:
+            self._shared = SharedWorkspace(pathlib.Path(workspace))
+        else:
+            self._private = Workspace(None)
+            self._private.hold_lease()  # a crash of this process leaves segments the next start sweeps
         self._bindings = ModelBindings("RemoteTriton", self._on_unrecoverable)
         self._import_paths: Optional[Tuple[str, ...]] = None
         self._loaded: List[str] = []  # asked to load: stop() unloads these
         self._ready: List[str] = []  # loaded and ready: is_alive() watches these
         self._connect_timeout_s = float(connect_timeout_s)
-        self._connected = False
+        self._reached = False
         self._running = False
         self._stopped = False
         self._unrecoverable: Optional[str] = None
@@ -106,8 +126,19 @@ class RemoteTriton:
         self._wake = threading.Event()
         atexit.register(self.stop)
 
+    @property
+    def _repository(self) -> pathlib.Path:
+        return self._shared.model_repository if self._shared is not None else self._workspace_private.model_repository
+
+    @property
+    def _workspace_private(self) -> Workspace:
+        assert self._private is not None
+        return self._private
+
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> RemoteTriton:
+        """Connect (see `connect`): each later `bind` loads its model at once."""
+        self.connect()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -126,15 +157,16 @@ class RemoteTriton:
     ) -> None:
         """Serve `infer_func` as model `model_name` (the arguments of `Triton.bind`).
 
-        The model's folder is written into the workspace at once, and the server is asked
-        whether it sees it. After `run()`, the model is also loaded, and this returns when it is
-        ready.
+        The model's folder is written at once (into the shared workspace, whose server is then
+        asked whether it sees it; or into a private folder). Once connected, the model is also
+        loaded, and this returns when it is ready; a model that fails to load is unbound again.
 
         Raises:
-            PyTritonInvalidOperationError: the server's repository already has a model of this
-                name (bound by another process, or not pytriton's).
+            PyTritonInvalidOperationError: the server already has a model of this name (bound by
+                another process, or not pytriton's).
             PyTritonServerError: the server is unreachable, refuses the repository calls (a
-                missing access token), or does not serve this workspace's ``models`` folder.
+                missing access token), does not serve the shared workspace's ``models`` folder,
+                or fails to load the model (with its reason).
         """
         with self._lock:
             if self._stopped:
@@ -144,29 +176,64 @@ class RemoteTriton:
             declaration = self._bindings.declare(model_name, infer_func, inputs, outputs, model_version, config, strict)
             if self._import_paths is None:
                 self._import_paths = proxy_import_paths(find_distribution())
-            self._connect()
-            workspace = self._workspace
-            workspace.claim(model_name)
+            self._reach()
+            if self._shared is not None:
+                self._shared.claim(model_name)
             try:
-                self._check_served(model_name)
+                if self._shared is None:
+                    self._check_name_free(model_name)
+                else:
+                    self._check_served(model_name)
+                target = self._shared if self._shared is not None else self._workspace_private
                 self._bindings.start(
                     declaration,
-                    repository=workspace.model_repository,
-                    sockets=workspace.sockets,
-                    shm_prefix=workspace.shm_prefix,
+                    repository=target.model_repository,
+                    sockets=target.sockets,
+                    shm_prefix=target.shm_prefix,
                     import_paths=self._import_paths,
                 )
             except BaseException:
-                workspace.release(model_name)
+                if self._shared is not None:
+                    self._shared.release(model_name)
+                self._bindings.discard(model_name)
                 raise
             if self._running:
-                self._load([model_name])
+                try:
+                    self._load([model_name])
+                except BaseException:
+                    self._unload([model_name])
+                    self._loaded.remove(model_name)
+                    self._forget(model_name)
+                    raise
+
+    def _forget(self, model_name: str) -> None:
+        """Undo a bind: its handlers, its folder, its claim."""
+        self._bindings.discard(model_name)
+        if self._shared is not None:
+            self._shared.release(model_name)
+        else:
+            remove_model(self._repository, model_name)
+
+    def _check_name_free(self, model_name: str) -> None:
+        """Refuse a name the server already serves (another process's model, or a local `Triton`'s).
+
+        The index lists the models of the server's repository; models other processes sent (which
+        it leaves out) answer the readiness call.
+        """
+        listed = [entry for entry in self._index()
+                  if entry.get("name") == model_name and entry.get("state") in _LOADED_STATES]
+        if listed or self._control.is_model_ready(model_name, None, _REPOSITORY_CALL_TIMEOUT_S):
+            state = listed[0].get("state") if listed else "READY"
+            raise PyTritonInvalidOperationError(
+                f"the tritonserver at {self._url} already serves a model named '{model_name}' (state {state}); "
+                "a model name is served by one process at a time: choose another model name"
+            )
 
     def _check_served(self, model_name: str) -> None:
         """Refuse a server that does not list the folder just written, or that serves the name already."""
         entries = [entry for entry in self._index() if entry.get("name") == model_name]
         if not entries:
-            repository = self._workspace.model_repository
+            repository = self._repository
             raise PyTritonServerError(
                 f"the tritonserver at {self._url} does not serve the workspace's model repository {repository}: its "
                 f"repository index does not list the folder of model '{model_name}' written there. Start it with "
@@ -190,21 +257,26 @@ class RemoteTriton:
         except PyTritonServerError as exc:
             raise PyTritonServerError(f"tritonserver at {self._url}: {exc}") from exc
 
-    def _connect(self) -> None:
-        """Once: wait until the server answers, then unload and remove what dead sessions left."""
-        if self._connected:
+    def _reach(self) -> None:
+        """Once: wait until the server answers; with a shared workspace, unload and remove what
+        dead sessions left there."""
+        if self._reached:
             return
         if not wait_for(self._control.is_live, time.monotonic() + self._connect_timeout_s, lambda: True, 0.2):
+            hint = (f"start it first, with {remote_server_flags(self._repository)}" if self._shared is not None
+                    else "start it first (a Triton in another process, or tritonserver with explicit model control)")
             raise PyTritonServerError(
-                f"no tritonserver answers at {self._url} (waited {self._connect_timeout_s:g} s); start it first, "
-                f"with {remote_server_flags(self._workspace.model_repository)}"
+                f"no tritonserver answers at {self._url} (waited {self._connect_timeout_s:g} s); {hint}"
             )
-        self._workspace.sweep(self._unload)
-        self._connected = True
+        if self._shared is not None:
+            self._shared.sweep(self._unload)
+        self._reached = True
 
     # -- lifecycle -------------------------------------------------------------------------
-    def run(self) -> None:
-        """Load every bound model into the server; returns once they are all ready.
+    def connect(self) -> None:
+        """Wait for the server, then load every bound model; returns once they are all ready.
+
+        Later `bind` calls load their model at once. Calling it again does nothing.
 
         Raises:
             PyTritonServerError: the server is unreachable, or a model failed to load (with the
@@ -216,7 +288,7 @@ class RemoteTriton:
             if self._running:
                 return
             try:
-                self._connect()
+                self._reach()
                 self._load(self._bindings.names())
             except BaseException:
                 self.stop()
@@ -224,12 +296,21 @@ class RemoteTriton:
             self._running = True
             logger.info("Models %s are ready on the tritonserver at %s", self._ready, self._url)
 
+    def run(self) -> None:
+        """The same as `connect`: load every bound model and return once they are ready."""
+        self.connect()
+
+    def is_connected(self) -> bool:
+        """True from a successful `connect` (or ``with`` entry) until `stop`."""
+        return self._running and not self._stopped
+
     def _load(self, names: Sequence[str]) -> None:
         deadline = time.monotonic() + MODEL_LOAD_TIMEOUT_S
         for name in names:
             self._loaded.append(name)  # before the call: a load that half happened is unloaded too
+            override = (None, None) if self._shared is not None else load_override(self._repository / name)
             try:
-                self._control.load_model(name, MODEL_LOAD_TIMEOUT_S)
+                self._control.load_model(name, MODEL_LOAD_TIMEOUT_S, *override)
             except PyTritonServerError as exc:
                 raise PyTritonServerError(f"tritonserver at {self._url}: {exc}") from exc
         for name in names:
@@ -278,7 +359,7 @@ class RemoteTriton:
             self.stop()
 
     def is_alive(self) -> bool:
-        """True after `run()` while the server answers and every model loaded by this process is ready."""
+        """True once connected while the server answers and every model loaded by this process is ready."""
         if self._stopped or self._unrecoverable is not None or not self._running:
             return False
         ready = list(self._ready)
@@ -309,5 +390,8 @@ class RemoteTriton:
                 self._unload(self._loaded)
             self._bindings.stop_handlers()
             self._control.close()
-            self._workspace.cleanup()
+            if self._shared is not None:
+                self._shared.cleanup()
+            else:
+                self._workspace_private.cleanup()
             logger.debug("RemoteTriton stopped; the tritonserver at %s keeps running", self._url)

@@ -7,6 +7,7 @@ timeout; readiness is polled against a monotonic deadline.
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import socket
@@ -150,23 +151,37 @@ class ServerControl:
         except Exception:  # noqa: BLE001 - not reachable counts as not live
             return False
 
-    def is_model_ready(self, name: str, version: int, timeout_s: float = 1.0) -> bool:
+    def is_model_ready(self, name: str, version: Optional[int], timeout_s: float = 1.0) -> bool:
+        """Whether `version` of model `name` (None: any version) serves; False when unreachable.
+
+        Also finds models loaded with a config override, which the repository index leaves out.
+        """
         try:
             if self._http:
-                path = f"/v2/models/{urllib.parse.quote(name)}/versions/{version}/ready"
+                versioned = "" if version is None else f"/versions/{version}"
+                path = f"/v2/models/{urllib.parse.quote(name)}{versioned}/ready"
                 return self._request("GET", path, timeout_s)[0] == 200
-            return bool(self._grpc().is_model_ready(name, str(version), headers=self._grpc_headers,
+            return bool(self._grpc().is_model_ready(name, "" if version is None else str(version),
+                                                    headers=self._grpc_headers,
                                                     client_timeout=timeout_s))
         except Exception:  # noqa: BLE001
             return False
 
-    def load_model(self, name: str, timeout_s: float) -> None:
-        """Ask the server to (re)load model `name` from the repository.
+    def load_model(
+        self, name: str, timeout_s: float, config_json: Optional[str] = None, files: Optional[Dict[str, bytes]] = None
+    ) -> None:
+        """Ask the server to (re)load model `name`: from its repository, or from what is sent.
+
+        With `config_json` (and `files`, paths relative to the model folder such as
+        ``1/model.py``), the server builds the model from them (Triton's load with a config
+        override) and needs no folder of its own: how a process binds to a server it shares
+        no filesystem folder with.
 
         Raises:
             PyTritonServerError: with the server's reason when the load fails.
         """
-        self._repository_call(f"could not load model '{name}'", "load", name, timeout_s)
+        override = None if config_json is None else (config_json, dict(files or {}))
+        self._repository_call(f"could not load model '{name}'", "load", name, timeout_s, override)
 
     def unload_model(self, name: str, timeout_s: float) -> None:
         """Ask the server to unload model `name`; returns before the unload is complete.
@@ -188,13 +203,26 @@ class ServerControl:
         entries = self._repository_call("could not read its model repository index", "index", None, timeout_s)
         return [{key: str(value) for key, value in entry.items()} for entry in entries]
 
-    def _repository_call(self, failure: str, action: str, name: Optional[str], timeout_s: float) -> Any:
+    def _repository_call(
+        self,
+        failure: str,
+        action: str,
+        name: Optional[str],
+        timeout_s: float,
+        override: Optional[Tuple[str, Dict[str, bytes]]] = None,
+    ) -> Any:
         """One call of the model-repository API; its decoded answer, or a `PyTritonServerError`."""
         try:
             if self._http:
                 path = "/v2/repository/index" if name is None else (
                     f"/v2/repository/models/{urllib.parse.quote(name)}/{action}")
-                status, body = self._request("POST", path, timeout_s, b"{}")
+                request = b"{}"
+                if override is not None:
+                    parameters = {"config": override[0]}
+                    parameters.update({f"file:{path_}": base64.b64encode(data).decode("ascii")
+                                       for path_, data in override[1].items()})
+                    request = json.dumps({"parameters": parameters}).encode()
+                status, body = self._request("POST", path, timeout_s, request)
                 if status != 200:
                     raise PyTritonServerError(f"Triton {failure}: {self._refusal(status, body)}")
                 return json.loads(body) if body else None
@@ -203,8 +231,12 @@ class ServerControl:
                 index = client.get_model_repository_index(headers=self._grpc_headers, as_json=True,
                                                           client_timeout=timeout_s)
                 return index.get("models", [])
-            call = client.load_model if action == "load" else client.unload_model
-            return call(name, headers=self._grpc_headers, client_timeout=timeout_s)
+            if action == "unload":
+                return client.unload_model(name, headers=self._grpc_headers, client_timeout=timeout_s)
+            sent: Dict[str, Any] = {}
+            if override is not None:
+                sent = {"config": override[0], "files": {f"file:{path_}": data for path_, data in override[1].items()}}
+            return client.load_model(name, headers=self._grpc_headers, client_timeout=timeout_s, **sent)
         except PyTritonServerError:
             raise
         except Exception as exc:
