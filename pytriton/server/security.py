@@ -4,8 +4,17 @@ Triton can refuse any of its nine API groups to requests that lack a chosen head
 (``--http-restricted-api`` / ``--grpc-restricted-protocol``). A server bound to a public address
 would otherwise let anyone load and unload models, read statistics, change logging and tracing,
 or register shared memory. So the library restricts those administrative groups by default to
-requests carrying ``triton-access-token: <token>``, with a token it generates per server; the
-groups an ordinary client needs (inference, health, metadata, model configuration) stay open.
+requests carrying ``triton-access-token: <token>``; the groups an ordinary client needs
+(inference, health, metadata, model configuration) stay open.
+
+The token is settled when `TritonSecurityConfig` is built, so a script can read
+``config.access_token`` before any server starts and hand it to its clients; a server built
+from the config uses exactly that token (`Triton.get_access_token()` returns it). Where it
+comes from, first match wins: the ``access_token`` argument; the environment variable
+``PYTRITON_ACCESS_TOKEN`` as it is when the config is built (how a Kubernetes Secret reaches
+the server without the script reading it); a fresh random token. When nothing is restricted
+(``restricted_endpoints=[]``) and neither of the first two gives one, the token stays None:
+no API needs it.
 
 Pure: `TritonSecurityConfig` is data, `restricted_config` turns it into `TritonConfig` items that
 `pytriton.server.argv.build_argv` writes. Merge rule with items the user wrote into
@@ -21,7 +30,7 @@ import dataclasses
 import os
 import re
 import secrets
-from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.server.config import TritonConfig
@@ -48,6 +57,20 @@ ACCESS_TOKEN_HEADER = "triton-access-token"
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
 """Triton expects gRPC restriction headers with this prefix (it strips it before comparing)."""
 
+ACCESS_TOKEN_ENV = "PYTRITON_ACCESS_TOKEN"
+"""Environment variable with the token to use when `TritonSecurityConfig.access_token` is not given
+(read when the config is built)."""
+
+# The names published PyTriton exports from ``pytriton.triton``, with its types (a set, a list),
+# so that code such as ``DEFAULT_PROTECTED_ENDPOINTS + ["inference"]`` runs unchanged. They are
+# copies: the library itself reads the tuples above, so changing these changes nothing.
+TRITON_ACCESS_HEADER: str = ACCESS_TOKEN_HEADER
+"""Published name of `ACCESS_TOKEN_HEADER`."""
+VALID_TRITON_ENDPOINTS: Set[str] = set(TRITON_APIS)
+"""Published name of `TRITON_APIS`, as a set."""
+DEFAULT_PROTECTED_ENDPOINTS: List[str] = list(DEFAULT_RESTRICTED_ENDPOINTS)
+"""Published name of `DEFAULT_RESTRICTED_ENDPOINTS`, as a list in the same order."""
+
 # Characters that survive every layer the token crosses: the `API:HEADER=VALUE` option, HTTP
 # headers and gRPC metadata (printable ASCII). Covers hex, base64 and URL-safe base64 tokens.
 _TOKEN_SHAPE = re.compile(r"^[A-Za-z0-9._~+/=-]+$")
@@ -60,66 +83,69 @@ class TritonSecurityConfig:
 
     Args:
         access_token: The token clients send as header ``triton-access-token`` (gRPC:
-            ``triton-grpc-protocol-triton-access-token``). None: the library generates a new
-            random token for each server; read it with `Triton.get_access_token()`.
+            ``triton-grpc-protocol-triton-access-token``). None: the value of the environment
+            variable ``PYTRITON_ACCESS_TOKEN`` when it is set, else a new random token made here,
+            at construction, so ``config.access_token`` can be handed to clients before the
+            server starts. It stays None only when nothing is restricted.
         restricted_endpoints: Names of the API groups that require the token, among
             ``health``, ``metadata``, ``inference``, ``shared-memory``, ``model-config``,
             ``model-repository``, ``statistics``, ``trace`` and ``logging``. None: the default
             (``shared-memory``, ``model-repository``, ``statistics``, ``trace``, ``logging``);
-            an empty list: nothing is restricted.
+            an empty list: nothing is restricted. Stored as a tuple in Triton's order, the
+            default filled in.
 
-    The token is left out of `repr`, so that logging the config does not leak it.
+    The token is left out of `repr`, so that logging the config does not leak it. Two configs
+    built without a token hold different tokens, so one config is one token: build the config
+    once and give it to the server and, through ``access_token``, to the clients.
     """
 
     access_token: Optional[str] = dataclasses.field(default=None, repr=False)
     restricted_endpoints: Optional[Sequence[str]] = None
 
     def __post_init__(self) -> None:
-        """Validate both fields; store the endpoints as a tuple in Triton's order, without repeats."""
+        """Validate both fields, fill in the default endpoints and settle the token."""
         token = self.access_token
         if token is not None and (not isinstance(token, str) or not _TOKEN_SHAPE.match(token)):
             shown = "<a string of the wrong characters>" if isinstance(token, str) else repr(token)
             raise PyTritonBadParameterError(
-                f"TritonSecurityConfig.access_token={shown} is invalid: expected None (a token generated per server) "
-                "or a non-empty string of letters, digits and '-._~+/='"
+                f"TritonSecurityConfig.access_token={shown} is invalid: expected None (taken from "
+                f"{ACCESS_TOKEN_ENV} or generated) or a non-empty string of letters, digits and '-._~+/='"
             )
-        endpoints = self.restricted_endpoints
-        if endpoints is None:
-            return
-        # A lone string would otherwise be read character by character.
-        if isinstance(endpoints, (str, bytes)) or not isinstance(endpoints, Iterable):
-            raise PyTritonBadParameterError(
-                f"TritonSecurityConfig.restricted_endpoints={endpoints!r} is invalid: expected a list of API names "
-                f"among {', '.join(TRITON_APIS)} (e.g. [{endpoints!r}] for one), or None for the default"
-            )
-        chosen = list(endpoints)
-        for name in chosen:
-            if name not in TRITON_APIS:
-                raise PyTritonBadParameterError(
-                    f"TritonSecurityConfig.restricted_endpoints item {name!r} is invalid: expected one of "
-                    f"{', '.join(TRITON_APIS)}"
-                )
-        object.__setattr__(self, "restricted_endpoints", tuple(api for api in TRITON_APIS if api in chosen))
+        endpoints = _checked_endpoints(self.restricted_endpoints)
+        object.__setattr__(self, "restricted_endpoints", endpoints)
+        if token is None:
+            object.__setattr__(self, "access_token", _default_token(os.environ, needed=bool(endpoints)))
 
     @property
     def effective_restricted_endpoints(self) -> Tuple[str, ...]:
-        """The API groups that require the token: the chosen ones, or the default."""
-        if self.restricted_endpoints is None:
-            return DEFAULT_RESTRICTED_ENDPOINTS
-        return tuple(self.restricted_endpoints)
+        """The API groups that require the token (the same as `restricted_endpoints`, as a tuple)."""
+        return tuple(self.restricted_endpoints or ())
 
 
-ACCESS_TOKEN_ENV = "PYTRITON_ACCESS_TOKEN"
-"""Environment variable with the token to use when `TritonSecurityConfig.access_token` is unset
-(how a Kubernetes Secret reaches the server without the script reading it)."""
+def _checked_endpoints(endpoints: Optional[Sequence[str]]) -> Tuple[str, ...]:
+    """The chosen API groups in Triton's order without repeats; the default for None."""
+    if endpoints is None:
+        return DEFAULT_RESTRICTED_ENDPOINTS
+    # A lone string would otherwise be read character by character.
+    if isinstance(endpoints, (str, bytes)) or not isinstance(endpoints, Iterable):
+        raise PyTritonBadParameterError(
+            f"TritonSecurityConfig.restricted_endpoints={endpoints!r} is invalid: expected a list of API names "
+            f"among {', '.join(TRITON_APIS)} (e.g. [{endpoints!r}] for one), or None for the default"
+        )
+    chosen = list(endpoints)
+    unknown = [name for name in chosen if name not in TRITON_APIS]
+    if unknown:
+        raise PyTritonBadParameterError(
+            f"Invalid endpoint names: {', '.join(map(str, unknown))} "
+            f"(in TritonSecurityConfig.restricted_endpoints={chosen!r}). Valid endpoints are: {', '.join(TRITON_APIS)}"
+        )
+    return tuple(api for api in TRITON_APIS if api in chosen)
 
 
-def resolve_access_token(security: TritonSecurityConfig, environ: Optional[Mapping[str, str]] = None) -> str:
-    """The token of one server: the chosen one, else `ACCESS_TOKEN_ENV` when set and not empty,
-    else a fresh random one (URL-safe, 256 bits)."""
-    if security.access_token is not None:
-        return security.access_token
-    from_env = (os.environ if environ is None else environ).get(ACCESS_TOKEN_ENV, "").strip()
+def _default_token(environ: Mapping[str, str], needed: bool) -> Optional[str]:
+    """The token when none was given: `ACCESS_TOKEN_ENV` when set and not empty, else a fresh
+    random one (URL-safe, 256 bits) if some API is restricted, else None."""
+    from_env = environ.get(ACCESS_TOKEN_ENV, "").strip()
     if from_env:
         if not _TOKEN_SHAPE.match(from_env):  # the value itself is never shown: it is a secret
             raise PyTritonBadParameterError(
@@ -127,7 +153,15 @@ def resolve_access_token(security: TritonSecurityConfig, environ: Optional[Mappi
                 "digits and -._~+/= only"
             )
         return from_env
-    return secrets.token_urlsafe(_TOKEN_BYTES)
+    return secrets.token_urlsafe(_TOKEN_BYTES) if needed else None
+
+
+def resolve_access_token(security: TritonSecurityConfig) -> Optional[str]:
+    """The token of a server built from `security`: the config's own, settled at construction.
+
+    None only when the config restricts nothing and no token was given or set in the environment.
+    """
+    return security.access_token
 
 
 def claimed_apis(items: Optional[Sequence[str]]) -> Tuple[str, ...]:
@@ -140,26 +174,38 @@ def claimed_apis(items: Optional[Sequence[str]]) -> Tuple[str, ...]:
 
 
 def restriction_items(
-    security: TritonSecurityConfig, access_token: str, user_items: Optional[Sequence[str]]
+    security: TritonSecurityConfig, access_token: Optional[str], user_items: Optional[Sequence[str]]
 ) -> Optional[Tuple[str, ...]]:
     """One protocol's restriction items: the user's, then the library's for the APIs they leave.
 
     Args:
         security: The restricted endpoints.
-        access_token: The server's token (see `resolve_access_token`).
+        access_token: The server's token (see `resolve_access_token`); None only when
+            `security` restricts nothing.
         user_items: Items the user set in `TritonConfig` for this protocol, or None.
 
     Returns:
         The items to pass to Triton, or None when nothing is restricted.
+
+    Raises:
+        PyTritonBadParameterError: APIs to restrict but no token (Triton would take the
+            literal text ``None`` as the token).
     """
     user = tuple(user_items or ())
     taken = set(claimed_apis(user))
     ours = [api for api in security.effective_restricted_endpoints if api not in taken]
+    if ours and access_token is None:
+        raise PyTritonBadParameterError(
+            f"access_token=None is invalid while TritonSecurityConfig restricts {', '.join(ours)}: expected the "
+            "config's token (TritonSecurityConfig.access_token)"
+        )
     items = user + ((f"{','.join(ours)}:{ACCESS_TOKEN_HEADER}={access_token}",) if ours else ())
     return items or None
 
 
-def restricted_config(config: TritonConfig, security: TritonSecurityConfig, access_token: str) -> TritonConfig:
+def restricted_config(
+    config: TritonConfig, security: TritonSecurityConfig, access_token: Optional[str]
+) -> TritonConfig:
     """`config` with the security config's restrictions added for both HTTP and gRPC.
 
     Both protocols get the same API groups and token (Triton itself adds the gRPC header

@@ -2,7 +2,8 @@
 
 By default the administrative APIs (model repository, shared memory, statistics, trace, logging)
 need the token the library generated; inference, health, metadata and model configuration stay
-open. A chosen token, a chosen set of endpoints and no restriction at all are each shown too.
+open. A chosen token, a chosen set of endpoints and no restriction at all are each shown too,
+and so is a token read from the config (or the environment) before the server starts.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ import numpy as np
 import psutil
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from support import grpc_url, http_url, server_config
 
 from pytriton.client import ModelClient, PyTritonClientInferenceServerError
 from pytriton.decorators import batch
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.server.security import ACCESS_TOKEN_ENV
 from pytriton.triton import Triton, TritonSecurityConfig
 
 pytestmark = pytest.mark.functional
@@ -194,11 +197,13 @@ def test_chosen_endpoints_are_enforced_and_clients_with_the_token_get_through(pr
         assert _status(config, "POST", "/v2/repository/index") == 200  # no longer restricted
 
 
-def test_an_empty_list_disables_restriction():
+def test_an_empty_list_disables_restriction(monkeypatch):
+    monkeypatch.delenv(ACCESS_TOKEN_ENV, raising=False)
     config = server_config()
     with Triton(config=config, security_config=TritonSecurityConfig(restricted_endpoints=[])) as triton:
         _bind_echo(triton)
         triton.run()
+        assert triton.get_access_token() is None  # nothing needs one
         for method, path in ADMIN_CALLS.values():
             assert _status(config, method, path) == 200, path
 
@@ -211,3 +216,53 @@ def test_over_grpc_only_the_library_loads_models_with_the_token():
         triton.run()
         _bind_echo(triton, "EchoLate")
         np.testing.assert_array_equal(_infer(grpc_url(config), "EchoLate"), DATA)
+
+
+def _repository_names(config, protocol: str, token=None) -> list:
+    """The model names of the repository index (a restricted API) through tritonclient."""
+    if protocol == "http":
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{config.http_port}")
+        headers = {HEADER: token} if token is not None else None
+        try:
+            return [entry["name"] for entry in client.get_model_repository_index(headers=headers)]
+        finally:
+            client.close()
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{config.grpc_port}")
+    headers = {"triton-grpc-protocol-" + HEADER: token} if token is not None else None
+    try:
+        return [entry.name for entry in client.get_model_repository_index(headers=headers).models]
+    finally:
+        client.close()
+
+
+def test_the_token_of_a_config_is_known_before_the_server_starts_and_opens_it(monkeypatch):
+    monkeypatch.delenv(ACCESS_TOKEN_ENV, raising=False)
+    security = TritonSecurityConfig()
+    token = security.access_token  # what a script hands its clients before starting anything
+    assert token and len(token) >= 40
+    config = server_config()
+    with Triton(config=config, security_config=security) as triton:
+        assert triton.get_access_token() == token
+        _bind_echo(triton)
+        triton.run()
+        assert triton.get_access_token() == token
+        for protocol in ("http", "grpc"):
+            assert _repository_names(config, protocol, token) == ["Echo"], protocol
+            with pytest.raises(Exception, match="restricted"):
+                _repository_names(config, protocol)
+            with pytest.raises(Exception, match="restricted"):
+                _repository_names(config, protocol, token + "x")
+        assert _status(config, "GET", "/v2/models/Echo/stats", token=token) == 200
+
+
+def test_the_environment_token_is_taken_when_the_config_is_built(monkeypatch):
+    monkeypatch.setenv(ACCESS_TOKEN_ENV, "token-from-a-secret")
+    config = server_config()
+    with Triton(config=config) as triton:  # the default config, built here, reads the variable
+        monkeypatch.delenv(ACCESS_TOKEN_ENV)  # later changes do not matter
+        _bind_echo(triton)
+        triton.run()
+        assert triton.get_access_token() == "token-from-a-secret"
+        assert _status(config, "POST", "/v2/repository/index", token="token-from-a-secret") == 200
+        assert _status(config, "POST", "/v2/repository/index") == 403
+        assert _repository_names(config, "grpc", "token-from-a-secret") == ["Echo"]

@@ -6,12 +6,16 @@ import dataclasses
 
 import pytest
 
-from pytriton.exceptions import PyTritonBadParameterError
+from pytriton.exceptions import PyTritonBadParameterError, PyTritonValidationError
 from pytriton.server.argv import build_argv
 from pytriton.server.config import TritonConfig
 from pytriton.server.security import (
+    ACCESS_TOKEN_ENV,
+    DEFAULT_PROTECTED_ENDPOINTS,
     DEFAULT_RESTRICTED_ENDPOINTS,
+    TRITON_ACCESS_HEADER,
     TRITON_APIS,
+    VALID_TRITON_ENDPOINTS,
     TritonSecurityConfig,
     auth_headers,
     claimed_apis,
@@ -30,24 +34,58 @@ def _argv(config: TritonConfig) -> list:
     )  # fmt: skip
 
 
+@pytest.fixture(autouse=True)
+def _no_token_in_the_environment(monkeypatch):
+    monkeypatch.delenv(ACCESS_TOKEN_ENV, raising=False)
+
+
 def test_default_restricts_the_administrative_apis_and_leaves_client_apis_open():
     security = TritonSecurityConfig()
-    assert security.access_token is None and security.restricted_endpoints is None
+    assert security.restricted_endpoints == DEFAULT_RESTRICTED_ENDPOINTS
     assert security.effective_restricted_endpoints == DEFAULT_RESTRICTED_ENDPOINTS
     assert set(DEFAULT_RESTRICTED_ENDPOINTS) == {"model-repository", "shared-memory", "statistics", "trace", "logging"}
     assert not {"inference", "health", "metadata", "model-config"} & set(DEFAULT_RESTRICTED_ENDPOINTS)
 
 
-def test_a_token_is_generated_per_server_unless_chosen():
-    first, second = resolve_access_token(TritonSecurityConfig()), resolve_access_token(TritonSecurityConfig())
-    assert first != second
-    assert len(first) >= 40  # 256 random bits, URL-safe base64
-    assert TritonSecurityConfig(access_token=first) == TritonSecurityConfig(access_token=first)
-    assert resolve_access_token(TritonSecurityConfig(access_token="chosen")) == "chosen"
+def test_the_token_exists_as_soon_as_the_config_does():
+    security = TritonSecurityConfig()
+    assert isinstance(security.access_token, str) and len(security.access_token) >= 40  # 256 bits, URL-safe base64
+    assert resolve_access_token(security) == security.access_token  # what a server built from it uses
+    assert resolve_access_token(security) == security.access_token  # settled once, not per call
+
+
+def test_each_config_gets_its_own_token():
+    tokens = {TritonSecurityConfig().access_token for _ in range(20)}
+    assert len(tokens) == 20
+
+
+def test_a_given_token_is_kept_and_survives_replace():
+    security = TritonSecurityConfig(access_token="chosen")
+    assert security.access_token == "chosen" and resolve_access_token(security) == "chosen"
+    assert TritonSecurityConfig(access_token="chosen") == security
+    generated = TritonSecurityConfig()
+    assert dataclasses.replace(generated, restricted_endpoints=["trace"]).access_token == generated.access_token
 
 
 def test_the_token_stays_out_of_repr():
     assert "s3cr3t" not in repr(TritonSecurityConfig(access_token="s3cr3t"))
+    generated = TritonSecurityConfig()
+    assert generated.access_token not in repr(generated) and generated.access_token not in str(generated)
+
+
+def test_nothing_restricted_and_no_token_given_leaves_the_token_none():
+    assert TritonSecurityConfig(restricted_endpoints=[]).access_token is None
+    assert TritonSecurityConfig(restricted_endpoints=[], access_token="kept").access_token == "kept"
+
+
+def test_the_published_constants_have_the_published_types_and_values():
+    assert TRITON_ACCESS_HEADER == "triton-access-token"
+    assert isinstance(VALID_TRITON_ENDPOINTS, set) and VALID_TRITON_ENDPOINTS == set(TRITON_APIS)
+    assert isinstance(DEFAULT_PROTECTED_ENDPOINTS, list)
+    assert DEFAULT_PROTECTED_ENDPOINTS == ["shared-memory", "model-repository", "statistics", "trace", "logging"]
+    # List arithmetic as code written for the published library does it.
+    security = TritonSecurityConfig(restricted_endpoints=DEFAULT_PROTECTED_ENDPOINTS + ["inference"])
+    assert set(security.restricted_endpoints) == set(DEFAULT_PROTECTED_ENDPOINTS) | {"inference"}
 
 
 def test_endpoints_are_stored_in_tritons_order_without_repeats():
@@ -60,8 +98,13 @@ def test_endpoints_are_stored_in_tritons_order_without_repeats():
 
 
 def test_an_unknown_endpoint_is_named_with_the_allowed_ones():
-    with pytest.raises(PyTritonBadParameterError, match=r"'repository' is invalid.*model-repository.*logging"):
-        TritonSecurityConfig(restricted_endpoints=["inference", "repository"])
+    with pytest.raises(PyTritonValidationError) as raised:
+        TritonSecurityConfig(restricted_endpoints=["inference", "repository", "model_config"])
+    message = str(raised.value)
+    assert "Invalid endpoint names: repository, model_config" in message
+    assert "TritonSecurityConfig.restricted_endpoints=['inference', 'repository', 'model_config']" in message
+    assert "Valid endpoints are: health, metadata, inference, shared-memory, model-config" in message
+    assert isinstance(raised.value, PyTritonBadParameterError)
 
 
 @pytest.mark.parametrize("value", ["inference", b"inference", 3])
@@ -139,12 +182,27 @@ def test_auth_headers_carry_the_grpc_prefix_on_grpc_only():
     assert auth_headers("tok", grpc=True) == {"triton-grpc-protocol-triton-access-token": "tok"}
 
 
-def test_the_token_comes_from_the_config_then_the_environment_then_is_generated():
-    from pytriton.server.security import ACCESS_TOKEN_ENV, TritonSecurityConfig, resolve_access_token
+def test_the_token_comes_from_the_argument_then_the_environment_then_is_generated(monkeypatch):
+    monkeypatch.setenv(ACCESS_TOKEN_ENV, "from-a-secret")
+    assert TritonSecurityConfig(access_token="chosen").access_token == "chosen"
+    assert TritonSecurityConfig().access_token == "from-a-secret"
+    assert TritonSecurityConfig(restricted_endpoints=[]).access_token == "from-a-secret"
+    monkeypatch.setenv(ACCESS_TOKEN_ENV, " ")
+    generated = TritonSecurityConfig().access_token
+    assert generated is not None and len(generated) >= 40
+    monkeypatch.setenv(ACCESS_TOKEN_ENV, "has spaces")
+    with pytest.raises(PyTritonBadParameterError, match="PYTRITON_ACCESS_TOKEN holds an invalid") as raised:
+        TritonSecurityConfig()
+    assert "has spaces" not in str(raised.value)
 
-    assert resolve_access_token(TritonSecurityConfig(access_token="chosen"), {ACCESS_TOKEN_ENV: "env"}) == "chosen"
-    assert resolve_access_token(TritonSecurityConfig(), {ACCESS_TOKEN_ENV: "from-a-secret"}) == "from-a-secret"
-    generated = resolve_access_token(TritonSecurityConfig(), {ACCESS_TOKEN_ENV: ""})
-    assert len(generated) >= 40 and generated != resolve_access_token(TritonSecurityConfig(), {})
-    with pytest.raises(PyTritonBadParameterError, match="PYTRITON_ACCESS_TOKEN holds an invalid access token"):
-        resolve_access_token(TritonSecurityConfig(), {ACCESS_TOKEN_ENV: "has spaces"})
+
+def test_the_environment_is_read_when_the_config_is_built(monkeypatch):
+    before = TritonSecurityConfig()
+    monkeypatch.setenv(ACCESS_TOKEN_ENV, "set-later")
+    assert resolve_access_token(before) == before.access_token != "set-later"
+
+
+def test_restricting_without_a_token_is_refused():
+    with pytest.raises(PyTritonBadParameterError, match="access_token=None is invalid.*restricts trace"):
+        restriction_items(TritonSecurityConfig(restricted_endpoints=["trace"]), None, None)
+    assert restriction_items(TritonSecurityConfig(restricted_endpoints=[]), None, None) is None
