@@ -33,9 +33,11 @@ from pytriton.exceptions import (
 )
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.remote import RemoteTriton
+from pytriton.repository.writer import remove_model
 from pytriton.server.argv import build_argv
 from pytriton.server.config import TritonConfig, merge
 from pytriton.server.control import GrpcTls, ServerControl, accepts_connections, wait_for
+from pytriton.server.lifecycle import TritonLifecyclePolicy, choose_policy
 from pytriton.server.distribution import (
     ServerDistribution,
     assemble_backends,
@@ -49,7 +51,7 @@ from pytriton.server.security import TritonSecurityConfig, resolve_access_token,
 from pytriton.server.supervisor import InstanceView, RestartBudget, Supervisor, reap_adopted
 from pytriton.server.workspace import Workspace, kill_server_processes, sweep_stale
 
-__all__ = ["RemoteTriton", "Triton", "TritonConfig", "TritonSecurityConfig"]
+__all__ = ["RemoteTriton", "Triton", "TritonConfig", "TritonLifecyclePolicy", "TritonSecurityConfig"]
 
 logger = logging.getLogger("pytriton.triton")
 
@@ -69,6 +71,9 @@ class Triton:
         security_config: which APIs require an access token, and which token; by default the
             administrative APIs (model repository, shared memory, statistics, trace, logging)
             require a token generated for this server (see `get_access_token`).
+        triton_lifecycle_policy: when the server starts (see `TritonLifecyclePolicy`); by
+            default on entering ``with Triton() as triton:``, so that each `bind` in the block
+            loads its model at once.
 
     Use it as a context manager (``with Triton() as triton: ...``) or call `stop()`.
     """
@@ -78,8 +83,10 @@ class Triton:
         config: Optional[TritonConfig] = None,
         workspace: Union[str, pathlib.Path, None] = None,
         security_config: Optional[TritonSecurityConfig] = None,
+        triton_lifecycle_policy: Optional[TritonLifecyclePolicy] = None,
     ) -> None:
         self._config = merge(config, os.environ)
+        self._policy = choose_policy(triton_lifecycle_policy, getattr(self._config, "allow_vertex_ai", None))
         security = security_config if security_config is not None else TritonSecurityConfig()
         if not isinstance(security, TritonSecurityConfig):
             raise PyTritonBadParameterError(
@@ -105,6 +112,9 @@ class Triton:
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> Triton:
+        """Start the server, unless the lifecycle policy waits for `run()` or `serve()`."""
+        if self._policy.launch_triton_on_startup:
+            self.run()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -141,7 +151,14 @@ class Triton:
             config: batching and batcher options (`ModelConfig()` when None).
             strict: refuse outputs whose dtype or shape differ from the declared ones.
 
-        After `run()`, the model is loaded at once and this returns when it is ready.
+        Once the server runs (after `run()`, or inside ``with Triton()``), the model is loaded
+        at once and this returns when it is ready; a model that fails to load is unbound again
+        and the server goes on serving the others.
+
+        Raises:
+            PyTritonInvalidOperationError: the name is bound here already, or the running server
+                serves a model of that name that another process sent (`RemoteTriton`).
+            PyTritonServerError: the running server failed to load the model (its reason).
         """
         with self._lock:
             self._raise_if_failed()
@@ -149,6 +166,9 @@ class Triton:
                 raise PyTritonInvalidOperationError("this Triton was stopped; create a new Triton to bind models")
             declaration = self._bindings.declare(model_name, infer_func, inputs, outputs, model_version, config, strict)
             workspace = self._ensure_workspace()
+            running = self._process is not None and self._control is not None
+            if running:
+                self._refuse_foreign_model(model_name)
             self._bindings.start(
                 declaration,
                 repository=workspace.model_repository,
@@ -156,9 +176,33 @@ class Triton:
                 shm_prefix=workspace.shm_prefix,
                 import_paths=proxy_import_paths(self._distribution()),
             )
-            if self._process is not None and self._control is not None:
-                self._control.load_model(model_name, MODEL_LOAD_TIMEOUT_S)
-                self._wait_models_ready([model_name], time.monotonic() + MODEL_LOAD_TIMEOUT_S)
+            if running:
+                self._load_bound(model_name)
+
+    def _refuse_foreign_model(self, model_name: str) -> None:
+        """A model another process sent to this server (not in its repository) would be replaced."""
+        assert self._control is not None
+        if self._control.is_model_ready(model_name, None):
+            raise PyTritonInvalidOperationError(
+                f"model '{model_name}' is already served by this Triton's server, sent by another process "
+                "(RemoteTriton); a model name is served by one process at a time: choose another model name"
+            )
+
+    def _load_bound(self, model_name: str) -> None:
+        """Load a model bound while the server runs; on failure, unbind it and say why."""
+        assert self._control is not None and self._workspace is not None
+        warn_if_shm_small([c for c in self._bindings.contexts() if c.model_name == model_name])
+        try:
+            self._control.load_model(model_name, MODEL_LOAD_TIMEOUT_S)
+            self._wait_models_ready([model_name], time.monotonic() + MODEL_LOAD_TIMEOUT_S)
+        except BaseException:
+            try:
+                self._control.unload_model(model_name, MODEL_LOAD_TIMEOUT_S)
+            except PyTritonServerError:
+                pass  # it never loaded
+            self._bindings.discard(model_name)
+            remove_model(self._workspace.model_repository, model_name)
+            raise
 
     def _distribution(self) -> ServerDistribution:
         if self._server_distribution is None:
@@ -255,6 +299,14 @@ class Triton:
             )
             self._supervisor.start()
             logger.info("Triton Inference Server is ready (pid %s)", process.pid)
+
+    def connect(self) -> None:
+        """The same as `run()` (the published API's name on its base class)."""
+        self.run()
+
+    def is_connected(self) -> bool:
+        """True from a completed start (`run()`, or entering ``with``) until `stop()` or a crash."""
+        return self._supervisor is not None and self.is_alive()
 
     def _instance_views(self) -> List[InstanceView]:
         return [InstanceView(*entry) for entry in self._bindings.instances()]
