@@ -69,6 +69,10 @@ OPTION_FLAGS: Mapping[str, str] = {
     "trace_config": "--trace-config",
     "rate_limit": "--rate-limit",
     "backend_config": "--backend-config",
+    "allow_vertex_ai": "--allow-vertex-ai",
+    "vertex_ai_port": "--vertex-ai-port",  # written whenever the endpoint is on, like the other ports
+    "vertex_ai_thread_count": "--vertex-ai-thread-count",
+    "vertex_ai_default_model": "--vertex-ai-default-model",
 }
 """Every `TritonConfig` field that becomes a flag, and that flag."""
 
@@ -100,8 +104,10 @@ def build_argv(
 
     The library always asks for explicit model control with `--load-model=*`, so every model
     written to the repository loads at start-up and nothing else is polled. The ports are
-    always written (8000/8001/8002 when unset) so the argv says where clients must connect.
-    Every other field is written only when set; None keeps Triton's default.
+    always written (8000/8001/8002 when unset), and the Vertex AI port (8080) whenever that
+    endpoint is on, so the argv says where clients must connect. Every other field is written
+    only when set; None keeps Triton's default. Environment-dependent defaults (Vertex AI's
+    ``AIP_*`` variables) are resolved before, by `pytriton.server.config.merge`.
 
     Args:
         config: The merged options (see `pytriton.server.config.merge`).
@@ -153,6 +159,8 @@ def build_argv(
         "grpc_port": config.effective_grpc_port,
         "metrics_port": config.effective_metrics_port,
     }
+    if config.allow_vertex_ai:
+        effective["vertex_ai_port"] = config.effective_vertex_ai_port
     for name, flag in OPTION_FLAGS.items():
         value = effective.get(name, getattr(config, name))
         if value is not None:

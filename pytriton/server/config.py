@@ -22,6 +22,9 @@ Environment variables, one per field: `PYTRITON_TRITON_CONFIG_<FIELD NAME IN UPP
   `LOG_VERBOSE` (the field's own name) wins and a warning says so if they differ;
 - any other `PYTRITON_TRITON_CONFIG_*` variable is reported with a warning, since it is most
   likely a typo that would otherwise be silently ignored.
+
+Last, `merge` writes what Google Vertex AI's own `AIP_*` variables will make tritonserver do into
+the config (`pytriton.server.vertex_ai`); they fill only fields no other source set.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import warnings
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from pytriton.exceptions import PyTritonBadParameterError
+from pytriton.server.vertex_ai import DEFAULT_VERTEX_AI_PORT, resolve_vertex_ai
 
 LOGGER = logging.getLogger(__name__)
 
@@ -53,7 +57,7 @@ _ENV_ALIASES: Mapping[str, str] = {"LOG_VERBOSITY": "log_verbose"}
 _TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
 _FALSE_WORDS = frozenset({"false", "0", "no", "off"})
 
-_PORT_FIELDS = ("http_port", "grpc_port", "metrics_port")
+_PORT_FIELDS = ("http_port", "grpc_port", "metrics_port", "vertex_ai_port")
 _NON_NEGATIVE_FIELDS = (
     "log_verbose",
     "exit_timeout_secs",
@@ -71,6 +75,7 @@ _POSITIVE_FIELDS = (
     "model_load_thread_count",
     "metrics_interval_ms",
     "response_cache_byte_size",  # a zero-byte cache can hold nothing; leave the field unset instead
+    "vertex_ai_thread_count",
 )
 _CHOICES: Mapping[str, Tuple[str, ...]] = {
     # Triton compares these exactly, so the check does too.
@@ -159,6 +164,14 @@ class TritonConfig:
         trace_config: Items `"[<mode>,]<setting>=<value>"` passed as `--trace-config`.
         rate_limit: `"execution_count"` or `"off"`.
         backend_config: Items `"<backend>,<setting>=<value>"` passed as `--backend-config`.
+        allow_vertex_ai: Serve Google Vertex AI's prediction protocol on its own port (see
+            docs/vertex_ai.md). Unset: on when the environment has `AIP_MODE=PREDICTION`, as in a
+            Vertex AI serving container. The endpoint binds every interface and does not check
+            the access token (`TritonSecurityConfig`).
+        vertex_ai_port: Port of the Vertex AI endpoint; `AIP_HTTP_PORT`, else 8080, when unset.
+        vertex_ai_thread_count: Threads handling Vertex AI requests (Triton's default: 8).
+        vertex_ai_default_model: The model the predict route runs. Unset, the server must serve
+            exactly one model, and that one answers.
     """
 
     id: Optional[str] = None
@@ -212,6 +225,10 @@ class TritonConfig:
     trace_config: Optional[Sequence[str]] = None
     rate_limit: Optional[str] = None
     backend_config: Optional[Sequence[str]] = None
+    allow_vertex_ai: Optional[bool] = None
+    vertex_ai_port: Optional[int] = None
+    vertex_ai_thread_count: Optional[int] = None
+    vertex_ai_default_model: Optional[str] = None
 
     def __post_init__(self) -> None:
         """Check every set field, and normalise paths and lists so equal configs compare equal."""
@@ -257,6 +274,10 @@ class TritonConfig:
                 "TritonConfig.grpc_use_ssl_mutual=True with grpc_use_ssl=False is invalid: mutual SSL authentication "
                 "needs SSL; set grpc_use_ssl=True or leave it unset"
             )
+        model = self.vertex_ai_default_model
+        if model is not None and (not model or model != model.strip() or "/" in model):
+            # Triton reads an empty name as "none given"; a slash can never name a model folder.
+            raise _bad("vertex_ai_default_model", model, "the name of a bound model (not empty, no '/' or edge spaces)")
         if self.response_cache_byte_size is not None:
             clashing = [item for item in self.cache_config or () if _LOCAL_CACHE_SIZE.match(item)]
             if clashing:
@@ -284,6 +305,15 @@ class TritonConfig:
     def effective_metrics_port(self) -> int:
         """The metrics port the server listens on: `metrics_port`, or 8002."""
         return DEFAULT_METRICS_PORT if self.metrics_port is None else self.metrics_port
+
+    @property
+    def effective_vertex_ai_port(self) -> int:
+        """The Vertex AI port when the endpoint is on: `vertex_ai_port`, or 8080.
+
+        `merge` copies `AIP_HTTP_PORT` into `vertex_ai_port`, so for a merged config this is
+        the port tritonserver listens on.
+        """
+        return DEFAULT_VERTEX_AI_PORT if self.vertex_ai_port is None else self.vertex_ai_port
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> TritonConfig:
@@ -335,7 +365,8 @@ def merge(explicit: Optional[TritonConfig], environ: Optional[Mapping[str, str]]
     """The config the server runs with: explicit fields, then environment variables, then defaults.
 
     A field counts as explicitly set when it is not None in `explicit`, so an environment
-    variable can still fill every field the code left open.
+    variable can still fill every field the code left open. Vertex AI's `AIP_*` variables come
+    last (`pytriton.server.vertex_ai.resolve_vertex_ai`).
 
     Args:
         explicit: The config given to `Triton(config=...)`, or None.
@@ -345,23 +376,24 @@ def merge(explicit: Optional[TritonConfig], environ: Optional[Mapping[str, str]]
         The merged config; fields set nowhere stay None (Triton's default).
 
     Raises:
-        PyTritonBadParameterError: An environment variable is invalid, or the merged fields
-            contradict each other.
+        PyTritonBadParameterError: An environment variable is invalid, the merged fields
+            contradict each other, or the Vertex AI endpoint is on but could not start.
     """
-    from_env = TritonConfig.from_env(environ)
-    if explicit is None:
-        return from_env
-    overrides = {
-        field.name: getattr(explicit, field.name)
-        for field in dataclasses.fields(explicit)
-        if getattr(explicit, field.name) is not None
-    }
-    try:
-        return dataclasses.replace(from_env, **overrides)
-    except PyTritonBadParameterError as exc:
-        raise PyTritonBadParameterError(
-            f"{exc.message} (after merging the config given to Triton with {ENV_PREFIX}* environment variables)"
-        ) from exc
+    environ = os.environ if environ is None else environ
+    merged = TritonConfig.from_env(environ)
+    if explicit is not None:
+        overrides = {
+            field.name: getattr(explicit, field.name)
+            for field in dataclasses.fields(explicit)
+            if getattr(explicit, field.name) is not None
+        }
+        try:
+            merged = dataclasses.replace(merged, **overrides)
+        except PyTritonBadParameterError as exc:
+            raise PyTritonBadParameterError(
+                f"{exc.message} (after merging the config given to Triton with {ENV_PREFIX}* environment variables)"
+            ) from exc
+    return resolve_vertex_ai(merged, environ)
 
 
 # --- field kinds: how a value is checked, and read from an environment variable --------------
