@@ -3,9 +3,24 @@
 Flow: these declarations -> `pytriton.repository` (config.pbtxt) -> `pytriton.server` -> `pytriton.triton`.
 """
 
-from pytriton.model_config.common import DeviceKind, DynamicBatcher, QueuePolicy, TimeoutAction
+from pytriton.model_config.common import (
+    DeviceKind,
+    DynamicBatcher,
+    ModelWarmup,
+    QueuePolicy,
+    TimeoutAction,
+    WarmupInput,
+)
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
-from pytriton.model_config.warmup import ModelWarmup
 
-__all__ = ["DeviceKind", "DynamicBatcher", "ModelConfig", "ModelWarmup", "QueuePolicy", "Tensor", "TimeoutAction"]
+__all__ = [
+    "DeviceKind",
+    "DynamicBatcher",
+    "ModelConfig",
+    "ModelWarmup",
+    "QueuePolicy",
+    "Tensor",
+    "TimeoutAction",
+    "WarmupInput",
+]

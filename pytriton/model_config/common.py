@@ -1,4 +1,4 @@
-"""Setup step 1: what the user declares — the batching and queueing knobs of a model.
+"""Setup step 1: what the user declares — the batching, queueing and warm-up knobs of a model.
 
 Pure data with no I/O. Every class is a small frozen dataclass that checks itself in
 ``__post_init__``, so a wrong value fails on the line where the user wrote it, with a message
@@ -10,11 +10,15 @@ from __future__ import annotations
 import dataclasses
 import enum
 import numbers
-from typing import Any, Sequence
+import os
+import re
+import types
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from pytriton.exceptions import PyTritonBadParameterError
+from pytriton.model_config.tensor import DTypeLike, _normalise_dtype
 
 
 class TimeoutAction(enum.Enum):
@@ -199,3 +203,146 @@ class DynamicBatcher:
             checked[int(level)] = policy
         # A private copy: mutating the caller's dict later must not change a frozen config.
         return checked
+
+
+def _check_flag(where: str, value: Any) -> bool:
+    # The published fields are Optional[bool]: None reads as "not set".
+    return False if value is None else _check_bool(where, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmupInput:
+    """How Triton makes up one input of a warm-up request (Triton's ``ModelWarmup.Input``).
+
+    Exactly one source may be set. Triton itself needs one; when none is set the input is
+    sent as zeros (``zero_data``), the same as an input a `ModelWarmup` leaves out.
+
+    Args:
+        dtype: the input's dtype (``np.float32``, ``np.bytes_`` or ``object`` for bytes, ...);
+            stored as ``np.dtype``. It must be the dtype of the model's input.
+        shape: the shape of one sample, without the batch axis; every axis a length >= 0
+            (no -1: the warm-up request has concrete sizes). Stored as a tuple.
+        zero_data: send zeros (empty items for bytes).
+        random_data: send random values (Triton sends bytes inputs as zero data).
+        input_data_file: a file holding one sample, raw and row-major; bytes items each as a
+            little-endian uint32 length then the bytes. The path is the user's: absolute, or
+            relative to the current directory when the model is bound. Triton reads such files
+            only from the model folder, so `Triton.bind` copies the file there.
+    """
+
+    dtype: DTypeLike
+    shape: Sequence[int]
+    zero_data: Optional[bool] = False
+    random_data: Optional[bool] = False
+    input_data_file: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # the dataclass is frozen; normalising happens only here
+        set_(self, "dtype", _normalise_dtype(self.dtype, "WarmupInput"))
+        set_(self, "shape", _check_sample_shape(self.shape))
+        set_(self, "zero_data", _check_flag("WarmupInput.zero_data", self.zero_data))
+        set_(self, "random_data", _check_flag("WarmupInput.random_data", self.random_data))
+        path = self.input_data_file
+        if path is not None:
+            if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+                raise PyTritonBadParameterError(
+                    f"WarmupInput.input_data_file must be a path to a file (or None), got {path!r}"
+                )
+            set_(self, "input_data_file", str(os.fspath(path)))
+        chosen = [name for name in ("zero_data", "random_data") if getattr(self, name)]
+        chosen += ["input_data_file"] if self.input_data_file is not None else []
+        if len(chosen) > 1:
+            raise PyTritonBadParameterError(
+                "WarmupInput takes one of zero_data, random_data and input_data_file, got "
+                + ", ".join(f"{name}={getattr(self, name)!r}" for name in chosen)
+            )
+        if not chosen:
+            set_(self, "zero_data", True)
+
+
+def _check_sample_shape(value: Any) -> tuple[int, ...]:
+    allowed = "a non-empty sequence of integers >= 0 (one sample, no batch axis, no -1)"
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+        raise PyTritonBadParameterError(f"WarmupInput.shape must be {allowed}, got {value!r}")
+    for dim in value:
+        if not _is_int(dim) or dim < 0:
+            raise PyTritonBadParameterError(f"WarmupInput.shape must be {allowed}, got {value!r} (bad axis {dim!r})")
+    return tuple(int(dim) for dim in value)
+
+
+_WARMUP_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ModelWarmup:
+    """One kind of warm-up request, which Triton sends `count` times while it loads the model.
+
+    Triton answers a model ready only after its warm-up requests went through the callable, so
+    the lazy work of a first call (weights to a device, kernels compiled) is done before any
+    user request arrives. The fields take the published order, ``ModelWarmup(name, batch_size,
+    inputs, count)``; all have defaults here.
+
+    Args:
+        name: the name Triton logs for this warm-up (letters, digits, ``_``, ``-``, ``.``);
+            distinct within a model.
+        batch_size: the batch size of each request; 1 for a model without batching.
+        inputs: input name -> either a `WarmupInput` (how Triton makes the data up) or a
+            sample array (one sample without the batch axis, sent as it is; a pytriton form).
+            Triton repeats the sample `batch_size` times. Inputs left out are sent as zeros
+            (empty items for bytes) with every variable axis of length 1, except optional
+            inputs, which are left out. ``None`` leaves every input out.
+        count: how many times the request is sent.
+
+    Example:
+        ``ModelWarmup(name="short", batch_size=4, inputs={"x": WarmupInput(np.float32, (16,))}, count=2)``
+    """
+
+    name: str = "warmup"
+    batch_size: int = 1
+    inputs: Optional[Mapping[str, Union[WarmupInput, Any]]] = None
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # the dataclass is frozen; normalising happens only here
+        if not isinstance(self.name, str) or not _WARMUP_NAME.fullmatch(self.name):
+            raise PyTritonBadParameterError(
+                f"ModelWarmup.name must be a non-empty name of letters, digits, '_', '-' and '.', got {self.name!r}"
+            )
+        set_(self, "batch_size", _check_int(f"ModelWarmup({self.name!r}).batch_size", self.batch_size, 1))
+        set_(self, "count", _check_int(f"ModelWarmup({self.name!r}).count", self.count, 1))
+        if self.inputs is None:
+            return
+        if not isinstance(self.inputs, Mapping):
+            raise PyTritonBadParameterError(
+                f"ModelWarmup({self.name!r}).inputs must map input names to WarmupInput or sample arrays "
+                f"(or be None), got {self.inputs!r}"
+            )
+        checked = {}
+        for key, value in self.inputs.items():
+            if not isinstance(key, str) or not key:
+                raise PyTritonBadParameterError(
+                    f"ModelWarmup({self.name!r}).inputs keys must be input names, got {key!r}"
+                )
+            checked[key] = value if isinstance(value, WarmupInput) else self._checked_sample(key, value)
+        # A read-only copy: changing the caller's dict or arrays later must not change a frozen config.
+        set_(self, "inputs", types.MappingProxyType(checked))
+
+    def _checked_sample(self, key: str, value: Any) -> np.ndarray:
+        array = np.array(value)
+        if array.ndim == 0:
+            raise PyTritonBadParameterError(
+                f"ModelWarmup({self.name!r}).inputs[{key!r}] must be a WarmupInput or a sample array with at least "
+                f"one axis (use np.array([value])), got {value!r}"
+            )
+        array.flags.writeable = False
+        return array
+
+    def __repr__(self) -> str:
+        # Sample arrays show as their shape and dtype: a warm-up batch of data would swamp a log line.
+        def _short(value: Any) -> str:
+            return repr(value) if isinstance(value, WarmupInput) else f"<array {value.shape} {value.dtype}>"
+
+        inputs = "None"
+        if self.inputs is not None:
+            inputs = "{" + ", ".join(f"{key!r}: {_short(value)}" for key, value in self.inputs.items()) + "}"
+        return f"ModelWarmup(name={self.name!r}, batch_size={self.batch_size}, inputs={inputs}, count={self.count})"

@@ -10,13 +10,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import warnings
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from pytriton.exceptions import PyTritonBadParameterError
-from pytriton.model_config.common import DynamicBatcher, _check_bool, _check_int
-from pytriton.model_config.warmup import ModelWarmup
+from pytriton.model_config.common import DynamicBatcher, ModelWarmup, _check_bool, _check_int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,8 +32,9 @@ class ModelConfig:
         response_cache: let Triton answer repeated requests from its cache; needs
             ``TritonConfig(response_cache_byte_size=...)`` and cannot be combined with ``decoupled``.
         decoupled: the callable may send any number of responses per request (streaming).
-        warmup: `ModelWarmup` requests Triton sends through the callable while loading the
-            model, before reporting it ready (one `ModelWarmup` or a sequence of them).
+        model_warmup: `ModelWarmup` requests Triton sends through the callable while loading the
+            model, before reporting it ready: a list of them (one `ModelWarmup` alone is taken
+            too); stored as a tuple, empty when None.
         max_restarts: how many times pytriton restarts the model after one of its instances'
             stub processes died (killed, crashed) within `restart_window_s`; one more death in
             that window gives the model up: the server stops and `Triton.serve()` raises
@@ -46,6 +47,8 @@ class ModelConfig:
         execution_timeout_s: seconds a call of the callable may take (None: no limit). A call
             still running then is abandoned: its requesters get an error and the instance goes
             on serving on a fresh thread. Not for decoupled or async models.
+        warmup: deprecated spelling of `model_warmup` (an earlier pytriton name); warns, moves
+            its value to `model_warmup` and reads back as None.
     """
 
     batching: bool = True
@@ -53,16 +56,16 @@ class ModelConfig:
     batcher: DynamicBatcher = dataclasses.field(default_factory=DynamicBatcher)
     response_cache: bool = False
     decoupled: bool = False
-    warmup: Union[ModelWarmup, Sequence[ModelWarmup]] = ()
+    model_warmup: Optional[Union[ModelWarmup, Sequence[ModelWarmup]]] = None
     max_restarts: int = 5
     restart_window_s: float = 300.0
     isolate_failures: bool = False
     execution_timeout_s: Optional[float] = None
-
-    @property
-    def warmups(self) -> Tuple[ModelWarmup, ...]:
-        """`warmup` as a tuple (which is what `__post_init__` stores)."""
-        return tuple(self.warmup) if not isinstance(self.warmup, ModelWarmup) else (self.warmup,)
+    # Last, so positional calls of the fields above keep working; out of repr and eq because it
+    # always reads back as None (kept None so that dataclasses.replace() does not pass it again).
+    warmup: Optional[Union[ModelWarmup, Sequence[ModelWarmup]]] = dataclasses.field(
+        default=None, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # the dataclass is frozen; normalising happens only here
@@ -75,17 +78,8 @@ class ModelConfig:
             raise PyTritonBadParameterError(f"ModelConfig.batcher must be a DynamicBatcher, got {self.batcher!r}")
         set_(self, "response_cache", _check_bool("ModelConfig.response_cache", self.response_cache))
         set_(self, "decoupled", _check_bool("ModelConfig.decoupled", self.decoupled))
-        warmup: Any = (self.warmup,) if isinstance(self.warmup, ModelWarmup) else self.warmup
-        if isinstance(warmup, (str, bytes)) or not isinstance(warmup, Sequence) or not all(
-            isinstance(item, ModelWarmup) for item in warmup
-        ):
-            raise PyTritonBadParameterError(
-                f"ModelConfig.warmup must be a ModelWarmup or a sequence of them, got {self.warmup!r}"
-            )
-        names = [item.name for item in warmup]
-        if len(set(names)) != len(names):
-            raise PyTritonBadParameterError(f"ModelConfig.warmup entries need distinct names, got {names!r}")
-        set_(self, "warmup", tuple(warmup))
+        set_(self, "model_warmup", self._checked_warmups())
+        set_(self, "warmup", None)
         set_(self, "max_restarts", _check_int("ModelConfig.max_restarts", self.max_restarts, 0))
         window = self.restart_window_s
         if isinstance(window, bool) or not isinstance(window, (int, float)) or not window > 0:
@@ -117,6 +111,35 @@ class ModelConfig:
                         f"ModelConfig.batcher.preferred_batch_size entries must be <= max_batch_size "
                         f"({self.max_batch_size}), got {size}"
                     )
+
+
+    def _checked_warmups(self) -> Tuple[ModelWarmup, ...]:
+        field, value = "model_warmup", self.model_warmup
+        if self.warmup is not None:
+            if self.model_warmup is not None:
+                raise PyTritonBadParameterError(
+                    "ModelConfig got both model_warmup and its deprecated alias warmup; give only model_warmup"
+                )
+            # stacklevel 4: this method, __post_init__, the generated __init__, then the user's line.
+            warnings.warn(
+                "ModelConfig(warmup=...) is deprecated; use ModelConfig(model_warmup=...)",
+                DeprecationWarning,
+                stacklevel=4,
+            )
+            field, value = "warmup", self.warmup
+        if value is None:
+            return ()
+        warmups: Any = (value,) if isinstance(value, ModelWarmup) else value
+        if isinstance(warmups, (str, bytes)) or not isinstance(warmups, Sequence) or not all(
+            isinstance(item, ModelWarmup) for item in warmups
+        ):
+            raise PyTritonBadParameterError(
+                f"ModelConfig.{field} must be a list of ModelWarmup (or one ModelWarmup), got {value!r}"
+            )
+        names = [item.name for item in warmups]
+        if len(set(names)) != len(names):
+            raise PyTritonBadParameterError(f"ModelConfig.{field} entries need distinct names, got {names!r}")
+        return tuple(warmups)
 
 
 def _check_timeout_s(value: Any) -> Optional[float]:

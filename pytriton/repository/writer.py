@@ -11,9 +11,9 @@ import shutil
 import types
 from typing import Mapping, Sequence
 
-from pytriton.repository.warmup import WARMUP_FOLDER
+from pytriton.repository.warmup import WARMUP_FOLDER, WarmupFile
 
-_NO_FILES: Mapping[str, bytes] = types.MappingProxyType({})
+_NO_FILES: Mapping[str, WarmupFile] = types.MappingProxyType({})
 
 
 def model_py(import_paths: Sequence[str]) -> str:
@@ -38,12 +38,12 @@ def write_model(
     model_version: int,
     config_text: str,
     import_paths: Sequence[str],
-    warmup_files: Mapping[str, bytes] = _NO_FILES,
+    warmup_files: Mapping[str, WarmupFile] = _NO_FILES,
 ) -> pathlib.Path:
     """Write (or replace) the folder of one model version; returns the model folder.
 
-    `warmup_files` (file name -> content) go into the ``warmup/`` subfolder the config's
-    ``model_warmup`` entries read from.
+    `warmup_files` (file name -> bytes, or a user's file to copy) go into the ``warmup/``
+    subfolder the config's ``model_warmup`` entries read from.
     """
     folder = repository / model_name
     version_folder = folder / str(model_version)
@@ -53,7 +53,10 @@ def write_model(
         warmup_folder = folder / WARMUP_FOLDER
         warmup_folder.mkdir(exist_ok=True)
         for name, data in warmup_files.items():
-            (warmup_folder / name).write_bytes(data)
+            if isinstance(data, bytes):
+                (warmup_folder / name).write_bytes(data)
+            else:
+                shutil.copyfile(data, warmup_folder / name)
     (folder / "config.pbtxt").write_text(config_text)
     return folder
 

@@ -40,7 +40,9 @@ def _bind_slow_loading(triton, name):
         _sleep,
         inputs=[Tensor(name="seconds", dtype=np.float32, shape=(1,))],
         outputs=[Tensor(name="seconds", dtype=np.float32, shape=(1,))],
-        config=ModelConfig(max_batch_size=4, warmup=[ModelWarmup({"seconds": np.array([WARMUP_S], np.float32)})]),
+        config=ModelConfig(
+            max_batch_size=4, model_warmup=[ModelWarmup(inputs={"seconds": np.array([WARMUP_S], np.float32)})]
+        ),
     )
 
 

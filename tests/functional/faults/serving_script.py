@@ -67,8 +67,8 @@ def main() -> None:
             inputs=[Tensor(name="seconds", dtype=np.float32, shape=(1,))],
             outputs=[Tensor(name="seconds", dtype=np.float32, shape=(1,))],
             # SERVING_SCRIPT_LOAD_S: a warm-up that keeps the model loading that long (a slow model load).
-            config=ModelConfig(max_batch_size=8, warmup=ModelWarmup(
-                {"seconds": np.array([float(os.environ.get("SERVING_SCRIPT_LOAD_S", "0"))], dtype=np.float32)})),
+            config=ModelConfig(max_batch_size=8, model_warmup=[ModelWarmup(inputs={
+                "seconds": np.array([float(os.environ.get("SERVING_SCRIPT_LOAD_S", "0"))], dtype=np.float32)})]),
         )
         triton.bind(
             "Tokens", tokens,

@@ -3,7 +3,9 @@ callable while it loads the model, before the model (and the server) report read
 
 The callable below initialises lazily on its first call, like a model that moves its weights to
 a device on first use; the tests show that this first call is a warm-up request, made before
-`run()` or `bind()` returned, and that user requests never pay for it.
+`run()` or `bind()` returned, and that user requests never pay for it. Both forms of an input
+are covered: the published `WarmupInput` (zero_data, random_data, input_data_file) and a
+sample array.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import threading
 
 import numpy as np
 import pytest
-from support import http_url, server_config
+from support import http_url, running_triton, server_config
 
 from pytriton.client import ModelClient
 from pytriton.decorators import batch
 from pytriton.exceptions import PyTritonModelConfigError, PyTritonServerStartupError
-from pytriton.model_config import ModelConfig, ModelWarmup, Tensor
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config.common import ModelWarmup, WarmupInput
 from pytriton.triton import Triton
 
 pytestmark = pytest.mark.functional
@@ -44,17 +47,17 @@ class LazyModel:
         return {"y": x * 2}
 
 
-WARMUPS = (
-    ModelWarmup({"text": np.array([b"hello"])}, batch_size=3, count=2, name="greeting"),
+WARMUPS = [
+    ModelWarmup(name="greeting", batch_size=3, inputs={"text": np.array([b"hello"])}, count=2),
     ModelWarmup(name="zeros"),
-)
+]
 
 
 def test_warmup_requests_reach_the_callable_before_run_returns():
     model = LazyModel()
     config = server_config()
     with Triton(config=config) as triton:
-        triton.bind("Lazy", model, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8, warmup=WARMUPS))
+        triton.bind("Lazy", model, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8, model_warmup=WARMUPS))
         triton.run()
         model.phase = "serving"
         assert model.initialised_by == "loading"
@@ -77,7 +80,7 @@ def test_warmup_of_a_model_bound_after_run_happens_before_bind_returns():
     with Triton(config=server_config()) as triton:
         triton.run()
         triton.bind("LateLazy", model, INPUTS, OUTPUTS,
-                    config=ModelConfig(max_batch_size=8, warmup=ModelWarmup(batch_size=2)))
+                    config=ModelConfig(max_batch_size=8, model_warmup=[ModelWarmup(batch_size=2)]))
         assert model.calls == [("loading", [b"", b""], (2, 1))]
 
 
@@ -85,10 +88,10 @@ def test_a_warmup_sample_that_does_not_fit_the_inputs_is_refused_at_bind():
     with Triton(config=server_config()) as triton:
         with pytest.raises(PyTritonModelConfigError, match=r"ModelWarmup 'warmup' gives inputs \['txt'\].*'text'"):
             triton.bind("Typo", LazyModel(), INPUTS, OUTPUTS,
-                        config=ModelConfig(warmup=ModelWarmup({"txt": np.array([b"a"])})))
+                        config=ModelConfig(model_warmup=[ModelWarmup(inputs={"txt": np.array([b"a"])})]))
         with pytest.raises(PyTritonModelConfigError, match=r"input 'x' has shape \(2, 2\)"):
             triton.bind("Shape", LazyModel(), INPUTS, OUTPUTS,
-                        config=ModelConfig(warmup=ModelWarmup({"x": np.zeros((2, 2), np.float32)})))
+                        config=ModelConfig(model_warmup=[ModelWarmup(inputs={"x": np.zeros((2, 2), np.float32)})]))
 
 
 def test_a_callable_that_fails_its_warmup_fails_the_start_with_its_error():
@@ -96,7 +99,111 @@ def test_a_callable_that_fails_its_warmup_fails_the_start_with_its_error():
     def broken(text, x):
         raise ValueError("weights missing")
 
-    with Triton(config=server_config()) as triton:
-        triton.bind("Broken", broken, INPUTS, OUTPUTS, config=ModelConfig(warmup=ModelWarmup()))
+    # Not entered with `with`: the server starts at run(), so the model loads (and fails) there.
+    with running_triton() as triton:
+        triton.bind("Broken", broken, INPUTS, OUTPUTS, config=ModelConfig(model_warmup=[ModelWarmup()]))
         with pytest.raises(PyTritonServerStartupError, match="failed to run warmup sample 'warmup'.*weights missing"):
             triton.run()
+
+
+# The published form: every input described by a WarmupInput, Triton makes the data up or reads a file.
+DECLARED_INPUTS = [
+    Tensor(name="a", dtype=np.float32, shape=(-1,)),
+    Tensor(name="b", dtype=np.int32, shape=(2, 3)),
+    Tensor(name="t", dtype=np.bytes_, shape=(1,)),
+]
+DECLARED_OUTPUTS = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
+
+
+class Recorder:
+    """Records every call as {input: (dtype kind or name, shape, values)}."""
+
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    @batch
+    def __call__(self, a, b, t):
+        self.calls.append({
+            "a": (a.dtype.name, a.shape, a.tolist()),
+            "b": (b.dtype.name, b.shape, b.tolist()),
+            "t": (t.dtype.kind, t.shape, t.tolist()),
+        })
+        return {"y": a}
+
+
+def _serialised_bytes(items) -> bytes:
+    return b"".join(len(item).to_bytes(4, "little") + item for item in items)
+
+
+def test_published_warmup_inputs_reach_the_callable_while_the_model_loads(tmp_path, monkeypatch):
+    a_file = tmp_path / "a.bin"
+    a_file.write_bytes(np.array([1.5, 2.5, 3.5, 4.5], np.float32).tobytes())
+    (tmp_path / "b.bin").write_bytes(np.arange(6, dtype=np.int32).tobytes())
+    (tmp_path / "t.bin").write_bytes(_serialised_bytes([b"from-file"]))
+    monkeypatch.chdir(tmp_path)  # b.bin and t.bin are given relative to the current directory
+    warmups = [
+        ModelWarmup("zeros", 2, {
+            "a": WarmupInput(np.float32, (3,), zero_data=True),
+            "b": WarmupInput(np.int32, (2, 3), zero_data=True),
+            "t": WarmupInput(np.bytes_, (1,), zero_data=True),
+        }, 2),
+        ModelWarmup("random", 3, {
+            "a": WarmupInput(np.float32, (5,), random_data=True),
+            "b": WarmupInput(np.int32, (2, 3), random_data=True),
+            "t": WarmupInput(object, (1,), random_data=True),
+        }, 1),
+        ModelWarmup(name="file", batch_size=4, count=1, inputs={
+            "a": WarmupInput(dtype=np.float32, shape=(4,), input_data_file=str(a_file)),
+            "b": WarmupInput(dtype=np.int32, shape=(2, 3), input_data_file="b.bin"),
+            "t": WarmupInput(dtype=np.bytes_, shape=(1,), input_data_file="t.bin"),
+        }),
+    ]
+    model = Recorder()
+    config = server_config()
+    with Triton(config=config) as triton:
+        triton.bind("Declared", model, DECLARED_INPUTS, DECLARED_OUTPUTS,
+                    config=ModelConfig(max_batch_size=4, model_warmup=warmups))
+        triton.run()
+        loading_calls = list(model.calls)
+        with ModelClient(http_url(config), "Declared") as client:
+            client.infer_sample(a=np.ones(2, np.float32), b=np.ones((2, 3), np.int32), t=np.array([b"user"]))
+    # Every warm-up call happened before run() returned, count times, in the declared order.
+    assert len(loading_calls) == 4 and len(model.calls) == 5
+    zeros_1, zeros_2, random, from_file = loading_calls
+    assert zeros_1 == zeros_2 == {
+        "a": ("float32", (2, 3), [[0.0] * 3] * 2),
+        "b": ("int32", (2, 2, 3), [[[0] * 3] * 2] * 2),
+        "t": (zeros_1["t"][0], (2, 1), [[b""]] * 2),
+    }
+    assert zeros_1["t"][0] in "SO"
+    assert {name: value[:2] for name, value in random.items()} == {
+        "a": ("float32", (3, 5)), "b": ("int32", (3, 2, 3)), "t": (random["t"][0], (3, 1))}
+    assert from_file["a"] == ("float32", (4, 4), [[1.5, 2.5, 3.5, 4.5]] * 4)
+    assert from_file["b"] == ("int32", (4, 2, 3), [[[0, 1, 2], [3, 4, 5]]] * 4)
+    assert from_file["t"][1:] == ((4, 1), [[b"from-file"]] * 4)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (WarmupInput(np.float64, (3,)), r"input 'a' has dtype float64; the model's input has dtype float32"),
+        (WarmupInput(np.float32, (3, 1)), r"input 'a' has shape \(3, 1\); expected one sample of shape \(-1,\)"),
+        (WarmupInput(np.float32, (3,), input_data_file="missing.bin"),
+         r"input 'a': input_data_file 'missing.bin' is not a file"),
+    ],
+)
+def test_a_warmup_input_that_does_not_fit_the_model_is_refused_naming_model_warmup_and_input(
+    spec, message, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    warmup = ModelWarmup(name="bad", inputs={"a": spec})
+    with Triton(config=server_config()) as triton:
+        with pytest.raises(PyTritonModelConfigError, match=r"model 'Refused': ModelWarmup 'bad' " + message):
+            triton.bind("Refused", Recorder(), DECLARED_INPUTS, DECLARED_OUTPUTS,
+                        config=ModelConfig(model_warmup=[warmup]))
+        # The refused model left nothing behind: the server starts and serves a good one.
+        model = Recorder()
+        triton.bind("Good", model, DECLARED_INPUTS, DECLARED_OUTPUTS, config=ModelConfig(model_warmup=[
+            ModelWarmup(name="ok", inputs={"a": WarmupInput(np.float32, (3,))})]))
+        triton.run()
+        assert model.calls[0]["a"] == ("float32", (1, 3), [[0.0, 0.0, 0.0]])
