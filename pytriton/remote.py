@@ -201,9 +201,13 @@ class RemoteTriton:
                 try:
                     self._load([model_name])
                 except BaseException:
-                    self._unload([model_name])
                     self._loaded.remove(model_name)
                     self._forget(model_name)
+                    try:
+                        self._control.forget_failed_model(model_name, MODEL_LOAD_TIMEOUT_S)
+                    except PyTritonServerError as exc:
+                        logger.warning("tritonserver at %s: model '%s' failed to load and may keep the server "
+                                       "not ready: %s", self._url, model_name, exc)
                     raise
 
     def _forget(self, model_name: str) -> None:

@@ -37,7 +37,6 @@ from pytriton.repository.writer import remove_model
 from pytriton.server.argv import build_argv
 from pytriton.server.config import TritonConfig, merge
 from pytriton.server.control import GrpcTls, ServerControl, accepts_connections, wait_for
-from pytriton.server.lifecycle import TritonLifecyclePolicy, choose_policy
 from pytriton.server.distribution import (
     ServerDistribution,
     assemble_backends,
@@ -45,13 +44,31 @@ from pytriton.server.distribution import (
     proxy_import_paths,
     server_environment,
 )
+from pytriton.server.lifecycle import TritonLifecyclePolicy, choose_policy
 from pytriton.server.preflight import warn_if_shm_small
 from pytriton.server.process import ServerProcess
-from pytriton.server.security import TritonSecurityConfig, resolve_access_token, restricted_config
+from pytriton.server.security import (
+    DEFAULT_PROTECTED_ENDPOINTS,
+    TRITON_ACCESS_HEADER,
+    VALID_TRITON_ENDPOINTS,
+    TritonSecurityConfig,
+    resolve_access_token,
+    restricted_config,
+)
 from pytriton.server.supervisor import InstanceView, RestartBudget, Supervisor, reap_adopted
+from pytriton.server.vertex_ai import check_vertex_ai_models
 from pytriton.server.workspace import Workspace, kill_server_processes, sweep_stale
 
-__all__ = ["RemoteTriton", "Triton", "TritonConfig", "TritonLifecyclePolicy", "TritonSecurityConfig"]
+__all__ = [
+    "DEFAULT_PROTECTED_ENDPOINTS",
+    "TRITON_ACCESS_HEADER",
+    "VALID_TRITON_ENDPOINTS",
+    "RemoteTriton",
+    "Triton",
+    "TritonConfig",
+    "TritonLifecyclePolicy",
+    "TritonSecurityConfig",
+]
 
 logger = logging.getLogger("pytriton.triton")
 
@@ -86,7 +103,7 @@ class Triton:
         triton_lifecycle_policy: Optional[TritonLifecyclePolicy] = None,
     ) -> None:
         self._config = merge(config, os.environ)
-        self._policy = choose_policy(triton_lifecycle_policy, getattr(self._config, "allow_vertex_ai", None))
+        self._policy = choose_policy(triton_lifecycle_policy, self._config.allow_vertex_ai)
         security = security_config if security_config is not None else TritonSecurityConfig()
         if not isinstance(security, TritonSecurityConfig):
             raise PyTritonBadParameterError(
@@ -120,11 +137,11 @@ class Triton:
     def __exit__(self, *exc_info: Any) -> None:
         self.stop()
 
-    def get_access_token(self) -> str:
+    def get_access_token(self) -> Optional[str]:
         """The token that opens this server's restricted APIs (header ``triton-access-token``).
 
-        The chosen `TritonSecurityConfig.access_token`, or the one generated for this server;
-        pass it to clients as ``ModelClient(..., access_token=...)``.
+        The `TritonSecurityConfig.access_token` (chosen, or generated when the config was built);
+        None when nothing is restricted. Pass it to clients as ``ModelClient(..., access_token=...)``.
         """
         return self._access_token
 
@@ -196,12 +213,9 @@ class Triton:
             self._control.load_model(model_name, MODEL_LOAD_TIMEOUT_S)
             self._wait_models_ready([model_name], time.monotonic() + MODEL_LOAD_TIMEOUT_S)
         except BaseException:
-            try:
-                self._control.unload_model(model_name, MODEL_LOAD_TIMEOUT_S)
-            except PyTritonServerError:
-                pass  # it never loaded
             self._bindings.discard(model_name)
             remove_model(self._workspace.model_repository, model_name)
+            _forget_failed(self._control, model_name)
             raise
 
     def _distribution(self) -> ServerDistribution:
@@ -253,6 +267,7 @@ class Triton:
                 return
             workspace = self._ensure_workspace()
             config = self._config
+            check_vertex_ai_models(config, self._bindings.names())
             self._check_ports_free(config)
             distribution = self._distribution()
             argv = build_argv(
@@ -265,7 +280,8 @@ class Triton:
             )
             warn_if_shm_small(self._bindings.contexts())
             workspace.hold_lease()  # before the server and its stubs create any segment
-            process = ServerProcess(argv, server_environment(distribution), secrets=[self._access_token])
+            secrets = [self._access_token] if self._access_token else []
+            process = ServerProcess(argv, server_environment(distribution), secrets=secrets)
             self._control = ServerControl(
                 http_address=config.http_address,
                 http_port=config.effective_http_port if config.allow_http is not False else None,
@@ -489,6 +505,15 @@ class Triton:
         return poll
 
 
+def _forget_failed(control: ServerControl, model_name: str) -> None:
+    """After a failed load: unbound, the model must not keep the server unready (see the callee)."""
+    try:
+        control.forget_failed_model(model_name, MODEL_LOAD_TIMEOUT_S)
+    except PyTritonServerError as exc:
+        logger.warning("model '%s' failed to load and the server may report not ready until a model of that "
+                       "name loads: %s", model_name, exc)
+
+
 def _endpoints(config: TritonConfig) -> List[Tuple[str, Optional[str], int]]:
     """``(field, address, port)`` of each endpoint the server opens."""
     wanted = []
@@ -496,6 +521,8 @@ def _endpoints(config: TritonConfig) -> List[Tuple[str, Optional[str], int]]:
         wanted.append(("http_port", config.http_address, config.effective_http_port))
     if config.allow_grpc is not False:
         wanted.append(("grpc_port", config.grpc_address, config.effective_grpc_port))
+    if config.allow_vertex_ai:  # binds every interface, whatever http_address says
+        wanted.append(("vertex_ai_port", None, config.effective_vertex_ai_port))
     if config.allow_metrics is not False:
         wanted.append(("metrics_port", config.metrics_address, config.effective_metrics_port))
     return wanted

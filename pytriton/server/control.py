@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonServerError
 from pytriton.server.security import ACCESS_TOKEN_HEADER, auth_headers
 
+_FORGET_WAIT_S = 10.0
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
 """Triton's default ports, used when a server URL names none."""
 
@@ -182,6 +183,27 @@ class ServerControl:
         """
         override = None if config_json is None else (config_json, dict(files or {}))
         self._repository_call(f"could not load model '{name}'", "load", name, timeout_s, override)
+
+    def forget_failed_model(self, name: str, timeout_s: float) -> None:
+        """Clear the record a failed load of `name` leaves, which keeps a strict server unready.
+
+        Triton 2.51 keeps reporting not ready after a model failed to load, even once it is
+        unloaded and its folder removed, until some model of that name loads. So a placeholder
+        (a Python model that only exists to load) is sent under the name and unloaded again;
+        an unloaded model that was sent, not read from the repository, is forgotten.
+
+        Raises:
+            PyTritonServerError: the server refused the placeholder (the message says why).
+        """
+        config = json.dumps({"name": name, "backend": "python", "max_batch_size": 0,
+                             "input": [{"name": "x", "data_type": "TYPE_BOOL", "dims": [1]}],
+                             "output": [{"name": "y", "data_type": "TYPE_BOOL", "dims": [1]}]})
+        placeholder = b"class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
+        self.load_model(name, timeout_s, config, {"1/model.py": placeholder})
+        self.unload_model(name, timeout_s)
+        # The unload completes about a second later; readiness is what it changes. A server that
+        # stays unready for other reasons is not waited for longer.
+        wait_for(self.is_ready, time.monotonic() + min(timeout_s, _FORGET_WAIT_S), lambda: True)
 
     def unload_model(self, name: str, timeout_s: float) -> None:
         """Ask the server to unload model `name`; returns before the unload is complete.
