@@ -80,6 +80,7 @@ LIBRARY_FLAGS = (
     "--model-repository",
     "--model-control-mode",
     "--load-model",
+    "--disable-auto-complete-config",
     "--backend-directory",
     "--cache-directory",
     "--backend-config",
@@ -148,6 +149,9 @@ def build_argv(
         f"--model-repository={model_repository}",
         "--model-control-mode=explicit",
         "--load-model=*",  # '*' must be the only --load-model
+        # Our config.pbtxt is complete. With auto-complete on, the Python backend starts one extra
+        # stub per model load only to ask it for config changes: 1.3-1.6 s of a 1.6-1.9 s load.
+        "--disable-auto-complete-config",
         f"--backend-directory={backend_directory}",
         f"--cache-directory={config.cache_directory or cache_directory}",
         f"--backend-config=python,{SHM_PREFIX_SETTING}={shm_region_prefix}",
