@@ -11,14 +11,19 @@ Errors of ``tritonclient``, gRPC and sockets never escape: they are translated i
     └── PyTritonClientError                        root of the client side
         ├── PyTritonClientValueError               a wrong argument (inputs, parameters, headers)
         │   ├── PyTritonClientInvalidUrlError      the URL cannot be parsed or its scheme is not served
-        │   └── PyTritonClientDecoupledMismatchError  a streaming client on a model that is not
+        │   └── PyTritonClientDecoupledMismatchError  (*) a streaming client on a model that is not
         │                                              decoupled, or a one-response client on one that is
         ├── PyTritonClientTimeoutError             the server or model not ready in time, or no answer in time
         ├── PyTritonClientModelUnavailableError    unknown model/version, or the server cannot be reached
         ├── PyTritonClientClosedError              a call on a client after ``close()``
         ├── PyTritonClientModelDoesntSupportBatchingError  ``infer_batch`` on a model with max_batch_size 0
         ├── PyTritonClientInferenceServerError     the server refused or failed the request (its message kept)
+        │   └── PyTritonClientDecoupledMismatchError  (*) the same class, under both parents
         └── PyTritonClientQueueFullError           a queue is full (client's ``non_blocking`` queue or server's)
+
+(*) ``PyTritonClientDecoupledMismatchError`` has two parents: it is a wrong choice of client (a
+value error), and published PyTriton reports the same mismatch as a
+``PyTritonClientInferenceServerError``, so code written for it catches ours unchanged.
 """
 
 from pytriton.exceptions import PyTritonError
@@ -34,15 +39,6 @@ class PyTritonClientValueError(PyTritonClientError):
 
 class PyTritonClientInvalidUrlError(PyTritonClientValueError):
     """The server URL cannot be parsed or uses a scheme the clients do not speak."""
-
-
-class PyTritonClientDecoupledMismatchError(PyTritonClientValueError):
-    """The client kind does not fit the model: the message names the clients to use instead.
-
-    A decoupled model (any number of responses per request) needs ``DecoupledModelClient`` or
-    ``AsyncioDecoupledModelClient``; any other model needs ``ModelClient``,
-    ``FuturesModelClient`` or ``AsyncioModelClient``.
-    """
 
 
 class PyTritonClientTimeoutError(PyTritonClientError):
@@ -63,6 +59,17 @@ class PyTritonClientModelDoesntSupportBatchingError(PyTritonClientError):
 
 class PyTritonClientInferenceServerError(PyTritonClientError):
     """The server answered with an error; the message carries the server's own text."""
+
+
+class PyTritonClientDecoupledMismatchError(PyTritonClientValueError, PyTritonClientInferenceServerError):
+    """The client kind does not fit the model: the message names the clients to use instead.
+
+    A decoupled model (any number of responses per request) needs ``DecoupledModelClient`` or
+    ``AsyncioDecoupledModelClient``; any other model needs ``ModelClient``,
+    ``FuturesModelClient`` or ``AsyncioModelClient``. It is also a
+    `PyTritonClientInferenceServerError` because published PyTriton raises that for the same
+    mismatch; ``except PyTritonClientInferenceServerError`` written for it still catches this.
+    """
 
 
 class PyTritonClientQueueFullError(PyTritonClientError):
