@@ -267,6 +267,7 @@ class Triton:
                 return
             workspace = self._ensure_workspace()
             config = self._config
+            config.warn_if_verbose(logger)
             check_vertex_ai_models(config, self._bindings.names())
             self._check_ports_free(config)
             distribution = self._distribution()

@@ -291,6 +291,16 @@ class TritonConfig:
         values = ((field.name, getattr(self, field.name)) for field in dataclasses.fields(self))
         return f"{type(self).__name__}({', '.join(f'{name}={value!r}' for name, value in values if value is not None)})"
 
+    def warn_if_verbose(self, log: logging.Logger) -> None:
+        """Log `verbose_logging_warning`'s WARNING on `log` when `log_verbose` > 0.
+
+        Called once as the server starts, so that a verbose level left on from debugging (or
+        inherited through ``PYTRITON_TRITON_CONFIG_LOG_VERBOSE``) is noticed in production logs.
+        """
+        message = verbose_logging_warning(self.log_verbose)
+        if message is not None:
+            log.warning("%s", message)
+
     @property
     def effective_http_port(self) -> int:
         """The HTTP port the server listens on: `http_port`, or 8000."""
@@ -359,6 +369,21 @@ class TritonConfig:
             values[name] = value
             sources[name] = (variable, raw)
         return cls(**values)
+
+
+def verbose_logging_warning(log_verbose: Optional[int]) -> Optional[str]:
+    """The start-up warning for a verbose log level, or None when verbose logging is off (0 or unset).
+
+    Verbose tritonserver logs cost time on every request, and they can carry what requests
+    hold (names, shapes, parameters, sometimes data), which may be private.
+    """
+    if log_verbose is None or log_verbose <= 0:
+        return None
+    return (
+        f"tritonserver runs with log_verbose={log_verbose}: verbose logging slows the server down and may write "
+        "request data to the log; set TritonConfig.log_verbose (or PYTRITON_TRITON_CONFIG_LOG_VERBOSE) to 0 "
+        "outside debugging"
+    )
 
 
 def merge(explicit: Optional[TritonConfig], environ: Optional[Mapping[str, str]] = None) -> TritonConfig:
