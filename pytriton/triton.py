@@ -12,6 +12,7 @@ tritonserver that something else started.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import functools
 import logging
@@ -21,7 +22,7 @@ import signal
 import socket
 import threading
 import time
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, NoReturn, Optional, Sequence, Tuple, Union
 
 from pytriton.binding import InferFunc, ModelBindings, SignalWatch, block_until_signal
 from pytriton.exceptions import (
@@ -206,17 +207,49 @@ class Triton:
             )
 
     def _load_bound(self, model_name: str) -> None:
-        """Load a model bound while the server runs; on failure, unbind it and say why."""
+        """Load a model bound while the server runs; on failure, unbind it and say why.
+
+        Triton's load call blocks until the model is loaded (warm-up included), so it runs in a
+        thread while the calling one (the main thread) watches for SIGINT/SIGTERM, as `run()`
+        does: a signal stops the server at once instead of waiting for a slow load.
+        """
         assert self._control is not None and self._workspace is not None
+        control = self._control
         warn_if_shm_small([c for c in self._bindings.contexts() if c.model_name == model_name])
+        failure: List[BaseException] = []
+        done = threading.Event()
+
+        def load() -> None:
+            try:
+                control.load_model(model_name, MODEL_LOAD_TIMEOUT_S)
+            except BaseException as exc:  # noqa: BLE001 (handed to the binding thread)
+                failure.append(exc)
+            finally:
+                done.set()
+
+        watch_signals = not self._in_serve and threading.current_thread() is threading.main_thread()
+        with SignalWatch(done) if watch_signals else contextlib.nullcontext() as signals:
+            threading.Thread(target=load, name=f"pytriton-load-{model_name}", daemon=True).start()
+            done.wait()
+        if signals is not None and signals.first is not None:
+            self._stop_for_signal(signals.first, f"loading model '{model_name}'")
         try:
-            self._control.load_model(model_name, MODEL_LOAD_TIMEOUT_S)
+            if failure:
+                raise failure[0]
             self._wait_models_ready([model_name], time.monotonic() + MODEL_LOAD_TIMEOUT_S)
         except BaseException:
             self._bindings.discard(model_name)
             remove_model(self._workspace.model_repository, model_name)
-            _forget_failed(self._control, model_name)
+            _forget_failed(control, model_name)
             raise
+
+    def _stop_for_signal(self, signum: int, during: str) -> NoReturn:
+        """Stop and clean up, then let the signal take its course; raise if the process lives on."""
+        self.stop()
+        signal.raise_signal(signum)
+        raise PyTritonServerStartupError(
+            f"{during} was interrupted by signal {signum}; the server was stopped and cleaned up"
+        )
 
     def _distribution(self) -> ServerDistribution:
         if self._server_distribution is None:
@@ -252,11 +285,7 @@ class Triton:
             finally:
                 self._start_interrupted = lambda: False
         if signals.first is not None:  # the previous handlers are back
-            self.stop()
-            signal.raise_signal(signals.first)
-            raise PyTritonServerStartupError(
-                f"the start was interrupted by signal {signals.first}; the server was stopped and cleaned up"
-            )
+            self._stop_for_signal(signals.first, "the start")
 
     def _start(self) -> None:
         with self._lock:

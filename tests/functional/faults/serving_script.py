@@ -23,7 +23,7 @@ import numpy as np
 
 from pytriton.decorators import batch
 from pytriton.model_config import ModelConfig, ModelWarmup, Tensor
-from pytriton.triton import Triton, TritonConfig
+from pytriton.triton import Triton, TritonConfig, TritonLifecyclePolicy
 
 
 @batch
@@ -61,7 +61,10 @@ def main() -> None:
     exit_timeout = int(sys.argv[4]) if len(sys.argv) > 4 else 10
     before = set(os.listdir("/dev/shm"))
     config = TritonConfig(http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_secs=exit_timeout)
-    with Triton(config=config) as triton:
+    # SERVING_SCRIPT_LATE_START=1: the server starts in run()/serve() with both models, instead of
+    # on entering `with` (each bind then loads its model).
+    late = TritonLifecyclePolicy(launch_triton_on_startup=os.environ.get("SERVING_SCRIPT_LATE_START") != "1")
+    with Triton(config=config, triton_lifecycle_policy=late) as triton:
         triton.bind(
             "Sleep", sleep,
             inputs=[Tensor(name="seconds", dtype=np.float32, shape=(1,))],

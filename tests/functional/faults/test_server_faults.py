@@ -221,12 +221,17 @@ def test_as_pid_1_a_killed_stub_is_healed_and_sigterm_leaves_nothing_behind():
     assert _leftovers_of(server_id)["processes"] == []
 
 
-@pytest.mark.parametrize("as_pid_1, run_first", [(False, False), (True, False), (False, True), (True, True)],
-                         ids=["serve", "serve-pid-1", "run-then-serve", "run-then-serve-pid-1"])
-def test_sigterm_while_the_models_load_stops_the_start_cleanly(as_pid_1, run_first):
+@pytest.mark.parametrize(
+    "as_pid_1, start",
+    [(False, "serve"), (True, "serve"), (False, "run"), (True, "run"), (False, "bind"), (True, "bind")],
+    ids=["serve", "serve-pid-1", "run-then-serve", "run-then-serve-pid-1", "bind-in-with", "bind-in-with-pid-1"],
+)
+def test_sigterm_while_the_models_load_stops_the_start_cleanly(as_pid_1, start):
+    """The load runs in serve()'s start, in run()'s, or (the default policy) in bind() inside `with`."""
     if as_pid_1 and not _can_unshare():
         pytest.skip("needs root and unshare for a PID namespace")
-    env = dict(os.environ, SERVING_SCRIPT_LOAD_S="6", SERVING_SCRIPT_RUN_FIRST="1" if run_first else "0")
+    env = dict(os.environ, SERVING_SCRIPT_LOAD_S="6", SERVING_SCRIPT_RUN_FIRST="1" if start == "run" else "0",
+               SERVING_SCRIPT_LATE_START="0" if start == "bind" else "1")
     wrapper = ("unshare", "-p", "-f", "--mount-proc") if as_pid_1 else ()
     script = ServingScript(exit_timeout_s=10, wrapper=wrapper, env=env, wait_ready=False)
     try:
@@ -241,12 +246,13 @@ def test_sigterm_while_the_models_load_stops_the_start_cleanly(as_pid_1, run_fir
     finally:
         if script.process.poll() is None:
             script.kill()
-    if not run_first:
+    if start == "serve":
         assert returncode == 0, err[-2000:]  # serve(): a clean stop, neither death by SIGTERM nor a lost signal
     elif not as_pid_1:
-        assert returncode == -signal.SIGTERM, err[-2000:]  # run() cleans up, then the default action applies
-    else:  # as PID 1 the default action is to ignore SIGTERM: run() raises rather than serve nothing
-        assert returncode != 0 and "the start was interrupted by signal 15" in err, err[-2000:]
+        assert returncode == -signal.SIGTERM, err[-2000:]  # cleaned up, then the default action applies
+    else:  # as PID 1 the default action is to ignore SIGTERM: run()/bind() raise rather than serve nothing
+        interrupted = "the start" if start == "run" else "loading model 'Sleep'"
+        assert returncode != 0 and f"{interrupted} was interrupted by signal 15" in err, err[-2000:]
     assert took < 20, f"stopping a loading server took {took:.1f} s"
     (server_id,) = server_ids
     assert _leftovers_of(server_id) == {"processes": [], "segments": []}
