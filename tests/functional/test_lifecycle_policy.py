@@ -97,30 +97,28 @@ def test_launch_triton_on_startup_false_waits_for_run_and_loads_the_models_bound
         assert _infer(url, "AddOne", 1.0) == 2.0
 
 
-def test_a_model_that_fails_to_load_inside_with_is_unbound_and_the_others_go_on():
+@contextlib.contextmanager
+def _failing_load(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Within it, a model fails to load: its worker speaks another protocol than its proxy.
+
+    (A failing warm-up fails a load too, but tritonserver 2.51 then crashes in 1 of 6 to 17 loads.)
+    """
+    with monkeypatch.context() as patch:
+        patch.setattr("pytriton.ipc.protocol.PROTOCOL_VERSION", 99)
+        yield
+
+
+def test_a_model_that_fails_to_load_inside_with_is_unbound_and_the_others_go_on(monkeypatch):
     config = server_config()
     url = f"http://127.0.0.1:{config.http_port}"
-
-    def broken(requests):
-        raise RuntimeError("weights missing")
-
     with Triton(config=config) as triton:
         triton.bind("Good", _adder(1.0), **F32)
-        with pytest.raises(PyTritonServerError, match="(?s)Broken.*weights missing"):
-            # A warm-up request runs the callable while the model loads; its failure fails the load.
-            triton.bind("Broken", broken, inputs=F32["inputs"], outputs=F32["outputs"],
-                        config=ModelConfig(max_batch_size=8, model_warmup=_one_warmup()))
+        with _failing_load(monkeypatch), pytest.raises(PyTritonServerError, match="(?s)Broken.*protocol mismatch"):
+            triton.bind("Broken", _adder(10.0), **F32)
         assert _status(url, "/v2/models/Broken/ready") != 200
         assert _infer(url, "Good", 1.0) == 2.0
         triton.bind("Broken", _adder(10.0), **F32)  # the name is free again
         assert _infer(url, "Broken", 1.0) == 11.0
-
-
-def _one_warmup():
-    from pytriton.model_config.common import ModelWarmup, WarmupInput
-
-    return [ModelWarmup(name="once", batch_size=1, count=1,
-                        inputs={"INPUT_1": WarmupInput(dtype=np.float32, shape=(1,), zero_data=True)})]
 
 
 def test_lifecycle_policy_arguments_are_checked():
@@ -253,16 +251,12 @@ def test_remote_triton_without_the_token_is_refused_clearly(other_server):
             pass
 
 
-def test_a_remote_model_that_fails_to_load_leaves_the_server_ready(other_server):
+def test_a_remote_model_that_fails_to_load_leaves_the_server_ready(other_server, monkeypatch):
     url = other_server["http"]
-
-    def broken(requests):
-        raise RuntimeError("weights missing")
-
     with RemoteTriton(url, access_token=TOKEN) as remote:
-        with pytest.raises(PyTritonServerError, match="(?s)RemoteBroken.*weights missing"):
-            remote.bind("RemoteBroken", broken, inputs=F32["inputs"], outputs=F32["outputs"],
-                        config=ModelConfig(max_batch_size=8, model_warmup=_one_warmup()))
+        with _failing_load(monkeypatch), pytest.raises(PyTritonServerError,
+                                                       match="(?s)RemoteBroken.*protocol mismatch"):
+            remote.bind("RemoteBroken", _adder(1.0), **F32)
         # Triton keeps a failed model's record, which holds strict readiness down; it is cleared.
         assert _status(url, "/v2/health/ready") == 200
         assert _infer(url, "Local", 3.0) == 0.0
