@@ -12,6 +12,7 @@
     │   ├── PyTritonServerCrashedError     it died while serving (killed, crashed); carries its exit status
     │   └── PyTritonModelRestartLimitError a model's instances kept dying; the model was given up
     ├── PyTritonUnrecoverableError         raised by a callable: the server shuts down
+    ├── PyTritonRuntimeError               an error that fits none of the branches above
     └── pytriton.client.exceptions.PyTritonClientError  (client side, see that module)
 """
 
@@ -82,4 +83,15 @@ class PyTritonUnrecoverableError(PyTritonError):
 
     The requests of that call receive an error and the server shuts down: `Triton.serve()`
     returns and `Triton.is_alive()` turns false, so an orchestrator can restart the process.
+    """
+
+
+class PyTritonRuntimeError(PyTritonError):
+    """An error that fits none of the other branches of the tree.
+
+    Published PyTriton raises it for some misuses found while a callable runs (a decorator in the
+    wrong place, a generator returned by a model that does not stream). This library reports
+    those cases with the more specific classes above (`PyTritonValidationError`,
+    `PyTritonInvalidOperationError`) or as an error sent to the client; the class is here so that
+    code which raises or catches it keeps working.
     """

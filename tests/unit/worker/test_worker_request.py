@@ -7,7 +7,7 @@ from collections.abc import Mapping, MutableMapping
 import numpy as np
 import pytest
 
-from pytriton.worker.request import Request
+from pytriton.worker.request import Request, Response
 
 
 def test_request_is_a_mutable_mapping_over_its_data():
@@ -66,3 +66,25 @@ def test_repr_shows_data_and_parameters():
     text = repr(Request({"A": np.array([1])}, {"p": "v"}))
     assert text.startswith("Request(data={'A': array([1])}")
     assert "parameters={'p': 'v'}" in text
+
+
+def test_assigning_data_replaces_the_inputs():
+    request = Request({"A": np.arange(2)}, {"p": 1})
+    request.data = {"B": np.ones(1)}
+    assert list(request) == ["B"] and request["B"].tolist() == [1.0]
+    assert request.parameters == {"p": 1}
+    request.data = request.data  # assigning the request to itself keeps its entries
+    assert list(request) == ["B"]
+
+
+def test_a_response_is_a_dict_of_outputs_reachable_as_data():
+    response = Response(data={"Y": np.arange(2)})
+    assert isinstance(response, dict) and isinstance(response, MutableMapping)
+    assert response.data is response
+    response["Z"] = np.zeros(1)
+    assert sorted(response.data) == ["Y", "Z"]
+    del response.data["Y"]
+    assert list(response) == ["Z"]
+    assert repr(Response({})) == "Response(data={})"
+    with pytest.raises(AttributeError):
+        response.parameters = {}  # type: ignore[attr-defined]  # a response has no parameters
