@@ -376,16 +376,20 @@ class RemoteTriton:
         self._wake.set()
         threading.Thread(target=self.stop, name="pytriton-unrecoverable-stop", daemon=True).start()
 
-    def stop(self) -> None:
+    def stop(self) -> bool:
         """Unload this process's models, then remove its handlers, sockets, folders and segments.
 
         The server keeps running, with the models of other processes. Requests in flight on
         this process's models finish first (for at most `UNLOAD_TIMEOUT_S`); open streams are
         cut short.
+
+        Returns:
+            True when this call stopped a connected `RemoteTriton`; False when it was stopped
+            before or never connected.
         """
         with self._lock:
             if self._stopped:
-                return
+                return False
             self._stopped = True
             self._wake.set()
             atexit.unregister(self.stop)
@@ -399,3 +403,4 @@ class RemoteTriton:
             else:
                 self._workspace_private.cleanup()
             logger.debug("RemoteTriton stopped; the tritonserver at %s keeps running", self._url)
+            return self._running

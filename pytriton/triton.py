@@ -25,6 +25,7 @@ import time
 from typing import Any, Callable, List, NoReturn, Optional, Sequence, Tuple, Union
 
 from pytriton.binding import InferFunc, ModelBindings, SignalWatch, block_until_signal
+from pytriton.constants import DEFAULT_TRITON_STARTUP_TIMEOUT_S as STARTUP_TIMEOUT_S
 from pytriton.exceptions import (
     PyTritonBadParameterError,
     PyTritonInvalidOperationError,
@@ -45,7 +46,12 @@ from pytriton.server.distribution import (
     proxy_import_paths,
     server_environment,
 )
-from pytriton.server.lifecycle import TritonLifecyclePolicy, choose_policy
+from pytriton.server.lifecycle import (
+    DefaultTritonLifecyclePolicy,
+    TritonLifecyclePolicy,
+    VertextAILifecyclePolicy,
+    choose_policy,
+)
 from pytriton.server.preflight import warn_if_shm_small
 from pytriton.server.process import ServerProcess
 from pytriton.server.security import (
@@ -64,16 +70,17 @@ __all__ = [
     "DEFAULT_PROTECTED_ENDPOINTS",
     "TRITON_ACCESS_HEADER",
     "VALID_TRITON_ENDPOINTS",
+    "DefaultTritonLifecyclePolicy",
     "RemoteTriton",
     "Triton",
     "TritonConfig",
     "TritonLifecyclePolicy",
     "TritonSecurityConfig",
+    "VertextAILifecyclePolicy",
 ]
 
 logger = logging.getLogger("pytriton.triton")
 
-STARTUP_TIMEOUT_S = 120.0
 MODEL_LOAD_TIMEOUT_S = 120.0
 _TRITON_DEFAULT_EXIT_TIMEOUT_S = 30
 
@@ -482,11 +489,16 @@ class Triton:
         self._wake.set()
         threading.Thread(target=self.stop, name="pytriton-unrecoverable-stop", daemon=True).start()
 
-    def stop(self) -> None:
-        """Stop the server after in-flight requests, then remove every process, socket and segment."""
+    def stop(self) -> bool:
+        """Stop the server after in-flight requests, then remove every process, socket and segment.
+
+        Returns:
+            True when this call stopped a started server; False when it was stopped before or
+            never started (the bound callables' handlers are released either way).
+        """
         with self._lock:
             if self._stopped:
-                return
+                return False
             self._stopped = True
             self._wake.set()
             atexit.unregister(self.stop)
@@ -506,6 +518,7 @@ class Triton:
             if self._workspace is not None:
                 self._workspace.cleanup()
             logger.debug("Triton stopped")
+            return self._process is not None
 
 
     def _drain_poll(self, exit_timeout: float) -> Callable[[float], bool]:

@@ -14,8 +14,9 @@ import dataclasses
 import urllib.parse
 
 from pytriton.client.exceptions import PyTritonClientInvalidUrlError
+from pytriton.constants import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT
 
-DEFAULT_PORTS: dict[str, int] = {"http": 8000, "grpc": 8001}
+DEFAULT_PORTS: dict[str, int] = {"http": DEFAULT_HTTP_PORT, "grpc": DEFAULT_GRPC_PORT}
 
 _ACCEPTED = (
     "accepted forms: 'host', 'host:port', 'http://host[:port]', 'grpc://host[:port]' "

@@ -60,6 +60,7 @@ OPTION_FLAGS: Mapping[str, str] = {
     "metrics_address": "--metrics-address",
     "metrics_port": "--metrics-port",
     "metrics_interval_ms": "--metrics-interval-ms",
+    "metrics_config": "--metrics-config",
     "model_load_thread_count": "--model-load-thread-count",
     "buffer_manager_thread_count": "--buffer-manager-thread-count",
     "pinned_memory_pool_byte_size": "--pinned-memory-pool-byte-size",
@@ -73,6 +74,10 @@ OPTION_FLAGS: Mapping[str, str] = {
     "vertex_ai_port": "--vertex-ai-port",  # written whenever the endpoint is on, like the other ports
     "vertex_ai_thread_count": "--vertex-ai-thread-count",
     "vertex_ai_default_model": "--vertex-ai-default-model",
+    "allow_sagemaker": "--allow-sagemaker",
+    "sagemaker_port": "--sagemaker-port",  # written whenever the endpoint is on, like the other ports
+    "sagemaker_safe_port_range": "--sagemaker-safe-port-range",
+    "sagemaker_thread_count": "--sagemaker-thread-count",
 }
 """Every `TritonConfig` field that becomes a flag, and that flag."""
 
@@ -105,8 +110,8 @@ def build_argv(
 
     The library always asks for explicit model control with `--load-model=*`, so every model
     written to the repository loads at start-up and nothing else is polled. The ports are
-    always written (8000/8001/8002 when unset), and the Vertex AI port (8080) whenever that
-    endpoint is on, so the argv says where clients must connect. Every other field is written
+    always written (8000/8001/8002 when unset), and the Vertex AI and SageMaker ports (8080)
+    whenever that endpoint is on, so the argv says where clients must connect. Every other field is written
     only when set; None keeps Triton's default. Environment-dependent defaults (Vertex AI's
     ``AIP_*`` variables) are resolved before, by `pytriton.server.config.merge`.
 
@@ -165,6 +170,8 @@ def build_argv(
     }
     if config.allow_vertex_ai:
         effective["vertex_ai_port"] = config.effective_vertex_ai_port
+    if config.allow_sagemaker:
+        effective["sagemaker_port"] = config.effective_sagemaker_port
     for name, flag in OPTION_FLAGS.items():
         value = effective.get(name, getattr(config, name))
         if value is not None:

@@ -10,12 +10,17 @@ Precedence (contract page "Deploying models"): a field set explicitly in the con
 library always passes (8000, 8001, 8002 unless set) so that clients know where to connect.
 
 Environment variables, one per field: `PYTRITON_TRITON_CONFIG_<FIELD NAME IN UPPER CASE>`.
+Their text is read by the field kinds of `pytriton.server.config_fields`:
 
 - integers and floats are parsed as numbers, paths taken as given;
 - booleans accept `true/1/yes/on` and `false/0/no/off`, case-insensitive;
-- list fields (`backend_config`, `cache_config`, `trace_config`, `http_restricted_api`,
-  `grpc_restricted_protocol`) are split on `;`, because their items contain commas
+- list fields (`backend_config`, `cache_config`, `trace_config`, `metrics_config`,
+  `http_restricted_api`, `grpc_restricted_protocol`) are split on `;`, because their items
+  contain commas
   (`PYTRITON_TRITON_CONFIG_BACKEND_CONFIG="python,shm-default-byte-size=1048576;python,shm-growth-byte-size=1048576"`);
+- a list field also takes one item per indexed variable, `<NAME>_0`, `<NAME>_1`, … (the
+  published PyTriton's form; an item may then hold a `;`). Items come in index order, after
+  those of the plain variable when both are set;
 - `cuda_memory_pool_byte_size` is an integer (GPU 0) or `;`-separated `<device>:<bytes>` pairs;
 - an empty value counts as unset, so `VAR= python app.py` clears an inherited variable;
 - `PYTRITON_TRITON_CONFIG_LOG_VERBOSITY` is an alias of `..._LOG_VERBOSE`; when both are set,
@@ -24,7 +29,11 @@ Environment variables, one per field: `PYTRITON_TRITON_CONFIG_<FIELD NAME IN UPP
   likely a typo that would otherwise be silently ignored.
 
 Last, `merge` writes what Google Vertex AI's own `AIP_*` variables will make tritonserver do into
-the config (`pytriton.server.vertex_ai`); they fill only fields no other source set.
+the config (`pytriton.server.vertex_ai`); they fill only fields no other source set. It then
+checks that an enabled SageMaker endpoint has a port of its own.
+
+`TritonConfig.to_dict` and `TritonConfig.from_dict` turn a config into plain data and back (for
+config files); `from_dict` reads text values by the same rules as the environment.
 """
 
 from __future__ import annotations
@@ -37,9 +46,11 @@ import pathlib
 import re
 import typing
 import warnings
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from pytriton.constants import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from pytriton.exceptions import PyTritonBadParameterError
+from pytriton.server.config_fields import Kind, bad, kind_of, plain
 from pytriton.server.vertex_ai import DEFAULT_VERTEX_AI_PORT, resolve_vertex_ai
 
 LOGGER = logging.getLogger(__name__)
@@ -47,17 +58,27 @@ LOGGER = logging.getLogger(__name__)
 ENV_PREFIX = "PYTRITON_TRITON_CONFIG_"
 """Every environment variable read by `TritonConfig.from_env` starts with this prefix."""
 
-DEFAULT_HTTP_PORT = 8000
-DEFAULT_GRPC_PORT = 8001
-DEFAULT_METRICS_PORT = 8002
+__all__ = [
+    "DEFAULT_GRPC_PORT",
+    "DEFAULT_HTTP_PORT",
+    "DEFAULT_METRICS_PORT",
+    "DEFAULT_SAGEMAKER_PORT",
+    "ENV_PREFIX",
+    "TritonConfig",
+    "merge",
+    "verbose_logging_warning",
+]
+
+DEFAULT_SAGEMAKER_PORT = 8080
+"""tritonserver's SageMaker port when `sagemaker_port` is unset (``tritonserver --help``)."""
 
 _ENV_ALIASES: Mapping[str, str] = {"LOG_VERBOSITY": "log_verbose"}
 """Extra environment names (after the prefix) -> field. The field's own name wins over an alias."""
 
-_TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
-_FALSE_WORDS = frozenset({"false", "0", "no", "off"})
+_INDEXED_VARIABLE = re.compile(r"^(?P<field>.+)_(?P<index>[0-9]+)$")
+"""`<FIELD>_<n>`: one item of a list field (after the prefix)."""
 
-_PORT_FIELDS = ("http_port", "grpc_port", "metrics_port", "vertex_ai_port")
+_PORT_FIELDS = ("http_port", "grpc_port", "metrics_port", "vertex_ai_port", "sagemaker_port")
 _NON_NEGATIVE_FIELDS = (
     "log_verbose",
     "exit_timeout_secs",
@@ -76,6 +97,7 @@ _POSITIVE_FIELDS = (
     "metrics_interval_ms",
     "response_cache_byte_size",  # a zero-byte cache can hold nothing; leave the field unset instead
     "vertex_ai_thread_count",
+    "sagemaker_thread_count",
 )
 _CHOICES: Mapping[str, Tuple[str, ...]] = {
     # Triton compares these exactly, so the check does too.
@@ -88,10 +110,12 @@ _ITEM_SHAPES: Mapping[str, Tuple[re.Pattern[str], str]] = {
     "backend_config": (re.compile(r"^[^,=]+,[^,=]+=.*$"), "'<backend>,<setting>=<value>'"),
     "cache_config": (re.compile(r"^[^,=]+,[^,=]+=.*$"), "'<cache>,<setting>=<value>'"),
     "trace_config": (re.compile(r"^([^,=]+,)?[^,=]+=.*$"), "'[<mode>,]<setting>=<value>'"),
+    "metrics_config": (re.compile(r"^[^,=]+=.*$"), "'<setting>=<value>'"),
     "http_restricted_api": (re.compile(r"^[^:=]+:[^=]+=.*$"), "'<api>[,<api>...]:<header>=<value>'"),
     "grpc_restricted_protocol": (re.compile(r"^[^:=]+:[^=]+=.*$"), "'<api>[,<api>...]:<header>=<value>'"),
 }
 _LOCAL_CACHE_SIZE = re.compile(r"^local,size=")
+_PORT_RANGE = re.compile(r"^\s*([0-9]+)\s*-\s*([0-9]+)\s*$")
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -122,7 +146,7 @@ class TritonConfig:
             parameters.
         http_thread_count: Threads handling HTTP requests.
         http_restricted_api: Items `"<api>[,<api>...]:<header>=<value>"`; each restricts those
-            HTTP APIs to requests carrying the header.
+            HTTP APIs to requests carrying the header. One string is one item.
         allow_http: Serve HTTP.
         grpc_address: Address the gRPC endpoint binds to.
         grpc_port: gRPC port; 8001 when unset.
@@ -143,7 +167,7 @@ class TritonConfig:
             pings without data.
         grpc_http2_max_ping_strikes: Bad pings tolerated; 0 means any number.
         grpc_restricted_protocol: Items `"<api>[,<api>...]:<header>=<value>"` for gRPC; clients
-            send the header prefixed with `triton-grpc-protocol-`.
+            send the header prefixed with `triton-grpc-protocol-`. One string is one item.
         allow_grpc: Serve gRPC.
         allow_metrics: Serve Prometheus metrics.
         allow_gpu_metrics: Collect GPU metrics.
@@ -151,6 +175,8 @@ class TritonConfig:
         metrics_address: Address the metrics endpoint binds to.
         metrics_port: Metrics port; 8002 when unset.
         metrics_interval_ms: Milliseconds between metric collections.
+        metrics_config: Items `"<setting>=<value>"` passed as `--metrics-config` (e.g.
+            `"summary_latencies=true"` adds latency summaries to the metrics).
         model_load_thread_count: Threads loading models concurrently.
         buffer_manager_thread_count: Threads copying tensor contents.
         pinned_memory_pool_byte_size: Bytes of pinned host memory.
@@ -172,6 +198,17 @@ class TritonConfig:
         vertex_ai_thread_count: Threads handling Vertex AI requests (Triton's default: 8).
         vertex_ai_default_model: The model the predict route runs. Unset, the server must serve
             exactly one model, and that one answers.
+        allow_sagemaker: Serve Amazon SageMaker's protocol (`/ping`, `/invocations`) on its own
+            port. Like Vertex AI's, the endpoint binds every interface, whatever `http_address`
+            says, and does not check the access token (`TritonSecurityConfig`).
+        sagemaker_port: Port of the SageMaker endpoint; 8080 when unset. It must differ from
+            every other endpoint's port.
+        sagemaker_safe_port_range: `"<low>-<high>"`: the ports allowed to the endpoints other
+            than SageMaker's while it is on; tritonserver refuses to start with one outside.
+        sagemaker_thread_count: Threads handling SageMaker requests (Triton's default: 8).
+
+    Either HTTP or gRPC must stay allowed: the library loads the models and watches the server
+    through one of them, so `allow_http=False` with `allow_grpc=False` is refused here.
     """
 
     id: Optional[str] = None
@@ -189,7 +226,7 @@ class TritonConfig:
     http_port: Optional[int] = None
     http_header_forward_pattern: Optional[str] = None
     http_thread_count: Optional[int] = None
-    http_restricted_api: Optional[Sequence[str]] = None
+    http_restricted_api: Optional[Union[str, Sequence[str]]] = None
     allow_http: Optional[bool] = None
     grpc_address: Optional[str] = None
     grpc_port: Optional[int] = None
@@ -207,7 +244,7 @@ class TritonConfig:
     grpc_http2_max_pings_without_data: Optional[int] = None
     grpc_http2_min_recv_ping_interval_without_data: Optional[int] = None
     grpc_http2_max_ping_strikes: Optional[int] = None
-    grpc_restricted_protocol: Optional[Sequence[str]] = None
+    grpc_restricted_protocol: Optional[Union[str, Sequence[str]]] = None
     allow_grpc: Optional[bool] = None
     allow_metrics: Optional[bool] = None
     allow_gpu_metrics: Optional[bool] = None
@@ -215,6 +252,7 @@ class TritonConfig:
     metrics_address: Optional[str] = None
     metrics_port: Optional[int] = None
     metrics_interval_ms: Optional[float] = None
+    metrics_config: Optional[Sequence[str]] = None
     model_load_thread_count: Optional[int] = None
     buffer_manager_thread_count: Optional[int] = None
     pinned_memory_pool_byte_size: Optional[int] = None
@@ -229,6 +267,10 @@ class TritonConfig:
     vertex_ai_port: Optional[int] = None
     vertex_ai_thread_count: Optional[int] = None
     vertex_ai_default_model: Optional[str] = None
+    allow_sagemaker: Optional[bool] = None
+    sagemaker_port: Optional[int] = None
+    sagemaker_safe_port_range: Optional[str] = None
+    sagemaker_thread_count: Optional[int] = None
 
     def __post_init__(self) -> None:
         """Check every set field, and normalise paths and lists so equal configs compare equal."""
@@ -245,30 +287,37 @@ class TritonConfig:
         for name in _PORT_FIELDS:
             value = getattr(self, name)
             if value is not None and not 1 <= value <= 65535:
-                raise _bad(name, value, "a port number in 1..65535 (Triton needs a fixed port to listen on)")
+                raise bad(name, value, "a port number in 1..65535 (Triton needs a fixed port to listen on)")
         for name in _NON_NEGATIVE_FIELDS:
             value = getattr(self, name)
             if value is not None and value < 0:
-                raise _bad(name, value, "an integer >= 0")
+                raise bad(name, value, "an integer >= 0")
         for name in _POSITIVE_FIELDS:
             value = getattr(self, name)
             if value is not None and value <= 0:
-                raise _bad(name, value, "a number > 0")
+                raise bad(name, value, "a number > 0")
         for name, choices in _CHOICES.items():
             value = getattr(self, name)
             if value is not None and value not in choices:
-                raise _bad(name, value, "one of " + ", ".join(repr(choice) for choice in choices))
+                raise bad(name, value, "one of " + ", ".join(repr(choice) for choice in choices))
         for name, (shape, described) in _ITEM_SHAPES.items():
             for item in getattr(self, name) or ():
                 if not shape.match(item):
-                    raise _bad(name, item, f"a list of items shaped {described}")
+                    raise bad(name, item, f"a list of items shaped {described}")
         pools = self.cuda_memory_pool_byte_size
         if isinstance(pools, Mapping):
             for device, size in pools.items():
                 if device < 0 or size < 0:
-                    raise _bad("cuda_memory_pool_byte_size", pools, "a mapping of device ids >= 0 to byte sizes >= 0")
+                    raise bad("cuda_memory_pool_byte_size", pools, "a mapping of device ids >= 0 to byte sizes >= 0")
         elif pools is not None and pools < 0:
-            raise _bad("cuda_memory_pool_byte_size", pools, "a byte size >= 0 (for GPU 0)")
+            raise bad("cuda_memory_pool_byte_size", pools, "a byte size >= 0 (for GPU 0)")
+        if self.allow_http is False and self.allow_grpc is False:
+            raise PyTritonBadParameterError(
+                "TritonConfig.allow_http=False with allow_grpc=False is invalid: the library loads the models and "
+                "watches the server through HTTP or gRPC, so at least one of them must stay allowed"
+            )
+        if self.sagemaker_safe_port_range is not None:
+            _check_port_range(self.sagemaker_safe_port_range)
         if self.grpc_use_ssl_mutual and self.grpc_use_ssl is False:
             raise PyTritonBadParameterError(
                 "TritonConfig.grpc_use_ssl_mutual=True with grpc_use_ssl=False is invalid: mutual SSL authentication "
@@ -277,7 +326,7 @@ class TritonConfig:
         model = self.vertex_ai_default_model
         if model is not None and (not model or model != model.strip() or "/" in model):
             # Triton reads an empty name as "none given"; a slash can never name a model folder.
-            raise _bad("vertex_ai_default_model", model, "the name of a bound model (not empty, no '/' or edge spaces)")
+            raise bad("vertex_ai_default_model", model, "the name of a bound model (not empty, no '/' or edge spaces)")
         if self.response_cache_byte_size is not None:
             clashing = [item for item in self.cache_config or () if _LOCAL_CACHE_SIZE.match(item)]
             if clashing:
@@ -325,6 +374,51 @@ class TritonConfig:
         """
         return DEFAULT_VERTEX_AI_PORT if self.vertex_ai_port is None else self.vertex_ai_port
 
+    @property
+    def effective_sagemaker_port(self) -> int:
+        """The SageMaker port when that endpoint is on: `sagemaker_port`, or 8080."""
+        return DEFAULT_SAGEMAKER_PORT if self.sagemaker_port is None else self.sagemaker_port
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Every field, by name, as plain data: lists for list fields, dicts for mappings.
+
+        Unset fields are included as None. `from_dict` reads the result back into an equal config,
+        so a config can be kept in a file and edited there.
+        """
+        return {field.name: plain(getattr(self, field.name)) for field in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, Any]) -> TritonConfig:
+        """A config from field name -> value, such as `to_dict` gives or a config file holds.
+
+        Values of the field's own type are taken as they are; text (a config file read as
+        strings) is read by the environment's rules (``"8000"`` for a port, ``"false"`` for a
+        flag, ``;`` between list items). None leaves a field unset.
+
+        Args:
+            config: Field name -> value.
+
+        Returns:
+            The config.
+
+        Raises:
+            PyTritonBadParameterError: A value is invalid; the message names its key.
+
+        Warns:
+            UserWarning: For every key that names no field; the key is ignored.
+        """
+        names = [field.name for field in dataclasses.fields(cls)]
+        values: Dict[str, Any] = {}
+        for key, value in config.items():
+            if key not in names:
+                what = f"Key {key!r} given to TritonConfig.from_dict names no TritonConfig field"
+                _warn_ignored(what, str(key), names)
+                continue
+            if value is None:
+                continue
+            values[key] = _from_text(key, value, f"TritonConfig.from_dict key {key!r}")
+        return cls(**values)
+
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> TritonConfig:
         """Read the fields set through `PYTRITON_TRITON_CONFIG_*` environment variables.
@@ -349,6 +443,7 @@ class TritonConfig:
         by_env_name = {field.name.upper(): field.name for field in dataclasses.fields(cls)}
         values: Dict[str, Any] = {}
         sources: Dict[str, Tuple[str, str]] = {}
+        indexed: Dict[str, List[Tuple[int, str, str]]] = {}  # field -> (index, variable, item)
         # Sorted so that warnings come out in a stable order.
         for variable in sorted(environ):
             if not variable.startswith(ENV_PREFIX):
@@ -357,7 +452,12 @@ class TritonConfig:
             suffix = variable[len(ENV_PREFIX) :]
             name = by_env_name.get(suffix) or _ENV_ALIASES.get(suffix)
             if name is None:
-                _warn_unknown(variable, list(by_env_name) + list(_ENV_ALIASES))
+                item_of = _list_field_of_indexed(suffix, by_env_name)
+                if item_of is None:
+                    _warn_ignored(f"Environment variable {variable} names no TritonConfig field", suffix,
+                                  list(by_env_name) + list(_ENV_ALIASES), prefix=ENV_PREFIX)
+                elif raw.strip():
+                    indexed.setdefault(item_of[0], []).append((item_of[1], variable, raw.strip()))
                 continue
             if raw.strip() == "":
                 continue
@@ -368,7 +468,15 @@ class TritonConfig:
                 continue
             values[name] = value
             sources[name] = (variable, raw)
-        return cls(**values)
+        for name, items in indexed.items():
+            # Each indexed variable is one whole item (it may hold a ';'), checked on its own.
+            for _, variable, item in items:
+                _checked(name, (item,), f"Environment variable {variable}={item!r}")
+            values[name] = tuple(values.get(name, ())) + tuple(item for _, _, item in sorted(items))
+        try:
+            return cls(**values)
+        except PyTritonBadParameterError as exc:
+            raise PyTritonBadParameterError(f"{exc.message} (set by {ENV_PREFIX}* environment variables)") from exc
 
 
 def verbose_logging_warning(log_verbose: Optional[int]) -> Optional[str]:
@@ -418,157 +526,96 @@ def merge(explicit: Optional[TritonConfig], environ: Optional[Mapping[str, str]]
             raise PyTritonBadParameterError(
                 f"{exc.message} (after merging the config given to Triton with {ENV_PREFIX}* environment variables)"
             ) from exc
-    return resolve_vertex_ai(merged, environ)
+    resolved = resolve_vertex_ai(merged, environ)
+    _check_sagemaker(resolved)
+    return resolved
 
 
-# --- field kinds: how a value is checked, and read from an environment variable --------------
+def _check_sagemaker(config: TritonConfig) -> None:
+    """Refuse an enabled SageMaker endpoint on the port of another enabled endpoint, and say
+    who can reach it.
+
+    tritonserver would otherwise fail to open it only after loading every model. Its default
+    port, 8080, is also the Vertex AI endpoint's.
+    """
+    if not config.allow_sagemaker:
+        return
+    port = config.effective_sagemaker_port
+    for name, allowed, other in (
+        ("http_port", config.allow_http is not False, config.effective_http_port),
+        ("grpc_port", config.allow_grpc is not False, config.effective_grpc_port),
+        ("metrics_port", config.allow_metrics is not False, config.effective_metrics_port),
+        ("vertex_ai_port", bool(config.allow_vertex_ai), config.effective_vertex_ai_port),
+    ):
+        if allowed and other == port:
+            raise PyTritonBadParameterError(
+                f"TritonConfig.sagemaker_port={port!r} is invalid: TritonConfig.{name} is {other} too; the SageMaker "
+                "endpoint needs a port of its own (set sagemaker_port to another port)"
+            )
+    LOGGER.warning(
+        "The SageMaker endpoint (port %s) listens on every interface and checks no access token. Let only SageMaker "
+        "reach that port.",
+        port,
+    )
 
 
-@dataclasses.dataclass(frozen=True)
-class _Kind:
-    """How one kind of field is type-checked and parsed from text."""
-
-    description: str
-    check: Callable[[str, Any], Any]  # (field name, value) -> normalised value, or raises
-    parse: Callable[[str], Any]  # environment text -> value, or raises ValueError
+def _check_port_range(text: str) -> None:
+    """`sagemaker_safe_port_range` must be ``"<low>-<high>"`` with ports low <= high."""
+    match = _PORT_RANGE.match(text)
+    if match is None or not 1 <= int(match.group(1)) <= int(match.group(2)) <= 65535:
+        raise bad("sagemaker_safe_port_range", text, "'<low>-<high>' with ports 1 <= low <= high <= 65535")
 
 
-def _bad(name: str, value: Any, allowed: str) -> PyTritonBadParameterError:
-    return PyTritonBadParameterError(f"TritonConfig.{name}={value!r} is invalid: expected {allowed}")
+# --- reading values from text -------------------------------------------------------------------
 
 
-def _check_int(name: str, value: Any) -> int:
-    # bool is an int subclass; `http_port=True` is a mistake, not port 1.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad(name, value, "an integer")
-    return value
-
-
-def _check_float(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _bad(name, value, "a number")
-    return value
-
-
-def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise _bad(name, value, "True or False")
-    return value
-
-
-def _check_str(name: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise _bad(name, value, "a string")
-    return value
-
-
-def _check_path(name: str, value: Any) -> pathlib.Path:
-    if isinstance(value, pathlib.Path):
-        return value
-    if isinstance(value, (str, os.PathLike)):
-        return pathlib.Path(value)
-    raise _bad(name, value, "a path (pathlib.Path or str)")
-
-
-def _check_str_list(name: str, value: Any) -> Tuple[str, ...]:
-    # A lone string would otherwise be iterated character by character.
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise _bad(name, value, "a list of strings")
-    if not all(isinstance(item, str) for item in value):
-        raise _bad(name, value, "a list of strings")
-    return value if isinstance(value, tuple) else tuple(value)
-
-
-def _check_cuda_pool(name: str, value: Any) -> Union[int, Dict[int, int]]:
-    if isinstance(value, Mapping):
-        pools = dict(value)  # a copy: the frozen config must not change with the caller's dict
-        for device, size in pools.items():
-            if any(isinstance(number, bool) or not isinstance(number, int) for number in (device, size)):
-                raise _bad(name, value, "a mapping of integer device ids to integer byte sizes")
-        return pools
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad(name, value, "an integer byte size (for GPU 0) or a mapping {device_id: byte_size}")
-    return value
-
-
-def _parse_bool(text: str) -> bool:
-    word = text.strip().lower()
-    if word in _TRUE_WORDS:
-        return True
-    if word in _FALSE_WORDS:
-        return False
-    raise ValueError(f"expected one of {'/'.join(sorted(_TRUE_WORDS))} or {'/'.join(sorted(_FALSE_WORDS))}")
-
-
-def _parse_int(text: str) -> int:
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise ValueError("expected an integer") from None
-
-
-def _parse_float(text: str) -> float:
-    try:
-        return float(text.strip())
-    except ValueError:
-        raise ValueError("expected a number") from None
-
-
-def _split_items(text: str) -> Tuple[str, ...]:
-    return tuple(item.strip() for item in text.split(";") if item.strip())
-
-
-def _parse_cuda_pool(text: str) -> Union[int, Dict[int, int]]:
-    text = text.strip()
-    if ":" not in text:
-        try:
-            return int(text)
-        except ValueError:
-            raise ValueError("expected an integer byte size or '<device>:<bytes>' pairs separated by ';'") from None
-    pools: Dict[int, int] = {}
-    for item in _split_items(text):
-        device, _, size = item.partition(":")
-        try:
-            pools[int(device)] = int(size)
-        except ValueError:
-            raise ValueError(f"expected '<device>:<bytes>' pairs separated by ';', got item {item!r}") from None
-    return pools
-
-
-_KINDS_BY_TYPE: Mapping[Any, _Kind] = {
-    int: _Kind("integer", _check_int, _parse_int),
-    float: _Kind("number", _check_float, _parse_float),
-    bool: _Kind("boolean", _check_bool, _parse_bool),
-    str: _Kind("string", _check_str, lambda text: text.strip()),
-    pathlib.Path: _Kind("path", _check_path, lambda text: pathlib.Path(text.strip())),
-    Sequence[str]: _Kind("list", _check_str_list, _split_items),
-    Union[int, Mapping[int, int]]: _Kind("CUDA pool sizes", _check_cuda_pool, _parse_cuda_pool),
+_FIELD_KINDS: Mapping[str, Kind] = {
+    name: kind_of(annotation) for name, annotation in typing.get_type_hints(TritonConfig).items()
 }
 
 
-def _kind_of(annotation: Any) -> _Kind:
-    # Every field is Optional[X]; strip the None to find X.
-    args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
-    inner = args[0] if len(args) == 1 else Union[tuple(args)]
-    return _KINDS_BY_TYPE[inner]
+def _checked(name: str, value: Any, source: str) -> Any:
+    """`value` for field `name` after the field's own checks; an error names `source`."""
+    try:
+        TritonConfig(**{name: value})  # range checks of this field alone, so the error names the source
+    except PyTritonBadParameterError as exc:
+        raise PyTritonBadParameterError(f"{source} is invalid for TritonConfig.{name}: {exc.message}") from exc
+    return value
 
 
-_FIELD_KINDS: Mapping[str, _Kind] = {
-    name: _kind_of(annotation) for name, annotation in typing.get_type_hints(TritonConfig).items()
-}
+def _parsed(name: str, text: str, source: str) -> Any:
+    """`text` read as a value of field `name` and checked; an error names `source`."""
+    try:
+        value = _FIELD_KINDS[name].parse(text)
+    except ValueError as exc:
+        raise PyTritonBadParameterError(f"{source} is invalid for TritonConfig.{name}: {exc}") from exc
+    return _checked(name, value, source)
 
 
 def _parse_env_value(variable: str, raw: str, name: str) -> Any:
     """Parse one variable for field `name`, naming the variable and its value in any error."""
+    return _parsed(name, raw, f"Environment variable {variable}={raw!r}")
+
+
+def _from_text(name: str, value: Any, source: str) -> Any:
+    """A `from_dict` value: taken as it is when the field accepts it, else read as text."""
+    if not isinstance(value, str):
+        return value  # the dataclass checks it and names the field
     try:
-        value = _FIELD_KINDS[name].parse(raw)
-        TritonConfig(**{name: value})  # range checks of this field alone, so the error names the variable
-    except (ValueError, PyTritonBadParameterError) as exc:
-        reason = exc.message if isinstance(exc, PyTritonBadParameterError) else str(exc)
-        raise PyTritonBadParameterError(
-            f"Environment variable {variable}={raw!r} is invalid for TritonConfig.{name}: {reason}"
-        ) from exc
-    return value
+        return _FIELD_KINDS[name].check(name, value)  # a string field, a path, one restriction item
+    except PyTritonBadParameterError:
+        return _parsed(name, value, f"{source}={value!r}")
+
+
+def _list_field_of_indexed(suffix: str, by_env_name: Mapping[str, str]) -> Optional[Tuple[str, int]]:
+    """``(field, index)`` when `suffix` is ``<LIST FIELD>_<n>``, else None."""
+    match = _INDEXED_VARIABLE.match(suffix)
+    if match is None:
+        return None
+    name = by_env_name.get(match.group("field"))
+    if name is None or not _FIELD_KINDS[name].is_list:
+        return None
+    return name, int(match.group("index"))
 
 
 def _resolve_alias(
@@ -591,10 +638,10 @@ def _resolve_alias(
     return winner
 
 
-def _warn_unknown(variable: str, known_suffixes: Sequence[str]) -> None:
-    suffix = variable[len(ENV_PREFIX) :]
-    close = difflib.get_close_matches(suffix, known_suffixes, n=1)
-    hint = f"; did you mean {ENV_PREFIX}{close[0]}?" if close else ""
-    message = f"Environment variable {variable} names no TritonConfig field and is ignored{hint}"
+def _warn_ignored(what: str, given: str, known: Sequence[str], prefix: str = "") -> None:
+    """Warn (and log) that `given` names nothing, most likely a typo; suggest the closest name."""
+    close = difflib.get_close_matches(given, known, n=1)
+    hint = f"; did you mean {prefix}{close[0]}?" if close else ""
+    message = f"{what} and is ignored{hint}"
     LOGGER.warning("%s", message)
-    warnings.warn(message, UserWarning, stacklevel=3)  # points at from_env's caller
+    warnings.warn(message, UserWarning, stacklevel=3)  # points at the caller of from_env / from_dict

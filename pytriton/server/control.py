@@ -15,18 +15,19 @@ import time
 import urllib.parse
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
+from pytriton.constants import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, TRITON_LOCAL_IP
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonServerError
 from pytriton.server.security import ACCESS_TOKEN_HEADER, auth_headers
 
 _FORGET_WAIT_S = 10.0
-DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
+DEFAULT_PORTS = {"http": DEFAULT_HTTP_PORT, "grpc": DEFAULT_GRPC_PORT}
 """Triton's default ports, used when a server URL names none."""
 
 
 def _connect_host(address: Optional[str]) -> str:
     """Where to reach a server bound to `address` from this host."""
     if not address or address in ("0.0.0.0", "::", "[::]"):
-        return "127.0.0.1"
+        return TRITON_LOCAL_IP
     return address
 
 

@@ -42,6 +42,12 @@ DEFAULT_LIFECYCLE_POLICY = TritonLifecyclePolicy()
 VERTEX_AI_LIFECYCLE_POLICY = TritonLifecyclePolicy(launch_triton_on_startup=False, local_model_store=True)
 """Chosen when Vertex AI is allowed and no policy is given (see `TritonLifecyclePolicy`)."""
 
+# The published names of the two policies, spelling included ("Vertext"): the same objects.
+DefaultTritonLifecyclePolicy = DEFAULT_LIFECYCLE_POLICY
+"""Published name of `DEFAULT_LIFECYCLE_POLICY`."""
+VertextAILifecyclePolicy = VERTEX_AI_LIFECYCLE_POLICY
+"""Published name of `VERTEX_AI_LIFECYCLE_POLICY`."""
+
 
 def choose_policy(policy: object, allow_vertex_ai: object) -> TritonLifecyclePolicy:
     """The policy a `Triton` follows: the user's, else the Vertex AI one or the default.

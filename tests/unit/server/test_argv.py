@@ -95,6 +95,7 @@ EVERY_FIELD_SET = TritonConfig(
     metrics_address="0.0.0.0",
     metrics_port=9002,
     metrics_interval_ms=1500.5,
+    metrics_config=("summary_latencies=true", "summary_quantiles=0.5:0.05,0.9:0.01"),
     model_load_thread_count=2,
     buffer_manager_thread_count=0,
     pinned_memory_pool_byte_size=1 << 20,
@@ -105,6 +106,10 @@ EVERY_FIELD_SET = TritonConfig(
     trace_config=("rate=100", "triton,file=/tmp/trace.json"),
     rate_limit="execution_count",
     backend_config=("python,shm-default-byte-size=1048576",),
+    allow_sagemaker=True,
+    sagemaker_port=9080,
+    sagemaker_safe_port_range="9000-9002",
+    sagemaker_thread_count=3,
 )
 
 
@@ -172,6 +177,12 @@ def test_every_set_field_reaches_the_argv():
         "--buffer-manager-thread-count=0",
         "--pinned-memory-pool-byte-size=1048576",
         "--rate-limit=execution_count",
+        "--metrics-config=summary_latencies=true",
+        "--metrics-config=summary_quantiles=0.5:0.05,0.9:0.01",
+        "--allow-sagemaker=true",
+        "--sagemaker-port=9080",
+        "--sagemaker-safe-port-range=9000-9002",
+        "--sagemaker-thread-count=3",
     ]:
         assert word in argv
     assert len(argv) == len(set(argv))
@@ -259,3 +270,25 @@ def test_the_user_cannot_change_the_shm_prefix():
     config = TritonConfig(backend_config=["python,shm-region-prefix-name=mine"])
     with pytest.raises(PyTritonBadParameterError, match="'python,shm-region-prefix-name=mine' is not allowed"):
         build_argv(config, **PATHS)
+
+
+def test_sagemaker_port_is_written_whenever_the_endpoint_is_on():
+    assert "--sagemaker-port=8080" in build_argv(TritonConfig(allow_sagemaker=True), **PATHS)
+    off = build_argv(TritonConfig(allow_sagemaker=False), **PATHS)
+    assert "--allow-sagemaker=false" in off and not any(word.startswith("--sagemaker-port") for word in off)
+    assert not any("sagemaker" in word for word in build_argv(TritonConfig(), **PATHS))
+
+
+def test_metrics_config_repeats_its_flag_in_order():
+    argv = build_argv(TritonConfig(metrics_config=["summary_latencies=true", "counter_latencies=false"]), **PATHS)
+    assert [w for w in argv if w.startswith("--metrics-config")] == [
+        "--metrics-config=summary_latencies=true",
+        "--metrics-config=counter_latencies=false",
+    ]
+
+
+def test_a_restriction_given_as_one_string_is_one_flag():
+    argv = build_argv(TritonConfig(http_restricted_api="model-repository,statistics:token=abc"), **PATHS)
+    assert [w for w in argv if w.startswith("--http-restricted-api")] == [
+        "--http-restricted-api=model-repository,statistics:token=abc"
+    ]
