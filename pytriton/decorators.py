@@ -5,12 +5,21 @@ the outermost callable with ``requests: List[Request]`` (one mapping of input na
 client request) and expects one mapping of output name -> array per request back. These
 decorators are pure transforms between that list-of-dicts form and friendlier forms:
 
-* list -> list: `group_by_keys`, `group_by_values`, `fill_optionals` (they sit above `batch`);
+* list -> list: `group_by_keys`, `fill_optionals` (they sit above `batch`);
 * list -> keyword arrays: `batch` (one gathered batch), `sample` (one call per request);
-* keyword arrays -> keyword arrays: `pad_batch`, `first_value` (they sit below `batch`);
-* either form: `triton_context` (directly on the callable, or below `batch`/`sample`).
+* keyword arrays -> keyword arrays: `pad_batch` (below `batch`);
+* either form: `group_by_values` and `first_value` (above `batch` they work on whole requests,
+  below it on the rows of the batch), `triton_context` (directly on the callable, or below
+  `batch`/`sample`).
 
-A typical stack reads top to bottom in the order the data flows::
+Both stacks below serve one value of ``temperature`` per call; the first is the published
+PyTriton's order, the second keeps requests whole (and so also works for streaming callables)::
+
+    @fill_optionals(temperature=np.array([1.0], dtype=np.float32))
+    @batch
+    @group_by_values("temperature")
+    @first_value("temperature")
+    def infer(prompt, temperature): ...
 
     @fill_optionals(temperature=np.array([1.0], dtype=np.float32))
     @group_by_values("temperature")
@@ -20,35 +29,76 @@ A typical stack reads top to bottom in the order the data flows::
 
 All decorators are built on `wrapt`, so they work on functions, on methods (``__call__``
 included) and stacked. A decorator placed where it receives the wrong form of data raises a
-`PyTritonValidationError` that says where to move it.
+`PyTritonValidationError` that says where to move it. The helpers at the end
+(`get_model_config`, `convert_output`, `get_triton_context`, ...) serve users' own decorators.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import inspect
 import itertools
-from typing import Any, Callable, Dict, Hashable, List, Mapping, Sequence
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Hashable,
+    Iterator,
+    List,
+    Mapping,
+    MutableMapping,
+    Sequence,
+    Tuple,
+    Union,
+    cast,
+)
 
 import numpy as np
 import wrapt
 
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError, PyTritonValidationError
+from pytriton.worker.context import TritonContext as _ServedContext
 from pytriton.worker.context import current_context
 from pytriton.worker.request import Request
 from pytriton.worker.results import gather, map_result
 
 __all__ = [
     "ConstantPadder",
+    "InferenceRequest",
+    "InferenceRequests",
+    "InferenceResult",
+    "InferenceResults",
+    "InputNames",
+    "ModelConfigDict",
+    "ServedModelConfig",
+    "TritonContext",
     "batch",
     "convert_output",
     "fill_optionals",
     "first_value",
+    "get_inference_request_batch_size",
     "get_model_config",
+    "get_triton_context",
     "group_by_keys",
     "group_by_values",
     "pad_batch",
     "sample",
     "triton_context",
 ]
+
+# Names of the published PyTriton API for the data the decorators pass around, for type hints
+# in users' own decorators.
+InputNames = List[str]
+"""Names of model inputs."""
+InferenceRequest = Dict[str, np.ndarray]
+"""One request: input name -> array with the batch axis first (a `Request` is one)."""
+InferenceRequests = Union[List[InferenceRequest], Tuple[InferenceRequest, ...]]
+"""What the worker passes to the outermost callable."""
+InferenceResult = Dict[str, np.ndarray]
+"""One response: output name -> array."""
+InferenceResults = Union[List[InferenceResult], Tuple[InferenceResult, ...]]
+"""One response per request, in request order."""
 
 Outputs = Dict[str, np.ndarray]
 PadFn = Callable[[Sequence[Mapping[str, np.ndarray]]], List[Dict[str, np.ndarray]]]
@@ -100,8 +150,8 @@ def _as_array(value: Any, what: str) -> np.ndarray:
 
 def _outputs_as_dict(result: Any, name: str) -> Outputs:
     """Map a callable's result to output name -> array; a list/tuple follows the model's output order."""
-    if isinstance(result, (dict, Mapping)):
-        return {key: _as_array(value, f"@{name}: output {key!r}") for key, value in result.items()}
+    names: Sequence[str] = ()
+    model_name = None
     if isinstance(result, (list, tuple)):
         context = current_context()
         if context is None:
@@ -110,17 +160,25 @@ def _outputs_as_dict(result: Any, name: str) -> Outputs:
                 "TritonContext is set in this thread. Return a dict of output name -> array instead, or call the "
                 "callable from the worker (tests: pytriton.worker.context.set_current_context)."
             )
-        names = context.output_names
-        if len(result) != len(names):
-            raise PyTritonValidationError(
-                f"@{name}: the callable returned {len(result)} arrays but model {context.model_name!r} declares "
-                f"{len(names)} outputs {list(names)}; return one array per output, in that order."
-            )
-        return {key: _as_array(value, f"@{name}: output {key!r}") for key, value in zip(names, result)}
-    raise PyTritonValidationError(
-        f"@{name}: the callable returned {type(result).__name__}; expected a dict of output name -> array "
-        "or a list/tuple of arrays in the model's output order."
-    )
+        names, model_name = context.output_names, context.model_name
+    return _name_outputs(result, names, model_name, f"@{name}")
+
+
+def _name_outputs(result: Any, names: Sequence[str], model_name: Any, where: str) -> Outputs:
+    """A dict result as arrays, or a list/tuple result paired with the output `names` in order."""
+    if isinstance(result, (dict, Mapping)):
+        return {key: _as_array(value, f"{where}: output {key!r}") for key, value in result.items()}
+    if not isinstance(result, (list, tuple)):
+        raise PyTritonValidationError(
+            f"{where}: the callable returned {type(result).__name__}; expected a dict of output name -> array "
+            "or a list/tuple of arrays in the model's output order."
+        )
+    if len(result) != len(names):
+        raise PyTritonValidationError(
+            f"{where}: the callable returned {len(result)} arrays but model {model_name!r} declares "
+            f"{len(names)} outputs {list(names)}; return one array per output, in that order."
+        )
+    return {key: _as_array(value, f"{where}: output {key!r}") for key, value in zip(names, result)}
 
 
 def _batch_size(request: Mapping[str, np.ndarray], index: int, name: str) -> int:
@@ -280,18 +338,30 @@ def _value_key(array: np.ndarray) -> Hashable:
 
 
 def group_by_values(*keys: str, pad_fn: PadFn | None = None) -> Callable[[Callable[..., Any]], Any]:
-    """Call the wrapped callable once per group of requests with equal values of `keys`.
+    """Call the wrapped callable once per group of equal values of the inputs `keys`.
 
-    Use it above @batch when the model needs one value of a parameter-like input per batch
-    (e.g. a temperature) or when inputs must share a shape to be concatenated. Values compare by
-    dtype, shape and bytes; a request whose rows all hold the same value groups with other requests
-    holding that value, whatever their batch sizes. A request without one of `keys` groups with the
-    others that lack it. Responses keep the original request order.
+    Models that take one value of a parameter-like input per call (a temperature, a mode) can
+    still be served batches mixing values. It works in either place of the stack:
+
+    * below @batch (the published PyTriton's order): it receives keyword arrays and calls the
+      wrapped callable once per group of rows with equal values of `keys`, with those rows of
+      every input; the groups' outputs are merged back into one batch in the original row order.
+      `pad_fn` is called with the list of the groups' output dicts, to give them common trailing
+      shapes before they are merged, e.g. `ConstantPadder(0)`. A streaming (generator) callable
+      cannot be merged this way; use the other place for it.
+    * above @batch: it receives the list of requests and calls the wrapped callable once per
+      group of whole requests; a request whose rows all hold one value groups with other requests
+      of that value, whatever their batch sizes, and a request whose rows differ forms its own
+      group. `pad_fn` is called with each group's requests (as dicts) before the group is passed
+      on, to give its inputs common trailing shapes so @batch can concatenate them. Responses
+      keep the original request order; streaming and async callables work.
+
+    Values compare by dtype, shape and bytes. Rows or requests without one of `keys` (an optional
+    input) group with the others that lack it.
 
     Args:
         keys: names of the inputs whose values define a group.
-        pad_fn: called with each group's requests (as dicts) before the group is passed on, to give
-            the group's arrays common trailing shapes, e.g. `ConstantPadder(0)`.
+        pad_fn: see above; it receives and returns a list of dicts of name -> array.
 
     Raises:
         PyTritonBadParameterError: no keys, a key that is not a string, or a `pad_fn` that is not callable.
@@ -312,6 +382,8 @@ def group_by_values(*keys: str, pad_fn: PadFn | None = None) -> Callable[[Callab
 
     @wrapt.decorator
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if kwargs and not args:
+            return _group_rows(wrapped, kwargs, keys, pad_fn)
         requests = _requests_arg("group_by_values", args, kwargs)
         group_keys = [
             tuple((key, _value_key(request[key])) if key in request else (key, None) for key in keys)
@@ -322,15 +394,145 @@ def group_by_values(*keys: str, pad_fn: PadFn | None = None) -> Callable[[Callab
     return wrapper
 
 
+# --- group_by_values below @batch: rows of one batch -> groups of rows -> one batch -----------
+
+
+def _row_keys(value: Any, key: str) -> list[Hashable]:
+    """One hashable identity per row of an input (its bytes; one array has one dtype and row shape)."""
+    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if array.ndim == 0:
+        raise PyTritonValidationError(
+            f"@group_by_values: input {key!r} has no batch axis (shape ()); below @batch it groups the rows of "
+            "the batch, so it needs inputs with a leading batch axis."
+        )
+    if array.dtype == object:
+        return [repr(row.tolist()) if isinstance(row, np.ndarray) else repr(row) for row in array]
+    rows = np.ascontiguousarray(array).reshape(array.shape[0], -1)
+    return [row.tobytes() for row in rows]
+
+
+def _group_rows(wrapped: Callable[..., Any], kwargs: dict[str, Any], keys: Sequence[str], pad_fn: PadFn | None) -> Any:
+    """Call `wrapped` once per group of rows with equal values of `keys`; merge the outputs in row order.
+
+    Keyword arguments that are arrays with one row per sample of the batch are split by rows;
+    any other keyword (a scalar from @first_value, ``triton_context``) is passed to every call.
+    """
+    present = [key for key in keys if key in kwargs]
+    if not present:
+        return wrapped(**kwargs)
+    if pad_fn is None and all(_uniform_rows(kwargs[key]) for key in present):
+        return wrapped(**kwargs)  # the common case, one value per batch: checked without per-row keys
+    columns = [_row_keys(kwargs[key], key) for key in present]
+    size = len(columns[0])
+    for key, column in zip(present[1:], columns[1:]):
+        if len(column) != size:
+            raise PyTritonValidationError(
+                f"@group_by_values: input {key!r} has {len(column)} rows but {present[0]!r} has {size}; "
+                "the grouped inputs must have one row per sample of the batch."
+            )
+    groups: dict[Hashable, list[int]] = {}
+    for row, group_key in enumerate(zip(*columns)):
+        groups.setdefault(group_key, []).append(row)
+
+    by_rows = [key for key, value in kwargs.items()
+               if isinstance(value, np.ndarray) and value.ndim > 0 and value.shape[0] == size]
+    parts = []
+    for rows in groups.values():
+        index = np.asarray(rows)
+        parts.append((index, wrapped(**{**kwargs, **{key: kwargs[key][index] for key in by_rows}})))
+
+    results = [result for _, result in parts]
+    if any(inspect.isgenerator(result) or inspect.isasyncgen(result) for result in results):
+        for result in results:
+            if inspect.isgenerator(result) or inspect.iscoroutine(result):
+                result.close()
+        raise PyTritonValidationError(
+            "@group_by_values below @batch cannot merge the responses of a streaming (generator) callable into "
+            "one batch; place @group_by_values above @batch, where it groups whole requests and streams work."
+        )
+    if any(inspect.iscoroutine(result) for result in results):
+        return _merge_awaited_rows(size, parts, pad_fn)
+    return _merge_rows(size, parts, pad_fn)
+
+
+def _uniform_rows(value: Any) -> bool:
+    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    return array.ndim > 0 and _rows_equal(array)
+
+
+async def _merge_awaited_rows(size: int, parts: list[tuple[np.ndarray, Any]], pad_fn: PadFn | None) -> Outputs:
+    async def value(result: Any) -> Any:
+        return await result if inspect.iscoroutine(result) else result
+
+    values = await asyncio.gather(*(value(result) for _, result in parts))
+    return _merge_rows(size, [(rows, result) for (rows, _), result in zip(parts, values)], pad_fn)
+
+
+def _merge_rows(size: int, parts: Sequence[tuple[np.ndarray, Any]], pad_fn: PadFn | None) -> Outputs:
+    """One output dict for the whole batch from each group's outputs, every row back in its place."""
+    outputs: list[Any] = [_outputs_as_dict(result, "group_by_values") for _, result in parts]
+    if pad_fn is not None:
+        outputs = list(pad_fn(outputs))
+        if len(outputs) != len(parts) or not all(isinstance(output, Mapping) for output in outputs):
+            raise PyTritonValidationError(
+                f"@group_by_values: pad_fn must return one dict per group ({len(parts)}), got {outputs!r:.200}."
+            )
+    names = list(outputs[0])
+    for output in outputs[1:]:
+        if set(output) != set(names):
+            raise PyTritonValidationError(
+                f"@group_by_values: the groups returned different outputs, {sorted(names)} and {sorted(output)}; "
+                "each call must return the same output names."
+            )
+    merged = {}
+    for name in names:
+        arrays = [_as_array(output[name], f"@group_by_values: output {name!r}") for output in outputs]
+        for (rows, _), array in zip(parts, arrays):
+            if array.ndim == 0 or array.shape[0] != len(rows):
+                raise PyTritonValidationError(
+                    f"@group_by_values: output {name!r} has shape {array.shape} for a group of {len(rows)} rows; "
+                    "its leading dim must be the group's number of rows."
+                )
+        trailing = {array.shape[1:] for array in arrays}
+        if len(trailing) > 1:
+            raise PyTritonValidationError(
+                f"@group_by_values: output {name!r} has different sample shapes {sorted(trailing)} in different "
+                "groups, so they cannot be merged into one batch; pad them with "
+                "@group_by_values(..., pad_fn=ConstantPadder(0))."
+            )
+        merged_array = np.empty((size, *trailing.pop()), dtype=_common_dtype(name, [a.dtype for a in arrays]))
+        for (rows, _), array in zip(parts, arrays):
+            merged_array[rows] = array
+        merged[name] = merged_array
+    return merged
+
+
+def _common_dtype(name: str, dtypes: Sequence[np.dtype]) -> np.dtype:
+    """The dtype holding every group's values: promoted within text or within numbers, never across."""
+    first = dtypes[0]
+    if all(dtype == first for dtype in dtypes):
+        return first
+    text = {dtype.kind in "SUO" for dtype in dtypes}
+    if len(text) > 1:
+        raise PyTritonValidationError(
+            f"@group_by_values: output {name!r} has text and numeric dtypes {sorted({str(d) for d in dtypes})} "
+            "in different groups; return one kind of dtype."
+        )
+    return np.result_type(*dtypes)
+
+
 class ConstantPadder:
     """Pad each input's arrays across requests to the largest trailing shape, with a constant.
 
     Variable-length inputs (token ids, strings) cannot be concatenated by @batch until they share
-    a shape; pass an instance as `group_by_values(..., pad_fn=ConstantPadder(0))`. Arrays are padded
-    at the end of each trailing axis; the batch axis is never changed.
+    a shape; pass an instance as `group_by_values(..., pad_fn=ConstantPadder(0))`. Below @batch,
+    `group_by_values` pads the groups' outputs with it instead, before merging them into one batch.
+    Arrays are padded at the end of each trailing axis; the batch axis is never changed.
 
     Args:
-        pad_value: the fill value; use bytes or str (e.g. ``b""``) for bytes, string or object inputs.
+        pad_value: the fill value of numeric arrays. Bytes, string and object arrays are padded
+            with an empty value (``b""``, or ``""`` for numpy str arrays) unless `pad_value`
+            itself is bytes or str, so one padder serves a model's numeric and text tensors alike.
     """
 
     def __init__(self, pad_value: Any = 0) -> None:
@@ -359,13 +561,15 @@ class ConstantPadder:
         if array.shape[1:] == target:
             return array
         text_like = array.dtype.kind in "SUO"
-        if text_like != isinstance(self.pad_value, (bytes, str)):
-            hint = 'ConstantPadder(b"")' if text_like else "ConstantPadder(0)"
+        value = self.pad_value
+        if text_like and not isinstance(value, (bytes, str)):
+            value = "" if array.dtype.kind == "U" else b""
+        elif not text_like and isinstance(value, (bytes, str)):
             raise PyTritonBadParameterError(
-                f"ConstantPadder(pad_value={self.pad_value!r}) cannot pad input {key!r} of dtype {array.dtype}; "
-                f"use a pad value of the input's kind, e.g. {hint}."
+                f"ConstantPadder(pad_value={value!r}) cannot pad {key!r} of dtype {array.dtype}; "
+                "use a numeric pad value for numeric arrays, e.g. ConstantPadder(0)."
             )
-        result = np.full(array.shape[:1] + target, self.pad_value, dtype=array.dtype)
+        result = np.full(array.shape[:1] + target, value, dtype=array.dtype)
         result[tuple(slice(0, dim) for dim in array.shape)] = array
         return result
 
@@ -497,14 +701,20 @@ def first_value(
     """Replace the batched arrays of `keys` with their first row.
 
     Parameter-like inputs (a temperature, a mode) arrive batched like any input, one row per
-    sample; the model wants one value. Place it below @batch; keys absent from a call (optional
-    inputs) are left alone.
+    sample; the model wants one value. It works in two places:
+
+    * below @batch (or below @group_by_values below @batch): the keyword arrays of `keys` become
+      their first row;
+    * directly on a callable that takes the list of requests: each request's arrays of `keys`
+      become that request's first row (the requests stay separate, so each keeps its own value).
+
+    Keys absent from a call or a request (optional inputs) are left alone.
 
     Args:
         keys: names of the inputs to reduce.
         squeeze_single_values: turn a one-element row into a numpy scalar.
-        strict: check that all rows are equal, so a batch mixing values is an error rather than
-            silently served with the first one.
+        strict: check that all rows are equal (within the batch, or within each request), so
+            rows mixing values are an error rather than silently served with the first one.
 
     Raises:
         PyTritonBadParameterError: no keys or a key that is not a string.
@@ -512,35 +722,187 @@ def first_value(
     if not keys or not all(isinstance(key, str) and key for key in keys):
         raise PyTritonBadParameterError(f"first_value needs one or more input names, got {keys!r}")
 
-    @wrapt.decorator
-    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        _reject_positional("first_value", args)
-        kwargs = dict(kwargs)
+    def reduce(inputs: Mapping[str, Any], where: str) -> dict[str, Any]:
+        reduced = dict(inputs)
         for key in keys:
-            if key not in kwargs:
+            if key not in reduced:
                 continue
-            array = np.asarray(kwargs[key])
+            array = np.asarray(reduced[key])
             if array.ndim == 0 or array.shape[0] == 0:
                 raise PyTritonValidationError(
-                    f"@first_value: input {key!r} has shape {array.shape}, no first row; place it below @batch."
+                    f"@first_value: input {key!r}{where} has shape {array.shape}, no first row; it needs inputs with "
+                    "a batch axis (place it below @batch, or on the requests of a model that batches)."
                 )
             if strict and not _rows_equal(array):
                 raise PyTritonValidationError(
-                    f"@first_value: the rows of input {key!r} differ within the batch, so no single value stands "
-                    f"for them. Group requests with @group_by_values({key!r}) above @batch, or pass strict=False "
-                    "to use the first row."
+                    f"@first_value: the rows of input {key!r}{where} differ, so no single value stands for them. "
+                    f"Split the rows by value with @group_by_values({key!r}) placed between @batch and "
+                    "@first_value, or pass strict=False to use the first row."
                 )
             value = array[0]
-            kwargs[key] = value.reshape(-1)[0] if squeeze_single_values and value.size == 1 else value
-        return wrapped(**kwargs)
+            reduced[key] = value.reshape(-1)[0] if squeeze_single_values and value.size == 1 else value
+        return reduced
+
+    @wrapt.decorator
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not args:
+            return wrapped(**reduce(kwargs, ""))
+        if _stacked_over(wrapped, _KEYWORD_DECORATORS):
+            raise PyTritonValidationError(
+                "@first_value sits above @batch or @sample, where it would take the batch axis off the requests "
+                "before they are gathered. Place @first_value below @batch so it receives the gathered batch."
+            )
+        requests = _requests_arg("first_value", args, kwargs)
+        return wrapped([
+            Request(reduce(request, f" (request {index})"), getattr(request, "parameters", None))
+            for index, request in enumerate(requests)
+        ])
 
     return wrapper
 
 
-# --- helpers for callables -------------------------------------------------------------------
+def _stacked_over(wrapped: Any, decorators: Sequence[Callable[..., Any]]) -> bool:
+    """Whether one of the `wrapt` decorators `decorators` wraps a layer of `wrapped`, at any depth."""
+    layer = wrapped
+    for _ in range(256):  # a bound on hand-made __wrapped__ cycles
+        if layer is None:
+            return False
+        if any(getattr(layer, "_self_wrapper", None) is decorator for decorator in decorators):
+            return True
+        layer = getattr(layer, "__wrapped__", None)
+    return False
 
 
-def _required_context(what: str) -> Any:
+_KEYWORD_DECORATORS = (cast(Any, batch).__wrapped__, cast(Any, sample).__wrapped__)
+"""The functions inside @batch and @sample: below them the callable receives keyword arrays."""
+
+
+# --- what a callable may know about its model -------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ServedModelConfig:
+    """The configuration of the served model as a callable sees it: its name, tensors and settings.
+
+    `ModelConfig` holds only the settings a user declares; code written for the published PyTriton
+    reads the model's inputs and outputs from the same object, so this view puts them together.
+    It is what ``triton_context.model_configs[infer_func]`` and ``get_model_config(wrapped,
+    instance)`` return.
+
+    Attributes:
+        model_name: the name the model was bound with.
+        model_version: its version.
+        inputs: the input `Tensor`s (each with ``name``, ``dtype``, ``shape``, ``optional``), in order.
+        outputs: the output `Tensor`s, in order.
+        config: the `ModelConfig` the model was bound with; its settings read through this view too.
+    """
+
+    model_name: str
+    model_version: int
+    inputs: Tuple[Any, ...]
+    outputs: Tuple[Any, ...]
+    config: Any
+
+    @classmethod
+    def of(cls, context: _ServedContext) -> ServedModelConfig:
+        return cls(context.model_name, context.model_version, context.inputs, context.outputs, context.config)
+
+    @property
+    def max_batch_size(self) -> int:
+        return int(self.config.max_batch_size)
+
+    @property
+    def batching(self) -> bool:
+        return bool(self.config.batching)
+
+    @property
+    def batcher(self) -> Any:
+        return self.config.batcher
+
+    @property
+    def decoupled(self) -> bool:
+        return bool(self.config.decoupled)
+
+    @property
+    def response_cache(self) -> bool:
+        return bool(self.config.response_cache)
+
+    @property
+    def backend(self) -> str:
+        return "python"
+
+
+class ModelConfigDict(MutableMapping[Any, Any]):
+    """Model configs keyed by inference callable, so a decorator can find its model's config.
+
+    A decorated callable has several layers (each decorator wraps the one below), and a method is a
+    new bound object at each access. A key stands for the callable underneath all that: every
+    `wrapt`/`functools.wraps` layer of a function finds the function's entry, a bound method finds
+    the entry of that method of that object, and an object's ``__call__`` finds the object's entry.
+    """
+
+    def __init__(self) -> None:
+        self._entries: Dict[Hashable, Tuple[Any, Any]] = {}  # identity -> (key as given, config)
+
+    def __getitem__(self, infer_callable: Any) -> Any:
+        entry = self._entries.get(_callable_identity(infer_callable))
+        if entry is None:
+            known = [key for key, _ in self._entries.values()]
+            raise KeyError(f"no model config for {infer_callable!r}; this mapping holds the configs of {known!r}")
+        return entry[1]
+
+    def __setitem__(self, infer_callable: Any, config: Any) -> None:
+        self._entries[_callable_identity(infer_callable)] = (infer_callable, config)
+
+    def __delitem__(self, infer_callable: Any) -> None:
+        del self._entries[_callable_identity(infer_callable)]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter([key for key, _ in self._entries.values()])
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"ModelConfigDict({list(self._entries.values())!r})"
+
+
+def _callable_identity(obj: Any, depth: int = 0) -> Hashable:
+    """What a `ModelConfigDict` key stands for (see there). Entries hold their keys, so ids stay valid."""
+    if inspect.ismethod(obj):  # also true of wrapt's bound wrappers
+        owner = obj.__self__
+        if getattr(obj, "__name__", None) == "__call__":
+            return ("object", id(owner))
+        return ("method", id(owner), _callable_identity(obj.__func__, depth + 1))
+    inner = getattr(obj, "__wrapped__", None)
+    if inner is not None and inner is not obj and depth < 256:
+        return _callable_identity(inner, depth + 1)
+    return ("object", id(obj))
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonContext(_ServedContext):
+    """What @triton_context passes to the callable: the served model, and its configs by callable.
+
+    It is the worker's `pytriton.worker.context.TritonContext` (``model_name``, ``model_version``,
+    ``inputs``, ``outputs``, ``config``, ``input_names``, ``output_names``) plus the published
+    PyTriton's ``model_configs``: ``triton_context.model_configs[infer_func]`` is this model's
+    `ServedModelConfig`, for ``infer_func`` any decorated layer of the callable that got the
+    context (or, in a method, the object itself).
+    """
+
+    model_configs: ModelConfigDict = dataclasses.field(default_factory=ModelConfigDict, compare=False, repr=False)
+
+    @property
+    def model_config(self) -> ServedModelConfig:
+        """This model's `ServedModelConfig`, whatever callable serves it."""
+        return ServedModelConfig.of(self)
+
+
+_SERVED_FIELDS = tuple(field.name for field in dataclasses.fields(_ServedContext))
+
+
+def _required_context(what: str) -> _ServedContext:
     context = current_context()
     if context is None:
         raise PyTritonInvalidOperationError(
@@ -550,31 +912,89 @@ def _required_context(what: str) -> Any:
     return context
 
 
-def get_model_config() -> Any:
-    """The `ModelConfig` of the model whose callable runs in this thread.
+def get_triton_context(wrapped: Any, instance: Any = None) -> Any:
+    """The `TritonContext` of the model a decorator's `wrapped` callable serves.
+
+    For users' own `wrapt` decorators, with the ``wrapped`` and ``instance`` that wrapt passes them;
+    @triton_context is built on it. Its ``model_configs`` maps `wrapped` (any of its layers) and
+    `instance` to the model's config. A context stored on the callable (or on `instance`) as
+    ``__triton_context__``, as tests written for the published PyTriton do, is returned as is.
 
     Raises:
         PyTritonInvalidOperationError: called outside an inference callable.
     """
-    return _required_context("get_model_config()").config
+    holder = instance if instance is not None else wrapped
+    stored = getattr(holder, "__triton_context__", None) if holder is not None else None
+    if stored is not None:
+        return stored
+    served = _required_context("get_triton_context()")
+    config = ServedModelConfig.of(served)
+    configs = ModelConfigDict()
+    for key in (wrapped, instance):
+        if key is not None:
+            configs[key] = config
+    return TritonContext(**{name: getattr(served, name) for name in _SERVED_FIELDS}, model_configs=configs)
 
 
-def convert_output(result: Any) -> Outputs:
+def get_model_config(wrapped: Any = None, instance: Any = None) -> Any:
+    """The configuration of the model whose callable runs in this thread.
+
+    Two forms:
+
+    * ``get_model_config()``: the `ModelConfig` the model was bound with;
+    * ``get_model_config(wrapped, instance)`` (the published PyTriton's form, for users' own
+      `wrapt` decorators): the model's `ServedModelConfig`, which adds its name and tensors.
+
+    Raises:
+        PyTritonInvalidOperationError: called outside an inference callable.
+    """
+    if wrapped is None and instance is None:
+        return _required_context("get_model_config()").config
+    return get_triton_context(wrapped, instance).model_configs[wrapped if wrapped is not None else instance]
+
+
+def convert_output(
+    outputs: Any, wrapped: Any = None, instance: Any = None, model_config: Any = None
+) -> Outputs:
     """Map a callable's result to output name -> array of each output's declared dtype.
 
+    Users' own decorators may let the callable return a list in the model's output order, as
+    @batch and @sample do; this names it and casts each array to the dtype the model declares.
+
     Args:
-        result: a dict of output name -> array-like, or a list/tuple of array-likes in the
+        outputs: a dict of output name -> array-like, or a list/tuple of array-likes in the
             model's output order.
+        wrapped: with `instance`, the callable a `wrapt` decorator wraps, to find the model by
+            (see `get_model_config`); by default the model served by this thread.
+        instance: see `wrapped`.
+        model_config: a config with ``outputs`` (a `ServedModelConfig`, e.g. from
+            ``triton_context.model_configs[...]``) to take the output names and dtypes from
+            instead; then no served model is needed.
 
     Raises:
-        PyTritonInvalidOperationError: called outside an inference callable.
-        PyTritonValidationError: the result is neither form, or a list has the wrong length.
+        PyTritonInvalidOperationError: no `model_config` given and none is served by this thread.
+        PyTritonBadParameterError: a `model_config` without ``outputs``.
+        PyTritonValidationError: `outputs` is neither form, or a list has the wrong length.
     """
-    context = _required_context("convert_output()")
-    outputs = _outputs_as_dict(result, "convert_output")
-    dtypes = {tensor.name: np.dtype(tensor.dtype) for tensor in context.outputs}
+    if model_config is None and (wrapped is not None or instance is not None):
+        model_config = get_model_config(wrapped, instance)
+    tensors: Sequence[Any]
+    model_name: Any
+    if model_config is None:
+        context = _required_context("convert_output()")
+        tensors, model_name = context.outputs, context.model_name
+    else:
+        declared = getattr(model_config, "outputs", None)
+        if declared is None:
+            raise PyTritonBadParameterError(
+                f"convert_output model_config={model_config!r:.200} has no outputs; pass the config of "
+                "get_model_config(wrapped, instance) or triton_context.model_configs[infer_func]."
+            )
+        tensors, model_name = declared, getattr(model_config, "model_name", None)
+    named = _name_outputs(outputs, [tensor.name for tensor in tensors], model_name, "convert_output")
+    dtypes = {tensor.name: np.dtype(tensor.dtype) for tensor in tensors}
     converted = {}
-    for key, value in outputs.items():
+    for key, value in named.items():
         dtype = dtypes.get(key)
         if dtype is None or value.dtype == dtype:
             converted[key] = value  # an undeclared output is left for the worker to report
@@ -587,6 +1007,24 @@ def convert_output(result: Any) -> Outputs:
     return converted
 
 
+def get_inference_request_batch_size(inference_request: Mapping[str, Any]) -> int:
+    """The batch size of one request: the leading dim of its first input.
+
+    Raises:
+        PyTritonValidationError: the request has no inputs, or its first input no batch axis.
+    """
+    if not inference_request:
+        raise PyTritonValidationError("get_inference_request_batch_size: the request has no inputs")
+    key, value = next(iter(inference_request.items()))
+    shape = np.shape(value)
+    if not shape:
+        raise PyTritonValidationError(
+            f"get_inference_request_batch_size: input {key!r} has no batch axis (shape {shape}); "
+            "a model with batching=False has no batch size."
+        )
+    return int(shape[0])
+
+
 # --- either form ------------------------------------------------------------------------------
 
 
@@ -597,14 +1035,17 @@ def triton_context(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, 
     A callable may need the model's config or output names (e.g. to build its outputs) without
     reaching for module globals. Apply it to the function that takes the requests, or below
     @batch/@sample; above them the extra keyword would reach a decorator that takes only requests.
+    ``triton_context.model_configs[infer_func]`` gives the model's `ServedModelConfig` as in the
+    published PyTriton.
 
     Raises:
         PyTritonInvalidOperationError: no context is set in this thread (outside the worker).
     """
-    context = current_context()
-    if context is None:
+    if current_context() is None and getattr(
+        instance if instance is not None else wrapped, "__triton_context__", None
+    ) is None:
         raise PyTritonInvalidOperationError(
             "@triton_context found no TritonContext in this thread; it is set by the worker before the callable "
             "runs (tests: pytriton.worker.context.set_current_context)."
         )
-    return wrapped(*args, **{**kwargs, "triton_context": context})
+    return wrapped(*args, **{**kwargs, "triton_context": get_triton_context(wrapped, instance)})

@@ -470,16 +470,6 @@ def test_group_by_values_pad_fn_must_be_callable() -> None:
         group_by_values("x", pad_fn=0)  # type: ignore[arg-type]
 
 
-def test_group_by_values_below_batch_says_to_move_it() -> None:
-    @batch
-    @group_by_values("x")
-    def infer(requests: list[Request]) -> list[dict[str, np.ndarray]]:
-        return requests
-
-    with pytest.raises(PyTritonValidationError, match="@group_by_values expects the list of requests"):
-        infer([_req(x=[[1]])])
-
-
 def test_constant_padder_pads_each_trailing_axis_to_the_max() -> None:
     padded = ConstantPadder(9)(
         [
@@ -503,9 +493,23 @@ def test_constant_padder_pads_bytes_with_bytes() -> None:
     assert padded[1]["s"].tolist() == [[b"x", b""]]
 
 
-def test_constant_padder_numeric_value_for_bytes_is_an_error() -> None:
-    with pytest.raises(PyTritonBadParameterError, match=r"cannot pad input 's' of dtype \|S1.*ConstantPadder\(b\"\"\)"):
-        ConstantPadder(0)([{"s": np.array([[b"a", b"b"]])}, {"s": np.array([[b"a"]])}])
+def test_constant_padder_numeric_value_pads_text_with_an_empty_value() -> None:
+    padded = ConstantPadder(0)(
+        [
+            {"s": np.array([[b"a", b"b"]])},
+            {"s": np.array([[b"a"]])},
+            {"u": np.array([["x", "y"]])},
+            {"u": np.array([["z"]])},
+        ]
+    )
+
+    assert padded[1]["s"].tolist() == [[b"a", b""]]
+    assert padded[3]["u"].tolist() == [["z", ""]]
+
+
+def test_constant_padder_text_value_for_numbers_is_an_error() -> None:
+    with pytest.raises(PyTritonBadParameterError, match=r"cannot pad 'n' of dtype int64.*ConstantPadder\(0\)"):
+        ConstantPadder(b"")([{"n": np.array([[1, 2]])}, {"n": np.array([[1]])}])
 
 
 def test_constant_padder_different_ranks_is_an_error() -> None:
