@@ -242,7 +242,31 @@ class Supervisor:
         for model, views in dead.items():
             if self._stop.is_set():
                 return
-            self._heal(model, views)
+            if not self._unloaded_on_request(model, views):
+                self._heal(model, views)
+
+    def _unloaded_on_request(self, model: str, views: List[InstanceView]) -> bool:
+        """Whether the stubs ended because a client unloaded the model (``ModelClient.unload_model``).
+
+        Triton keeps listing a model whose stub died as READY; one unloaded through the
+        model-control API is listed UNLOADING, then UNAVAILABLE. Such stubs ended as asked:
+        what they left is removed and nothing is restarted (a later load starts fresh stubs).
+        """
+        versions = {str(view.version) for view in views}
+        try:
+            states = [entry.get("state") for entry in self._control.repository_index(2.0)
+                      if entry.get("name") == model and entry.get("version") in versions]
+        except PyTritonServerError:
+            return False
+        if not states or any(state not in ("UNLOADING", "UNAVAILABLE") for state in states):
+            return False
+        for view in views:
+            if view.stub_pid is not None:
+                self._buried.add(view.stub_pid)
+                self._stubs.pop(view.stub_pid, None)
+            self._forget_instance(model, view.instance)
+        logger.info("Model '%s' was unloaded through the model-control API; it is not restarted", model)
+        return True
 
     def _heal(self, model: str, views: List[InstanceView]) -> None:
         statuses = {view.instance: read_exit_status(view.stub_pid) for view in views if view.stub_pid is not None}
