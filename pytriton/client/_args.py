@@ -7,6 +7,7 @@ same words, at construction, before any thread or connection exists.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -139,3 +140,75 @@ def client_args(
         model_config=model_config,
         access_token=token_arg(access_token),
     )
+
+
+def load_args(
+    config: str | Mapping[str, Any] | None, files: Mapping[str, bytes] | None
+) -> tuple[str | None, dict[str, bytes] | None]:
+    """Check the arguments of ``load_model``: Triton's load request as ``tritonclient`` sends it.
+
+    Args:
+        config: the model configuration as JSON text; a mapping is encoded to JSON here.
+        files: ``"file:<path in the model folder>"`` to the file's bytes; needs ``config``.
+
+    Returns:
+        The configuration as JSON text (or None) and the files as a fresh dict (or None).
+
+    Raises:
+        PyTritonClientValueError: a wrong type, a key without the ``file:`` prefix, or files without config.
+    """
+    if isinstance(config, Mapping):
+        config = json.dumps(config)
+    elif config is not None and not isinstance(config, str):
+        raise PyTritonClientValueError(
+            f"config must be the model configuration as JSON text, a mapping or None, got {type(config).__name__}"
+        )
+    if files is None:
+        return config, None
+    if not isinstance(files, Mapping):
+        raise PyTritonClientValueError(
+            f"files must be a mapping of 'file:<path>' to bytes or None, got {type(files).__name__}"
+        )
+    for key, content in files.items():
+        if not isinstance(key, str) or not key.startswith("file:"):
+            raise PyTritonClientValueError(
+                f"files keys must be 'file:<path in the model folder>' (e.g. 'file:1/model.py'), got {key!r}"
+            )
+        if not isinstance(content, (bytes, bytearray)):
+            raise PyTritonClientValueError(f"files[{key!r}] must be bytes, got {type(content).__name__}")
+    if files and config is None:
+        raise PyTritonClientValueError(
+            "files needs config: Triton loads a model folder given as files only with its configuration"
+        )
+    return config, {key: bytes(content) for key, content in files.items()}
+
+
+def clone_kwargs(existing_client: Any) -> dict[str, Any]:
+    """The constructor arguments of a client like ``existing_client`` (for ``from_existing_client``).
+
+    The new client talks to the same model with the same limits and token; a configuration the
+    existing one already holds is handed over, with no new readiness wait, so the new client
+    needs no request before its first inference.
+
+    Raises:
+        PyTritonClientValueError: ``existing_client`` is not one of this package's clients.
+    """
+    args = getattr(existing_client, "_args", None)
+    if not isinstance(args, ClientArgs):
+        raise PyTritonClientValueError(
+            "existing_client must be a pytriton client (ModelClient, DecoupledModelClient, AsyncioModelClient, "
+            f"AsyncioDecoupledModelClient or FuturesModelClient), got {type(existing_client).__name__}"
+        )
+    kwargs: dict[str, Any] = {
+        "url": str(args.url),
+        "model_name": args.model_name,
+        "model_version": args.model_version or None,
+        "init_timeout_s": args.init_timeout_s,
+        "inference_timeout_s": args.inference_timeout_s,
+        "access_token": args.access_token,
+    }
+    # The model clients keep the configuration as _model_config, the futures client shares its workers' one.
+    known = getattr(existing_client, "_model_config", None) or getattr(existing_client, "_shared_config", None)
+    if isinstance(known, ClientModelConfig):
+        kwargs.update(model_config=known, ensure_model_is_ready=False)
+    return kwargs

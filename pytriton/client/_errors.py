@@ -56,6 +56,8 @@ INFER_ACTION = "Error occurred during inference request"
 CONFIG_ACTION = "Error occurred while fetching the model configuration"
 READY_ACTION = "Error occurred while checking server and model readiness"
 STREAM_ACTION = "Error occurred while streaming the responses of a request"
+LOAD_ACTION = "Error occurred while loading the model"
+UNLOAD_ACTION = "Error occurred while unloading the model"
 
 _TIMEOUT_STATUSES = {"StatusCode.DEADLINE_EXCEEDED", "504"}
 _UNREACHABLE_STATUSES = {"StatusCode.UNAVAILABLE"}

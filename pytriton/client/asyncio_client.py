@@ -13,15 +13,19 @@ import asyncio
 import itertools
 import time
 from collections.abc import Awaitable, Mapping
+from types import ModuleType
 from typing import Any, TypeVar
 
 import numpy as np
+import tritonclient.grpc.aio
+import tritonclient.http.aio
 
-from pytriton.client._args import client_args, mapping_arg, pool_arg, timeout_arg
+from pytriton.client._args import client_args, clone_kwargs, mapping_arg, pool_arg, timeout_arg
 from pytriton.client.codec import batch_request, concat_batches, sample_request, sample_response, split_batch
-from pytriton.client.core_aio import AsyncTritonCore, wait_until_ready_async
+from pytriton.client.core_aio import AsyncTritonCore, new_aio_client, wait_until_ready_async
 from pytriton.client.exceptions import PyTritonClientClosedError
 from pytriton.client.model_config import ClientModelConfig, check_decoupled
+from pytriton.client.url import parse_url
 
 _Client = TypeVar("_Client", bound="AsyncioModelClientBase")
 
@@ -82,6 +86,47 @@ class AsyncioModelClientBase:
         self._request_ids = itertools.count()
         self._closed = False
         self._core = AsyncTritonCore(self._args.url, self._args.inference_timeout_s, self._args.access_token)
+
+    @classmethod
+    def from_existing_client(cls: type[_Client], existing_client: Any) -> _Client:
+        """A new client of this class for the model of ``existing_client``, without a second wait.
+
+        The same address, model, version, timeouts and access token; a configuration the
+        existing client already read is taken over (see ``ModelClient.from_existing_client``).
+
+        Args:
+            existing_client: any client of this package (sync, asyncio or futures).
+
+        Raises:
+            PyTritonClientValueError: ``existing_client`` is not a client of this package.
+        """
+        return cls(**clone_kwargs(existing_client))
+
+    def get_lib(self) -> ModuleType:
+        """The ``tritonclient`` module of this protocol's asyncio client: ``tritonclient.grpc.aio`` or ``.http.aio``."""
+        module: ModuleType = tritonclient.grpc.aio if self._args.url.scheme == "grpc" else tritonclient.http.aio
+        return module
+
+    def create_client_from_url(self, url: str, network_timeout_s: float | None = None) -> Any:
+        """A new ``tritonclient`` asyncio client for ``url``, for calls this client does not offer.
+
+        Call it inside the event loop that will use the client (its HTTP session belongs to
+        that loop); the caller closes it (``await client.close()``).
+
+        Args:
+            url: an address in any form the clients take; its scheme picks the protocol.
+            network_timeout_s: the HTTP session's connection and request limit; ``None`` means
+                this client's ``inference_timeout_s`` (gRPC ``aio`` calls take their limits per call).
+
+        Returns:
+            A ``tritonclient.http.aio`` or ``tritonclient.grpc.aio`` ``InferenceServerClient``.
+
+        Raises:
+            PyTritonClientInvalidUrlError: ``url`` is not understood.
+            PyTritonClientValueError: ``network_timeout_s`` is not a positive number.
+        """
+        timeout_s = timeout_arg("network_timeout_s", network_timeout_s, self._args.inference_timeout_s)
+        return new_aio_client(parse_url(url), timeout_s)
 
     @property
     def model_config(self) -> Awaitable[ClientModelConfig]:

@@ -16,15 +16,20 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any, TypeVar
 
 import numpy as np
+import tritonclient.grpc
+import tritonclient.http
 
-from pytriton.client._args import client_args, mapping_arg, timeout_arg
+from pytriton.client._args import client_args, clone_kwargs, load_args, mapping_arg, timeout_arg
 from pytriton.client.codec import batch_request, sample_request, sample_response
-from pytriton.client.core import TritonCore, create_core, wait_until_ready
+from pytriton.client.core import TritonCore, create_core, wait_until_ready, wait_until_server_ready
 from pytriton.client.exceptions import PyTritonClientClosedError
 from pytriton.client.model_config import ClientModelConfig, check_decoupled
+from pytriton.client.utils import TritonSyncClient
+from pytriton.client.utils import create_client_from_url as _create_client_from_url
 
 _Client = TypeVar("_Client", bound="ModelClientBase")
 
@@ -86,6 +91,7 @@ class ModelClientBase:
             access_token=access_token,
         )
         self._model_config = model_config
+        self._given_config = model_config
         self._ready_checked = not ensure_model_is_ready
         self._request_ids = itertools.count()
         self._closed = False
@@ -97,6 +103,22 @@ class ModelClientBase:
                 self.close()
                 raise
 
+    @classmethod
+    def from_existing_client(cls: type[_Client], existing_client: Any) -> _Client:
+        """A new client of this class for the model of ``existing_client``, without a second wait.
+
+        For one client per thread: the new client has the same address, model, version,
+        timeouts and access token, and takes over the configuration the existing one already
+        read, so its first request goes out at once. Each client has its own connection.
+
+        Args:
+            existing_client: any client of this package (sync, asyncio or futures).
+
+        Raises:
+            PyTritonClientValueError: ``existing_client`` is not a client of this package.
+        """
+        return cls(**clone_kwargs(existing_client))
+
     @property
     def model_config(self) -> ClientModelConfig:
         """The model's configuration; the first access waits for the server and model if needed.
@@ -106,6 +128,92 @@ class ModelClientBase:
                 streaming one, or the other way round.
         """
         return self._initialized_config()
+
+    @property
+    def is_batching_supported(self) -> bool:
+        """Whether the model batches (``max_batch_size > 0``); waits for the configuration as :attr:`model_config`."""
+        return self.model_config.batching
+
+    def get_lib(self) -> ModuleType:
+        """The ``tritonclient`` module of this client's protocol: ``tritonclient.grpc`` or ``tritonclient.http``."""
+        module: ModuleType = tritonclient.grpc if self._args.url.scheme == "grpc" else tritonclient.http
+        return module
+
+    def create_client_from_url(self, url: str, network_timeout_s: float | None = None) -> TritonSyncClient:
+        """A new ``tritonclient`` client for ``url``, for calls this client does not offer; the caller closes it.
+
+        Args:
+            url: an address in any form the clients take; its scheme picks the protocol.
+            network_timeout_s: the longest one call may take; ``None`` means this client's
+                ``inference_timeout_s``.
+
+        Raises:
+            PyTritonClientInvalidUrlError: ``url`` is not understood.
+            PyTritonClientValueError: ``network_timeout_s`` is not a positive number.
+        """
+        if network_timeout_s is None:
+            network_timeout_s = self._args.inference_timeout_s
+        return _create_client_from_url(url, network_timeout_s=network_timeout_s)
+
+    def wait_for_server(self, timeout_s: float | None = None) -> None:
+        """Wait until the server is live and ready, whatever the state of the model.
+
+        Args:
+            timeout_s: the longest to wait; ``None`` means the client's ``init_timeout_s``.
+
+        Raises:
+            PyTritonClientTimeoutError: not ready within ``timeout_s``.
+            PyTritonClientClosedError: the client was closed.
+        """
+        self._check_open()
+        wait_until_server_ready(self._core, timeout_arg("timeout_s", timeout_s, self._args.init_timeout_s))
+
+    def load_model(
+        self, config: str | Mapping[str, Any] | None = None, files: Mapping[str, bytes] | None = None
+    ) -> None:
+        """Load (or reload) this client's model on the server; returns once it is loaded.
+
+        Uses Triton's model repository API, which a pytriton server restricts by default: give
+        the client ``access_token=Triton.get_access_token()``. Waits at most ``init_timeout_s``.
+        A configuration this client read before is dropped, so the next request reads the new one.
+
+        Args:
+            config: a model configuration (JSON text, or a mapping encoded as JSON) to load
+                instead of the repository's.
+            files: ``"file:<path>"`` to bytes: a model folder to load instead of the repository's
+                (``config`` is then required).
+
+        Raises:
+            PyTritonClientValueError: ``config`` or ``files`` is malformed.
+            PyTritonClientInferenceServerError: the server refused or failed the load (a missing
+                or wrong access token included).
+            PyTritonClientTimeoutError: the load did not finish within ``init_timeout_s``.
+            PyTritonClientClosedError: the client was closed.
+        """
+        self._check_open()
+        config_json, files = load_args(config, files)
+        try:
+            self._core.load_model(
+                self._args.model_name, config=config_json, files=files, timeout_s=self._args.init_timeout_s
+            )
+        finally:
+            self._forget_config()
+
+    def unload_model(self) -> None:
+        """Unload this client's model from the server (Triton finishes unloading in the background).
+
+        Needs the access token as :meth:`load_model` does. Requests sent afterwards fail until
+        the model is loaded again.
+
+        Raises:
+            PyTritonClientInferenceServerError: the server refused the unload.
+            PyTritonClientClosedError: the client was closed.
+        """
+        self._check_open()
+        try:
+            self._core.unload_model(self._args.model_name)
+        finally:
+            self._forget_config()
 
     def wait_for_model(self, timeout_s: float | None = None) -> None:
         """Wait until the server and the model are ready.
@@ -138,6 +246,10 @@ class ModelClientBase:
         if self._closed:
             args = self._args
             raise PyTritonClientClosedError(f"The client of model {args.model_name!r} at {args.url} is closed")
+
+    def _forget_config(self) -> None:
+        # A configuration read from the server may have changed with the load; one the user gave stays.
+        self._model_config = self._given_config
 
     def _initialized_config(self) -> ClientModelConfig:
         self._check_open()

@@ -32,7 +32,14 @@ import tritonclient.grpc
 import tritonclient.http
 
 from pytriton.client._args import auth_headers, with_auth
-from pytriton.client._errors import CONFIG_ACTION, INFER_ACTION, READY_ACTION, translate_errors
+from pytriton.client._errors import (
+    CONFIG_ACTION,
+    INFER_ACTION,
+    LOAD_ACTION,
+    READY_ACTION,
+    UNLOAD_ACTION,
+    translate_errors,
+)
 from pytriton.client.codec import from_infer_result, request_timeout_us, to_infer_inputs, with_deadline
 from pytriton.client.core_stream import GrpcResponseStream, HttpResponseStream, ResponseStream
 from pytriton.client.exceptions import (
@@ -104,6 +111,32 @@ class TritonCore(abc.ABC):
         with translate_errors(CONFIG_ACTION, str(self.url), timeout_s):
             raw = self._get_model_config(model_name, model_version, timeout_s)
         return parse_model_config(raw)
+
+    def load_model(
+        self,
+        model_name: str,
+        *,
+        config: str | None = None,
+        files: Mapping[str, bytes] | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
+        """Ask the server to load (or reload) a model; returns once the server has done it.
+
+        Args:
+            model_name: the model to load from the server's model repository.
+            config: the model configuration as JSON, used instead of the repository's.
+            files: ``"file:<path>"`` to content: the model folder to load from instead (needs ``config``).
+            timeout_s: the longest to wait for the load.
+        """
+        timeout_s = self._timeout(timeout_s)
+        with translate_errors(LOAD_ACTION, str(self.url), timeout_s):
+            self._load_model(model_name, config, dict(files) if files else None, timeout_s)
+
+    def unload_model(self, model_name: str, timeout_s: float | None = None) -> None:
+        """Ask the server to unload a model (Triton finishes the unloading in the background)."""
+        timeout_s = self._timeout(timeout_s)
+        with translate_errors(UNLOAD_ACTION, str(self.url), timeout_s):
+            self._unload_model(model_name, timeout_s)
 
     def infer(
         self,
@@ -202,6 +235,15 @@ class TritonCore(abc.ABC):
     @abc.abstractmethod
     def _get_model_config(self, model_name: str, model_version: str, timeout_s: float) -> Any: ...
 
+    # Not abstract: a core that only serves requests (a test double) need not manage models.
+    def _load_model(
+        self, model_name: str, config: str | None, files: dict[str, bytes] | None, timeout_s: float
+    ) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot load models")
+
+    def _unload_model(self, model_name: str, timeout_s: float) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot unload models")
+
     @abc.abstractmethod
     def _infer(self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any) -> Any: ...
 
@@ -256,6 +298,16 @@ class HttpCore(TritonCore):
         with self._client_for(timeout_s) as client:
             return client.get_model_config(model_name, model_version, headers=self._headers())
 
+    def _load_model(
+        self, model_name: str, config: str | None, files: dict[str, bytes] | None, timeout_s: float
+    ) -> None:
+        with self._client_for(timeout_s) as client:
+            client.load_model(model_name, headers=self._headers(), config=config, files=files)
+
+    def _unload_model(self, model_name: str, timeout_s: float) -> None:
+        with self._client_for(timeout_s) as client:
+            client.unload_model(model_name, headers=self._headers())
+
     def _infer(self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any) -> Any:
         with self._client_for(kwargs["timeout_s"]) as client:
             return client.infer(
@@ -308,14 +360,22 @@ class GrpcCore(TritonCore):
         return self._client.is_server_ready(headers=self._headers(), client_timeout=timeout_s)
 
     def _is_model_ready(self, model_name: str, model_version: str, timeout_s: float) -> Any:
-        return self._client.is_model_ready(
-            model_name, model_version, headers=self._headers(), client_timeout=timeout_s
-        )
+        return self._client.is_model_ready(model_name, model_version, headers=self._headers(), client_timeout=timeout_s)
 
     def _get_model_config(self, model_name: str, model_version: str, timeout_s: float) -> Any:
         return self._client.get_model_config(
             model_name, model_version, headers=self._headers(), as_json=True, client_timeout=timeout_s
         )
+
+    def _load_model(
+        self, model_name: str, config: str | None, files: dict[str, bytes] | None, timeout_s: float
+    ) -> None:
+        self._client.load_model(
+            model_name, headers=self._headers(), config=config, files=files, client_timeout=timeout_s
+        )
+
+    def _unload_model(self, model_name: str, timeout_s: float) -> None:
+        self._client.unload_model(model_name, headers=self._headers(), client_timeout=timeout_s)
 
     def _infer(self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any) -> Any:
         return self._client.infer(
@@ -405,6 +465,34 @@ def readiness_steps(
     raise PyTritonClientTimeoutError(
         f"Server at {url} and model {model_name!r} were not ready within {timeout_s:g} s; last seen: {state}"
     )
+
+
+def wait_until_server_ready(core: TritonCore, timeout_s: float) -> None:
+    """Block until the server is live and ready; one that cannot be reached yet counts as not ready.
+
+    Args:
+        core: the connection to poll through.
+        timeout_s: the longest to wait.
+
+    Raises:
+        PyTritonClientTimeoutError: not live and ready within ``timeout_s``; says what was last seen.
+        PyTritonClientInferenceServerError: the server refused the check (a restricted health API).
+    """
+    deadline = time.monotonic() + timeout_s
+    seen = "no answer from the server yet"
+    while True:
+        left = max(deadline - time.monotonic(), 1e-3)
+        try:
+            if core.is_server_live(timeout_s=left) and core.is_server_ready(timeout_s=left):
+                return
+            seen = "the server is not ready"
+        except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:  # not reachable yet
+            seen = str(exc)
+        if time.monotonic() + READY_POLL_INTERVAL_S > deadline:
+            raise PyTritonClientTimeoutError(
+                f"Server at {core.url} was not ready within {timeout_s:g} s; last seen: {seen}"
+            )
+        time.sleep(READY_POLL_INTERVAL_S)
 
 
 def wait_until_ready(core: TritonCore, model_name: str, model_version: str, timeout_s: float) -> None:

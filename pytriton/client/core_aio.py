@@ -151,19 +151,27 @@ class AsyncTritonCore:
 
     def _connection(self) -> Any:
         if self._client is None:
-            if self._grpc:
-                self._client = tritonclient.grpc.aio.InferenceServerClient(self.url.address)
-            else:
-                # The session's own limit only backs up asyncio.wait_for, which bounds each call.
-                self._client = tritonclient.http.aio.InferenceServerClient(
-                    self.url.address, conn_timeout=self.default_timeout_s
-                )
+            # The session's own limit only backs up asyncio.wait_for, which bounds each call.
+            self._client = new_aio_client(self.url, self.default_timeout_s)
         return self._client
 
     async def _call(self, action: str, timeout_s: float | None, call: Callable[[Any], Awaitable[_T]]) -> _T:
         timeout_s = self.default_timeout_s if timeout_s is None else timeout_s
         with translate_errors(action, str(self.url), timeout_s):
             return await asyncio.wait_for(call(self._connection()), timeout_s)
+
+
+def new_aio_client(url: TritonUrl, timeout_s: float) -> Any:
+    """A ``tritonclient.http.aio`` or ``tritonclient.grpc.aio`` client for ``url``; create it inside the event loop.
+
+    Args:
+        url: the server's address; its scheme picks the module.
+        timeout_s: the HTTP session's connection and request limit (``conn_timeout``); a gRPC
+            ``aio`` client takes its limits per call.
+    """
+    if url.scheme == "grpc":
+        return tritonclient.grpc.aio.InferenceServerClient(url.address)
+    return tritonclient.http.aio.InferenceServerClient(url.address, conn_timeout=timeout_s)
 
 
 async def wait_until_ready_async(core: AsyncTritonCore, model_name: str, model_version: str, timeout_s: float) -> None:

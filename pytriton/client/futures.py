@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from pytriton.client._args import client_args, pool_arg
+from pytriton.client._args import client_args, pool_arg, timeout_arg
 from pytriton.client.client import ModelClient
 from pytriton.client.codec import batch_request, concat_batches, split_batch
 from pytriton.client.exceptions import (
@@ -29,6 +29,10 @@ from pytriton.client.exceptions import (
 from pytriton.client.model_config import ClientModelConfig
 
 _T = TypeVar("_T")
+
+#: The published defaults: up to 128 requests in flight, 128 more waiting for a worker.
+DEFAULT_MAX_WORKERS = 128
+DEFAULT_MAX_QUEUE_SIZE = 128
 
 
 def _default_max_workers() -> int:
@@ -57,8 +61,8 @@ class FuturesModelClient:
         model_name: str,
         model_version: str | None = None,
         *,
-        max_workers: int | None = None,
-        max_queue_size: int | None = None,
+        max_workers: int | None = DEFAULT_MAX_WORKERS,
+        max_queue_size: int | None = DEFAULT_MAX_QUEUE_SIZE,
         non_blocking: bool = False,
         init_timeout_s: float | None = None,
         inference_timeout_s: float | None = None,
@@ -70,9 +74,11 @@ class FuturesModelClient:
             url: as for :class:`ModelClient`.
             model_name: the model's name on the server.
             model_version: a version number, or ``None`` for the server's choice.
-            max_workers: the number of worker threads (requests in flight); ``None`` for
-                ``ThreadPoolExecutor``'s default.
-            max_queue_size: how many requests may wait for a free worker; ``None`` for no limit.
+            max_workers: the most worker threads (requests in flight), each with its own
+                connection; threads start only as requests need them. ``None`` for
+                ``ThreadPoolExecutor``'s default (``min(32, CPUs + 4)``).
+            max_queue_size: how many more requests may wait for a free worker; ``None`` for no
+                limit (memory then bounds a caller that submits faster than the server answers).
             non_blocking: when the queue is full, raise :class:`PyTritonClientQueueFullError`
                 instead of blocking until a request completes.
             init_timeout_s: as for :class:`ModelClient` (default 300 s).
@@ -180,6 +186,25 @@ class FuturesModelClient:
         """The model's configuration, as a future (a worker waits for the server and model)."""
         return self._submit(lambda client: client.model_config)
 
+    def wait_for_model(self, timeout_s: float | None = None) -> concurrent.futures.Future[None]:
+        """Wait on a worker until the server and the model are ready; the future's result is None then.
+
+        Args:
+            timeout_s: the longest to wait, counted from when a worker starts; ``None`` means
+                ``init_timeout_s``.
+
+        Returns:
+            A future holding None once ready, or :class:`PyTritonClientTimeoutError`.
+
+        Raises:
+            PyTritonClientValueError: ``timeout_s`` is not a positive number.
+            PyTritonClientClosedError, PyTritonClientQueueFullError: as for :meth:`infer_batch`.
+        """
+        limit_s = timeout_arg("timeout_s", timeout_s, self._args.init_timeout_s)
+        # A worker's client has no configuration after a wait; reading it would be a request of
+        # its own (and refuse a decoupled model), so the wait shares none.
+        return self._submit(lambda client: client.wait_for_model(limit_s), shares_config=False)
+
     def close(self, wait: bool = True) -> None:
         """Stop taking requests; later calls raise :class:`PyTritonClientClosedError`. Idempotent.
 
@@ -242,7 +267,7 @@ class FuturesModelClient:
             f"The futures client of model {self._args.model_name!r} at {self._args.url} is closed"
         )
 
-    def _submit(self, call: Callable[[ModelClient], _T]) -> concurrent.futures.Future[_T]:
+    def _submit(self, call: Callable[[ModelClient], _T], shares_config: bool = True) -> concurrent.futures.Future[_T]:
         if self._closed:
             raise self._closed_error()
         if self._slots is not None and not self._slots.acquire(blocking=not self._non_blocking):
@@ -250,7 +275,7 @@ class FuturesModelClient:
                 f"{self._max_queue_size} request(s) already wait for a worker; retry later or use non_blocking=False"
             )
         try:
-            future = self._executor.submit(self._run, call)
+            future = self._executor.submit(self._run, call, shares_config)
         except RuntimeError as exc:  # shut down between the check above and the submit
             if self._slots is not None:
                 self._slots.release()
@@ -260,10 +285,10 @@ class FuturesModelClient:
             future.add_done_callback(lambda _: slots.release())
         return future
 
-    def _run(self, call: Callable[[ModelClient], _T]) -> _T:
+    def _run(self, call: Callable[[ModelClient], _T], shares_config: bool) -> _T:
         client = self._thread_client()
         result = call(client)
-        if self._shared_config is None:
+        if shares_config and self._shared_config is None:
             self._shared_config = client.model_config  # known after a successful call: no network
         return result
 

@@ -39,14 +39,34 @@ class TritonUrl:
     hostname: str
     port: int
 
+    @classmethod
+    def from_url(cls, url: str) -> TritonUrl:
+        """Parse ``url`` as :func:`parse_url` does (the published name of the parser).
+
+        Raises:
+            PyTritonClientInvalidUrlError: as :func:`parse_url`.
+        """
+        parsed = parse_url(url)
+        return cls(scheme=parsed.scheme, hostname=parsed.hostname, port=parsed.port)
+
     @property
     def address(self) -> str:
         """``host:port`` as ``tritonclient`` expects it (IPv6 hosts in brackets)."""
         host = f"[{self.hostname}]" if ":" in self.hostname else self.hostname
         return f"{host}:{self.port}"
 
-    def __str__(self) -> str:
+    @property
+    def with_scheme(self) -> str:
+        """``scheme://host:port``, the published spelling of ``str(url)``."""
         return f"{self.scheme}://{self.address}"
+
+    @property
+    def without_scheme(self) -> str:
+        """``host:port``, the published spelling of :attr:`address`."""
+        return self.address
+
+    def __str__(self) -> str:
+        return self.with_scheme
 
 
 def _invalid(url: str, why: str) -> PyTritonClientInvalidUrlError:

@@ -11,7 +11,9 @@ Differences from the published helpers, all in the caller's favour: every helper
 ``access_token`` keyword (a pytriton server restricts the model repository, which
 :func:`get_model_state` reads, by default); a gRPC client made by :func:`create_client_from_url`
 bounds each call by its ``network_timeout_s`` instead of ignoring it with a warning; errors are
-the clients' own (``PyTritonClientError`` and below), never ``tritonclient``'s.
+the clients' own (``PyTritonClientError`` and below), never ``tritonclient``'s. ``TritonUrl``
+is the clients' own parsed address (``pytriton.client.url``) under its published name: frozen,
+and its ``without_scheme`` keeps an IPv6 host in brackets so ``tritonclient`` can use it.
 """
 
 from __future__ import annotations
@@ -30,18 +32,15 @@ import tritonclient.http
 
 from pytriton.client._args import DEFAULT_INIT_TIMEOUT_S, auth_headers, model_args, timeout_arg, token_arg, with_auth
 from pytriton.client._errors import translate_errors
-from pytriton.client.core import READY_POLL_INTERVAL_S, GrpcCore, HttpCore, TritonCore, wait_until_ready
-from pytriton.client.exceptions import (
-    PyTritonClientModelUnavailableError,
-    PyTritonClientTimeoutError,
-    PyTritonClientValueError,
-)
+from pytriton.client.core import GrpcCore, HttpCore, TritonCore, wait_until_ready, wait_until_server_ready
+from pytriton.client.exceptions import PyTritonClientValueError
 from pytriton.client.model_config import ClientModelConfig
 from pytriton.client.url import TritonUrl, parse_url
 
 __all__ = [
     "LATEST_MODEL_VERSION",
     "ModelState",
+    "TritonUrl",
     "create_client_from_url",
     "get_client_lib_from_client",
     "get_model_config",
@@ -206,22 +205,7 @@ def wait_for_server_ready(
         PyTritonClientInferenceServerError: the server refused the check (a restricted health API).
     """
     core = _adopt(client, access_token)
-    timeout_s = timeout_arg("timeout_s", timeout_s, _DEFAULT_WAIT_FOR_SERVER_READY_TIMEOUT_S)
-    deadline = time.monotonic() + timeout_s
-    seen = "no answer from the server yet"
-    while True:
-        left = max(deadline - time.monotonic(), 1e-3)
-        try:
-            if core.is_server_live(timeout_s=left) and core.is_server_ready(timeout_s=left):
-                return
-            seen = "the server is not ready"
-        except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:  # not reachable yet
-            seen = str(exc)
-        if time.monotonic() + READY_POLL_INTERVAL_S > deadline:
-            raise PyTritonClientTimeoutError(
-                f"Server at {core.url} was not ready within {timeout_s:g} s; last seen: {seen}"
-            )
-        time.sleep(READY_POLL_INTERVAL_S)
+    wait_until_server_ready(core, timeout_arg("timeout_s", timeout_s, _DEFAULT_WAIT_FOR_SERVER_READY_TIMEOUT_S))
 
 
 def wait_for_model_ready(

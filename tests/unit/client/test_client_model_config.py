@@ -42,6 +42,7 @@ def test_http_config():
         max_batch_size=2,
         inputs=(TensorSpec("INPUT_1", (1,), np.dtype(np.int32), "INT32"),),
         outputs=(TensorSpec("OUTPUT_1", (1,), np.dtype(np.int32), "INT32"),),
+        backend="python",
     )
     assert config.batching
 
