@@ -566,6 +566,8 @@ def _endpoints(config: TritonConfig) -> List[Tuple[str, Optional[str], int]]:
         wanted.append(("grpc_port", config.grpc_address, config.effective_grpc_port))
     if config.allow_vertex_ai:  # binds every interface, whatever http_address says
         wanted.append(("vertex_ai_port", None, config.effective_vertex_ai_port))
+    if config.allow_sagemaker:  # the same
+        wanted.append(("sagemaker_port", None, config.effective_sagemaker_port))
     if config.allow_metrics is not False:
         wanted.append(("metrics_port", config.metrics_address, config.effective_metrics_port))
     return wanted

@@ -381,6 +381,7 @@ def check_ports(environ: Mapping[str, str] = os.environ) -> CheckResult:
         ("grpc_port", config.grpc_address, config.effective_grpc_port, config.allow_grpc),
         ("metrics_port", config.metrics_address, config.effective_metrics_port, config.allow_metrics),
         ("vertex_ai_port", None, config.effective_vertex_ai_port, bool(config.allow_vertex_ai)),
+        ("sagemaker_port", None, config.effective_sagemaker_port, bool(config.allow_sagemaker)),
     ]
     return judge_ports([(field, address, port, _probe_port(address, port))
                         for field, address, port, allowed in wanted if allowed is not False])
