@@ -1,0 +1,111 @@
+"""@batch and @sample: the list of requests -> keyword arrays for the callable, and back.
+
+Step of the request flow: worker -> decorators -> the user's callable (the overview is in
+`pytriton.decorators`). The worker hands over one mapping per request; these two give the
+callable keyword arrays instead, gathered into one batch or one request at a time, and map its
+outputs back to one mapping per request.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import wrapt
+
+from pytriton.decorating.common import Outputs, _batch_size, _outputs_as_dict, _requests_arg
+from pytriton.exceptions import PyTritonValidationError
+from pytriton.worker.results import gather, map_result
+
+# --- list of requests -> one gathered batch ---------------------------------------------------
+
+
+@wrapt.decorator
+def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Gather the requests into one batch so the model runs once per Triton batch.
+
+    Triton's dynamic batcher hands the callable several requests; batching pays off only when the
+    model sees them as one array. Each input is concatenated along axis 0 and passed as a keyword
+    argument; each output (a dict, or a list/tuple in the model's output order) is split back along
+    axis 0 by the requests' batch sizes.
+
+    A generator (or async generator) callable yields outputs for the whole batch at each step;
+    each step is split the same way. A coroutine's result is split once awaited.
+
+    Raises:
+        PyTritonValidationError: requests with different input names or trailing shapes, or outputs
+            that are not arrays with the gathered batch size on axis 0.
+    """
+    requests = _requests_arg("batch", args, kwargs)
+    if not requests:
+        return []
+    names = list(requests[0])
+    for index, request in enumerate(requests[1:], start=1):
+        if set(request) != set(names):
+            raise PyTritonValidationError(
+                f"@batch got requests with different input names: request 0 has {sorted(names)}, request {index} "
+                f"has {sorted(request)}. Apply @group_by_keys above @batch to batch each set of names separately, "
+                "or @fill_optionals to give missing inputs a default."
+            )
+    sizes = [_batch_size(request, index, "batch") for index, request in enumerate(requests)]
+    inputs = {}
+    for key in names:
+        arrays = [request[key] if isinstance(request[key], np.ndarray) else np.asarray(request[key])
+                  for request in requests]
+        trailing = {array.shape[1:] for array in arrays}
+        if len(trailing) > 1:
+            raise PyTritonValidationError(
+                f"@batch cannot concatenate input {key!r}: requests have different sample shapes "
+                f"{sorted(trailing)}. Group equal shapes with @group_by_values({key!r}) above @batch, or pad them "
+                f"with @group_by_values(..., pad_fn=ConstantPadder(0))."
+            )
+        inputs[key] = np.concatenate(arrays, axis=0)
+
+    total = sum(sizes)
+    offsets = [0, *itertools.accumulate(sizes)]
+
+    def split(result: Any) -> list[Outputs]:
+        outputs = _outputs_as_dict(result, "batch")
+        for key, value in outputs.items():
+            if value.ndim == 0 or value.shape[0] != total:
+                raise PyTritonValidationError(
+                    f"@batch: output {key!r} has shape {value.shape}, but its leading dim must be the batch size "
+                    f"{total} (the sum of the requests' batch sizes {sizes})."
+                )
+        return [{key: value[start:stop] for key, value in outputs.items()}
+                for start, stop in zip(offsets, offsets[1:])]
+
+    return map_result(wrapped(**inputs), split)
+
+
+@wrapt.decorator
+def sample(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Call the model once per request, with that request's arrays as keyword arguments.
+
+    For models that handle one sample at a time: the callable never sees the request list, and may
+    return a dict or a list/tuple in the model's output order. Coroutine callables run
+    concurrently for the requests of a batch; generators are advanced together, one step each
+    per step of the batch's stream.
+    """
+    requests = _requests_arg("sample", args, kwargs)
+    parts = [((index,), wrapped(**request)) for index, request in enumerate(requests)]
+    return gather(len(requests), parts, lambda _indices, result: [_outputs_as_dict(result, "sample")])
+
+
+def get_inference_request_batch_size(inference_request: Mapping[str, Any]) -> int:
+    """The batch size of one request: the leading dim of its first input.
+
+    Raises:
+        PyTritonValidationError: the request has no inputs, or its first input no batch axis.
+    """
+    if not inference_request:
+        raise PyTritonValidationError("get_inference_request_batch_size: the request has no inputs")
+    key, value = next(iter(inference_request.items()))
+    shape = np.shape(value)
+    if not shape:
+        raise PyTritonValidationError(
+            f"get_inference_request_batch_size: input {key!r} has no batch axis (shape {shape}); "
+            "a model with batching=False has no batch size."
+        )
+    return int(shape[0])
