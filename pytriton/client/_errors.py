@@ -185,6 +185,25 @@ def stream_error(
     return translate_error(error, action=action, url=url, timeout_s=timeout_s)
 
 
+_CORE_INTERNAL = "Internal error from Core"
+
+
+def hint_missing_token(error: PyTritonClientError, token_sent: bool) -> PyTritonClientError:
+    """`error` of a gRPC stream, with the likely cause when no access token was sent.
+
+    Triton 2.51 refuses a stream without the token it restricts inference to with "This
+    protocol is restricted, expecting header ...", but about one refusal in four reaches the
+    client as a bare ``Internal error from Core`` (measured with plain ``grpc.aio``, whether the
+    client half-closes or not). Without a token sent, that is most likely the cause.
+    """
+    if token_sent or _CORE_INTERNAL not in str(error):
+        return error
+    return PyTritonClientInferenceServerError(
+        f"{error}. No access token was sent: if the server restricts inference, give the client the right one "
+        "(access_token=...); Triton sometimes reports that refusal on a gRPC stream only this way"
+    )
+
+
 def next_response_timeout(model_name: str, url: str, timeout_s: float) -> PyTritonClientTimeoutError:
     """The error raised when a stream's next response does not come in time (the request is then cancelled)."""
     return PyTritonClientTimeoutError(

@@ -37,6 +37,7 @@ from tritonclient.utils import InferenceServerException
 from pytriton.client._errors import (
     INFER_ACTION,
     STREAM_ACTION,
+    hint_missing_token,
     next_response_timeout,
     server_error,
     stream_error,
@@ -147,6 +148,7 @@ class GrpcResponseStream(ResponseStream):
         super().__init__(model_name, url)
         self._client = client
         self._final_seen = False
+        self._token_sent = any("access-token" in key.lower() for key in (headers or {}))
         responses: queue.Queue[tuple[Any, Any]] = queue.Queue()
         self._responses = responses
         with translate_errors(INFER_ACTION, str(url), timeout_s):
@@ -170,7 +172,8 @@ class GrpcResponseStream(ResponseStream):
                     reason = self._early_failure(timeout_s)
                     if reason is None:
                         raise
-                    raise stream_error(reason, action=INFER_ACTION, url=str(url), timeout_s=timeout_s) from reason
+                    error = stream_error(reason, action=INFER_ACTION, url=str(url), timeout_s=timeout_s)
+                    raise hint_missing_token(error, self._token_sent) from reason
         except BaseException:
             self.cancel()
             raise
@@ -189,7 +192,8 @@ class GrpcResponseStream(ResponseStream):
             except queue.Empty:
                 raise next_response_timeout(self.model_name, str(self.url), timeout_s) from None
             if error is not None:
-                raise stream_error(error, action=STREAM_ACTION, url=str(self.url), timeout_s=timeout_s) from error
+                translated = stream_error(error, action=STREAM_ACTION, url=str(self.url), timeout_s=timeout_s)
+                raise hint_missing_token(translated, self._token_sent) from error
             response = result.get_response()
             self._final_seen = is_final_response(response)
             if response.outputs or not self._final_seen:

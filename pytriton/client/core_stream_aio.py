@@ -33,6 +33,7 @@ from tritonclient.grpc import InferResult, service_pb2_grpc
 from pytriton.client._errors import (
     INFER_ACTION,
     STREAM_ACTION,
+    hint_missing_token,
     next_response_timeout,
     server_error,
     stream_error,
@@ -85,11 +86,12 @@ class AsyncResponseStream(StreamBase):
 class AsyncGrpcResponseStream(AsyncResponseStream):
     """One request on a ``ModelStreamInfer`` call of its own."""
 
-    def __init__(self, call: Any, url: TritonUrl, model_name: str, ended: asyncio.Event) -> None:
+    def __init__(self, call: Any, url: TritonUrl, model_name: str, ended: asyncio.Event, token_sent: bool) -> None:
         """Read the responses of ``call``, a started ``ModelStreamInfer`` carrying one request;
         `ended` is set once they are all read (the request side then half-closes)."""
         super().__init__(model_name, url)
         self._call = call
+        self._token_sent = token_sent
         self._ended = ended
         self._final_seen = False
 
@@ -107,7 +109,8 @@ class AsyncGrpcResponseStream(AsyncResponseStream):
             except asyncio.TimeoutError:
                 raise next_response_timeout(self.model_name, str(self.url), timeout_s) from None
             except Exception as exc:
-                raise stream_error(exc, action=STREAM_ACTION, url=str(self.url), timeout_s=timeout_s) from exc
+                error = stream_error(exc, action=STREAM_ACTION, url=str(self.url), timeout_s=timeout_s)
+                raise hint_missing_token(error, self._token_sent) from exc
             if response is grpc.aio.EOF:  # the server ended the call without a final response
                 self._ended.set()
                 return None
@@ -205,7 +208,7 @@ class AsyncStreamOpener:
                 await ended.wait()
 
             call = stub.ModelStreamInfer(requests(), metadata=metadata)
-            return AsyncGrpcResponseStream(call, self.url, model_name, ended)
+            return AsyncGrpcResponseStream(call, self.url, model_name, ended, token_sent=bool(self._auth))
         check_streamable(config)
         body = encode_request(config, inputs, parameters)
         decoder = ResponseDecoder(config, batch_size_of(config, inputs), str(self.url))

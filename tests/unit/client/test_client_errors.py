@@ -13,6 +13,7 @@ from tritonclient.utils import InferenceServerException
 from pytriton.client._errors import (
     INFER_ACTION,
     STREAM_ACTION,
+    hint_missing_token,
     next_response_timeout,
     server_error,
     stream_error,
@@ -218,3 +219,13 @@ def test_dead_stub_is_named_as_a_dead_instance_that_may_be_retried(status):
     assert type(error) is PyTritonClientInferenceServerError
     assert "Model instance Echo_0_1 died" in str(error)
     assert "retried" in str(error)
+
+
+def test_a_bare_core_error_on_a_stream_without_token_names_the_likely_cause():
+    bare = stream_error("Internal error from Core", action="Error occurred while streaming", url="grpc://h:1")
+    hinted = hint_missing_token(bare, token_sent=False)
+    assert isinstance(hinted, PyTritonClientInferenceServerError)
+    assert "No access token was sent" in str(hinted) and "Internal error from Core" in str(hinted)
+    assert hint_missing_token(bare, token_sent=True) is bare  # with a token, the cause is something else
+    other = stream_error("unknown model 'X'", action="Error occurred while streaming", url="grpc://h:1")
+    assert hint_missing_token(other, token_sent=False) is other
