@@ -349,6 +349,7 @@ class Triton:
                 after_reload=lambda _model: workspace.restrict_segments(),
                 on_fatal=self._on_fatal,
                 server_id=workspace.server_id,
+                tidy=workspace.restrict_segments,
             )
             self._supervisor.start()
             logger.info("Triton Inference Server is ready (pid %s)", process.pid)

@@ -38,6 +38,8 @@ from pytriton.server.workspace import kill_server_processes
 logger = logging.getLogger("pytriton.server")
 
 WATCH_PERIOD_S = 0.25
+TIDY_PERIOD_S = 1.0
+"""How often the regions of models loaded behind the library's back are made private."""
 """How often stubs and the server are checked; a death is acted on within about this long."""
 UNLOAD_SETTLE_S = 1.5
 """How long a healing waits for the dead instance's old model version to finish unloading."""
@@ -160,6 +162,8 @@ class Supervisor:
         on_fatal: called once with the error that ends serving (the server died, or a model spent
             its restart budget).
         server_id: the prefix every process of this server carries in its command line.
+        tidy: called about once a second: makes the shared-memory regions of models loaded by
+            other means (a client's model-control call, a `RemoteTriton`) private too.
     """
 
     def __init__(
@@ -174,6 +178,7 @@ class Supervisor:
         on_fatal: Callable[[PyTritonServerError], None],
         server_id: str,
         period_s: float = WATCH_PERIOD_S,
+        tidy: Optional[Callable[[], object]] = None,
     ) -> None:
         self._process = process
         self._control = control
@@ -184,6 +189,8 @@ class Supervisor:
         self._on_fatal = on_fatal
         self._server_id = server_id
         self._period_s = period_s
+        self._tidy = tidy
+        self._tidy_every = max(1, round(TIDY_PERIOD_S / period_s))
         self._stubs: Dict[int, _Stub] = {}
         self._buried: Set[int] = set()  # dead stubs already acted on
         self._budgets: Dict[str, RestartBudget] = {}
@@ -219,13 +226,17 @@ class Supervisor:
     # -- the loop --------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        rounds = 0
         while not self._stop.wait(self._period_s):
+            rounds += 1
             try:
                 reap_adopted(exclude=self._process.pid)
                 if not self._process.is_running():
                     self._server_died()
                     return
                 self._check_instances()
+                if self._tidy is not None and rounds % self._tidy_every == 0:
+                    self._tidy()
             except Exception:
                 logger.exception("pytriton supervisor: unexpected error while checking the server")
 

@@ -14,6 +14,7 @@ import pathlib
 import shutil
 import stat
 import tempfile
+import time
 
 import numpy as np
 import psutil
@@ -26,7 +27,7 @@ from pytriton.client import ModelClient, PyTritonClientInferenceServerError
 from pytriton.decorators import batch
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.server.security import ACCESS_TOKEN_ENV
-from pytriton.triton import Triton, TritonSecurityConfig
+from pytriton.triton import RemoteTriton, Triton, TritonSecurityConfig
 
 pytestmark = pytest.mark.functional
 
@@ -145,6 +146,26 @@ def test_bind_after_run_loads_with_the_token(default_server):
     triton, config = default_server
     _bind_echo(triton, "EchoLate")
     np.testing.assert_array_equal(_infer(http_url(config), "EchoLate"), DATA)
+
+
+def test_regions_of_a_model_loaded_behind_the_librarys_back_become_private(default_server):
+    """The Python backend creates its regions 0644; a model another process sends (RemoteTriton),
+    or that a client loads, gets them made private within about a second, like the library's own."""
+    triton, config = default_server
+    marker = f"pytriton-{os.getpid()}-"
+
+    def regions() -> dict:
+        return {name: stat.S_IMODE(os.stat(f"/dev/shm/{name}").st_mode)
+                for name in os.listdir("/dev/shm") if name.startswith(marker) and "-tpb" in name}  # fmt: skip
+
+    before = set(regions())
+    with RemoteTriton(http_url(config), access_token=triton.get_access_token()) as remote:
+        _bind_echo(remote, "Behind")  # type: ignore[arg-type]
+        assert set(regions()) - before, "the sent model's stub got no region of its own"
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and set(regions().values()) != {0o600}:
+            time.sleep(0.1)
+        assert set(regions().values()) == {0o600}, regions()
 
 
 def test_workspace_sockets_and_segments_are_private(default_server, workspace):
