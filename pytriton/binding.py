@@ -28,7 +28,7 @@ from pytriton.model_config import ModelConfig, Tensor
 from pytriton.model_config.tensor import resolve_tensor_names
 from pytriton.repository.pbtxt import model_config_proto, to_pbtxt, to_triton_data_type
 from pytriton.repository.warmup import warmup_entries
-from pytriton.repository.writer import write_model
+from pytriton.repository.writer import remove_model, write_model
 from pytriton.server.workspace import remove_segments
 from pytriton.worker.context import TritonContext
 from pytriton.worker.handler import InstanceHandler, is_async_callable, is_generator_callable
@@ -234,8 +234,10 @@ class ModelBindings:
                      len(bound.handlers))
         return bound
 
-    def discard(self, model_name: str) -> None:
-        """Stop one model's handlers and forget it (its load failed); its folder is the caller's."""
+    def discard(self, model_name: str, repository: pathlib.Path) -> None:
+        """Undo `start` for a model whose load failed: stop its handlers, forget it, remove its
+        folder from `repository` and its segments."""
+        remove_model(repository, model_name)
         model = self._models.pop(model_name, None)
         if model is None:
             return

@@ -36,7 +36,6 @@ from pytriton.exceptions import (
 )
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.repository.override import load_override
-from pytriton.repository.writer import remove_model
 from pytriton.server.control import ServerControl, wait_for
 from pytriton.server.distribution import find_distribution, proxy_import_paths
 from pytriton.server.workspace import SharedWorkspace, Workspace, remote_server_flags
@@ -106,13 +105,16 @@ class RemoteTriton:
             raise PyTritonBadParameterError(f"workspace={workspace!r} is invalid: expected None or a folder path")
         self._control = ServerControl.for_url(url, access_token)
         self._url = url
+        # The shared workspace when given (claims, sweeps, the server reads its models there);
+        # otherwise a private one for this process's sockets and the folders it sends.
         self._shared: Optional[SharedWorkspace] = None
-        self._private: Optional[Workspace] = None
+        self._workspace: Union[SharedWorkspace, Workspace]
         if workspace is not None:
-            self._shared = SharedWorkspace(pathlib.Path(workspace))
+            self._workspace = self._shared = SharedWorkspace(pathlib.Path(workspace))
         else:
-            self._private = Workspace(None)
-            self._private.hold_lease()  # a crash of this process leaves segments the next start sweeps
+            private = Workspace(None)
+            private.hold_lease()  # a crash of this process leaves segments the next start sweeps
+            self._workspace = private
         self._bindings = ModelBindings("RemoteTriton", self._on_unrecoverable)
         self._import_paths: Optional[Tuple[str, ...]] = None
         self._loaded: List[str] = []  # asked to load: stop() unloads these
@@ -128,12 +130,7 @@ class RemoteTriton:
 
     @property
     def _repository(self) -> pathlib.Path:
-        return self._shared.model_repository if self._shared is not None else self._workspace_private.model_repository
-
-    @property
-    def _workspace_private(self) -> Workspace:
-        assert self._private is not None
-        return self._private
+        return self._workspace.model_repository
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> RemoteTriton:
@@ -184,7 +181,7 @@ class RemoteTriton:
                     self._check_name_free(model_name)
                 else:
                     self._check_served(model_name)
-                target = self._shared if self._shared is not None else self._workspace_private
+                target = self._workspace
                 self._bindings.start(
                     declaration,
                     repository=target.model_repository,
@@ -195,7 +192,7 @@ class RemoteTriton:
             except BaseException:
                 if self._shared is not None:
                     self._shared.release(model_name)
-                self._bindings.discard(model_name)
+                self._bindings.discard(model_name, self._repository)
                 raise
             if self._running:
                 try:
@@ -203,20 +200,14 @@ class RemoteTriton:
                 except BaseException:
                     self._loaded.remove(model_name)
                     self._forget(model_name)
-                    try:
-                        self._control.forget_failed_model(model_name, MODEL_LOAD_TIMEOUT_S)
-                    except PyTritonServerError as exc:
-                        logger.warning("tritonserver at %s: model '%s' failed to load and may keep the server "
-                                       "not ready: %s", self._url, model_name, exc)
+                    self._control.forget_failed_model(model_name, MODEL_LOAD_TIMEOUT_S)
                     raise
 
     def _forget(self, model_name: str) -> None:
         """Undo a bind: its handlers, its folder, its claim."""
-        self._bindings.discard(model_name)
+        self._bindings.discard(model_name, self._repository)
         if self._shared is not None:
             self._shared.release(model_name)
-        else:
-            remove_model(self._repository, model_name)
 
     def _check_name_free(self, model_name: str) -> None:
         """Refuse a name the server already serves (another process's model, or a local `Triton`'s).
@@ -398,9 +389,6 @@ class RemoteTriton:
                 self._unload(self._loaded)
             self._bindings.stop_handlers()
             self._control.close()
-            if self._shared is not None:
-                self._shared.cleanup()
-            else:
-                self._workspace_private.cleanup()
+            self._workspace.cleanup()
             logger.debug("RemoteTriton stopped; the tritonserver at %s keeps running", self._url)
             return self._running

@@ -19,10 +19,9 @@ import logging
 import os
 import pathlib
 import signal
-import socket
 import threading
 import time
-from typing import Any, Callable, List, NoReturn, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, NoReturn, Optional, Sequence, Union
 
 from pytriton.binding import InferFunc, ModelBindings, SignalWatch, block_until_signal
 from pytriton.constants import DEFAULT_TRITON_STARTUP_TIMEOUT_S as STARTUP_TIMEOUT_S
@@ -35,8 +34,8 @@ from pytriton.exceptions import (
 )
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.remote import RemoteTriton
-from pytriton.repository.writer import remove_model
 from pytriton.server.argv import build_argv
+from pytriton.server.checks import enabled_endpoints, probe_port
 from pytriton.server.config import TritonConfig, merge
 from pytriton.server.control import GrpcTls, ServerControl, accepts_connections, wait_for
 from pytriton.server.distribution import (
@@ -245,9 +244,8 @@ class Triton:
                 raise failure[0]
             self._wait_models_ready([model_name], time.monotonic() + MODEL_LOAD_TIMEOUT_S)
         except BaseException:
-            self._bindings.discard(model_name)
-            remove_model(self._workspace.model_repository, model_name)
-            _forget_failed(control, model_name)
+            self._bindings.discard(model_name, self._workspace.model_repository)
+            control.forget_failed_model(model_name, MODEL_LOAD_TIMEOUT_S)
             raise
 
     def _stop_for_signal(self, signum: int, during: str) -> NoReturn:
@@ -410,7 +408,7 @@ class Triton:
     def _wait_endpoints_listening(self, config: TritonConfig, deadline: float) -> None:
         """Return from a start only once every enabled endpoint accepts connections (metrics come last)."""
         assert self._process is not None
-        for field, address, port in _endpoints(config):
+        for field, address, port in enabled_endpoints(config):
             listening = wait_for(functools.partial(accepts_connections, address, port), deadline,
                                  self._starting(self._process))
             if not listening and self._start_interrupted():
@@ -423,21 +421,15 @@ class Triton:
 
     @staticmethod
     def _check_ports_free(config: TritonConfig) -> None:
-        for field, address, port in _endpoints(config):
-            probe = socket.socket(socket.AF_INET6 if address and ":" in address else socket.AF_INET)
-            # Like the server itself, ignore connections of a previous server still in TIME_WAIT.
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind((address or "0.0.0.0", port))
-            except OSError as exc:
-                if exc.errno == errno.EADDRINUSE:
-                    raise PyTritonServerStartupError(
-                        f"port {port} ({field}) is already in use on {address or 'this host'}; stop what uses it "
-                        f"or choose another port with TritonConfig({field}=...)"
-                    ) from exc
-                raise
-            finally:
-                probe.close()
+        for field, address, port in enabled_endpoints(config):
+            error = probe_port(address, port)
+            if error == errno.EADDRINUSE:
+                raise PyTritonServerStartupError(
+                    f"port {port} ({field}) is already in use on {address or 'this host'}; stop what uses it "
+                    f"or choose another port with TritonConfig({field}=...)"
+                )
+            if error is not None:
+                raise OSError(error, os.strerror(error), f"{address or '0.0.0.0'}:{port}")
 
     def serve(self, monitoring_period_s: float = 1.0) -> None:
         """Run the server and block until SIGINT or SIGTERM, or until it stops by itself.
@@ -547,31 +539,6 @@ class Triton:
             return False
 
         return poll
-
-
-def _forget_failed(control: ServerControl, model_name: str) -> None:
-    """After a failed load: unbound, the model must not keep the server unready (see the callee)."""
-    try:
-        control.forget_failed_model(model_name, MODEL_LOAD_TIMEOUT_S)
-    except PyTritonServerError as exc:
-        logger.warning("model '%s' failed to load and the server may report not ready until a model of that "
-                       "name loads: %s", model_name, exc)
-
-
-def _endpoints(config: TritonConfig) -> List[Tuple[str, Optional[str], int]]:
-    """``(field, address, port)`` of each endpoint the server opens."""
-    wanted = []
-    if config.allow_http is not False:
-        wanted.append(("http_port", config.http_address, config.effective_http_port))
-    if config.allow_grpc is not False:
-        wanted.append(("grpc_port", config.grpc_address, config.effective_grpc_port))
-    if config.allow_vertex_ai:  # binds every interface, whatever http_address says
-        wanted.append(("vertex_ai_port", None, config.effective_vertex_ai_port))
-    if config.allow_sagemaker:  # the same
-        wanted.append(("sagemaker_port", None, config.effective_sagemaker_port))
-    if config.allow_metrics is not False:
-        wanted.append(("metrics_port", config.metrics_address, config.effective_metrics_port))
-    return wanted
 
 
 def _grpc_tls(config: TritonConfig) -> Optional[GrpcTls]:

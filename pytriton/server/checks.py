@@ -355,7 +355,24 @@ def judge_ports(probes: Sequence[PortProbe]) -> CheckResult:
     return CheckResult("ports", Verdict.PASS, f"free: {used}" if used else "every endpoint is switched off")
 
 
-def _probe_port(address: Optional[str], port: int) -> Optional[int]:
+def enabled_endpoints(config: TritonConfig) -> List[Tuple[str, Optional[str], int]]:
+    """``(field, address, port)`` of each endpoint a server with `config` opens, metrics last
+    (it opens last). Vertex AI and SageMaker bind every interface, whatever the addresses say."""
+    wanted: List[Tuple[str, Optional[str], int]] = []
+    if config.allow_http is not False:
+        wanted.append(("http_port", config.http_address, config.effective_http_port))
+    if config.allow_grpc is not False:
+        wanted.append(("grpc_port", config.grpc_address, config.effective_grpc_port))
+    if config.allow_vertex_ai:
+        wanted.append(("vertex_ai_port", None, config.effective_vertex_ai_port))
+    if config.allow_sagemaker:
+        wanted.append(("sagemaker_port", None, config.effective_sagemaker_port))
+    if config.allow_metrics is not False:
+        wanted.append(("metrics_port", config.metrics_address, config.effective_metrics_port))
+    return wanted
+
+
+def probe_port(address: Optional[str], port: int) -> Optional[int]:
     """The errno of binding `port` the way tritonserver will, or None when it is free."""
     family = socket.AF_INET6 if address and ":" in address else socket.AF_INET
     with socket.socket(family) as probe:
@@ -376,15 +393,8 @@ def check_ports(environ: Mapping[str, str] = os.environ) -> CheckResult:
             config = merge(None, environ)
     except PyTritonError as exc:
         return CheckResult("ports", Verdict.FAIL, exc.message, f"correct the {ENV_PREFIX}* variable")
-    wanted = [
-        ("http_port", config.http_address, config.effective_http_port, config.allow_http),
-        ("grpc_port", config.grpc_address, config.effective_grpc_port, config.allow_grpc),
-        ("metrics_port", config.metrics_address, config.effective_metrics_port, config.allow_metrics),
-        ("vertex_ai_port", None, config.effective_vertex_ai_port, bool(config.allow_vertex_ai)),
-        ("sagemaker_port", None, config.effective_sagemaker_port, bool(config.allow_sagemaker)),
-    ]
-    return judge_ports([(field, address, port, _probe_port(address, port))
-                        for field, address, port, allowed in wanted if allowed is not False])
+    return judge_ports([(field, address, port, probe_port(address, port))
+                        for field, address, port in enabled_endpoints(config)])
 
 
 # --- the workspace --------------------------------------------------------------------------

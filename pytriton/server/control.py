@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import logging
 import socket
 import time
 import urllib.parse
@@ -18,6 +19,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 from pytriton.constants import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, TRITON_LOCAL_IP
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonServerError
 from pytriton.server.security import ACCESS_TOKEN_HEADER, auth_headers
+
+logger = logging.getLogger("pytriton.triton")
 
 _FORGET_WAIT_S = 10.0
 DEFAULT_PORTS = {"http": DEFAULT_HTTP_PORT, "grpc": DEFAULT_GRPC_PORT}
@@ -193,15 +196,19 @@ class ServerControl:
         (a Python model that only exists to load) is sent under the name and unloaded again;
         an unloaded model that was sent, not read from the repository, is forgotten.
 
-        Raises:
-            PyTritonServerError: the server refused the placeholder (the message says why).
+        Best effort, called while another error is on its way to the user: a refusal is logged.
         """
         config = json.dumps({"name": name, "backend": "python", "max_batch_size": 0,
                              "input": [{"name": "x", "data_type": "TYPE_BOOL", "dims": [1]}],
                              "output": [{"name": "y", "data_type": "TYPE_BOOL", "dims": [1]}]})
         placeholder = b"class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
-        self.load_model(name, timeout_s, config, {"1/model.py": placeholder})
-        self.unload_model(name, timeout_s)
+        try:
+            self.load_model(name, timeout_s, config, {"1/model.py": placeholder})
+            self.unload_model(name, timeout_s)
+        except PyTritonServerError as exc:
+            logger.warning("model '%s' failed to load, and the server may report not ready until a model of that "
+                           "name loads: %s", name, exc)
+            return
         # The unload completes about a second later; readiness is what it changes. A server that
         # stays unready for other reasons is not waited for longer.
         wait_for(self.is_ready, time.monotonic() + min(timeout_s, _FORGET_WAIT_S), lambda: True)
