@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, Hashable, List, Mapping, Sequence, Tuple
 import numpy as np
 
 from pytriton.exceptions import PyTritonValidationError
+from pytriton.worker.arrays import host_array
 from pytriton.worker.context import current_context
 from pytriton.worker.results import gather
 
@@ -65,11 +66,12 @@ def _reject_positional(name: str, args: tuple[Any, ...]) -> None:
 
 
 def _as_array(value: Any, what: str) -> np.ndarray:
-    """Arrays pass through; array-likes (lists, scalars of a batch) are converted with np.asarray."""
+    """Arrays pass through; torch tensors come to the host once (whole batch); other array-likes
+    (lists, scalars of a batch) are converted with np.asarray."""
     if isinstance(value, np.ndarray):
         return value
     try:
-        array = np.asarray(value)
+        array = host_array(value, what)
     except (TypeError, ValueError) as exc:
         raise PyTritonValidationError(f"{what} must be a numpy array, got {type(value).__name__}: {exc}") from exc
     if array.dtype == object and array.ndim == 0:

@@ -16,6 +16,7 @@ import numpy as np
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.ipc import codec, protocol
 from pytriton.ipc.shm import Arena
+from pytriton.worker.arrays import host_array
 from pytriton.worker.context import TritonContext
 
 logger = logging.getLogger("pytriton.worker")
@@ -114,7 +115,9 @@ def shape_response(
             )
         value = response[tensor.name]
         try:
-            array = np.asarray(value)
+            array = host_array(value, f"{model}: output '{tensor.name}' of request {request_index}")
+        except PyTritonValidationError:
+            raise
         except Exception as exc:
             raise PyTritonValidationError(
                 f"{model}: output '{tensor.name}' of request {request_index} is not convertible to a numpy array "
