@@ -32,6 +32,7 @@ from pytriton.repository.writer import remove_model, write_model
 from pytriton.server.workspace import remove_segments
 from pytriton.worker.context import TritonContext
 from pytriton.worker.handler import InstanceHandler, is_async_callable, is_generator_callable
+from pytriton.worker.process_instance import ProcessInstance, check_forkable
 from pytriton.worker.request import Request
 
 logger = logging.getLogger("pytriton.triton")
@@ -55,7 +56,7 @@ class BoundModel:
     """A model being served: its declaration and the handlers started for its instances."""
 
     declaration: ModelDeclaration
-    handlers: List[InstanceHandler]
+    handlers: List[Union[InstanceHandler, ProcessInstance]]
     shm_prefix: str = ""
     """Prefix of this model's shared-memory segments."""
 
@@ -155,6 +156,8 @@ class ModelBindings:
                 f"model '{model_name}': the inference callable is a generator, which streams responses; "
                 "bind it with config=ModelConfig(decoupled=True)"
             )
+        if config.process_instances:
+            check_forkable(model_name)
         context = TritonContext(
             model_name=model_name,
             model_version=model_version,
@@ -210,14 +213,15 @@ class ModelBindings:
         self._models[model_name] = bound  # registered first, so stop_handlers() finds whatever started
         try:
             for index, func in enumerate(declaration.infer_funcs):
-                handler = InstanceHandler(
+                handler_type = ProcessInstance if config.process_instances else InstanceHandler
+                handler = handler_type(  # a ProcessInstance's child makes its own ZeroMQ context
                     context=context,
                     infer_func=func,
                     endpoint=protocol.instance_endpoint(endpoint, index),
                     instance=index,
                     shm_prefix=model_shm_prefix,
                     strict=declaration.strict,
-                    zmq_context=self._zmq,
+                    **({} if config.process_instances else {"zmq_context": self._zmq}),
                     on_unrecoverable=self._on_unrecoverable,
                     asynchronous=declaration.asynchronous[index],
                 )

@@ -47,6 +47,14 @@ class ModelConfig:
         execution_timeout_s: seconds a call of the callable may take (None: no limit). A call
             still running then is abandoned: its requesters get an error and the instance goes
             on serving on a fresh thread. Not for decoupled or async models.
+        process_instances: run each model instance in a worker process forked from yours,
+            instead of a thread of your process. Threads share one GIL, so a callable that
+            spends its time in Python code serves one batch at a time however many instances
+            it has; processes run on as many cores as there are instances. The callable and
+            what it closes over reach the process by fork (nothing is pickled), but each
+            process has its own copy: state the callable changes is not seen by your process
+            or the other instances. Refused at `bind` once CUDA is initialised in your process
+            (a forked child cannot use it). Each process costs its memory and a fork at start.
         warmup: deprecated spelling of `model_warmup` (an earlier pytriton name); warns, moves
             its value to `model_warmup` and reads back as None.
     """
@@ -61,6 +69,7 @@ class ModelConfig:
     restart_window_s: float = 300.0
     isolate_failures: bool = False
     execution_timeout_s: Optional[float] = None
+    process_instances: bool = False
     # Last, so positional calls of the fields above keep working; out of repr and eq because it
     # always reads back as None (kept None so that dataclasses.replace() does not pass it again).
     warmup: Optional[Union[ModelWarmup, Sequence[ModelWarmup]]] = dataclasses.field(
@@ -95,6 +104,7 @@ class ModelConfig:
             )
         set_(self, "isolate_failures", _check_bool("ModelConfig.isolate_failures", self.isolate_failures))
         set_(self, "execution_timeout_s", _check_timeout_s(self.execution_timeout_s))
+        set_(self, "process_instances", _check_bool("ModelConfig.process_instances", self.process_instances))
         for name, on in (("isolate_failures", self.isolate_failures),
                          ("execution_timeout_s", self.execution_timeout_s is not None)):
             if on and self.decoupled:

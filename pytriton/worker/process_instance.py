@@ -1,0 +1,478 @@
+"""A model instance in a worker process: the `InstanceHandler` run in a child forked from the user's.
+
+Opt-in through ``ModelConfig(process_instances=True)``. Threads of one process share a GIL, so a
+callable that spends its time in Python code serves one batch at a time however many instances
+its model has; a forked child per instance runs on a core of its own. The callable and what it
+closes over reach the child by fork: nothing is pickled.
+
+`ProcessInstance` stands where an `InstanceHandler` would (``start``, ``stop``, ``is_serving``,
+``end_streams``, ``proxy_pid``). A watcher thread in the parent forks the child, relays what the
+child reports over a pipe, and forks a fresh child on the same endpoint when one dies (a
+``kill -9``, a crash in native code). The child:
+
+- makes its own ZeroMQ context (the parent's sockets and I/O threads did not survive the fork);
+- ignores SIGINT (a Ctrl-C reaches the whole process group; the parent decides what to do);
+- dies with the parent: ``PR_SET_PDEATHSIG`` fires when the parent's watcher thread, which forked
+  it, ends, and a thread of its own watches ``getppid`` where that is not available;
+- reports the pid of the stub whose proxy connected (the supervisor watches that stub), a
+  `PyTritonUnrecoverableError` (waiting for the parent's acknowledgement before the requesters get
+  their answer, as in-thread instances do), and its end; and takes ``stop`` and ``end_streams``.
+
+The child leaves only through ``os._exit``: the parent's ``atexit`` hooks (stopping the server)
+and ``finally`` blocks up the stack of the fork belong to the parent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import zmq
+
+from pytriton.exceptions import PyTritonModelConfigError
+from pytriton.ipc import protocol
+from pytriton.ipc.shm import SHM_DIR
+from pytriton.worker.context import TritonContext
+from pytriton.worker.handler import InstanceHandler
+from pytriton.worker.request import Request
+
+logger = logging.getLogger("pytriton.worker")
+
+START_TIMEOUT_S = 60.0
+"""How long `start` waits for a child to report that its handler listens."""
+_POLL_S = 0.05
+"""How often each side looks at the pipe (and the parent at the child's exit status)."""
+_PARENT_CHECK_S = 0.5
+_ACK_TIMEOUT_S = 5.0
+_KILL_GRACE_S = 2.0
+"""How long past the `stop` timeout a child gets to end before it is killed."""
+_QUICK_DEATH_S = 1.0
+"""A child that dies sooner than this after its fork is forked again only after this long."""
+_PR_SET_PDEATHSIG = 1
+
+
+def check_forkable(model_name: str) -> None:
+    """Refuse process instances where the forked children could not work: CUDA already in use.
+
+    A process that initialised CUDA cannot use it in a forked child (the driver's state does not
+    survive the fork); the child's first CUDA call would fail or hang.
+
+    Raises:
+        PyTritonModelConfigError: torch has initialised CUDA in this process.
+    """
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        initialised = bool(cuda is not None and cuda.is_initialized())
+    except Exception:  # noqa: BLE001 - a broken torch install says nothing about CUDA
+        initialised = False
+    if initialised:
+        raise PyTritonModelConfigError(
+            f"model '{model_name}': ModelConfig(process_instances=True) forks a worker process per instance, but "
+            "this process has already initialised CUDA, which a forked child cannot use; keep the instances as "
+            "threads (process_instances=False, the default, which GPU models want), or touch CUDA only inside the "
+            "inference callable (load the model onto the GPU on its first call)"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+    """What a child needs to build its handler (all of it reaches the child by fork)."""
+
+    context: TritonContext
+    infer_func: Callable[[List[Request]], Any]
+    endpoint: str
+    instance: int
+    shm_prefix: str
+    strict: bool
+    options: Dict[str, Any]
+    """The other keyword arguments of `InstanceHandler` (``asynchronous``, ...), passed as given."""
+
+
+class _Child:
+    """One forked child as the parent sees it."""
+
+    def __init__(self, pid: int, conn: multiprocessing.connection.Connection, shm_prefix: str) -> None:
+        self.pid = pid
+        self.conn = conn
+        self.shm_prefix = shm_prefix
+        self.started = time.monotonic()
+        self.status: Optional[int] = None
+        """Its wait status once reaped (None while it runs, or when someone else reaped it)."""
+
+
+class ProcessInstance:
+    """Serves model instance `instance` from a worker process forked from this one.
+
+    Takes the arguments of `InstanceHandler` but the ZeroMQ context, which a child makes itself;
+    those not named here (`options`) reach the child's handler as given.
+
+    Args:
+        on_unrecoverable: called in this process (from the watcher thread) with the model name
+            after the callable raised `PyTritonUnrecoverableError` in the child.
+    """
+
+    def __init__(
+        self,
+        *,
+        context: TritonContext,
+        infer_func: Callable[[List[Request]], Any],
+        endpoint: str,
+        instance: int,
+        shm_prefix: str,
+        strict: bool,
+        on_unrecoverable: Callable[[str], None],
+        **options: Any,
+    ) -> None:
+        self._spec = _Spec(context, infer_func, endpoint, instance, shm_prefix, strict, options)
+        self._on_unrecoverable = on_unrecoverable
+        self._name = f"model '{context.model_name}' instance {instance}"
+        self._socket_path = protocol.ipc_socket_path(endpoint)
+        self._child: Optional[_Child] = None
+        self._incarnation = 0
+        self._send_lock = threading.Lock()
+        self._started = threading.Event()
+        self._start_error: Optional[BaseException] = None
+        self._stopping = threading.Event()
+        self._kill_at = float("inf")
+        self.proxy_pid: Optional[int] = None
+        """Pid of the stub process whose proxy last connected (None before the first handshake)."""
+        self._thread = threading.Thread(
+            target=self._watch, name=f"pytriton-{context.model_name}-{instance}-process", daemon=True
+        )
+
+    @property
+    def worker_pid(self) -> Optional[int]:
+        """Pid of the child serving right now (None between a death and the next fork)."""
+        child = self._child
+        return child.pid if child is not None and child.status is None else None
+
+    def start(self) -> None:
+        """Fork the child and wait until its handler listens.
+
+        Raises:
+            PyTritonModelConfigError: the handler refused the configuration (as `InstanceHandler`),
+                or the child did not report within `START_TIMEOUT_S`; other errors of the child's
+                start are raised as they were raised there.
+        """
+        self._thread.start()
+        if not self._started.wait(START_TIMEOUT_S):
+            self.stop(1.0)
+            raise PyTritonModelConfigError(
+                f"{self._name}: its worker process did not start within {START_TIMEOUT_S:.0f} s"
+            )
+        if self._start_error is not None:
+            self._thread.join(START_TIMEOUT_S)
+            raise self._start_error
+
+    def is_serving(self) -> bool:
+        """Whether the instance serves (or is forking a fresh child after a death)."""
+        return self._thread.is_alive() and not self._stopping.is_set()
+
+    def end_streams(self) -> None:
+        """Cut the child's streams in flight short (see `InstanceHandler.end_streams`)."""
+        self._send(("end_streams",))
+
+    def stop(self, timeout_s: float = 5.0) -> bool:
+        """Stop the child, kill it if it is not gone `timeout_s` (plus a grace) later, and clean up.
+
+        Removes the child's socket file and output segments and reaps it.
+
+        Returns:
+            False only when the watcher thread did not end (the child could not be reaped).
+        """
+        self._kill_at = time.monotonic() + timeout_s + _KILL_GRACE_S
+        self._stopping.set()
+        self._send(("stop", timeout_s))
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s + _KILL_GRACE_S + 5.0)
+        return not self._thread.is_alive()
+
+    # --- the parent's side ----------------------------------------------------------------------
+
+    def _send(self, message: Tuple[Any, ...]) -> None:
+        child = self._child
+        if child is None:
+            return
+        with self._send_lock:
+            try:
+                child.conn.send(message)
+            except (OSError, ValueError):
+                pass  # the child is gone; the watcher sees it
+
+    def _watch(self) -> None:
+        """The watcher thread: fork, relay, notice a death and fork again, until stopped."""
+        try:
+            child = self._fork()
+        except BaseException as exc:  # noqa: BLE001 - handed to start()
+            self._start_error = exc
+            self._started.set()
+            return
+        first = True
+        while True:
+            ready = self._relay(child, first)
+            self._bury(child)
+            if first:
+                first = False
+                if not ready:
+                    if self._start_error is None:
+                        self._start_error = PyTritonModelConfigError(
+                            f"{self._name}: its worker process {_describe(child.status)} while starting"
+                        )
+                    self._started.set()
+                    return
+            if self._stopping.is_set():
+                return
+            logger.warning("Model '%s' instance %d: its worker process (pid %d) %s; forking a fresh one",
+                           self._spec.context.model_name, self._spec.instance, child.pid, _describe(child.status))
+            fresh = self._fork_again(child)
+            if fresh is None:
+                return
+            child = fresh
+
+    def _fork_again(self, dead: _Child) -> Optional[_Child]:
+        """A fresh child after `dead` died; None once stopping."""
+        if time.monotonic() - dead.started < _QUICK_DEATH_S:
+            self._stopping.wait(_QUICK_DEATH_S)  # a child that dies at once must not spin the CPU
+        while not self._stopping.is_set():
+            try:
+                return self._fork()
+            except Exception:  # keep trying while the instance is wanted
+                logger.exception("%s: forking a fresh worker process failed; trying again", self._name)
+                self._stopping.wait(_QUICK_DEATH_S)
+        return None
+
+    def _fork(self) -> _Child:
+        self._incarnation += 1
+        # A fresh prefix per child: the proxy may still map the dead child's segments by name.
+        shm_prefix = self._spec.shm_prefix
+        if self._incarnation > 1:
+            shm_prefix = f"{shm_prefix}-w{self._incarnation}"
+        parent_end, child_end = multiprocessing.Pipe(duplex=True)
+        parent_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            parent_end.close()
+            _child_main(self._spec, shm_prefix, child_end, parent_pid)
+        child_end.close()
+        child = _Child(pid, parent_end, shm_prefix)
+        self._child = child
+        return child
+
+    def _relay(self, child: _Child, first: bool) -> bool:
+        """Relay the child's reports until it ended (killing it once past a stop's deadline).
+
+        Returns:
+            Whether the child reported that it serves.
+        """
+        ready = False
+        while True:
+            if self._stopping.is_set() and time.monotonic() >= self._kill_at:
+                logger.warning("%s: its worker process (pid %d) did not stop in time; killing it", self._name,
+                               child.pid)
+                _kill(child.pid)
+                self._kill_at = float("inf")
+            try:
+                message = child.conn.recv() if child.conn.poll(_POLL_S) else None
+            except (EOFError, OSError):
+                message = ("gone",)
+            if message is not None:
+                kind = message[0]
+                if kind == "ready":
+                    ready = True
+                    if first:
+                        self._started.set()
+                elif kind == "failed":
+                    self._start_error = message[1]
+                elif kind == "proxy_pid":
+                    self.proxy_pid = message[1]
+                elif kind == "unrecoverable":
+                    try:
+                        self._on_unrecoverable(message[1])
+                    finally:
+                        self._send(("ack",))
+                elif kind == "gone":
+                    self._wait_exit(child)
+                    return ready
+            if self._reaped(child):
+                return ready
+
+    def _wait_exit(self, child: _Child) -> None:
+        """The pipe closed: the child is ending; wait for its exit (killing it if it lingers)."""
+        deadline = time.monotonic() + _KILL_GRACE_S
+        while not self._reaped(child):
+            if time.monotonic() >= deadline:
+                _kill(child.pid)
+                deadline = float("inf")
+            time.sleep(0.01)
+
+    @staticmethod
+    def _reaped(child: _Child) -> bool:
+        try:
+            pid, status = os.waitpid(child.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped by someone else (as PID 1, the supervisor reaps zombies)
+            return True
+        if pid == 0:
+            return False
+        child.status = status
+        return True
+
+    def _bury(self, child: _Child) -> None:
+        """Remove what a dead child left: its pipe, its socket file, its output segments."""
+        child.conn.close()
+        if self._socket_path is not None:
+            try:
+                os.unlink(self._socket_path)
+            except FileNotFoundError:
+                pass
+        _remove_segments(protocol.segment_name(child.shm_prefix, self._spec.instance, "out", 0)[:-1])
+
+
+def _describe(status: Optional[int]) -> str:
+    if status is None:
+        return "ended (exit status unknown)"
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = "unknown signal"
+        return f"was killed by signal {number} ({name})"
+    return f"exited with code {os.WEXITSTATUS(status)}"
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _remove_segments(prefix: str) -> None:
+    """Unlink the /dev/shm segments whose name starts with `prefix` (a dead child's output arena)."""
+    try:
+        names = os.listdir(SHM_DIR)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(prefix):
+            try:
+                os.unlink(os.path.join(SHM_DIR, name))
+            except OSError:
+                pass
+
+
+# --- the child's side ---------------------------------------------------------------------------
+
+
+def _child_main(spec: _Spec, shm_prefix: str, conn: multiprocessing.connection.Connection, parent_pid: int) -> None:
+    """Run in the forked child: serve until told to stop or the parent is gone; never returns."""
+    code = 1
+    try:
+        _die_with_parent(parent_pid)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's Python handlers are not ours
+        code = _ChildRuntime(spec, shm_prefix, conn).run()
+    except BaseException:  # logged, then the exit code says it
+        logger.exception("Model '%s' instance %d: the worker process failed", spec.context.model_name, spec.instance)
+    finally:
+        os._exit(code)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the watch below does it, a little later
+    if os.getppid() != parent_pid:  # the parent died before the prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(_PARENT_CHECK_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="pytriton-parent-watch", daemon=True).start()
+
+
+class _ChildRuntime:
+    def __init__(self, spec: _Spec, shm_prefix: str, conn: multiprocessing.connection.Connection) -> None:
+        self._spec = spec
+        self._shm_prefix = shm_prefix
+        self._conn = conn
+        self._send_lock = threading.Lock()
+        self._acked = threading.Event()
+
+    def _send(self, message: Tuple[Any, ...]) -> None:
+        with self._send_lock:
+            self._conn.send(message)
+
+    def _unrecoverable(self, model_name: str) -> None:
+        """From the handler's thread: tell the parent, and wait until it acted (before the answer goes)."""
+        self._acked.clear()
+        self._send(("unrecoverable", model_name))
+        self._acked.wait(_ACK_TIMEOUT_S)
+
+    def run(self) -> int:
+        spec = self._spec
+        zmq_context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        try:
+            handler = InstanceHandler(
+                context=spec.context,
+                infer_func=spec.infer_func,
+                endpoint=spec.endpoint,
+                instance=spec.instance,
+                shm_prefix=self._shm_prefix,
+                strict=spec.strict,
+                zmq_context=zmq_context,
+                on_unrecoverable=self._unrecoverable,
+                **spec.options,
+            )
+        except Exception as exc:  # noqa: BLE001 - the parent raises it from start()
+            self._send(("failed", _picklable(exc)))
+            return 1
+        handler.start()
+        self._send(("ready", os.getpid()))
+        timeout_s = 5.0
+        reported: Optional[int] = None
+        while handler.is_serving():
+            if handler.proxy_pid != reported:
+                reported = handler.proxy_pid
+                self._send(("proxy_pid", reported))
+            try:
+                message = self._conn.recv() if self._conn.poll(_POLL_S) else None
+            except (EOFError, OSError):
+                break  # the parent is gone
+            if message is None:
+                continue
+            if message[0] == "stop":
+                timeout_s = message[1]
+                break
+            if message[0] == "end_streams":
+                handler.end_streams()
+            elif message[0] == "ack":
+                self._acked.set()
+        stopped = handler.stop(timeout_s)
+        if stopped:
+            zmq_context.term()
+        # else: a callable still runs; os._exit ends it with the process
+        return 0
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001
+        return PyTritonModelConfigError(f"{type(exc).__name__}: {exc}")
