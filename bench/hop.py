@@ -894,6 +894,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     chosen = [v for v in variants() if v.name in args.variants]
     results: List[Dict[str, Any]] = []
     started = time.monotonic()
+    load_before = os.getloadavg()[0]  # other work on the box: these figures are only as quiet as it was
     for load in args.loads:
         burners = start_burners(load)
         try:
@@ -917,6 +918,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "warmup": warmup,
             "max_s": max_s,
             "seconds": round(time.monotonic() - started, 1),
+            "loadavg_1min_start_end": [load_before, os.getloadavg()[0]],
             "variants": {v.name: v.description for v in chosen},
         },
         "results": results,
@@ -928,7 +930,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.json:
             with open(args.json, "w") as out:
                 json.dump(document, out, indent=1)
-    say(f"done in {document['meta']['seconds']} s")
+    say(f"done in {document['meta']['seconds']} s; 1-minute load average {load_before:.2f} at the start, "
+        f"{os.getloadavg()[0]:.2f} at the end")
     return 1 if any("error" in r for r in results) else 0
 
 
