@@ -63,6 +63,7 @@ SLOT_BYTES = 64 + INLINE_MAX  # length word, padding, payload
 RING_BYTES = 128 + SLOTS * SLOT_BYTES  # two counters on their own cache lines, then the slots
 SIZES = (64, 64 * 1024, 1024 * 1024)
 SHM_DIR = "/dev/shm"
+MIN_COUNT = 20  # round trips measured per case even past --max-s
 
 
 def say(text: str) -> None:
@@ -610,7 +611,7 @@ def serve(endpoint: Endpoint, arena: Optional[Arena]) -> Dict[str, Any]:
 
 def drive(endpoint: Endpoint, arena: Optional[Arena], size: int, count: int, warmup: int,
           max_s: float) -> Dict[str, Any]:
-    """Send `warmup` then up to `count` round trips (or until `max_s` passed); time each one."""
+    """Send `warmup` then up to `count` round trips (or until `max_s` passed, but MIN_COUNT at least)."""
     payload = os.urandom(size)
 
     def round_trip() -> None:
@@ -635,7 +636,7 @@ def drive(endpoint: Endpoint, arena: Optional[Arena], size: int, count: int, war
         after = clock()
         times[done] = after - before
         done += 1
-        if after > deadline:
+        if after > deadline and done >= MIN_COUNT:  # percentiles of fewer would say nothing
             break
     elapsed = clock() - start
     spent = cpu_seconds() - start_cpu

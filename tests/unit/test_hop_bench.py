@@ -43,7 +43,7 @@ def test_quick_hop_bench_measures_every_variant_idle_and_loaded(tmp_path):
     assert set(rows) == expected
     for key, row in rows.items():
         assert "error" not in row, (key, row.get("error"))
-        assert row["count"] >= 10, key
+        assert row["count"] >= 20, key  # the bench measures 20 at least, however slow
         assert 0 < row["median_us"] <= row["p90_us"] <= row["p99_us"], (key, row)
         assert row["round_trips_per_s"] > 0, key
         assert row["cpu_client_s_per_10k"] > 0 and row["cpu_server_s_per_10k"] > 0, (key, row)
