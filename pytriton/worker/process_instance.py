@@ -35,6 +35,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import zmq
@@ -260,7 +261,12 @@ class ProcessInstance:
             shm_prefix = f"{shm_prefix}-w{self._incarnation}"
         parent_end, child_end = multiprocessing.Pipe(duplex=True)
         parent_pid = os.getpid()
-        pid = os.fork()
+        with warnings.catch_warnings():
+            # Python 3.12+ warns that a fork of a threaded process may deadlock the child on a lock
+            # another thread held. The child takes none of the parent's locks but those Python
+            # re-initialises after a fork (logging, imports); it builds all it uses anew.
+            warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
+            pid = os.fork()
         if pid == 0:  # the child: never returns
             parent_end.close()
             _child_main(self._spec, shm_prefix, child_end, parent_pid)
@@ -382,6 +388,7 @@ def _child_main(spec: _Spec, shm_prefix: str, conn: multiprocessing.connection.C
         _die_with_parent(parent_pid)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's Python handlers are not ours
+        signal.set_wakeup_fd(-1)  # an asyncio loop of the parent set one: its pipe is the parent's
         code = _ChildRuntime(spec, shm_prefix, conn).run()
     except BaseException:  # logged, then the exit code says it
         logger.exception("Model '%s' instance %d: the worker process failed", spec.context.model_name, spec.instance)

@@ -24,7 +24,7 @@ import pytest
 import zmq
 
 from pytriton.exceptions import PyTritonModelConfigError
-from pytriton.ipc import protocol
+from pytriton.ipc import codec, protocol
 from pytriton.ipc.shm import SHM_DIR
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.worker.context import TritonContext
@@ -35,14 +35,18 @@ pytestmark = pytest.mark.integration
 TENSORS = (Tensor(name="x", shape=(-1,), dtype=np.float32),)
 
 
-def _instance(tmp_path: pathlib.Path, config: Optional[ModelConfig] = None, **options) -> tuple:
+def _identity(requests):
+    return requests
+
+
+def _instance(tmp_path: pathlib.Path, config: Optional[ModelConfig] = None, infer_func=_identity, **options) -> tuple:
     endpoint = protocol.instance_endpoint(protocol.ipc_endpoint(tmp_path / "sock"), 0)
     shm_prefix = f"pytriton-{os.getpid()}-test{secrets.token_hex(4)}"
     config = config or ModelConfig(max_batch_size=4)
     context = TritonContext(model_name="forked", model_version=1, inputs=TENSORS, outputs=TENSORS, config=config)
     instance = ProcessInstance(
         context=context,
-        infer_func=lambda requests: requests,
+        infer_func=infer_func,
         endpoint=endpoint,
         instance=0,
         shm_prefix=shm_prefix,
@@ -165,3 +169,31 @@ def test_the_worker_dies_with_its_parent(tmp_path):
     finally:
         parent.kill()
         parent.wait(5)
+
+
+def test_stop_kills_a_worker_whose_callable_does_not_return(tmp_path):
+    marker = tmp_path / "called"
+
+    def stuck(requests):
+        marker.touch()
+        time.sleep(600)
+
+    instance, endpoint, _ = _instance(tmp_path, infer_func=stuck)
+    instance.start()
+    worker = _hello(endpoint).worker_pid
+    context = zmq.Context()
+    socket = context.socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    try:
+        socket.connect(endpoint)
+        columns, segment, frames = codec.pack([{"x": np.ones(2, np.float32)}], None)
+        socket.send_multipart(protocol.encode(protocol.InferBatch(1, ("",), columns, segment), frames))
+        assert _wait(marker.exists, 5.0), "the callable was not called"
+        started = time.monotonic()
+        assert instance.stop(0.5) is True
+        assert time.monotonic() - started < 5.0
+        assert not psutil.pid_exists(worker), "the stuck worker was not killed and reaped"
+        assert not os.path.exists(protocol.ipc_socket_path(endpoint))
+    finally:
+        socket.close()
+        context.term()
