@@ -46,13 +46,19 @@ clean:
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache $(SERVER_TREE) $(STAMP)
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
-# Issue 3's benchmark: pytriton against the plain Triton Python backend, with perf_analyzer
+# Issues 3 and 12's benchmark: pytriton against the plain Triton Python backend, with perf_analyzer
 # (fetched into the cache by bench/run.py). Not part of `make test`; e.g.
 # `make bench BENCH_ARGS="--cases small_c16 --protocols http"`. See bench/README.md.
-.PHONY: bench
+# `make bench-gpu` (= `make bench BENCH_ARGS="--gpu"`) is the GPU path: a torch model on cuda;
+# it refuses, starting nothing, where torch sees no GPU.
+.PHONY: bench bench-gpu
 bench: install
 	@$(VPY) -c "import matplotlib" 2>/dev/null || $(VPY) -m pip install matplotlib
 	$(VPY) bench/run.py $(BENCH_ARGS)
+
+bench-gpu: install
+	@$(VPY) -c "import matplotlib" 2>/dev/null || $(VPY) -m pip install matplotlib
+	$(VPY) bench/run.py --gpu $(BENCH_ARGS)
 
 # Issue 9's reliability harness (harness/README.md); not part of `make test`, which runs each
 # in a short form (tests/functional/harness). E.g. `make soak SOAK_ARGS="--requests 20000"`.

@@ -150,6 +150,7 @@ class PerfAnalyzer:
         label: str,
         stabilize: bool = True,
         headers: Sequence[str] = (),
+        streaming: bool = False,
     ) -> Dict[str, Optional[float]]:
         """One perf_analyzer run at one concurrency; returns its figures (latencies in microseconds).
 
@@ -167,6 +168,8 @@ class PerfAnalyzer:
         ]  # fmt: skip
         for header in headers:
             base += ["-H", header]
+        if streaming:  # a decoupled model: gRPC bidirectional stream, one request in flight per stream slot
+            base.append("--streaming")
         any_spread = ["--stability-percentage", "1000", "--max-trials", "3"]
         attempts: List[Tuple[Optional[float], List[str]]] = (
             [(1.0, []), (0.0, any_spread)] if stabilize else [(None, any_spread)]
@@ -198,6 +201,12 @@ class PerfAnalyzer:
 
 
 def _parse_report(report: pathlib.Path) -> Dict[str, float]:
+    """The figures of perf_analyzer's one-row CSV.
+
+    ``throughput`` is its "Inferences/Second": requests completed per second (for a decoupled
+    model, streams ended by their final response). For a decoupled model perf_analyzer 2.41 adds
+    "Response Throughput" (every response counts), kept as ``response_throughput``.
+    """
     with report.open(newline="") as stream:
         rows = list(csv.DictReader(stream))
     if len(rows) != 1:
@@ -211,9 +220,12 @@ def _parse_report(report: pathlib.Path) -> Dict[str, float]:
         "latency_p99_us": "p99 latency",
     }
     try:
-        return {key: float(row[column]) for key, column in columns.items()}
+        figures = {key: float(row[column]) for key, column in columns.items()}
     except (KeyError, ValueError) as exc:
         raise BenchError(f"{report}: unexpected perf_analyzer CSV ({exc}); columns: {list(row)}") from exc
+    if row.get("Response Throughput"):  # decoupled models (--streaming): responses/s beside requests/s
+        figures["response_throughput"] = float(row["Response Throughput"])
+    return figures
 
 
 def _tail(path: pathlib.Path, lines: int = 25) -> str:

@@ -19,7 +19,12 @@ from typing import Any, Dict, List, Optional
 
 BEGIN = "<!-- bench:begin (written by bench/run.py; edit outside these markers) -->"
 END = "<!-- bench:end -->"
-_BLOCK = re.compile(re.escape(BEGIN[: BEGIN.index(" (")]) + r".*?" + re.escape(END), re.S)
+GPU_BEGIN = "<!-- bench-gpu:begin (written by bench/run.py --gpu; edit outside these markers) -->"
+GPU_END = "<!-- bench-gpu:end -->"
+
+
+def _block_pattern(begin: str, end: str) -> re.Pattern:
+    return re.compile(re.escape(begin[: begin.index(" (")]) + r".*?" + re.escape(end), re.S)
 
 
 # -- the machine ---------------------------------------------------------------------------------
@@ -196,6 +201,27 @@ def plot(results: Dict[str, Any], path: pathlib.Path) -> Optional[str]:
 
 
 # -- the docs page -------------------------------------------------------------------------------
+def _gpu_lines(results: Dict[str, Any]) -> List[str]:
+    """What the GPU path ran on and what its output check found (nothing for a CPU run)."""
+    device = results.get("gpu")
+    if not device:
+        return []
+    lines = [
+        f"GPU: {device.get('name')}"
+        + (f", {device['memory_gib']} GiB, compute capability {device['capability']}" if "memory_gib" in device
+           else "")
+        + f"; torch {device.get('torch')} (CUDA {device.get('cuda')}), device `{device.get('device')}`.",
+    ]
+    checked = device.get("outputs_check")
+    if checked:
+        tensor, array = checked["torch_tensor"]["max_abs_difference"], checked["numpy"]["max_abs_difference"]
+        lines.append(
+            "Output check: ours' answers with the callable returning the torch tensor as it is and returning "
+            f"a numpy array both match the reference's (max abs difference {tensor:.2g} and {array:.2g})."
+        )
+    return ["", " ".join(lines)]
+
+
 def docs_block(results: Dict[str, Any], image_name: str) -> str:
     info, settings = results["machine"], results["settings"]
     unmet = [f"{row['title']} ({row['protocol']})" for row in results["cases"] if not row["met"]]
@@ -203,13 +229,22 @@ def docs_block(results: Dict[str, Any], image_name: str) -> str:
     if startup and not startup["met"]:
         unmet.append("start-up")
     load = ", ".join(f"{value:.2f}" for value in info["loadavg_at_start"])
+    gpu = bool(results.get("gpu"))
+    extra = []
+    if settings.get("cpu_loop_count"):
+        extra.append(f"cpu_5ms spins {settings['cpu_loop_count']:,} loop iterations per batch")
+    if settings.get("cpu_instances_ours"):
+        extra.append(f"ours runs its 2 instances as {settings['cpu_instances_ours']}")
     lines = [
-        BEGIN,
+        GPU_BEGIN if gpu else BEGIN,
         "",
         f"Measured {info['date']} on {info['nproc']} cores ({info['cpu_model']}), {info['memory_gib']} GiB, "
         f"Linux {info['kernel']}, Python {info['python']}; load average at start {load}. "
         f"Commit {settings['revision']}; tritonserver {settings['triton_server']}; {settings['perf_analyzer']}; "
-        f"measurement interval {settings['interval_ms']} ms, {settings.get('rounds', 1)} round(s) per case.",
+        f"measurement interval {settings['interval_ms']} ms, {settings.get('rounds', 1)} round(s) per case"
+        + (f"; run time {results['duration_s'] / 60:.0f} min" if results.get("duration_s") else "")
+        + "".join(f"; {text}" for text in extra if not gpu) + ".",
+        *_gpu_lines(results),
         "",
         markdown_table(results),
         "",
@@ -217,17 +252,18 @@ def docs_block(results: Dict[str, Any], image_name: str) -> str:
         "",
         ("Every target met." if not unmet else "Targets not met: " + "; ".join(unmet) + "."),
         "",
-        END,
+        GPU_END if gpu else END,
     ]
     return "\n".join(lines)
 
 
-def update_docs(results: Dict[str, Any], page: pathlib.Path, image_name: str) -> None:
-    """Replace the generated block of the page (the text around it is kept)."""
+def update_docs(results: Dict[str, Any], page: pathlib.Path, image_name: str, gpu: bool = False) -> None:
+    """Replace the generated block of the page, the GPU path's with `gpu` (the text around it is kept)."""
     block = docs_block(results, image_name)
+    pattern = _block_pattern(GPU_BEGIN, GPU_END) if gpu else _block_pattern(BEGIN, END)
     text = page.read_text() if page.is_file() else ""
-    if _BLOCK.search(text):
-        text = _BLOCK.sub(lambda _: block, text, count=1)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: block, text, count=1)
     else:
         text = text.rstrip() + ("\n\n" if text.strip() else "") + block + "\n"
     page.write_text(text)

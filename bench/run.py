@@ -1,4 +1,4 @@
-"""Benchmark pytriton's data path against the plain Triton Python backend (issue 3): `make bench`.
+"""Benchmark pytriton's data path against the plain Triton Python backend (issues 3, 12): `make bench`.
 
 In one run, two servers on the same tritonserver binary serve the same models: the reference (a
 plain Python-backend ``model.py``, no extra hop) and ours (the same identity through pytriton and
@@ -7,14 +7,16 @@ HTTP and gRPC. Then the table goes to stdout, the figures to a JSON file, the pl
 for a full run, both into docs/performance.md. Every process started is stopped at the end, on
 Ctrl-C and on errors too.
 
-Usage: ``python bench/run.py [--quick] [--cases KEY ...] [--protocols http grpc] [--interval-ms N]``
+The cases and targets are issue 12's (bench/cases.py). ``--gpu`` runs the GPU path instead: a
+torch MLP on ``cuda`` in both servers (bench/gpu.py says what it needs and refuses without it).
+
+Usage: ``python bench/run.py [--quick] [--gpu] [--cases KEY ...] [--protocols http grpc] [--interval-ms N]``
 (``--help`` lists all options). Progress goes to stderr; stdout holds only the table.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import pathlib
 import shutil
@@ -24,50 +26,49 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
+import cpu_work
+import gpu
 import psutil
 import report
+from cases import CASES, GPU_CASES, QUICK_CASE, Case
 from perfanalyzer import BenchError, PerfAnalyzer
 from report import say
-from servers import REPO, OursServer, ReferenceServer, Server, same_models, server_lib_dir, server_version
+from servers import (
+    MODELS,
+    REPO,
+    OursServer,
+    ReferenceServer,
+    Server,
+    same_models,
+    server_lib_dir,
+    server_version,
+)
 
 OUT_DIR = REPO / "bench" / "out"
 DOCS_PAGE = REPO / "docs" / "performance.md"
 DOCS_IMAGE = REPO / "docs" / "performance.png"
-STARTUP_TARGET_S = 1.0
+DOCS_GPU_IMAGE = REPO / "docs" / "performance-gpu.png"
+STARTUP_TARGET_S = 0.30
+CPU_WORK_S = 0.005  # what cpu_5ms's loop is calibrated to take per batch
 
 
-@dataclasses.dataclass(frozen=True)
-class Case:
-    """One load of issue 3; `target` is the least ratio ours/reference of throughput that meets it."""
-
-    key: str
-    title: str
-    label: str  # short, for the plot
-    model: str
-    values: int
-    concurrency: int
-    target: float
-
-
-CASES = (
-    Case("small_c1", "16 values, concurrency 1", "16 values\nc=1", "identity", 16, 1, 0.50),
-    Case("small_c16", "16 values, concurrency 16", "16 values\nc=16", "identity", 16, 16, 0.50),
-    Case("small_c64", "16 values, concurrency 64", "16 values\nc=64", "identity", 16, 64, 0.50),
-    Case("large_c8", "1 MiB (256 Ki values), concurrency 8", "1 MiB\nc=8", "identity", 256 * 1024, 8, 0.60),
-    Case("sleep_c64", "10 ms model, concurrency 64", "10 ms model\nc=64", "sleep_10ms", 16, 64, 0.95),
-)
-QUICK_CASE = "small_c1"
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     keys = [case.key for case in CASES]
+    gpu_keys = [case.key for case in GPU_CASES]
     parser.add_argument("--quick", action="store_true",
                         help=f"shortest form: case {QUICK_CASE} over HTTP, three 1 s windows without waiting for "
                         "stable figures, one start-up each, no docs")
-    parser.add_argument("--cases", nargs="+", choices=keys, help="cases to run (default: all)")
+    parser.add_argument("--cases", nargs="+", choices=keys + gpu_keys,
+                        help=f"cases to run (default: all; with --gpu: {' '.join(gpu_keys)})")
     parser.add_argument("--protocols", nargs="+", choices=["http", "grpc"], help="default: http grpc")
     parser.add_argument("--interval-ms", type=int, help="perf_analyzer --measurement-interval (default 3000)")
+    parser.add_argument("--stabilize", action=argparse.BooleanOptionalAction,
+                        help="wait for three windows in a row within 10 %% (default; off with --quick). "
+                        "--no-stabilize takes three windows whatever their spread: with --rounds 3 the median of "
+                        "the rounds resists noise instead, in about half the time")
     parser.add_argument("--rounds", type=int, default=1,
                         help="pairs of runs per case and protocol, order flipped each round; the medians count "
                         "(default 1; 3 resists bursts of other load on the machine, at three times the time)")
@@ -81,13 +82,34 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--ours-pythonpath", type=pathlib.Path,
                         help="serve ours with the pytriton package found in this folder (e.g. a checkout of another "
                         "commit, with its pytriton/tritonserver linked to this one's), to compare revisions")
+    parser.add_argument("--gpu", action="store_true",
+                        help="the GPU path instead: a torch MLP on cuda, ours against a plain Python-backend model, "
+                        "concurrency 1 and 32, and a check that CUDA-tensor and numpy outputs both work; refuses "
+                        "without a GPU torch can use. Writes results-gpu.json and the docs' GPU block")
+    parser.add_argument("--torch-device", help=argparse.SUPPRESS)  # --gpu on another device: plumbing tests only
     args = parser.parse_args(argv)
-    args.cases = [case for case in CASES if case.key in (args.cases or ([QUICK_CASE] if args.quick else keys))]
+    if args.torch_device:
+        args.gpu = True
+    if args.gpu:
+        args.torch_device = args.torch_device or "cuda"
+        wrong = sorted(set(args.cases or ()) - set(gpu_keys))
+        if wrong:
+            parser.error(f"--cases {' '.join(wrong)}: not a case of --gpu, whose cases are {' '.join(gpu_keys)}")
+        args.cases = [case for case in GPU_CASES if case.key in (args.cases or gpu_keys)]
+        if args.out == OUT_DIR / "results.json":
+            args.out = OUT_DIR / "results-gpu.json"
+    else:
+        wrong = sorted(set(args.cases or ()) & set(gpu_keys))
+        if wrong:
+            parser.error(f"--cases {' '.join(wrong)}: GPU cases run only with --gpu")
+        args.cases = [case for case in CASES if case.key in (args.cases or ([QUICK_CASE] if args.quick else keys))]
     args.protocols = args.protocols or (["http"] if args.quick else ["http", "grpc"])
+    args.interval_explicit = args.interval_ms is not None or args.quick
     args.interval_ms = args.interval_ms or (1000 if args.quick else 3000)
+    args.stabilize = (not args.quick) if args.stabilize is None else args.stabilize
     args.startup_repeats = max(1, args.startup_repeats or (1 if args.quick else 3))
     args.rounds = max(1, args.rounds)
-    args.plot = args.plot or args.out.with_name("performance.png")
+    args.plot = args.plot or args.out.with_name("performance-gpu.png" if args.gpu else "performance.png")
     args.docs = (not args.quick) if args.docs is None else args.docs
     return args
 
@@ -107,6 +129,8 @@ def measure_startups(
     live: List[Server],
     started: List[Server],
     ours_pythonpath: Optional[pathlib.Path],
+    loop_count: int,
+    torch_device: Optional[str] = None,
 ) -> Dict[str, List[float]]:
     """Start each server `repeats` times, alternating which goes first; the last pair stays up in `live`.
 
@@ -117,7 +141,10 @@ def measure_startups(
     for repeat in range(repeats):
         last = repeat == repeats - 1
         for kind in kinds if repeat % 2 == 0 else kinds[::-1]:
-            server: Server = ReferenceServer(log_dir) if kind == "reference" else OursServer(log_dir, ours_pythonpath)
+            server: Server = (
+                ReferenceServer(log_dir, loop_count, torch_device) if kind == "reference"
+                else OursServer(log_dir, loop_count, ours_pythonpath, torch_device)
+            )  # fmt: skip
             live.append(server)
             started.append(server)
             seconds = server.start()
@@ -140,6 +167,7 @@ def measure_case(pa: PerfAnalyzer, case: Case, protocol: str, order: Sequence[Se
     row: Dict[str, Any] = {
         "case": case.key, "title": case.title, "label": case.label, "protocol": protocol, "model": case.model,
         "values": case.values, "concurrency": case.concurrency, "target_ratio": case.target,
+        "interval_ms": case.window_ms(args.interval_ms, args.interval_explicit),
         "order": [server.name for server in order],
     }  # fmt: skip
     rounds: List[Dict[str, Any]] = []
@@ -148,12 +176,14 @@ def measure_case(pa: PerfAnalyzer, case: Case, protocol: str, order: Sequence[Se
         for server in order if index % 2 == 0 else list(reversed(order)):
             suffix = f"-r{index + 1}" if args.rounds > 1 else ""
             before = server.counts(case.model)
+            clock = time.monotonic()
             figures: Dict[str, Any] = pa.measure(
                 model=case.model, url=server.url(protocol), protocol=protocol, shape=f"INPUT_1:{case.values}",
-                concurrency=case.concurrency, interval_ms=args.interval_ms, workdir=workdir,
-                label=f"{case.key}-{protocol}-{server.name}{suffix}", stabilize=not args.quick,
-                headers=server.headers(protocol),
+                concurrency=case.concurrency, interval_ms=case.window_ms(args.interval_ms, args.interval_explicit),
+                workdir=workdir, label=f"{case.key}-{protocol}-{server.name}{suffix}", stabilize=args.stabilize,
+                headers=server.headers(protocol), streaming=case.streaming,
             )  # fmt: skip
+            figures["wall_s"] = round(time.monotonic() - clock, 1)  # what the run took, for planning runs
             after = server.counts(case.model)
             inferences, executions = after[0] - before[0], after[1] - before[1]
             figures["batch_mean"] = round(inferences / executions, 2) if executions else None
@@ -198,15 +228,19 @@ def leftovers(markers: Sequence[str]) -> Dict[str, List[str]]:
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
-    run_dir = args.out.parent / "run"
+    run_dir = args.out.parent / ("run-gpu" if args.gpu else "run")
+    device = gpu.device_info(args.torch_device) if args.gpu else None  # refuses early without the device
     shutil.rmtree(run_dir, ignore_errors=True)
     pa = PerfAnalyzer.install(server_lib_dir(), args.perf_analyzer)
+    loop_count = cpu_work.calibrate(CPU_WORK_S)
+    say(f"bench: cpu_5ms spins {loop_count:,} loop iterations per batch (about {CPU_WORK_S * 1000:g} ms here)")
     results: Dict[str, Any] = {
         "schema": 1,
         "machine": report.machine(),
         "settings": {
             "quick": args.quick,
             "interval_ms": args.interval_ms,
+            "stabilize": args.stabilize,
             "protocols": args.protocols,
             "startup_repeats": args.startup_repeats,
             "rounds": args.rounds,
@@ -214,14 +248,20 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             "perf_analyzer": pa.version(),
             "revision": report.git_revision(args.ours_pythonpath or REPO),
             "ours_pythonpath": str(args.ours_pythonpath) if args.ours_pythonpath else None,
+            "cpu_loop_count": loop_count,
         },
         "cases": [],
     }
+    if device is not None:
+        results["gpu"] = device
     live: List[Server] = []
     created: List[Server] = []
     started = time.monotonic()
     try:
-        samples = measure_startups(args.startup_repeats, run_dir / "logs", live, created, args.ours_pythonpath)
+        samples = measure_startups(
+            args.startup_repeats, run_dir / "logs", live, created, args.ours_pythonpath, loop_count,
+            args.torch_device if args.gpu else None,
+        )
         reference_s, ours_s = statistics.median(samples["reference"]), statistics.median(samples["ours"])
         results["startup"] = {
             "reference_s": samples["reference"], "ours_s": samples["ours"],
@@ -232,13 +272,24 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         servers = {server.name: server for server in live}
         reference, ours = servers["reference"], servers["ours"]
         same_models([reference, ours])
-        for server in (reference, ours):
-            for model in ("identity", "sleep_10ms"):
-                server.check_identity(model)
+        assert isinstance(ours, OursServer)
+        if args.gpu:
+            results["gpu"]["outputs_check"] = gpu.check_outputs(reference, ours)
+        else:
+            for server in (reference, ours):
+                for spec in MODELS.values():
+                    if spec.decoupled:
+                        server.check_stream(spec.name, spec.steps)
+                    else:
+                        server.check_identity(spec.name)
+            results["settings"]["cpu_instances_ours"] = ours.cpu_instances()
         results["idle_cpu_percent"] = {s.name: round(s.idle_cpu_percent(), 1) for s in (reference, ours)}
         index = 0
         for case in args.cases:
-            for protocol in args.protocols:
+            protocols = [protocol for protocol in args.protocols if protocol in case.protocols]
+            if not protocols:
+                say(f"bench: {case.key} runs over {'/'.join(case.protocols)} only; not in --protocols, skipped")
+            for protocol in protocols:
                 order = [reference, ours] if index % 2 == 0 else [ours, reference]
                 results["cases"].append(measure_case(pa, case, protocol, order, args, run_dir))
                 index += 1
@@ -271,6 +322,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     _interrupt_on_sigterm()
     try:
         results = run(args)
+    except gpu.NoDevice as exc:
+        say(f"bench: --gpu refused: {exc}")
+        return 2
     except BenchError as exc:
         say(f"bench: FAILED: {exc}")
         return 1
@@ -286,10 +340,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         say(f"bench: plot in {args.plot}")
     if args.docs:
+        image = DOCS_GPU_IMAGE if args.gpu else DOCS_IMAGE
         if why_not is None:
-            DOCS_IMAGE.write_bytes(args.plot.read_bytes())
-        report.update_docs(results, DOCS_PAGE, DOCS_IMAGE.name)
-        say(f"bench: updated {DOCS_PAGE.relative_to(REPO)} and {DOCS_IMAGE.relative_to(REPO)}")
+            image.write_bytes(args.plot.read_bytes())
+        report.update_docs(results, DOCS_PAGE, image.name, gpu=args.gpu)
+        say(f"bench: updated {DOCS_PAGE.relative_to(REPO)} and {image.relative_to(REPO)}")
     return 0
 
 

@@ -13,6 +13,7 @@ Both are talked to over plain HTTP (readiness, configuration, statistics, one ch
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import os
@@ -37,9 +38,49 @@ SHM_DIR = "/dev/shm"
 
 MAX_BATCH_SIZE = 64
 INPUT, OUTPUT = "INPUT_1", "OUTPUT_1"
-# model name -> (fixed cost per call in seconds, max queue delay in microseconds)
-MODELS: Dict[str, Tuple[float, int]] = {"identity": (0.0, 0), "sleep_10ms": (0.01, 2000)}
 READY_TIMEOUT_S = 180.0
+SITE_PACKAGES_ENV = "PYTRITON_BENCH_SITE_PACKAGES"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """One model both servers serve (float32 ``INPUT_1`` -> ``OUTPUT_1`` of shape [-1], batching).
+
+    `cpu_work` marks the model whose calls spin the calibrated pure-Python loop (the count is a
+    run's setting, see `cpu_work.calibrate`); `steps` > 0 makes it decoupled, with that many
+    responses per request.
+    """
+
+    name: str
+    sleep_s: float = 0.0
+    delay_us: int = 0
+    instances: int = 1
+    cpu_work: bool = False
+    steps: int = 0
+    torch: bool = False  # the torch MLP of the GPU path (bench/reference_torch, serve_ours.py --torch-device)
+
+    @property
+    def decoupled(self) -> bool:
+        return self.steps > 0
+
+
+STREAM_STEPS = 100
+MODELS: Dict[str, ModelSpec] = {spec.name: spec for spec in (
+    ModelSpec("identity"),
+    ModelSpec("sleep_10ms", sleep_s=0.01, delay_us=2000),
+    ModelSpec("cpu_5ms", instances=2, cpu_work=True),
+    ModelSpec("stream_100", steps=STREAM_STEPS),
+)}  # fmt: skip
+# The GPU path (`run.py --gpu`) serves only this; ours also serves TORCH_NUMPY_MODEL, the same
+# MLP answering with numpy arrays instead of CUDA tensors, for the check that both work.
+TORCH_MODELS: Dict[str, ModelSpec] = {"torch_mlp": ModelSpec("torch_mlp", delay_us=100, torch=True)}
+TORCH_NUMPY_MODEL = "torch_mlp_numpy"
+TORCH_FEATURES = 512  # the MLP's input and output width: INPUT_1 of 512 values per request
+
+
+def model_set(torch_device: Optional[str]) -> Dict[str, ModelSpec]:
+    """The models a server serves: the CPU set, or with a torch device the GPU path's."""
+    return TORCH_MODELS if torch_device else MODELS
 
 _CONFIG_PBTXT = """\
 name: "{name}"
@@ -48,9 +89,35 @@ max_batch_size: {max_batch_size}
 input {{ name: "{input}" data_type: TYPE_FP32 dims: [ -1 ] }}
 output {{ name: "{output}" data_type: TYPE_FP32 dims: [ -1 ] }}
 dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}
-instance_group {{ count: 1 kind: KIND_CPU }}
+instance_group {{ count: {instances} kind: KIND_CPU }}
+model_transaction_policy {{ decoupled: {decoupled} }}
 parameters {{ key: "sleep_s" value {{ string_value: "{sleep_s}" }} }}
+parameters {{ key: "loop_count" value {{ string_value: "{loop_count}" }} }}
+parameters {{ key: "steps" value {{ string_value: "{steps}" }} }}
+parameters {{ key: "device" value {{ string_value: "{device}" }} }}
 """
+
+
+def config_pbtxt(spec: ModelSpec, loop_count: int, device: str = "cpu") -> str:
+    """The reference's config.pbtxt of one model (`loop_count` counts only for a `cpu_work` model,
+    `device` only for a torch one)."""
+    return _CONFIG_PBTXT.format(
+        name=spec.name, max_batch_size=MAX_BATCH_SIZE, input=INPUT, output=OUTPUT, delay_us=spec.delay_us,
+        instances=spec.instances, decoupled="true" if spec.decoupled else "false", sleep_s=spec.sleep_s,
+        loop_count=loop_count if spec.cpu_work else 0, steps=spec.steps, device=device,
+    )  # fmt: skip
+
+
+def write_reference_repository(models_dir: pathlib.Path, loop_count: int, torch_device: Optional[str] = None) -> None:
+    """The reference's hand-written model folders: config.pbtxt, model.py (plus cpu_work.py) each."""
+    for spec in model_set(torch_device).values():
+        version = models_dir / spec.name / "1"
+        version.mkdir(parents=True)
+        source = "reference_torch" if spec.torch else "reference_stream" if spec.decoupled else "reference_model"
+        shutil.copy(BENCH_DIR / source / "model.py", version / "model.py")
+        for helper in ("cpu_work.py", "torch_mlp.py"):
+            shutil.copy(BENCH_DIR / helper, version / helper)
+        (version.parent / "config.pbtxt").write_text(config_pbtxt(spec, loop_count, torch_device or "cpu"))
 
 
 def free_ports(count: int) -> List[int]:
@@ -100,11 +167,14 @@ class Server:
 
     name = "server"
 
-    def __init__(self, log_dir: pathlib.Path) -> None:
+    def __init__(self, log_dir: pathlib.Path, torch_device: Optional[str] = None) -> None:
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+        self.torch_device = torch_device
+        self.models: List[str] = list(model_set(torch_device))  # what must answer ready
         self.log_dir = log_dir
         self.child: Optional[Child] = None
         self.startup_s: Optional[float] = None
+        self.log_path: Optional[pathlib.Path] = None
         self.access_token: Optional[str] = None  # for a server that restricts some of its APIs
 
     def headers(self, protocol: str) -> List[str]:
@@ -128,12 +198,12 @@ class Server:
     def start(self) -> float:
         """Launch and wait until every model answers ready; returns the seconds that took."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self.log_dir / f"{self.name}-{self.http_port}.log"
+        log_path = self.log_path = self.log_dir / f"{self.name}-{self.http_port}.log"
         with log_path.open("w") as log:
             started = time.monotonic()
             self.child = self._launch(log)
         deadline = started + READY_TIMEOUT_S
-        for model in MODELS:
+        for model in self.models:
             while not self._model_ready(model):
                 if not self.child.is_running():
                     raise BenchError(
@@ -163,11 +233,10 @@ class Server:
         stats = _get_json(self.http_port, f"/v2/models/{model}/stats", self.access_token)["model_stats"][0]
         return int(stats["inference_count"]), int(stats["execution_count"])
 
-    def check_identity(self, model: str) -> None:
-        """One inference: the answer must be the request, value for value."""
-        values = [float(i) + 0.5 for i in range(16)]
+    def infer(self, model: str, values: Sequence[float]) -> List[float]:
+        """One inference over HTTP (JSON): `values` as a request of one row, the output's values."""
         body = json.dumps(
-            {"inputs": [{"name": INPUT, "shape": [1, len(values)], "datatype": "FP32", "data": values}]}
+            {"inputs": [{"name": INPUT, "shape": [1, len(values)], "datatype": "FP32", "data": list(values)}]}
         ).encode()
         status, answer = _request(self.http_port, "POST", f"/v2/models/{model}/infer", body,
                                   access_token=self.access_token)
@@ -176,9 +245,48 @@ class Server:
                 f"the {self.name} server's '{model}' failed a check inference ({status}): {answer[:300]!r}"
             )
         outputs = {output["name"]: output for output in json.loads(answer)["outputs"]}
-        got = outputs.get(OUTPUT, {}).get("data")
+        return list(outputs.get(OUTPUT, {}).get("data") or [])
+
+    def check_identity(self, model: str) -> None:
+        """One inference: the answer must be the request, value for value."""
+        values = [float(i) + 0.5 for i in range(16)]
+        got = self.infer(model, values)
         if got != values:
             raise BenchError(f"the {self.name} server's '{model}' answered {got!r} to {values!r}")
+
+    def check_stream(self, model: str, steps: int) -> None:
+        """One streamed inference over gRPC: `steps` responses, each the request, then the end."""
+        import queue
+
+        import numpy as np
+        import tritonclient.grpc as grpcclient
+
+        values = np.arange(16, dtype=np.float32) + 0.5
+        answers: queue.Queue[Any] = queue.Queue()
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{self.grpc_port}")
+        headers = {ACCESS_TOKEN_HEADER: self.access_token} if self.access_token else None
+        try:
+            client.start_stream(callback=lambda result, error: answers.put(error or result), headers=headers)
+            request = grpcclient.InferInput(INPUT, [1, values.size], "FP32")
+            request.set_data_from_numpy(values[None])
+            client.async_stream_infer(model, [request], enable_empty_final_response=True)
+            got = []
+            while True:
+                answer = answers.get(timeout=30)
+                if isinstance(answer, Exception):
+                    raise BenchError(f"the {self.name} server's '{model}' failed a streamed check: {answer}")
+                output = answer.as_numpy(OUTPUT)
+                if output is not None:
+                    got.append(output)
+                if answer.get_response(as_json=True).get("parameters", {}).get("triton_final_response", {}).get(
+                        "bool_param"):
+                    break
+        finally:
+            client.stop_stream()
+            client.close()
+        if len(got) != steps or any(not np.array_equal(output, values[None]) for output in got):
+            raise BenchError(f"the {self.name} server's '{model}' streamed {len(got)} responses "
+                             f"(first {got[:1]!r}); expected {steps} copies of {values!r}")
 
     def idle_cpu_percent(self, seconds: float = 1.0) -> float:
         """CPU the server's processes burn while no request comes (percent of one core)."""
@@ -209,24 +317,16 @@ class ReferenceServer(Server):
 
     name = "reference"
 
-    def __init__(self, log_dir: pathlib.Path) -> None:
-        super().__init__(log_dir)
+    def __init__(self, log_dir: pathlib.Path, loop_count: int, torch_device: Optional[str] = None) -> None:
+        super().__init__(log_dir, torch_device)
+        self.loop_count = loop_count
         self.prefix = f"pytriton-{os.getpid()}-bench{secrets.token_hex(4)}"
         self.workspace = pathlib.Path(tempfile.mkdtemp(prefix=f"{self.prefix}-"))
         self.root, self.stub, self.stub_python = _server_tree()
         self._write_repository()
 
     def _write_repository(self) -> None:
-        for model, (sleep_s, delay_us) in MODELS.items():
-            version = self.workspace / "models" / model / "1"
-            version.mkdir(parents=True)
-            shutil.copy(BENCH_DIR / "reference_model" / "model.py", version / "model.py")
-            (version.parent / "config.pbtxt").write_text(
-                _CONFIG_PBTXT.format(
-                    name=model, max_batch_size=MAX_BATCH_SIZE, input=INPUT, output=OUTPUT, delay_us=delay_us,
-                    sleep_s=sleep_s,
-                )
-            )
+        write_reference_repository(self.workspace / "models", self.loop_count, self.torch_device)
         # Triton looks for the stub next to libtriton_python.so, so the backend folder is links.
         backend = self.workspace / "backends" / "python"
         backend.mkdir(parents=True)
@@ -264,6 +364,9 @@ class ReferenceServer(Server):
         )
         if self.stub_python is not None:
             env["PYTRITON_BENCH_STUB_PYTHON"] = str(self.stub_python)
+        # The stub's Python sees only the base interpreter's packages; the torch model appends
+        # this (the harness's virtual environment) to its sys.path, after the stub's NumPy.
+        env[SITE_PACKAGES_ENV] = sysconfig.get_paths()["purelib"]
         return env
 
     def _launch(self, log: IO[str]) -> Child:
@@ -282,8 +385,14 @@ class OursServer(Server):
 
     name = "ours"
 
-    def __init__(self, log_dir: pathlib.Path, pythonpath: Optional[pathlib.Path] = None) -> None:
-        super().__init__(log_dir)
+    def __init__(
+        self, log_dir: pathlib.Path, loop_count: int, pythonpath: Optional[pathlib.Path] = None,
+        torch_device: Optional[str] = None,
+    ) -> None:
+        super().__init__(log_dir, torch_device)
+        if torch_device:
+            self.models.append(TORCH_NUMPY_MODEL)
+        self.loop_count = loop_count
         self.pythonpath = pythonpath
         self.access_token = secrets.token_urlsafe(16)
 
@@ -295,12 +404,23 @@ class OursServer(Server):
         argv = [
             sys.executable, str(BENCH_DIR / "serve_ours.py"), "--http-port", str(self.http_port),
             "--grpc-port", str(self.grpc_port), "--metrics-port", str(self.metrics_port),
+            "--loop-count", str(self.loop_count),
         ]  # fmt: skip
+        if self.torch_device:
+            argv += ["--torch-device", self.torch_device]
         env = dict(os.environ)
         env[ACCESS_TOKEN_ENV] = self.access_token or ""
         if self.pythonpath is not None:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.pythonpath), env.get("PYTHONPATH")]))
         return Child(argv, env, log)
+
+    def cpu_instances(self) -> str:
+        """How serve_ours.py ran cpu_5ms's instances ("processes" or "threads"), from what it said."""
+        text = self.log_path.read_text(errors="replace") if self.log_path and self.log_path.is_file() else ""
+        for line in text.splitlines():
+            if line.startswith("bench: cpu_5ms instances: "):
+                return line.rsplit(" ", 1)[1]
+        return "unknown"
 
     def stop(self) -> None:
         if self.child is None:
@@ -378,9 +498,11 @@ def same_models(servers: Sequence[Server]) -> None:
             [(t["name"], t["data_type"], [int(d) for d in t["dims"]]) for t in config.get("output", [])],
             "dynamic_batching" in config,
             int(batching.get("max_queue_delay_microseconds", 0) or 0),
+            # Not the instance count: pytriton may run several Triton instances (lanes) per callable.
+            bool((config.get("model_transaction_policy") or {}).get("decoupled", False)),
         )
 
-    for model in MODELS:
+    for model in model_set(servers[0].torch_device):
         seen = {server.name: essentials(server.model_config(model)) for server in servers}
         if len(set(map(repr, seen.values()))) != 1:
             raise BenchError(f"the servers declare model '{model}' differently: {seen}")

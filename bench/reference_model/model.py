@@ -3,7 +3,9 @@
 The benchmark harness copies this file into each model folder of its hand-written repository
 (see bench/servers.py). It is what Triton's own documentation shows: read every request of the
 batch with ``as_numpy()``, answer each with a ``pb_utils.Tensor``. A ``sleep_s`` parameter in
-config.pbtxt adds a fixed cost per call (once per batch, not per request).
+config.pbtxt adds a fixed cost per call (once per batch, not per request); a ``loop_count``
+parameter adds CPU-bound Python work per call (`cpu_work.spin`, from bench/cpu_work.py, which the
+harness copies next to this file).
 """
 
 import json
@@ -18,8 +20,11 @@ _STUB_PYTHON = os.environ.get("PYTRITON_BENCH_STUB_PYTHON")
 if _STUB_PYTHON and _STUB_PYTHON not in sys.path:
     sys.path.insert(0, _STUB_PYTHON)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # cpu_work.py, copied beside this file
+
 import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
+from cpu_work import spin  # noqa: E402
 
 
 class TritonPythonModel:
@@ -31,10 +36,13 @@ class TritonPythonModel:
             )
         parameters = json.loads(args["model_config"]).get("parameters", {})
         self.sleep_s = float(parameters.get("sleep_s", {}).get("string_value", "0"))
+        self.loop_count = int(parameters.get("loop_count", {}).get("string_value", "0"))
 
     def execute(self, requests):
         if self.sleep_s:
             time.sleep(self.sleep_s)
+        if self.loop_count:
+            spin(self.loop_count)
         responses = []
         for request in requests:
             data = pb_utils.get_input_tensor_by_name(request, "INPUT_1").as_numpy()

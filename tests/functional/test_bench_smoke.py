@@ -1,8 +1,10 @@
-"""The benchmark of issue 3 in its shortest form, so that it cannot rot (`make bench` runs it fully).
+"""The benchmark of issues 3 and 12 in its shortest form, so that it cannot rot (`make bench` runs it fully).
 
 It fetches perf_analyzer into the cache on first use (a pip download), starts both servers,
 measures one case over HTTP with 1 s windows and checks the JSON it writes, and that nothing it
-started is left running.
+started is left running. The GPU path's plumbing (`make bench-gpu`) runs the same way with its
+torch model on the CPU: the reference's stub importing torch, ours returning torch tensors, the
+check that both output forms answer like the reference.
 """
 
 from __future__ import annotations
@@ -57,6 +59,27 @@ def test_quick_bench_writes_its_figures_and_leaves_nothing_behind(tmp_path):
         assert not _running(server["pid"], server["marker"]), server
         assert not [name for name in os.listdir("/dev/shm") if name.startswith(server["marker"])], server
         assert not list(pathlib.Path(tempfile.gettempdir()).glob(server["marker"] + "*")), server
+
+
+@pytest.mark.timeout(300)
+def test_gpu_path_plumbing_on_the_cpu(tmp_path):
+    out = tmp_path / "results-gpu.json"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "run.py"), "--torch-device", "cpu", "--cases", "gpu_c1", "--quick",
+         "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=260, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}"
+    results = json.loads(out.read_text())
+    assert results["gpu"]["device"] == "cpu" and "no GPU" in results["gpu"]["name"]
+    checked = results["gpu"]["outputs_check"]
+    assert checked["torch_tensor"]["ok"] and checked["numpy"]["ok"]
+    assert checked["torch_tensor"]["max_abs_difference"] <= checked["tolerance"]
+    [row] = results["cases"]
+    assert (row["case"], row["protocol"], row["model"], row["values"]) == ("gpu_c1", "http", "torch_mlp", 512)
+    assert row["reference"]["throughput"] > 0 and row["ours"]["throughput"] > 0
+    assert results["leftovers"] == {"processes": [], "segments": []}
+    assert (tmp_path / "performance-gpu.png").is_file() or "no plot" in result.stderr
 
 
 def _running(pid: int, marker: str) -> bool:
