@@ -24,6 +24,7 @@ import zmq
 
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError, PyTritonModelConfigError
 from pytriton.ipc import protocol
+from pytriton.ipc.shm import MIB, shm_usage
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.model_config.tensor import resolve_tensor_names
 from pytriton.repository.pbtxt import model_config_proto, to_pbtxt, to_triton_data_type
@@ -51,6 +52,24 @@ class ModelDeclaration:
     asynchronous: List[bool]
 
 
+PIPELINE_MIN_SHM_BYTES = 256 * MIB
+"""Below this /dev/shm size, plain callables get one proxy each instead of `protocol.PIPELINE_LANES`:
+every proxy's stub keeps its own Triton pool, which grows to its largest batch and never shrinks,
+so on Docker's default 64 MB two pools would halve the largest request that fits."""
+
+
+def pipeline_lanes(relayed: bool, shm_total_bytes: int) -> int:
+    """How many Triton instances (proxies) feed each worker handler of a model.
+
+    Plain callables get `protocol.PIPELINE_LANES`, so the next batch travels while the callable
+    works (the hop is hidden behind it), unless /dev/shm is smaller than `PIPELINE_MIN_SHM_BYTES`.
+    Relayed models (decoupled, or async callables) already overlap their batches: one.
+    """
+    if relayed or shm_total_bytes < PIPELINE_MIN_SHM_BYTES:
+        return 1
+    return protocol.PIPELINE_LANES
+
+
 @dataclasses.dataclass
 class BoundModel:
     """A model being served: its declaration and the handlers started for its instances."""
@@ -59,6 +78,8 @@ class BoundModel:
     handlers: List[Union[InstanceHandler, ProcessInstance]]
     shm_prefix: str = ""
     """Prefix of this model's shared-memory segments."""
+    lanes: int = 1
+    """Triton instances (proxies) feeding each handler (`protocol.PIPELINE_LANES` for plain callables)."""
 
     @property
     def version(self) -> int:
@@ -99,10 +120,11 @@ class ModelBindings:
         return config
 
     def instances(self) -> List[Tuple[str, int, int, Optional[int]]]:
-        """``(model, version, instance, stub pid)`` of every instance; the pid is None until its
-        stub's proxy connected."""
-        return [(name, model.version, index, handler.proxy_pid)
-                for name, model in list(self._models.items()) for index, handler in enumerate(model.handlers)]
+        """``(model, version, Triton instance, stub pid)`` of every Triton instance (each handler is
+        fed by ``lanes`` of them); the pid is None until its stub's proxy connected."""
+        return [(name, model.version, index * model.lanes + lane, handler.proxy_pids.get(lane))
+                for name, model in list(self._models.items()) for index, handler in enumerate(model.handlers)
+                for lane in range(model.lanes)]
 
     def forget_stub(self, model_name: str, instance: int) -> List[str]:
         """Remove the input segments a dead stub of `instance` left, so its successor can create them."""
@@ -192,24 +214,27 @@ class ModelBindings:
         key = protocol.model_key(model_name, model_version)
         endpoint = protocol.ipc_endpoint(sockets / key)
         model_shm_prefix = f"{shm_prefix}-{key}"
+        relayed = any(declaration.asynchronous) or config.decoupled
+        lanes = pipeline_lanes(relayed, shm_usage().total)
         proto = model_config_proto(
             model_name,
             context.inputs,
             context.outputs,
             config,
-            instance_count=len(declaration.infer_funcs),
+            instance_count=len(declaration.infer_funcs) * lanes,
             parameters={
                 protocol.PARAM_ENDPOINT: endpoint,
                 protocol.PARAM_SHM_PREFIX: model_shm_prefix,
                 protocol.PARAM_PROTOCOL: str(protocol.PROTOCOL_VERSION),
                 protocol.PARAM_WORKER_PID: str(os.getpid()),
+                protocol.PARAM_LANES: str(lanes),
                 **({protocol.PARAM_RELAYED: "1"} if any(declaration.asynchronous) else {}),
             },
         )
         config_text = to_pbtxt(proto)
         if self._zmq is None:
             self._zmq = zmq.Context()
-        bound = BoundModel(declaration, handlers=[], shm_prefix=model_shm_prefix)
+        bound = BoundModel(declaration, handlers=[], shm_prefix=model_shm_prefix, lanes=lanes)
         self._models[model_name] = bound  # registered first, so stop_handlers() finds whatever started
         try:
             for index, func in enumerate(declaration.infer_funcs):
@@ -224,6 +249,7 @@ class ModelBindings:
                     **({} if config.process_instances else {"zmq_context": self._zmq}),
                     on_unrecoverable=self._on_unrecoverable,
                     asynchronous=declaration.asynchronous[index],
+                    pipelined=not relayed,
                 )
                 bound.handlers.append(handler)
                 handler.start()

@@ -14,7 +14,8 @@ batch headers, 17 us against 390 us to encode).
 Exchanges: `Hello`/`Welcome` once per instance at load; then per batch either `InferBatch` ->
 `BatchResult` (one answer), or, for a decoupled model, `InferBatch` -> any number of
 `StreamPart` -> `StreamEnd`, with `Cancel` from the proxy when every requester of the batch has
-gone. Version 2 added the streaming messages.
+gone. Version 2 added the streaming messages; version 3 feeds a plain callable's handler from
+`PIPELINE_LANES` proxies, each with its own output arena.
 
 Names (endpoints, segments) are built by the functions at the bottom of this module, on both
 sides of the process boundary.
@@ -27,7 +28,7 @@ import os
 import pickle
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 # Keys of the model configuration `parameters` that tell a proxy where its worker is.
 PARAM_ENDPOINT = "pytriton.endpoint"
@@ -38,6 +39,17 @@ PARAM_HANDSHAKE_TIMEOUT_S = "pytriton.handshake_timeout_s"
 PARAM_RELAYED = "pytriton.relayed"
 """``"1"`` when the proxy answers through Triton's response senders from a relay thread (decoupled
 models, and callables that are coroutines, whose batches may overlap); absent otherwise."""
+PARAM_LANES = "pytriton.lanes"
+"""How many Triton instances (proxies, stub processes) feed one worker handler: `PIPELINE_LANES`
+for plain callables, 1 for relayed ones."""
+
+PIPELINE_LANES = 2
+"""Triton instances per worker handler of a plain callable. Each proxy's `execute` blocks until
+its batch is answered (so Triton itself fails the batch if the stub dies), and with two of them
+Triton hands the next batch to the second proxy while the callable still works on the first:
+the batch is transferred and waiting when the callable is done, and the worker may merge the
+batches waiting for it into one call. Triton instance ``k`` is lane ``k % PIPELINE_LANES`` of
+handler ``k // PIPELINE_LANES``."""
 
 DEADLINE_PARAMETER = "pytriton_deadline_ms"
 """Request parameter by which pytriton's clients send their deadline to the worker: the Unix time,
@@ -51,11 +63,16 @@ INLINE_MAX_BYTES = 64 * 1024
 
 
 class Hello(NamedTuple):
-    """Proxy -> worker, once per instance at model load: checks the protocol and the peer."""
+    """Proxy -> worker, once per instance at model load: checks the protocol and the peer.
+
+    `instance` is the worker handler's number; `lane` tells the proxies of one handler apart
+    (see `PIPELINE_LANES`): each has its own output arena on the worker's side.
+    """
 
     protocol: int
     instance: int
     proxy_pid: int
+    lane: int = 0
 
 
 class Welcome(NamedTuple):
@@ -189,14 +206,22 @@ def instance_endpoint(base_endpoint: str, instance: int) -> str:
     return f"{base_endpoint}-{instance}"
 
 
-def segment_name(shm_prefix: str, instance: int, direction: str, generation: int) -> str:
-    """Name of a shared-memory arena: one per instance and direction, renewed when it grows.
+def segment_name(shm_prefix: str, instance: int, direction: str, generation: int, lane: int = 0) -> str:
+    """Name of a shared-memory arena: one per instance, direction and lane, renewed when it grows.
 
-    `direction` is ``"in"`` (proxy -> worker, owned by the proxy) or ``"out"`` (worker -> proxy,
-    owned by the worker). `shm_prefix` carries the server's own prefix, so two servers on one
-    host never share a name and a sweep can find what a dead server left.
+    `direction` is ``"in"`` (proxy -> worker, owned by the proxy; `instance` is then the Triton
+    instance) or ``"out"`` (worker -> proxy, owned by the worker; `instance` is the handler and
+    `lane` the proxy it answers). `shm_prefix` carries the server's own prefix, so two servers
+    on one host never share a name and a sweep can find what a dead server left. Every name of
+    one instance and direction starts with ``segment_name(prefix, instance, direction, 0)[:-1]``.
     """
-    return f"{shm_prefix}-{instance}-{direction}-{generation}"
+    name = f"{shm_prefix}-{instance}-{direction}-{generation}"
+    return f"{name}.{lane}" if lane else name
+
+
+def handler_of(triton_instance: int, lanes: int) -> Tuple[int, int]:
+    """The worker handler and lane that Triton instance `triton_instance` feeds."""
+    return divmod(triton_instance, lanes)
 
 
 def instance_index(model_instance_name: str) -> int:

@@ -1,9 +1,10 @@
 """The proxy model: runs inside Triton's Python backend stub, one instance per stub process.
 
 Each `execute` call carries the batch Triton's dynamic batcher formed to the worker in the user's
-process (one round trip per batch) and turns the worker's answer into Triton responses. The
-model is reported ready only after the handshake with its worker succeeded, so readiness tells
-the truth.
+process (one round trip per batch) and turns the worker's answer into Triton responses. A plain
+callable's worker handler is fed by `protocol.PIPELINE_LANES` such proxies (Triton instances),
+so the next batch travels while the callable works on the current one. The model is reported
+ready only after the handshake with its worker succeeded, so readiness tells the truth.
 
 Imports only the standard library, numpy, zmq and `pytriton.ipc` (plus Triton's own
 `triton_python_backend_utils`, present in the stub).
@@ -25,6 +26,8 @@ from pytriton.ipc.shm import Arena, SegmentReader
 from pytriton.proxy.relay import Relay
 
 _LIVENESS_CHECK_MS = 1000
+_RECONNECT_S = 5.0
+"""How long a batch waits for a worker to answer again after the last one was found gone."""
 _PARENT_CHECK_S = 0.5
 _OUTPUT_CHECK_BYTES = 1 << 20
 """Batches with more output bytes than this check /dev/shm's free space before answering (the
@@ -100,10 +103,12 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = _parameters(config)
         self._model_name = args["model_name"]
-        self._instance = protocol.instance_index(args["model_instance_name"])
+        self._instance = protocol.instance_index(args["model_instance_name"])  # Triton's: names the input arena
+        handler, lane = protocol.handler_of(self._instance, int(params.get(protocol.PARAM_LANES, "1")))
         self._worker_pid = int(params[protocol.PARAM_WORKER_PID])
         shm_prefix = params[protocol.PARAM_SHM_PREFIX]
-        endpoint = protocol.instance_endpoint(params[protocol.PARAM_ENDPOINT], self._instance)
+        endpoint = protocol.instance_endpoint(params[protocol.PARAM_ENDPOINT], handler)
+        self._endpoint = endpoint
         self._context = zmq.Context(io_threads=1)
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
@@ -117,33 +122,52 @@ class TritonPythonModel:
         self._reader = SegmentReader()
         self._batch_id = 0
         timeout_s = float(params.get(protocol.PARAM_HANDSHAKE_TIMEOUT_S, "60"))
-        welcome = self._handshake(endpoint, timeout_s)
+        self._hello = protocol.Hello(protocol.PROTOCOL_VERSION, handler, os.getpid(), lane)
+        self._worker_gone = False
+        welcome = self._handshake(timeout_s)
         if welcome.error:
             raise pb_utils.TritonModelException(f"Model '{self._model_name}': {welcome.error}")
         decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
         self._relay: Optional[Relay] = None
         if decoupled or params.get(protocol.PARAM_RELAYED) == "1":
-            self._relay = Relay(pb_utils, self._context, self._socket, self._model_name, self._worker_pid,
+            self._relay = Relay(pb_utils, self._context, self._socket, self._model_name, welcome.worker_pid,
                                 _pid_alive, watch_cancellation=decoupled)
             self.execute = self._execute_relayed  # type: ignore[method-assign,assignment]
 
-    def _handshake(self, endpoint: str, timeout_s: float) -> protocol.Welcome:
-        hello = protocol.Hello(protocol.PROTOCOL_VERSION, self._instance, os.getpid())
-        self._socket.send_multipart(protocol.encode(hello))
+    def _handshake(self, timeout_s: float) -> protocol.Welcome:
+        """Greet the worker; its `Welcome` tells the pid of the process that serves this instance
+        (the user's process, or a worker process forked from it)."""
+        self._socket.send_multipart(protocol.encode(self._hello))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._socket.poll(100):
                 message, _ = protocol.decode(self._socket.recv_multipart())
                 if isinstance(message, protocol.Welcome):
+                    if message.error is None:
+                        self._worker_pid = message.worker_pid
                     return message
-            elif not _pid_alive(self._worker_pid):
+            elif not self._worker_gone and not _pid_alive(self._worker_pid):
                 break
         raise pb_utils.TritonModelException(
-            f"Model '{self._model_name}': no pytriton worker answered at {endpoint} within {timeout_s:.0f} s "
+            f"Model '{self._model_name}': no pytriton worker answered at {self._endpoint} within {timeout_s:.0f} s "
             f"(worker pid {self._worker_pid}, alive: {_pid_alive(self._worker_pid)})"
         )
 
+    def _reconnect(self) -> Optional[str]:
+        """After the worker was found gone: greet whatever worker now serves the endpoint (a
+        worker process forked anew). None when one answered, else why the batch fails."""
+        try:
+            welcome = self._handshake(_RECONNECT_S)
+        except pb_utils.TritonModelException as exc:
+            return str(exc)
+        if welcome.error:
+            return f"Model '{self._model_name}': {welcome.error}"
+        self._worker_gone = False
+        return None
+
     def execute(self, requests: List[Any]) -> List[Any]:
+        if self._worker_gone and (reason := self._reconnect()) is not None:
+            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(reason)) for _ in requests]
         groups, parameters = _read_requests(requests)
         columns, segment, frames = codec.pack(groups, self._arena)
         self._input_columns = columns  # sized only when the outputs may not fit
@@ -152,6 +176,7 @@ class TritonPythonModel:
         self._socket.send_multipart(protocol.encode(batch, frames))
         result, payload = self._wait_result(len(requests))
         if result is None:
+            self._worker_gone = True
             error = pb_utils.TritonError(
                 f"Model '{self._model_name}': the pytriton worker process (pid {self._worker_pid}) is gone"
             )

@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, Generator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, FrozenSet, Generator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import zmq
@@ -82,6 +82,11 @@ class InstanceHandler:
             `PyTritonUnrecoverableError` and its requesters got their errors.
         asynchronous: run an asyncio loop in the thread (for coroutine and async generator
             callables); the proxy then relays, so batches may overlap.
+        pipelined: the model's callables are all plain, so each of the handler's proxies (see
+            `protocol.PIPELINE_LANES`) waits for its answer before it sends another batch: large
+            outputs then travel in one arena per proxy, and batches waiting on the socket may be
+            merged into one call. False when the proxies relay (some callable of the model is
+            async), so their batches overlap: outputs then go inline.
 
     Raises:
         PyTritonModelConfigError: ``isolate_failures`` or ``execution_timeout_s`` asked of an
@@ -100,6 +105,7 @@ class InstanceHandler:
         zmq_context: zmq.Context[zmq.Socket[bytes]],
         on_unrecoverable: Callable[[str], None],
         asynchronous: bool = False,
+        pipelined: bool = True,
     ) -> None:
         self._context = context
         self._infer_func = infer_func
@@ -124,7 +130,13 @@ class InstanceHandler:
         if timeout_s is not None:
             self._timed = TimedCaller(infer_func, timeout_s, context=context, instance=instance, stopping=self._stop)
             self._run_callable = self._timed
-        self._arena = Arena(lambda generation: protocol.segment_name(shm_prefix, instance, "out", generation))
+        # One output arena per proxy (lane): one proxy may still read its answer while this thread
+        # writes the other's (see protocol.PIPELINE_LANES).
+        self._shm_prefix = shm_prefix
+        self._arenas: Dict[int, Arena] = {}
+        self._lanes: Dict[bytes, int] = {}  # proxy socket identity -> its lane
+        self._use_arenas = pipelined and not self._decoupled and not asynchronous
+        self._merge_limit = context.config.max_batch_size if self._use_arenas and context.config.batching else 0
         self._reader = SegmentReader()
         self._bytes_inputs = {t.name: np.dtype(t.dtype).kind for t in context.inputs if np.dtype(t.dtype).kind == "S"}
         self._socket = zmq_context.socket(zmq.ROUTER)
@@ -139,8 +151,8 @@ class InstanceHandler:
         self._private_loop: Optional[asyncio.AbstractEventLoop] = None  # for a coroutine in blocking mode
         self._ending_streams = threading.Event()
         self._released = False
-        self.proxy_pid: Optional[int] = None
-        """Pid of the stub process whose proxy last connected (None before the first handshake)."""
+        self.proxy_pids: Dict[int, int] = {}
+        """Per lane, the pid of the stub process whose proxy last connected on it."""
         self._thread = threading.Thread(
             target=self._serve_async_main if asynchronous else self._serve,
             name=f"pytriton-{context.model_name}-{instance}",
@@ -183,7 +195,8 @@ class InstanceHandler:
 
     def _release(self) -> None:
         self._socket.close(linger=0)
-        self._arena.close()
+        for arena in self._arenas.values():
+            arena.close()
         self._reader.close()
         if self._private_loop is not None:
             self._private_loop.close()
@@ -216,15 +229,86 @@ class InstanceHandler:
                 logger.exception("Model '%s': dropped an unreadable message", self._context.model_name)
                 continue
             if isinstance(message, protocol.Hello):
-                socket.send_multipart([identity, *protocol.encode(self._welcome(message))])
+                socket.send_multipart([identity, *protocol.encode(self._welcome(message, identity))])
             elif isinstance(message, protocol.InferBatch):
-                self._serve_batch(identity, message, payload)
+                batches = [(identity, message, payload)]
+                if self._merge_limit:
+                    self._gather(batches)
+                if len(batches) == 1:
+                    self._serve_batch(identity, message, payload)
+                else:
+                    self._serve_merged(batches)
             # a Cancel for a batch that already ended needs nothing
+
+    def _gather(self, batches: List[Tuple[bytes, protocol.InferBatch, Sequence[Any]]]) -> None:
+        """Add the batches already waiting on the socket to `batches`, up to `max_batch_size` rows.
+
+        They arrived while the callable ran on earlier ones (the proxy pipelines them), so one
+        call can take them all: the callable sees the batch Triton would have formed had the
+        instance been free, instead of several small ones in a row. Like Triton's batcher, only
+        requests with the same inputs, dtypes and sample shapes go together.
+        """
+        rows = _rows(batches[0][1])
+        kind = _sample_kind(batches[0][1])
+        if kind is None:
+            return
+        while not self._backlog and self._socket.poll(0):
+            identity, *frames = self._socket.recv_multipart()
+            try:
+                message, payload = protocol.decode(frames)
+            except Exception:
+                logger.exception("Model '%s': dropped an unreadable message", self._context.model_name)
+                continue
+            if (isinstance(message, protocol.InferBatch) and rows + _rows(message) <= self._merge_limit
+                    and _sample_kind(message) == kind):
+                rows += _rows(message)
+                batches.append((identity, message, payload))
+            else:
+                self._backlog.append((identity, frames))
+
+    def _serve_merged(self, batches: Sequence[Tuple[bytes, protocol.InferBatch, Sequence[Any]]]) -> None:
+        """Run the callable once on the requests of several batches; answer each batch on its own."""
+        counts = [len(batch.parameters) for _, batch, _ in batches]
+        try:
+            batch_sizes, outcome = self._call([(batch, payload) for _, batch, payload in batches])
+            if inspect.isgenerator(outcome):
+                outcome.close()
+            if inspect.isgenerator(outcome) or inspect.isasyncgen(outcome):
+                outcome = Failure(self._not_decoupled_message())
+            elif inspect.iscoroutine(outcome):
+                outcome = self._await_here(outcome)
+            answers = per_request(self._context, sum(counts), outcome)
+            replies = []
+            start = 0
+            for (identity, batch, _), count in zip(batches, counts):
+                end = start + count
+                arena = self._arena_for(identity)
+                replies.append((identity, *self._result(batch.batch_id, count, answers[start:end],
+                                                         batch_sizes[start:end], arena)))
+                start = end
+        except Exception as exc:  # a bug of ours must not leave requesters waiting
+            logger.exception("Model '%s': the worker failed to process a batch", self._context.model_name)
+            error = f"Model '{self._context.model_name}': internal error in the pytriton worker: {exc}"
+            replies = [(identity, protocol.BatchResult(batch.batch_id, (error,) * count, (), ""), [])
+                       for (identity, batch, _), count in zip(batches, counts)]
+        if any(result.unrecoverable for _, result, _ in replies):
+            self._on_unrecoverable(self._context.model_name)
+        for identity, result, frames in replies:
+            self._socket.send_multipart([identity, *protocol.encode(result, frames)])
+
+    def _await_here(self, coroutine: Any) -> Any:
+        """The result of a coroutine a plain callable returned, run to its end in this thread."""
+        if self._private_loop is None:
+            self._private_loop = asyncio.new_event_loop()
+        try:
+            return self._private_loop.run_until_complete(coroutine)
+        except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
+            return Failure(*self._callable_error(exc))
 
     def _serve_batch(self, identity: bytes, batch: protocol.InferBatch, payload: Sequence[Any]) -> None:
         count = len(batch.parameters)
         try:
-            batch_sizes, outcome = self._call(batch, payload)
+            batch_sizes, outcome = self._call([(batch, payload)])
             if inspect.isgenerator(outcome):
                 self._stream(identity, batch.batch_id, count, outcome, batch_sizes)
                 return
@@ -237,7 +321,8 @@ class InstanceHandler:
                     self._finish_async(identity, batch.batch_id, count, outcome, batch_sizes, _BlockingSender(self))
                 )
                 return
-            result, out_frames = self._result(batch.batch_id, count, outcome, batch_sizes, self._arena)
+            arena = self._arena_for(identity)
+            result, out_frames = self._result(batch.batch_id, count, outcome, batch_sizes, arena)
         except Exception as exc:  # a bug of ours must not leave requesters waiting
             logger.exception("Model '%s': the worker failed to process a batch", self._context.model_name)
             error = f"Model '{self._context.model_name}': internal error in the pytriton worker: {exc}"
@@ -323,7 +408,7 @@ class InstanceHandler:
                     logger.exception("Model '%s': dropped an unreadable message", self._context.model_name)
                     continue
                 if isinstance(message, protocol.Hello):
-                    await socket.send_multipart([identity, *protocol.encode(self._welcome(message))])
+                    await socket.send_multipart([identity, *protocol.encode(self._welcome(message, identity))])
                 elif isinstance(message, protocol.InferBatch):
                     task = asyncio.ensure_future(self._serve_async_batch(identity, message, payload, sender))
                     tasks[message.batch_id] = task
@@ -341,7 +426,7 @@ class InstanceHandler:
     ) -> None:
         count = len(batch.parameters)
         try:
-            batch_sizes, outcome = self._call(batch, payload)
+            batch_sizes, outcome = self._call([(batch, payload)])
             await self._finish_async(identity, batch.batch_id, count, outcome, batch_sizes, sender)
         except Exception as exc:  # a bug of ours must not leave requesters waiting
             logger.exception("Model '%s': the worker failed to process a batch", self._context.model_name)
@@ -414,7 +499,22 @@ class InstanceHandler:
 
     # --- shared steps ---------------------------------------------------------------------------
 
-    def _welcome(self, hello: protocol.Hello) -> protocol.Welcome:
+    @property
+    def proxy_pid(self) -> Optional[int]:
+        """Pid of the stub process of lane 0 (None before its first handshake)."""
+        return self.proxy_pids.get(0)
+
+    def _arena_for(self, identity: bytes) -> Optional[Arena]:
+        """The output arena of the proxy behind `identity` (None: answers go inline)."""
+        if not self._use_arenas:
+            return None
+        lane = self._lanes.get(identity, 0)
+        arena = self._arenas.get(lane)
+        if arena is None:
+            arena = self._arenas[lane] = _output_arena(self._shm_prefix, self._instance, lane)
+        return arena
+
+    def _welcome(self, hello: protocol.Hello, identity: bytes) -> protocol.Welcome:
         error = None
         if hello.protocol != protocol.PROTOCOL_VERSION:
             error = (
@@ -423,13 +523,15 @@ class InstanceHandler:
             )
         elif hello.instance != self._instance:
             error = f"instance {hello.instance} connected to the handler of instance {self._instance}"
-        if error is None and hello.proxy_pid != self.proxy_pid:
-            if self.proxy_pid is not None:
+        if error is None and hello.proxy_pid != self.proxy_pids.get(hello.lane):
+            if hello.lane in self.proxy_pids:
                 # A new stub replaces a dead one and reuses its segment names: drop the old mappings.
                 self._reader.close()
-            self.proxy_pid = hello.proxy_pid
-        logger.debug("Model '%s' instance %d: proxy pid %d connected", self._context.model_name, self._instance,
-                     hello.proxy_pid)
+            self.proxy_pids[hello.lane] = hello.proxy_pid
+        if error is None:
+            self._lanes[identity] = hello.lane
+        logger.debug("Model '%s' instance %d: proxy pid %d connected on lane %d", self._context.model_name,
+                     self._instance, hello.proxy_pid, hello.lane)
         return protocol.Welcome(protocol.PROTOCOL_VERSION, os.getpid(), error)
 
     def _requests(self, batch: protocol.InferBatch, payload: Sequence[Any]) -> List[Request]:
@@ -441,15 +543,18 @@ class InstanceHandler:
             requests.append(Request(arrays, json.loads(parameters) if parameters else {}))
         return requests
 
-    def _call(self, batch: protocol.InferBatch, payload: Sequence[Any]) -> Tuple[List[Optional[int]], Any]:
-        """Run the callable on the batch: its result (list, generator, coroutine...) or a `Failure`.
+    def _call(
+        self, batches: Sequence[Tuple[protocol.InferBatch, Sequence[Any]]]
+    ) -> Tuple[List[Optional[int]], Any]:
+        """Run the callable once on the requests of `batches` (one batch, or several merged):
+        its result (list, generator, coroutine...) or a `Failure`.
 
         Requests whose deadline passed are answered with an error and left out of the call (for
         plain callables of non-decoupled models, whose answers are one list per batch).
         """
-        batch_sizes: List[Optional[int]] = [None] * len(batch.parameters)
+        batch_sizes: List[Optional[int]] = [None] * sum(len(batch.parameters) for batch, _ in batches)
         try:
-            requests = self._requests(batch, payload)
+            requests = [request for batch, payload in batches for request in self._requests(batch, payload)]
             if self._strict and self._context.config.batching:  # before the callable may change the requests
                 batch_sizes = [_batch_size(request) for request in requests]
         except Exception as exc:  # noqa: BLE001 - a bad batch fails its own requesters only
@@ -573,6 +678,29 @@ def _must_stop(exc: Exception) -> bool:
 
 def _forget(tasks: Dict[int, Any], batch_id: int, _task: Any) -> None:
     tasks.pop(batch_id, None)
+
+
+def _output_arena(shm_prefix: str, instance: int, lane: int) -> Arena:
+    return Arena(lambda generation: protocol.segment_name(shm_prefix, instance, "out", generation, lane))
+
+
+def _rows(batch: protocol.InferBatch) -> int:
+    """The batch size Triton counted for `batch`: the leading axis of each request's first input."""
+    if not batch.columns:
+        return len(batch.parameters)
+    return sum(shape[0] if shape else 1 for shape in batch.columns[0].shapes)
+
+
+def _sample_kind(batch: protocol.InferBatch) -> Optional[FrozenSet[Tuple[str, str, Tuple[int, ...]]]]:
+    """The inputs, dtypes and sample shapes (shape past the batch axis) all requests of `batch`
+    share; None when they differ (a batch no other may join) or a request lacks an input."""
+    kind = set()
+    for column in batch.columns:
+        for shape in column.shapes:
+            if shape is None:
+                return None
+            kind.add((column.name, column.dtype, tuple(shape[1:])))
+    return frozenset(kind) if len(kind) == len(batch.columns) else None
 
 
 def _batch_size(request: Request) -> Optional[int]:

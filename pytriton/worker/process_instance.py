@@ -6,7 +6,7 @@ its model has; a forked child per instance runs on a core of its own. The callab
 closes over reach the child by fork: nothing is pickled.
 
 `ProcessInstance` stands where an `InstanceHandler` would (``start``, ``stop``, ``is_serving``,
-``end_streams``, ``proxy_pid``). A watcher thread in the parent forks the child, relays what the
+``end_streams``, ``proxy_pids``). A watcher thread in the parent forks the child, relays what the
 child reports over a pipe, and forks a fresh child on the same endpoint when one dies (a
 ``kill -9``, a crash in native code). The child:
 
@@ -146,8 +146,9 @@ class ProcessInstance:
         self._start_error: Optional[BaseException] = None
         self._stopping = threading.Event()
         self._kill_at = float("inf")
-        self.proxy_pid: Optional[int] = None
-        """Pid of the stub process whose proxy last connected (None before the first handshake)."""
+        self.proxy_pids: Dict[int, int] = {}
+        """Per lane, the pid of the stub process whose proxy last connected on it (see
+        `protocol.PIPELINE_LANES`), as the child reports it."""
         self._thread = threading.Thread(
             target=self._watch, name=f"pytriton-{context.model_name}-{instance}-process", daemon=True
         )
@@ -300,8 +301,8 @@ class ProcessInstance:
                         self._started.set()
                 elif kind == "failed":
                     self._start_error = message[1]
-                elif kind == "proxy_pid":
-                    self.proxy_pid = message[1]
+                elif kind == "proxy_pids":
+                    self.proxy_pids = message[1]
                 elif kind == "unrecoverable":
                     try:
                         self._on_unrecoverable(message[1])
@@ -452,11 +453,11 @@ class _ChildRuntime:
         handler.start()
         self._send(("ready", os.getpid()))
         timeout_s = 5.0
-        reported: Optional[int] = None
+        reported: Dict[int, int] = {}
         while handler.is_serving():
-            if handler.proxy_pid != reported:
-                reported = handler.proxy_pid
-                self._send(("proxy_pid", reported))
+            if handler.proxy_pids != reported:
+                reported = dict(handler.proxy_pids)
+                self._send(("proxy_pids", reported))
             try:
                 message = self._conn.recv() if self._conn.poll(_POLL_S) else None
             except (EOFError, OSError):

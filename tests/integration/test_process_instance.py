@@ -96,7 +96,7 @@ def test_the_worker_is_a_child_that_stops_without_leftovers(tmp_path):
     welcome = _hello(endpoint)
     worker = welcome.worker_pid
     assert worker != os.getpid() and worker in [child.pid for child in psutil.Process().children()]
-    assert _wait(lambda: instance.proxy_pid == 4242, 2.0), "the child did not report the proxy's pid"
+    assert _wait(lambda: instance.proxy_pids == {0: 4242}, 2.0), "the child did not report the proxy's pid"
     socket_path = protocol.ipc_socket_path(endpoint)
     assert os.path.exists(socket_path)
     # A segment named like the worker's output arena, as a killed child would leave it.

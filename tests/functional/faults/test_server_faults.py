@@ -50,8 +50,9 @@ def test_killed_tritonserver_makes_serve_raise_and_leaves_no_stub():
     script = ServingScript()
     try:
         server = script.server()
-        stubs = stub_processes("Sleep", server.pid) + stub_processes("Tokens", server.pid)
-        assert len(stubs) == 2
+        sleep_stubs, token_stubs = stub_processes("Sleep", server.pid), stub_processes("Tokens", server.pid)
+        assert sleep_stubs and token_stubs
+        stubs = sleep_stubs + token_stubs
         server.kill()
         killed_at = time.monotonic()
         gone = wait_until(lambda: not _running(stubs), timeout_s=2.5)
