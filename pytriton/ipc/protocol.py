@@ -47,9 +47,9 @@ PIPELINE_LANES = 2
 """Triton instances per worker handler of a plain callable. Each proxy's `execute` blocks until
 its batch is answered (so Triton itself fails the batch if the stub dies), and with two of them
 Triton hands the next batch to the second proxy while the callable still works on the first:
-the batch is transferred and waiting when the callable is done, and the worker may merge the
-batches waiting for it into one call. Triton instance ``k`` is lane ``k % PIPELINE_LANES`` of
-handler ``k // PIPELINE_LANES``."""
+the batch is transferred and waiting when the callable is done, and each batch holds what
+arrived during about one call. Triton instance ``k`` is lane ``k % PIPELINE_LANES`` of handler
+``k // PIPELINE_LANES``."""
 
 DEADLINE_PARAMETER = "pytriton_deadline_ms"
 """Request parameter by which pytriton's clients send their deadline to the worker: the Unix time,

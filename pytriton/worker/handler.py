@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, FrozenSet, Generator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Generator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import zmq
@@ -84,9 +84,8 @@ class InstanceHandler:
             callables); the proxy then relays, so batches may overlap.
         pipelined: the model's callables are all plain, so each of the handler's proxies (see
             `protocol.PIPELINE_LANES`) waits for its answer before it sends another batch: large
-            outputs then travel in one arena per proxy, and batches waiting on the socket may be
-            merged into one call. False when the proxies relay (some callable of the model is
-            async), so their batches overlap: outputs then go inline.
+            outputs then travel in one arena per proxy. False when the proxies relay (some
+            callable of the model is async), so their batches overlap: outputs then go inline.
 
     Raises:
         PyTritonModelConfigError: ``isolate_failures`` or ``execution_timeout_s`` asked of an
@@ -136,7 +135,6 @@ class InstanceHandler:
         self._arenas: Dict[int, Arena] = {}
         self._lanes: Dict[bytes, int] = {}  # proxy socket identity -> its lane
         self._use_arenas = pipelined and not self._decoupled and not asynchronous
-        self._merge_limit = context.config.max_batch_size if self._use_arenas and context.config.batching else 0
         self._reader = SegmentReader()
         self._bytes_inputs = {t.name: np.dtype(t.dtype).kind for t in context.inputs if np.dtype(t.dtype).kind == "S"}
         self._socket = zmq_context.socket(zmq.ROUTER)
@@ -231,84 +229,13 @@ class InstanceHandler:
             if isinstance(message, protocol.Hello):
                 socket.send_multipart([identity, *protocol.encode(self._welcome(message, identity))])
             elif isinstance(message, protocol.InferBatch):
-                batches = [(identity, message, payload)]
-                if self._merge_limit:
-                    self._gather(batches)
-                if len(batches) == 1:
-                    self._serve_batch(identity, message, payload)
-                else:
-                    self._serve_merged(batches)
+                self._serve_batch(identity, message, payload)
             # a Cancel for a batch that already ended needs nothing
-
-    def _gather(self, batches: List[Tuple[bytes, protocol.InferBatch, Sequence[Any]]]) -> None:
-        """Add the batches already waiting on the socket to `batches`, up to `max_batch_size` rows.
-
-        They arrived while the callable ran on earlier ones (the proxy pipelines them), so one
-        call can take them all: the callable sees the batch Triton would have formed had the
-        instance been free, instead of several small ones in a row. Like Triton's batcher, only
-        requests with the same inputs, dtypes and sample shapes go together.
-        """
-        rows = _rows(batches[0][1])
-        kind = _sample_kind(batches[0][1])
-        if kind is None:
-            return
-        while not self._backlog and self._socket.poll(0):
-            identity, *frames = self._socket.recv_multipart()
-            try:
-                message, payload = protocol.decode(frames)
-            except Exception:
-                logger.exception("Model '%s': dropped an unreadable message", self._context.model_name)
-                continue
-            if (isinstance(message, protocol.InferBatch) and rows + _rows(message) <= self._merge_limit
-                    and _sample_kind(message) == kind):
-                rows += _rows(message)
-                batches.append((identity, message, payload))
-            else:
-                self._backlog.append((identity, frames))
-
-    def _serve_merged(self, batches: Sequence[Tuple[bytes, protocol.InferBatch, Sequence[Any]]]) -> None:
-        """Run the callable once on the requests of several batches; answer each batch on its own."""
-        counts = [len(batch.parameters) for _, batch, _ in batches]
-        try:
-            batch_sizes, outcome = self._call([(batch, payload) for _, batch, payload in batches])
-            if inspect.isgenerator(outcome):
-                outcome.close()
-            if inspect.isgenerator(outcome) or inspect.isasyncgen(outcome):
-                outcome = Failure(self._not_decoupled_message())
-            elif inspect.iscoroutine(outcome):
-                outcome = self._await_here(outcome)
-            answers = per_request(self._context, sum(counts), outcome)
-            replies = []
-            start = 0
-            for (identity, batch, _), count in zip(batches, counts):
-                end = start + count
-                arena = self._arena_for(identity)
-                replies.append((identity, *self._result(batch.batch_id, count, answers[start:end],
-                                                         batch_sizes[start:end], arena)))
-                start = end
-        except Exception as exc:  # a bug of ours must not leave requesters waiting
-            logger.exception("Model '%s': the worker failed to process a batch", self._context.model_name)
-            error = f"Model '{self._context.model_name}': internal error in the pytriton worker: {exc}"
-            replies = [(identity, protocol.BatchResult(batch.batch_id, (error,) * count, (), ""), [])
-                       for (identity, batch, _), count in zip(batches, counts)]
-        if any(result.unrecoverable for _, result, _ in replies):
-            self._on_unrecoverable(self._context.model_name)
-        for identity, result, frames in replies:
-            self._socket.send_multipart([identity, *protocol.encode(result, frames)])
-
-    def _await_here(self, coroutine: Any) -> Any:
-        """The result of a coroutine a plain callable returned, run to its end in this thread."""
-        if self._private_loop is None:
-            self._private_loop = asyncio.new_event_loop()
-        try:
-            return self._private_loop.run_until_complete(coroutine)
-        except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
-            return Failure(*self._callable_error(exc))
 
     def _serve_batch(self, identity: bytes, batch: protocol.InferBatch, payload: Sequence[Any]) -> None:
         count = len(batch.parameters)
         try:
-            batch_sizes, outcome = self._call([(batch, payload)])
+            batch_sizes, outcome = self._call(batch, payload)
             if inspect.isgenerator(outcome):
                 self._stream(identity, batch.batch_id, count, outcome, batch_sizes)
                 return
@@ -426,7 +353,7 @@ class InstanceHandler:
     ) -> None:
         count = len(batch.parameters)
         try:
-            batch_sizes, outcome = self._call([(batch, payload)])
+            batch_sizes, outcome = self._call(batch, payload)
             await self._finish_async(identity, batch.batch_id, count, outcome, batch_sizes, sender)
         except Exception as exc:  # a bug of ours must not leave requesters waiting
             logger.exception("Model '%s': the worker failed to process a batch", self._context.model_name)
@@ -543,18 +470,15 @@ class InstanceHandler:
             requests.append(Request(arrays, json.loads(parameters) if parameters else {}))
         return requests
 
-    def _call(
-        self, batches: Sequence[Tuple[protocol.InferBatch, Sequence[Any]]]
-    ) -> Tuple[List[Optional[int]], Any]:
-        """Run the callable once on the requests of `batches` (one batch, or several merged):
-        its result (list, generator, coroutine...) or a `Failure`.
+    def _call(self, batch: protocol.InferBatch, payload: Sequence[Any]) -> Tuple[List[Optional[int]], Any]:
+        """Run the callable on the batch: its result (list, generator, coroutine...) or a `Failure`.
 
         Requests whose deadline passed are answered with an error and left out of the call (for
         plain callables of non-decoupled models, whose answers are one list per batch).
         """
-        batch_sizes: List[Optional[int]] = [None] * sum(len(batch.parameters) for batch, _ in batches)
+        batch_sizes: List[Optional[int]] = [None] * len(batch.parameters)
         try:
-            requests = [request for batch, payload in batches for request in self._requests(batch, payload)]
+            requests = self._requests(batch, payload)
             if self._strict and self._context.config.batching:  # before the callable may change the requests
                 batch_sizes = [_batch_size(request) for request in requests]
         except Exception as exc:  # noqa: BLE001 - a bad batch fails its own requesters only
@@ -682,25 +606,6 @@ def _forget(tasks: Dict[int, Any], batch_id: int, _task: Any) -> None:
 
 def _output_arena(shm_prefix: str, instance: int, lane: int) -> Arena:
     return Arena(lambda generation: protocol.segment_name(shm_prefix, instance, "out", generation, lane))
-
-
-def _rows(batch: protocol.InferBatch) -> int:
-    """The batch size Triton counted for `batch`: the leading axis of each request's first input."""
-    if not batch.columns:
-        return len(batch.parameters)
-    return sum(shape[0] if shape else 1 for shape in batch.columns[0].shapes)
-
-
-def _sample_kind(batch: protocol.InferBatch) -> Optional[FrozenSet[Tuple[str, str, Tuple[int, ...]]]]:
-    """The inputs, dtypes and sample shapes (shape past the batch axis) all requests of `batch`
-    share; None when they differ (a batch no other may join) or a request lacks an input."""
-    kind = set()
-    for column in batch.columns:
-        for shape in column.shapes:
-            if shape is None:
-                return None
-            kind.add((column.name, column.dtype, tuple(shape[1:])))
-    return frozenset(kind) if len(kind) == len(batch.columns) else None
 
 
 def _batch_size(request: Request) -> Optional[int]:
