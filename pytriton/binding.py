@@ -58,14 +58,24 @@ every proxy's stub keeps its own Triton pool, which grows to its largest batch a
 so on Docker's default 64 MB two pools would halve the largest request that fits."""
 
 
-def pipeline_lanes(relayed: bool, shm_total_bytes: int) -> int:
+def pipeline_lanes(relayed: bool, shm_total_bytes: int, config: Optional[ModelConfig] = None) -> int:
     """How many Triton instances (proxies) feed each worker handler of a model.
 
     Plain callables get `protocol.PIPELINE_LANES`, so the next batch travels while the callable
-    works (the hop is hidden behind it), unless /dev/shm is smaller than `PIPELINE_MIN_SHM_BYTES`.
-    Relayed models (decoupled, or async callables) already overlap their batches: one.
+    works (the hop is hidden behind it), with three exceptions that get one:
+
+    - relayed models (decoupled, or async callables) already overlap their batches;
+    - /dev/shm is smaller than `PIPELINE_MIN_SHM_BYTES`;
+    - the batcher orders or limits the queue (priorities, queue policies, preserve_ordering):
+      a batch waiting in the worker would have left Triton's queue early, out of the reach of
+      those rules (a later high-priority request would wait behind it, a full queue would hold
+      one batch more, a queue timeout would never fire for it).
     """
     if relayed or shm_total_bytes < PIPELINE_MIN_SHM_BYTES:
+        return 1
+    batcher = config.batcher if config is not None and config.batching else None
+    if batcher is not None and (batcher.priority_levels or batcher.default_queue_policy is not None
+                                or batcher.priority_queue_policy or batcher.preserve_ordering):
         return 1
     return protocol.PIPELINE_LANES
 
@@ -122,7 +132,8 @@ class ModelBindings:
     def instances(self) -> List[Tuple[str, int, int, Optional[int]]]:
         """``(model, version, Triton instance, stub pid)`` of every Triton instance (each handler is
         fed by ``lanes`` of them); the pid is None until its stub's proxy connected."""
-        return [(name, model.version, index * model.lanes + lane, handler.proxy_pids.get(lane))
+        return [(name, model.version, protocol.triton_instance(index, lane, len(model.handlers)),
+                 handler.proxy_pids.get(lane))
                 for name, model in list(self._models.items()) for index, handler in enumerate(model.handlers)
                 for lane in range(model.lanes)]
 
@@ -215,7 +226,7 @@ class ModelBindings:
         endpoint = protocol.ipc_endpoint(sockets / key)
         model_shm_prefix = f"{shm_prefix}-{key}"
         relayed = any(declaration.asynchronous) or config.decoupled
-        lanes = pipeline_lanes(relayed, shm_usage().total)
+        lanes = pipeline_lanes(relayed, shm_usage().total, config)
         proto = model_config_proto(
             model_name,
             context.inputs,
@@ -227,7 +238,7 @@ class ModelBindings:
                 protocol.PARAM_SHM_PREFIX: model_shm_prefix,
                 protocol.PARAM_PROTOCOL: str(protocol.PROTOCOL_VERSION),
                 protocol.PARAM_WORKER_PID: str(os.getpid()),
-                protocol.PARAM_LANES: str(lanes),
+                protocol.PARAM_HANDLERS: str(len(declaration.infer_funcs)),
                 **({protocol.PARAM_RELAYED: "1"} if any(declaration.asynchronous) else {}),
             },
         )

@@ -500,10 +500,13 @@ class Triton:
             if self._process is not None:
                 exit_timeout = self._config.exit_timeout_secs
                 exit_timeout = exit_timeout if exit_timeout is not None else _TRITON_DEFAULT_EXIT_TIMEOUT_S
-                self._process.stop(timeout_s=exit_timeout + 15, poll=self._drain_poll(exit_timeout))
+                workspace, pid = self._workspace, self._process.pid
+                self._process.stop(
+                    timeout_s=exit_timeout + 15, poll=self._drain_poll(exit_timeout),
+                    after_exit=(lambda: kill_server_processes({workspace.server_id}, exclude=pid))
+                    if workspace is not None else None,
+                )
                 self._bindings.end_streams()
-                if self._workspace is not None:
-                    kill_server_processes({self._workspace.server_id}, exclude=self._process.pid)
                 reap_adopted()
             if self._control is not None:
                 self._control.close()

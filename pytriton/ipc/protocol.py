@@ -39,17 +39,17 @@ PARAM_HANDSHAKE_TIMEOUT_S = "pytriton.handshake_timeout_s"
 PARAM_RELAYED = "pytriton.relayed"
 """``"1"`` when the proxy answers through Triton's response senders from a relay thread (decoupled
 models, and callables that are coroutines, whose batches may overlap); absent otherwise."""
-PARAM_LANES = "pytriton.lanes"
-"""How many Triton instances (proxies, stub processes) feed one worker handler: `PIPELINE_LANES`
-for plain callables, 1 for relayed ones."""
+PARAM_HANDLERS = "pytriton.handlers"
+"""How many worker handlers (one per callable) serve the model."""
 
 PIPELINE_LANES = 2
 """Triton instances per worker handler of a plain callable. Each proxy's `execute` blocks until
 its batch is answered (so Triton itself fails the batch if the stub dies), and with two of them
 Triton hands the next batch to the second proxy while the callable still works on the first:
 the batch is transferred and waiting when the callable is done, and each batch holds what
-arrived during about one call. Triton instance ``k`` is lane ``k % PIPELINE_LANES`` of handler
-``k // PIPELINE_LANES``."""
+arrived during about one call. Of a model with ``n`` handlers, Triton instance ``k`` is lane
+``k // n`` of handler ``k % n``: Triton prefers its lower-numbered idle instances, so the first
+``n`` requests in flight reach ``n`` different handlers (see `handler_of`)."""
 
 DEADLINE_PARAMETER = "pytriton_deadline_ms"
 """Request parameter by which pytriton's clients send their deadline to the worker: the Unix time,
@@ -219,9 +219,18 @@ def segment_name(shm_prefix: str, instance: int, direction: str, generation: int
     return f"{name}.{lane}" if lane else name
 
 
-def handler_of(triton_instance: int, lanes: int) -> Tuple[int, int]:
-    """The worker handler and lane that Triton instance `triton_instance` feeds."""
-    return divmod(triton_instance, lanes)
+def handler_of(triton_instance: int, handlers: int) -> Tuple[int, int]:
+    """The worker handler and lane that Triton instance `triton_instance` feeds, of `handlers`.
+
+    Lane-major: instances ``0 .. handlers-1`` are lane 0 of each handler, the next ones lane 1.
+    """
+    lane, handler = divmod(triton_instance, handlers)
+    return handler, lane
+
+
+def triton_instance(handler: int, lane: int, handlers: int) -> int:
+    """Inverse of `handler_of`."""
+    return lane * handlers + handler
 
 
 def instance_index(model_instance_name: str) -> int:

@@ -104,7 +104,7 @@ class TritonPythonModel:
         params = _parameters(config)
         self._model_name = args["model_name"]
         self._instance = protocol.instance_index(args["model_instance_name"])  # Triton's: names the input arena
-        handler, lane = protocol.handler_of(self._instance, int(params.get(protocol.PARAM_LANES, "1")))
+        handler, lane = protocol.handler_of(self._instance, int(params.get(protocol.PARAM_HANDLERS, "1")))
         self._worker_pid = int(params[protocol.PARAM_WORKER_PID])
         shm_prefix = params[protocol.PARAM_SHM_PREFIX]
         endpoint = protocol.instance_endpoint(params[protocol.PARAM_ENDPOINT], handler)
@@ -130,8 +130,11 @@ class TritonPythonModel:
         decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
         self._relay: Optional[Relay] = None
         if decoupled or params.get(protocol.PARAM_RELAYED) == "1":
+            # A plain generator streams one batch at a time in the worker: holding the next batch in
+            # Triton's queue until then lets the batcher gather the requests that arrive meanwhile.
+            one_at_a_time = params.get(protocol.PARAM_RELAYED) != "1"
             self._relay = Relay(pb_utils, self._context, self._socket, self._model_name, welcome.worker_pid,
-                                _pid_alive, watch_cancellation=decoupled)
+                                _pid_alive, watch_cancellation=decoupled, one_at_a_time=one_at_a_time)
             self.execute = self._execute_relayed  # type: ignore[method-assign,assignment]
 
     def _handshake(self, timeout_s: float) -> protocol.Welcome:

@@ -57,6 +57,10 @@ class Relay:
         model_name: for error messages.
         worker_pid: to notice a worker that died.
         watch_cancellation: poll ``request.is_cancelled()`` (decoupled models).
+        one_at_a_time: `submit` waits until the previous batch is answered in full (a plain
+            generator callable, which the worker runs one batch at a time anyway): meanwhile
+            requests wait in Triton's queue, so the next batch gathers them and every streamed
+            step carries the responses of all of them in one message.
     """
 
     def __init__(
@@ -68,6 +72,7 @@ class Relay:
         worker_pid: int,
         pid_alive: Callable[[int], bool],
         watch_cancellation: bool,
+        one_at_a_time: bool = False,
     ) -> None:
         self._pb = pb_utils
         self._final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -78,6 +83,7 @@ class Relay:
         self._watch_cancellation = watch_cancellation
         self._reader = SegmentReader()
         self._pending: Dict[int, _Batch] = {}
+        self._turn: Optional[threading.Semaphore] = threading.Semaphore(1) if one_at_a_time else None
         self._arrivals: queue.SimpleQueue[tuple[int, _Batch]] = queue.SimpleQueue()
         address = f"inproc://pytriton-relay-{os.getpid()}-{next(_relay_ids)}"
         self._pipe_in = context.socket(zmq.PAIR)
@@ -91,6 +97,8 @@ class Relay:
 
     def submit(self, batch_id: int, frames: List[Any], requests: Sequence[Any], senders: Sequence[Any]) -> None:
         """Hand one encoded `InferBatch` to the relay (called from `execute`)."""
+        if self._turn is not None:
+            self._turn.acquire()
         self._arrivals.put((batch_id, _Batch(requests, senders)))
         self._pipe_out.send_multipart(frames, copy=False)
 
@@ -157,7 +165,7 @@ class Relay:
             for index, error in enumerate(message.errors):
                 if batch.open[index]:
                     self._finish(batch, index, error)
-            del self._pending[message.batch_id]
+            self._forget(message.batch_id)
         elif isinstance(message, protocol.BatchResult):
             groups = codec.unpack(message.columns, message.segment, payload, self._reader, len(message.errors))
             for index, (error, arrays) in enumerate(zip(message.errors, groups)):
@@ -166,7 +174,12 @@ class Relay:
                 else:
                     batch.senders[index].send(self._response(arrays), flags=self._final)
                     batch.open[index] = False
-            del self._pending[message.batch_id]
+            self._forget(message.batch_id)
+
+    def _forget(self, batch_id: int) -> None:
+        """Drop a batch answered in full; the next batch may go (`one_at_a_time`)."""
+        if self._pending.pop(batch_id, None) is not None and self._turn is not None:
+            self._turn.release()
 
     def _response(self, arrays: Dict[str, Any]) -> Any:
         return self._pb.InferenceResponse([self._pb.Tensor(name, array) for name, array in arrays.items()])
@@ -193,7 +206,7 @@ class Relay:
                 self._socket.send_multipart(protocol.encode(protocol.Cancel(batch_id)))
 
     def _fail_batch(self, batch_id: int, reason: str) -> None:
-        batch = self._pending.pop(batch_id, None)
+        batch = self._pending.get(batch_id)
         if batch is None:
             return
         for index, is_open in enumerate(batch.open):
@@ -202,10 +215,8 @@ class Relay:
                     self._finish(batch, index, f"Model '{self._model_name}': {reason}")
                 except Exception:  # noqa: BLE001 - the sender itself is broken; nothing more to tell
                     pass
+        self._forget(batch_id)
 
     def _fail_all(self, reason: str) -> None:
-        for batch in self._pending.values():
-            for index, is_open in enumerate(batch.open):
-                if is_open:
-                    self._finish(batch, index, f"Model '{self._model_name}': {reason}")
-        self._pending.clear()
+        for batch_id in list(self._pending):
+            self._fail_batch(batch_id, reason)

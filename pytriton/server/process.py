@@ -16,7 +16,7 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Callable, Deque, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Deque, List, Mapping, Optional, Sequence
 
 import psutil
 
@@ -150,13 +150,21 @@ class ServerProcess:
         parts.append("Its last output:\n" + self.output_tail(8))
         return "\n".join(parts)
 
-    def stop(self, timeout_s: float, poll: Optional[Callable[[float], bool]] = None) -> Optional[int]:
+    def stop(
+        self,
+        timeout_s: float,
+        poll: Optional[Callable[[float], bool]] = None,
+        after_exit: Optional[Callable[[], Any]] = None,
+    ) -> Optional[int]:
         """SIGINT (Triton finishes in-flight requests, then unloads), then SIGKILL after `timeout_s`.
 
         Args:
             timeout_s: how long the server may take.
             poll: called with the seconds waited so far, every 0.1 s while the server drains;
                 returning True kills the server at once (a second signal, nothing left to wait for).
+            after_exit: called once the server has exited, before its output is read to the end:
+                kills what it left (stubs of a server that died before `stop` hold its output
+                pipe open, and they are no children of it any more).
 
         Returns:
             The exit code.
@@ -193,8 +201,12 @@ class ServerProcess:
             except psutil.NoSuchProcess:
                 pass
         psutil.wait_procs(children, timeout=5)
+        if after_exit is not None:
+            after_exit()
         if self._reader is not None:
             self._reader.join(5)
-        if process.stdout is not None:
+        # A process still holding the pipe keeps the reader in its read, and closing the pipe
+        # under it would wait for it: leave both to the garbage collector then.
+        if process.stdout is not None and not (self._reader is not None and self._reader.is_alive()):
             process.stdout.close()
         return process.returncode

@@ -22,7 +22,7 @@ from pytriton.client import ModelClient
 from pytriton.client.exceptions import PyTritonClientInferenceServerError, PyTritonClientTimeoutError
 from pytriton.decorators import batch
 from pytriton.ipc import protocol
-from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor
 
 pytestmark = pytest.mark.functional
 
@@ -154,7 +154,12 @@ def test_stop_while_both_lanes_hold_a_batch_answers_or_fails_every_request_and_l
     assert our_leftovers() == {"processes": [], "segments": []}
 
 
-def test_below_the_shm_floor_a_model_gets_one_lane_and_relayed_models_always_one():
-    assert pipeline_lanes(relayed=False, shm_total_bytes=PIPELINE_MIN_SHM_BYTES) == protocol.PIPELINE_LANES
+def test_one_lane_below_the_shm_floor_for_relayed_models_and_for_queue_rules():
+    big = PIPELINE_MIN_SHM_BYTES
+    assert pipeline_lanes(relayed=False, shm_total_bytes=big) == protocol.PIPELINE_LANES
+    assert pipeline_lanes(relayed=False, shm_total_bytes=big, config=ModelConfig()) == protocol.PIPELINE_LANES
     assert pipeline_lanes(relayed=False, shm_total_bytes=64 << 20) == 1  # Docker's default
     assert pipeline_lanes(relayed=True, shm_total_bytes=1 << 40) == 1
+    for batcher in (DynamicBatcher(priority_levels=2, default_priority_level=1), DynamicBatcher(preserve_ordering=True),
+                    DynamicBatcher(default_queue_policy=QueuePolicy(max_queue_size=4))):
+        assert pipeline_lanes(relayed=False, shm_total_bytes=big, config=ModelConfig(batcher=batcher)) == 1, batcher
