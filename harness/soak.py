@@ -219,16 +219,26 @@ def run_lane(kind: str, url: str, ledger: Ledger) -> None:
             ledger.examples.append(f"{lane} died: {type(error).__name__}: {error}")
 
 
-def cool_down(user: UserProcess, requests: int = 160) -> None:
-    """Small requests one at a time: the arenas shrink back after a window of 64 small messages.
+def cool_down(user: UserProcess, requests: int = 160, clients: int = 4) -> None:
+    """Small requests from a few clients at once: the arenas shrink back after a window of 64
+    small messages, and concurrent clients reach the arenas of both of the model's lanes (one
+    client at a time would only ever reach the first; see docs/performance.md).
 
     Run before the baseline and again after the load, so both see the arenas at rest, whatever
     size the last requests of the load happened to have (pytriton.ipc.shm.SHRINK_WINDOW).
     """
-    with ModelClient(user.http_url, "echo", **TIMEOUTS) as client:
-        for index in range(requests):
-            request_id = 2 * WARMUP_ID_BASE + index
-            client.infer_sample(id=np.array([request_id], np.int64), payload=payload_for(request_id, SIZES[0]))
+
+    def one_client(offset: int) -> None:
+        with ModelClient(user.http_url, "echo", **TIMEOUTS) as client:
+            for index in range(requests):
+                request_id = 2 * WARMUP_ID_BASE + offset + index
+                client.infer_sample(id=np.array([request_id], np.int64), payload=payload_for(request_id, SIZES[0]))
+
+    threads = [threading.Thread(target=one_client, args=(k * requests,)) for k in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def run_lanes(user: UserProcess, ledger: Ledger) -> float:

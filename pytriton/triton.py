@@ -513,6 +513,8 @@ class Triton:
             self._bindings.stop_handlers()
             if self._workspace is not None:
                 self._workspace.cleanup()
+            if self._process is not None:
+                reap_adopted()  # as PID 1: a stub that ended on its own since the first reap
             logger.debug("Triton stopped")
             return self._process is not None
 

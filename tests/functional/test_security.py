@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import os
 import pathlib
+import re
 import shutil
 import stat
 import tempfile
@@ -180,7 +181,9 @@ def test_workspace_sockets_and_segments_are_private(default_server, workspace):
     segments = {name: stat.S_IMODE(os.stat(f"/dev/shm/{name}").st_mode)
                 for name in os.listdir("/dev/shm") if name.startswith(marker)}  # fmt: skip
     assert any("-tpb" in name for name in segments), segments  # the Python backend's own regions
-    assert any(name.endswith("-in-1") for name in segments) and any(name.endswith("-out-1") for name in segments)
+    # generation 1 of an input and an output arena (".<lane>" for the worker's arena of lane 1)
+    assert any(re.search(r"-in-1$", name) for name in segments), segments
+    assert any(re.search(r"-out-1(\.\d+)?$", name) for name in segments), segments
     assert set(segments.values()) == {0o600}, segments
     # The server and its stubs create files with umask 077.
     children = [p for p in psutil.Process().children(recursive=True) if str(ws) in " ".join(p.cmdline())]
