@@ -39,12 +39,13 @@ def torch_to_numpy(tensor: Any, what: str) -> np.ndarray:
     if getattr(host, "is_conj", lambda: False)():
         host = host.resolve_conj()
     try:
-        return host.numpy()
+        array: np.ndarray = host.numpy()
     except TypeError as exc:
         raise PyTritonValidationError(
             f"{what} is a torch tensor of dtype {tensor.dtype}, which numpy cannot hold ({exc}); "
             "convert it in the callable, e.g. with .float() for bfloat16"
         ) from exc
+    return array
 
 
 def host_array(value: Any, what: str) -> np.ndarray:

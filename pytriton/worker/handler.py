@@ -426,11 +426,6 @@ class InstanceHandler:
 
     # --- shared steps ---------------------------------------------------------------------------
 
-    @property
-    def proxy_pid(self) -> Optional[int]:
-        """Pid of the stub process of lane 0 (None before its first handshake)."""
-        return self.proxy_pids.get(0)
-
     def _arena_for(self, identity: bytes) -> Optional[Arena]:
         """The output arena of the proxy behind `identity` (None: answers go inline)."""
         if not self._use_arenas:
