@@ -18,7 +18,10 @@ is served, and it never shrinks. So an arena is a fast path that gives way when 
   much free again for Triton's pool; when it cannot grow, `Arena.reserve` says so and the
   caller sends the message's tensors inline (through the socket) instead;
 - it shrinks back when a window of messages needed far less than it holds, so one large batch
-  does not keep its peak for the rest of the server's life.
+  does not keep its peak for the rest of the server's life;
+- an arena left unused for `IDLE_RELEASE_S` is given back: by an owner that wakes up while idle
+  (`Arena.release_if_idle`), else at its next message, which then sizes it alone. A burst of
+  large requests followed by a quiet spell thus leaves neither /dev/shm nor RSS at its peak.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import errno
 import logging
 import mmap
 import os
+import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 SHM_DIR = "/dev/shm"
@@ -36,6 +40,8 @@ ARENA_STEP_BYTES = 1 << 20
 MIN_ARENA_BYTES = ARENA_STEP_BYTES
 SHRINK_WINDOW = 64
 """Messages after which an arena larger than twice what they needed shrinks to that need."""
+IDLE_RELEASE_S = 5.0
+"""An arena unused this long holds nothing back: released when found idle, or resized to the next message."""
 MIB = 1 << 20
 
 logger = logging.getLogger("pytriton.ipc")
@@ -181,6 +187,7 @@ class Arena:
         self._window_count = 0
         self._window_peak = 0
         self._refusals = 0
+        self._last_use = time.monotonic()
 
     @property
     def name(self) -> str:
@@ -209,9 +216,12 @@ class Arena:
             OSError: creating the segment failed for another reason than a lack of room.
         """
         target = nbytes
+        now = time.monotonic()
+        after_quiet = now - self._last_use >= IDLE_RELEASE_S  # a quiet spell ends the window: this message sizes it
+        self._last_use = now
         self._window_count += 1
-        self._window_peak = max(self._window_peak, nbytes)
-        if self._window_count >= SHRINK_WINDOW:
+        self._window_peak = nbytes if after_quiet else max(self._window_peak, nbytes)
+        if self._window_count >= SHRINK_WINDOW or after_quiet:
             peak = self._window_peak
             self._window_count = self._window_peak = 0
             if self.capacity and arena_size(peak) * 2 <= self.capacity:
@@ -237,6 +247,18 @@ class Arena:
                     SHM_DIR, usage.free / MIB, usage.total / MIB, nbytes / MIB,
                 )
         return created
+
+    def release_if_idle(self, now: float) -> bool:
+        """Give the segment back when no message used it for `IDLE_RELEASE_S`; True when it did.
+
+        For an owner that wakes up between messages (the worker's receive timeout): an idle
+        server then holds no arena at all. The next message creates one of its own size.
+        """
+        if self.capacity and now - self._last_use >= IDLE_RELEASE_S:
+            self._release()
+            self._window_count = self._window_peak = 0
+            return True
+        return False
 
     def _create(self, size: int) -> bool:
         self._generation += 1

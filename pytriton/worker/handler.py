@@ -37,7 +37,7 @@ import zmq.asyncio
 
 from pytriton.exceptions import PyTritonModelConfigError, PyTritonUnrecoverableError
 from pytriton.ipc import codec, protocol
-from pytriton.ipc.shm import Arena, SegmentReader
+from pytriton.ipc.shm import IDLE_RELEASE_S, Arena, SegmentReader
 from pytriton.worker.context import TritonContext, set_current_context
 from pytriton.worker.deadline import expired_message, pop_expired
 from pytriton.worker.isolation import isolate
@@ -149,6 +149,8 @@ class InstanceHandler:
         self._private_loop: Optional[asyncio.AbstractEventLoop] = None  # for a coroutine in blocking mode
         self._ending_streams = threading.Event()
         self._released = False
+        self._last_message = time.monotonic()
+        self._idle_released = True  # nothing is held before the first message
         self.proxy_pids: Dict[int, int] = {}
         """Per lane, the pid of the stub process whose proxy last connected on it."""
         self._thread = threading.Thread(
@@ -218,9 +220,12 @@ class InstanceHandler:
                 try:
                     identity, *frames = socket.recv_multipart()
                 except zmq.Again:
+                    self._release_if_idle()
                     continue  # the receive timeout lets the loop see stop()
                 except zmq.ContextTerminated:
                     return
+            self._last_message = time.monotonic()
+            self._idle_released = False
             try:
                 message, payload = protocol.decode(frames)
             except Exception:
@@ -231,6 +236,20 @@ class InstanceHandler:
             elif isinstance(message, protocol.InferBatch):
                 self._serve_batch(identity, message, payload)
             # a Cancel for a batch that already ended needs nothing
+
+    def _release_if_idle(self) -> None:
+        """After `IDLE_RELEASE_S` without a message, hold no shared memory: the output arenas go
+        (unlinked) and so do the mappings of the proxies' input arenas (their owners unlink those
+        at their next message; a later batch maps them again). Once per quiet spell."""
+        if self._idle_released:
+            return
+        now = time.monotonic()
+        if now - self._last_message < IDLE_RELEASE_S:
+            return
+        for arena in self._arenas.values():
+            arena.release_if_idle(now)
+        self._reader.close()
+        self._idle_released = True
 
     def _serve_batch(self, identity: bytes, batch: protocol.InferBatch, payload: Sequence[Any]) -> None:
         count = len(batch.parameters)

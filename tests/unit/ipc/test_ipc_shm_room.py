@@ -194,6 +194,48 @@ def test_an_arena_whose_messages_stop_using_it_is_released(shm_prefix):
     arena.close()
 
 
+class _Clock:
+    """A monotonic clock the test moves by hand (the arena reads `time.monotonic`)."""
+
+    def __init__(self, monkeypatch):
+        self.now = 1000.0
+        monkeypatch.setattr(shm.time, "monotonic", lambda: self.now)
+
+
+def test_after_a_quiet_spell_the_next_message_alone_sizes_the_arena(shm_prefix, monkeypatch):
+    clock = _Clock(monkeypatch)
+    arena = _arena(shm_prefix)
+    try:
+        assert arena.reserve(20 * MIB)
+        big = arena.name
+        clock.now += shm.IDLE_RELEASE_S - 0.1
+        assert arena.reserve(MIB) and arena.name == big  # not quiet long enough: the window goes on
+        clock.now += shm.IDLE_RELEASE_S
+        assert arena.reserve(2 * MIB)
+        assert arena.capacity == 2 * MIB and shm_entries(shm_prefix) == [arena.name] != [big]
+        clock.now += shm.IDLE_RELEASE_S
+        assert arena.reserve(0)  # a small message after a quiet spell: nothing is kept at all
+        assert arena.capacity == 0 and shm_entries(shm_prefix) == []
+    finally:
+        arena.close()
+
+
+def test_an_arena_found_idle_is_released_and_comes_back_on_demand(shm_prefix, monkeypatch):
+    clock = _Clock(monkeypatch)
+    arena = _arena(shm_prefix)
+    try:
+        assert not arena.release_if_idle(clock.now + 3600)  # holds nothing yet
+        assert arena.reserve(8 * MIB)
+        assert not arena.release_if_idle(clock.now + shm.IDLE_RELEASE_S - 0.1)
+        assert shm_entries(shm_prefix) == [arena.name]
+        clock.now += shm.IDLE_RELEASE_S
+        assert arena.release_if_idle(clock.now)
+        assert arena.capacity == 0 and shm_entries(shm_prefix) == []
+        assert arena.reserve(3 * MIB) and arena.capacity == 3 * MIB
+    finally:
+        arena.close()
+
+
 def test_pack_sends_large_tensors_inline_when_the_arena_gives_way(shm_prefix, free_space):
     arena = _arena(shm_prefix)
     reader = SegmentReader()
