@@ -63,13 +63,17 @@ _PR_SET_PDEATHSIG = 1
 
 
 def check_forkable(model_name: str) -> None:
-    """Refuse process instances where the forked children could not work: CUDA already in use.
+    """Refuse process instances where the forked children could not use CUDA.
 
     A process that initialised CUDA cannot use it in a forked child (the driver's state does not
-    survive the fork); the child's first CUDA call would fail or hang.
+    survive the fork). Asking torch whether CUDA is there (``torch.cuda.is_available()``,
+    ``device_count()``) already starts the driver without `torch.cuda.is_initialized()` saying
+    so, and torch then marks every later fork as unable to use CUDA: measured on an H100, each
+    request failed with "Cannot re-initialize CUDA in forked subprocess". A short-lived probe
+    child asks torch about exactly that, once per `bind`, so the user hears it at `bind`.
 
     Raises:
-        PyTritonModelConfigError: torch has initialised CUDA in this process.
+        PyTritonModelConfigError: torch has initialised CUDA, or probed it, in this process.
     """
     torch = sys.modules.get("torch")
     cuda = getattr(torch, "cuda", None)
@@ -77,13 +81,38 @@ def check_forkable(model_name: str) -> None:
         initialised = bool(cuda is not None and cuda.is_initialized())
     except Exception:  # noqa: BLE001 - a broken torch install says nothing about CUDA
         initialised = False
+    fix = (
+        "keep the instances as threads (process_instances=False, the default, which GPU models want), or touch "
+        "CUDA only inside the inference callable (load the model onto the GPU on its first call)"
+    )
     if initialised:
         raise PyTritonModelConfigError(
             f"model '{model_name}': ModelConfig(process_instances=True) forks a worker process per instance, but "
-            "this process has already initialised CUDA, which a forked child cannot use; keep the instances as "
-            "threads (process_instances=False, the default, which GPU models want), or touch CUDA only inside the "
-            "inference callable (load the model onto the GPU on its first call)"
+            f"this process has already initialised CUDA, which a forked child cannot use; {fix}"
         )
+    if cuda is not None and _forks_lose_cuda(cuda):
+        raise PyTritonModelConfigError(
+            f"model '{model_name}': ModelConfig(process_instances=True) forks a worker process per instance, but "
+            "this process already asked torch about CUDA (torch.cuda.is_available() or device_count()), which "
+            "starts the CUDA driver: a forked child can then not use CUDA. Set PYTORCH_NVML_BASED_CUDA_CHECK=1 "
+            f"before that check (torch then asks NVML instead), drop the check, or {fix}"
+        )
+
+
+def _forks_lose_cuda(cuda: Any) -> bool:
+    """Whether a child forked now would find torch's CUDA unusable ("bad fork"), asked in one."""
+    in_bad_fork = getattr(cuda, "_is_in_bad_fork", None)
+    if in_bad_fork is None:
+        return False
+    pid = os.fork()
+    if pid == 0:  # the probe: one call, then out, without running any of the parent's cleanup
+        try:
+            code = 1 if in_bad_fork() else 0
+        except BaseException:  # noqa: BLE001 - any doubt reads as "usable", as before the probe
+            code = 0
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 1
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """`ModelConfig.process_instances`: default, validation, and the CUDA check made at bind."""
 
+import os
 import sys
 import types
 
@@ -48,4 +49,28 @@ def test_forking_is_allowed_without_cuda_in_use(monkeypatch, torch):
         monkeypatch.delitem(sys.modules, "torch", raising=False)
     else:
         monkeypatch.setitem(sys.modules, "torch", torch)
+    check_forkable("Resnet")  # no error
+
+
+def _probed_torch() -> types.SimpleNamespace:
+    """torch after ``torch.cuda.is_available()`` on a GPU machine: not initialised, yet every
+    fork is marked bad (torch's fork handler flags the child, not the parent)."""
+    parent = os.getpid()
+    return types.SimpleNamespace(cuda=types.SimpleNamespace(
+        is_initialized=lambda: False, _is_in_bad_fork=lambda: os.getpid() != parent))
+
+
+def test_forking_is_refused_when_torch_already_probed_cuda(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", _probed_torch())
+    with pytest.raises(PyTritonModelConfigError) as info:
+        check_forkable("Resnet")
+    message = str(info.value)
+    assert "model 'Resnet'" in message and "torch.cuda.is_available()" in message
+    assert "PYTORCH_NVML_BASED_CUDA_CHECK=1" in message and "process_instances=False" in message
+
+
+def test_forking_is_allowed_when_forks_keep_cuda_usable(monkeypatch):
+    cuda = types.SimpleNamespace(is_initialized=lambda: False, _is_in_bad_fork=lambda: False)
+    torch = types.SimpleNamespace(cuda=cuda)
+    monkeypatch.setitem(sys.modules, "torch", torch)
     check_forkable("Resnet")  # no error
