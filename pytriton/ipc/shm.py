@@ -39,7 +39,8 @@ ARENA_STEP_BYTES = 1 << 20
 """Arenas grow in steps of this size (and are never smaller than one step)."""
 MIN_ARENA_BYTES = ARENA_STEP_BYTES
 SHRINK_WINDOW = 64
-"""Messages after which an arena larger than twice what they needed shrinks to that need."""
+"""Messages after which an arena larger than twice what they needed shrinks to that need (to
+nothing when none of them needed it)."""
 IDLE_RELEASE_S = 5.0
 """An arena unused this long holds nothing back: released when found idle, or resized to the next message."""
 MIB = 1 << 20
@@ -224,7 +225,7 @@ class Arena:
         if self._window_count >= SHRINK_WINDOW or after_quiet:
             peak = self._window_peak
             self._window_count = self._window_peak = 0
-            if self.capacity and arena_size(peak) * 2 <= self.capacity:
+            if self.capacity and (peak == 0 or arena_size(peak) * 2 <= self.capacity):
                 self._release()  # steady traffic never gets here: its peak fills the arena
                 target = peak
         if nbytes <= self.capacity:  # 0 always fits: an idle arena waits for a message to need it

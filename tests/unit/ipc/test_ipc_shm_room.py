@@ -236,6 +236,17 @@ def test_an_arena_found_idle_is_released_and_comes_back_on_demand(shm_prefix, mo
         arena.close()
 
 
+def test_a_one_step_arena_is_released_when_no_message_needs_it(shm_prefix):
+    arena = _arena(shm_prefix)
+    try:
+        assert arena.reserve(100_000) and arena.capacity == MIB  # the smallest arena: one step
+        for _ in range(2 * shm.SHRINK_WINDOW):
+            assert arena.reserve(0)
+        assert arena.capacity == 0 and shm_entries(shm_prefix) == []
+    finally:
+        arena.close()
+
+
 def test_pack_sends_large_tensors_inline_when_the_arena_gives_way(shm_prefix, free_space):
     arena = _arena(shm_prefix)
     reader = SegmentReader()
