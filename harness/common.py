@@ -253,6 +253,8 @@ def footprint(user: UserProcess) -> Dict[str, float]:
     }
     for index, stub in enumerate(stubs):
         sample[f"rss_stub{index}"] = _rss(stub)
+        for kind, value in rss_parts(stub.pid).items():
+            sample[f"info_stub{index}_{kind}"] = value
     for kind, value in rss_parts(user.pid).items():
         sample[f"info_user_{kind}"] = value  # reported, not judged: rss_user is their sum and more
     sample.update(process_counts(user.pid))

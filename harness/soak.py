@@ -59,6 +59,7 @@ from pytriton.client import (
 from pytriton.ipc.shm import IDLE_RELEASE_S
 
 STREAM_STEPS = 3  # harness/serve.py's stream model
+ECHO_MAX_BATCH = 16  # harness/serve.py's echo model
 SIZES = [1024 * 2**k for k in range(13)]  # 1 KiB .. 4 MiB
 WEIGHTS = np.array([2 ** (-k / 2) for k in range(len(SIZES))]) / sum(2 ** (-k / 2) for k in range(len(SIZES)))
 WINDOW = 4  # requests in flight in a futures or asyncio lane
@@ -245,6 +246,42 @@ def cool_down(user: UserProcess, requests: int = 40, clients: int = 4) -> None:
         thread.join()
 
 
+def worst_case_burst(user: UserProcess, rounds: int = 3) -> None:
+    """The largest batches the echo model can get, over each protocol: 2 x max_batch_size
+    clients send a 4 MiB payload at once (both lanes then run full batches of the largest size).
+
+    Triton's Python-backend pool and tritonserver's heap keep their high-water mark; a random
+    mix reaches it only when enough large payloads happen to meet, so without this the harness
+    would report that chance as growth. pytriton's own arenas give it back after the quiet spell
+    of the cool-down that follows.
+    """
+    clients = 2 * ECHO_MAX_BATCH
+    failures: List[str] = []
+
+    def one(url: str, start: threading.Barrier, request_id: int) -> None:
+        try:
+            with ModelClient(url, "echo", **TIMEOUTS) as client:
+                payload = payload_for(request_id, SIZES[-1])
+                start.wait()
+                result = client.infer_sample(id=np.array([request_id], np.int64), payload=payload)
+            if int(result["id"][0]) != request_id or not np.array_equal(result["payload"], payload):
+                failures.append(f"request {request_id} got another answer")
+        except Exception as exc:  # noqa: BLE001 - reported below, after every thread ended
+            failures.append(f"request {request_id}: {exc}")
+
+    for url in (user.http_url, user.grpc_url):
+        for round_index in range(rounds):
+            start = threading.Barrier(clients)
+            base = 3 * WARMUP_ID_BASE + (round_index + (rounds if url == user.grpc_url else 0)) * clients
+            threads = [threading.Thread(target=one, args=(url, start, base + k)) for k in range(clients)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    if failures:
+        raise AssertionError(f"worst-case burst: {len(failures)} failed, e.g. {failures[0]}")
+
+
 def run_lanes(user: UserProcess, ledger: Ledger) -> float:
     """All lanes until the ledger is empty and every client is closed; returns the seconds taken."""
     start = time.monotonic()
@@ -376,6 +413,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log(f"user process {user.pid} ready; warm-up: every size through every lane")
         warmup = Ledger(len(SIZES) * len(LANES), SIZES, id_base=WARMUP_ID_BASE)
         run_lanes(user, warmup)
+        log("worst-case burst: the largest batches of the largest payload, over each protocol")
+        worst_case_burst(user)
         # A rehearsal of the load's mix at full concurrency: pools that keep their high-water mark
         # (Triton's Python-backend shared-memory pool, the allocators) reach it here, so the
         # baseline is the server's resting footprint under this load, and what the criteria
