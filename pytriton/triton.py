@@ -32,6 +32,7 @@ from pytriton.exceptions import (
     PyTritonServerError,
     PyTritonServerStartupError,
 )
+from pytriton.ipc import protocol
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.remote import RemoteTriton
 from pytriton.server.argv import build_argv
@@ -348,6 +349,7 @@ class Triton:
                 on_fatal=self._on_fatal,
                 server_id=workspace.server_id,
                 tidy=workspace.restrict_segments,
+                fault_traces=lambda pid: protocol.fault_trace_path(str(workspace.sockets), pid),
             )
             self._supervisor.start()
             logger.info("Triton Inference Server is ready (pid %s)", process.pid)

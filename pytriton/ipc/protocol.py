@@ -201,6 +201,16 @@ def ipc_socket_path(endpoint: str) -> Optional[str]:
     return endpoint[len(_IPC_SCHEME) :] if endpoint.startswith(_IPC_SCHEME) else None
 
 
+def fault_trace_path(folder: str, pid: int) -> str:
+    """Where stub `pid` records a fatal signal: in `folder`, the one of the worker sockets.
+
+    tritonserver runs with SIGCHLD ignored, so a dead stub is reaped at once and leaves no exit
+    status to read: the stub's proxy asks `faulthandler` to write the fatal signals it can catch
+    (SIGSEGV, SIGFPE, SIGABRT, SIGBUS, SIGILL) here, and the supervisor reads it.
+    """
+    return os.path.join(folder, f"stub-{pid}.fault")
+
+
 def instance_endpoint(base_endpoint: str, instance: int) -> str:
     """The ZeroMQ endpoint of the worker handler serving model instance `instance`."""
     return f"{base_endpoint}-{instance}"

@@ -12,6 +12,7 @@ Imports only the standard library, numpy, zmq and `pytriton.ipc` (plus Triton's 
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import threading
@@ -95,6 +96,19 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _record_fatal_signals(path: Optional[str]) -> Optional[Any]:
+    """Have `faulthandler` write a fatal signal of this stub to `path` (see
+    `protocol.fault_trace_path`); the open file stays referenced by the caller."""
+    if path is None:
+        return None
+    try:
+        trace = open(path, "w")  # kept open for the life of the stub
+    except OSError:
+        return None
+    faulthandler.enable(file=trace, all_threads=False)
+    return trace
+
+
 class TritonPythonModel:
     """The Python-backend model Triton loads for every model bound with pytriton."""
 
@@ -109,6 +123,10 @@ class TritonPythonModel:
         shm_prefix = params[protocol.PARAM_SHM_PREFIX]
         endpoint = protocol.instance_endpoint(params[protocol.PARAM_ENDPOINT], handler)
         self._endpoint = endpoint
+        socket_path = protocol.ipc_socket_path(endpoint)
+        self._fault_trace = _record_fatal_signals(
+            protocol.fault_trace_path(os.path.dirname(socket_path), os.getpid()) if socket_path else None
+        )
         self._context = zmq.Context(io_threads=1)
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
@@ -254,3 +272,10 @@ class TritonPythonModel:
         self._context.term()
         self._arena.close()
         self._reader.close()
+        if self._fault_trace is not None:  # a clean unload: no fatal signal to tell of
+            faulthandler.disable()
+            self._fault_trace.close()
+            try:
+                os.unlink(self._fault_trace.name)
+            except OSError:
+                pass

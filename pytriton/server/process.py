@@ -33,16 +33,26 @@ _LIVE_MODELS = re.compile(r"Found (\d+) live models")
 
 
 _PRIVATE_UMASK = 0o077
+_SIG_IGN = 1  # <signal.h>: SIG_IGN is ((void (*)(int)) 1)
 
 
 def _prepare_child() -> None:
-    """Runs in the child before exec: a private umask, and SIGTERM when the parent dies.
+    """Runs in the child before exec: a private umask, SIGTERM when the parent dies, and
+    SIGCHLD ignored, which the exec keeps.
 
+    With SIGCHLD ignored the kernel reaps tritonserver's children (the Python-backend stubs)
+    as they die. Triton 2.51 never waits for a stub killed in the middle of a request (that
+    model version never finishes unloading), which otherwise stays a zombie for as long as the
+    server runs. Triton's own checks still work: `waitpid` on a live stub answers 0, on a
+    reaped one -1, which it reads as "not alive" like a reaped exit.
     (Popen's own ``umask=`` argument needs Python 3.9; this works on 3.8 too.)
     """
     os.umask(_PRIVATE_UMASK)
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    libc.signal(signal.SIGCHLD, _SIG_IGN)
 
 
 class ServerProcess:

@@ -103,6 +103,44 @@ def read_exit_status(pid: int) -> Optional[int]:
         return None
 
 
+_FATAL_ERRORS = {
+    "Segmentation fault": signal.SIGSEGV,
+    "Floating point exception": signal.SIGFPE,
+    "Floating-point exception": signal.SIGFPE,
+    "Aborted": signal.SIGABRT,
+    "Bus error": signal.SIGBUS,
+    "Illegal instruction": signal.SIGILL,
+}
+
+
+def read_fault_trace(path: Optional[str]) -> Optional[int]:
+    """The wait status a stub's fault trace tells (see `protocol.fault_trace_path`), or None.
+
+    `faulthandler` writes "Fatal Python error: Segmentation fault" and the like for the fatal
+    signals a process can catch; a stub that died by one of them is described by it.
+    """
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as trace:
+            text = trace.read(4096)
+    except OSError:
+        return None
+    for words, number in _FATAL_ERRORS.items():
+        if f"Fatal Python error: {words}" in text:
+            return int(number)
+    return None
+
+
+def describe_stub_death(status: Optional[int], traced: bool) -> str:
+    """Words for how a stub died: its wait status when known (a zombie's, or a fault trace's);
+    a stub gone without either was killed by SIGKILL, the one fatal signal nothing can catch
+    (kill -9, the OOM killer), once `traced` says its proxy was recording the others."""
+    if status is None and traced:
+        return "vanished without a trace: killed by signal 9 (SIGKILL), by kill -9 or the OOM killer"
+    return describe_wait_status(status)
+
+
 def describe_wait_status(status: Optional[int]) -> str:
     """Human words for a wait status: "killed by signal 9 (SIGKILL)", "exited with code 1"."""
     if status is None:
@@ -164,6 +202,7 @@ class Supervisor:
         server_id: the prefix every process of this server carries in its command line.
         tidy: called about once a second: makes the shared-memory regions of models loaded by
             other means (a client's model-control call, a `RemoteTriton`) private too.
+        fault_traces: the path of a stub's fault trace by its pid (`protocol.fault_trace_path`).
     """
 
     def __init__(
@@ -179,6 +218,7 @@ class Supervisor:
         server_id: str,
         period_s: float = WATCH_PERIOD_S,
         tidy: Optional[Callable[[], object]] = None,
+        fault_traces: Optional[Callable[[int], Optional[str]]] = None,
     ) -> None:
         self._process = process
         self._control = control
@@ -190,6 +230,7 @@ class Supervisor:
         self._server_id = server_id
         self._period_s = period_s
         self._tidy = tidy
+        self._fault_traces = fault_traces
         self._tidy_every = max(1, round(TIDY_PERIOD_S / period_s))
         self._stubs: Dict[int, _Stub] = {}
         self._buried: Set[int] = set()  # dead stubs already acted on
@@ -280,7 +321,21 @@ class Supervisor:
         return True
 
     def _heal(self, model: str, views: List[InstanceView]) -> None:
-        statuses = {view.instance: read_exit_status(view.stub_pid) for view in views if view.stub_pid is not None}
+        statuses: Dict[int, Optional[int]] = {}
+        traced: Dict[int, bool] = {}
+        for view in views:
+            if view.stub_pid is None:
+                continue
+            trace = self._fault_traces(view.stub_pid) if self._fault_traces is not None else None
+            traced[view.instance] = trace is not None and os.path.exists(trace)
+            statuses[view.instance] = read_exit_status(view.stub_pid)
+            if statuses[view.instance] is None:
+                statuses[view.instance] = read_fault_trace(trace)
+            if trace is not None:
+                try:
+                    os.unlink(trace)
+                except OSError:
+                    pass
         for view in views:
             if view.stub_pid is not None:
                 self._buried.add(view.stub_pid)
@@ -290,7 +345,8 @@ class Supervisor:
         if budget is None:
             budget = self._budgets[model] = self._budget_for(model)
         what = ", ".join(
-            f"instance {model}_0_{instance} (stub pid {pid}) {describe_wait_status(statuses[instance])}"
+            f"instance {model}_0_{instance} (stub pid {pid}) "
+            f"{describe_stub_death(statuses.get(instance), traced.get(instance, False))}"
             for instance, pid in sorted((v.instance, v.stub_pid) for v in views)
         )
         self._unload(model)  # at once: model and server readiness turn false while it is away

@@ -10,6 +10,7 @@ import threading
 import time
 
 import numpy as np
+import psutil
 import pytest
 from support import http_status, http_url, our_leftovers, running_triton, stub_processes, wait_until
 
@@ -124,3 +125,23 @@ def test_a_model_whose_stubs_keep_dying_is_given_up_and_serve_raises():
         assert not triton.is_alive()
         assert http_status(f"{base}/v2/health/live") != 200  # the server is gone, not half-serving
     assert our_leftovers() == {"processes": [], "segments": []}
+
+
+def test_a_segfaulted_stub_is_named_by_its_signal_and_leaves_no_zombie(caplog):
+    # tritonserver runs with SIGCHLD ignored: a dead stub is reaped at once (Triton 2.51 never waits
+    # for one that died mid-request), and the proxy's fault trace tells the supervisor the signal.
+    caplog.set_level(logging.WARNING, logger="pytriton")
+    with running_triton() as triton:
+        _bind_sleep(triton)
+        triton.run()
+        base = http_url(triton._config)
+        stubs = stub_processes("Sleep")
+        for stub in stubs:
+            os.kill(stub.pid, signal.SIGSEGV)
+
+        def named() -> bool:
+            return any("Sleep_0_" in r.getMessage() and "SIGSEGV" in r.getMessage() for r in caplog.records)
+
+        assert wait_until(named, timeout_s=10), [r.getMessage() for r in caplog.records]
+        assert not any(psutil.pid_exists(stub.pid) for stub in stubs)  # a zombie would still exist
+        assert wait_until(lambda: _readiness(base) == (200, 200), timeout_s=15), _readiness(base)

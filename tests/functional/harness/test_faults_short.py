@@ -3,9 +3,9 @@
 `make faults` runs 20 rounds, then 20 more with the user process as PID 1. Here one run of the
 harness (a child process, about 90 s) gives one round of each of the six faults and two rounds
 as PID 1: a killed tritonserver (its orphaned stubs become PID 1's to reap) and SIGTERM during
-model load. Each test reads that run's figures and asserts one round's checks; the two bugs
-the matrix found are xfailed by name, only where they show (harness/faults_repro.py reproduces
-each).
+model load. Each test reads that run's figures and asserts one round's checks; the stalled
+stream the matrix found (a Triton 2.51 bug) is xfailed by name, only where it shows
+(harness/faults_repro.py reproduces it and the zombie stub that SIGCHLD now cures).
 """
 
 from __future__ import annotations
@@ -25,12 +25,6 @@ FAULTS = ("kill_user", "kill_server", "kill_stub", "segv_stub", "term_under_load
 PID1_FAULTS = ("kill_server", "term_during_load")
 RUN = ["--rounds", "6", "--pid1-rounds", "2", "--pid1-faults", ",".join(PID1_FAULTS), "--term-at-load-exit-s", "15"]
 
-ZOMBIE_REASON = (
-    "Triton 2.51 keeps a stub killed in the middle of a request as a zombie under tritonserver until the server "
-    "stops: it never finishes unloading that model version, so it never waits for the stub (a stub killed while "
-    "idle is reaped within ~1.2 s); pytriton heals the model, but cannot reap another process's child "
-    "(python harness/faults_repro.py zombie-stub)"
-)
 STREAM_STALL_REASON = (
     "a decoupled stream in flight when its stub dies gets neither a response nor an error: the client waits out "
     "its whole inference_timeout_s (10 s here), so the stream lane cannot answer again within the 10 s heal limit "
@@ -102,10 +96,9 @@ def test_each_fault_as_an_ordinary_process(matrix: Dict[str, Any], fault: str) -
 @pytest.mark.timeout(450)
 @pytest.mark.parametrize("fault", ("kill_stub", "segv_stub"))
 def test_no_zombie_stays_after_a_stub_death(matrix: Dict[str, Any], fault: str) -> None:
-    kept = round_of(matrix, fault)["zombies_kept"]
-    if kept and all("triton_python_b" in zombie and "tritonserver" in zombie for zombie in kept):
-        pytest.xfail(ZOMBIE_REASON)
-    assert kept == []
+    # Triton 2.51 never waits for a stub killed mid-request; tritonserver runs with SIGCHLD
+    # ignored, so the kernel reaps it (pytriton/server/process.py). Without that it stayed.
+    assert round_of(matrix, fault)["zombies_kept"] == []
 
 
 @pytest.mark.timeout(450)

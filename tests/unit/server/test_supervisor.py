@@ -14,7 +14,9 @@ from pytriton.server.supervisor import (
     RestartBudget,
     describe_returncode,
     describe_wait_status,
+    describe_stub_death,
     read_exit_status,
+    read_fault_trace,
     reap_adopted,
 )
 
@@ -64,3 +66,26 @@ def test_reaping_adopted_children_is_only_for_pid_1():
     if os.getpid() == 1:
         pytest.skip("this test process is PID 1")
     assert reap_adopted() == []
+
+
+def test_a_fault_trace_tells_the_signal_that_a_reaped_process_died_of(tmp_path):
+    trace = tmp_path / "stub-1.fault"
+    code = (
+        "import faulthandler, os, signal, sys\n"
+        f"faulthandler.enable(file=open({str(trace)!r}, 'w'))\n"
+        "os.kill(os.getpid(), signal.SIGSEGV)\n"
+    )
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True)
+    assert child.returncode == -signal.SIGSEGV
+    status = read_fault_trace(str(trace))
+    assert status == signal.SIGSEGV
+    assert describe_stub_death(status, traced=True) == "killed by signal 11 (SIGSEGV)"
+
+
+def test_a_traced_stub_gone_without_a_word_was_killed_by_sigkill(tmp_path):
+    trace = tmp_path / "stub-2.fault"
+    trace.write_text("")  # what a live stub's trace holds, and a SIGKILLed one's
+    assert read_fault_trace(str(trace)) is None
+    assert "SIGKILL" in describe_stub_death(None, traced=True) and "OOM killer" in describe_stub_death(None, True)
+    assert describe_stub_death(None, traced=False) == "ended (exit status unknown)"
+    assert read_fault_trace(str(tmp_path / "missing.fault")) is None and read_fault_trace(None) is None
