@@ -13,7 +13,9 @@ mixed up, a client exception as an error, and a request never answered as lost.
 Every `--period-s` a sampler records the RSS of the user process, its tritonserver and each
 stub (children of tritonserver), the bytes of the server's /dev/shm segments (names starting
 ``pytriton-<user pid>-``: this server's own, so that other servers on the host do not count),
-and the fds and threads of the user process.
+and the fds and threads of the user process. The RSS of the user process and of each stub is
+also split into its anonymous part (heaps) and its shared part (mapped /dev/shm pages), as
+``info_`` rows that explain the judged rows and are not judged themselves.
 
 Criteria (exit status 1 when one fails):
 
@@ -22,12 +24,18 @@ Criteria (exit status 1 when one fails):
   (5 %) for every metric; each mark's value is the median of the samples in the last 5 % of the
   load before it (at least 3 samples), so that one payload in flight does not decide it;
 * after the clients close, every metric returns to its baseline: the median of the samples of
-  an idle second after a warm-up that sent every payload size through every lane, then a
-  rehearsal of the load's mix at full concurrency (5 % of the load, at least 1,000 requests:
-  Triton's Python-backend shared-memory pool keeps its high-water mark, which the rehearsal
-  reaches), each closing its clients, then a cool-down: a quiet spell of `IDLE_RELEASE_S` (after
-  which pytriton's shared-memory arenas give back what they hold) and 160 small requests from 4
-  clients; the same cool-down follows the load.
+  an idle second after
+  - a warm-up that sends every payload size through every lane;
+  - a worst-case burst: 32 clients at once send a 4 MiB payload, three times over each
+    protocol, so the echo model runs full batches of the largest size on both lanes. Triton's
+    Python-backend shared-memory pool and tritonserver's heap keep their high-water mark for
+    good; a random mix reaches that ceiling only when enough large payloads happen to meet,
+    which would show as "growth" in whichever half it happened;
+  - a rehearsal of the load's mix at full concurrency (5 % of the load, at least 1,000
+    requests), each closing its clients;
+  - a cool-down: a quiet spell of `IDLE_RELEASE_S` (after which pytriton's shared-memory arenas
+    give back what they hold) and 160 small requests from 4 clients. The same cool-down
+    follows the load.
   Tolerances: fds, threads, stubs and shared-memory bytes exactly, RSS within
   `--rss-tolerance` (10 %), since allocators keep some freed memory; the harness waits up to
   `--settle-s` for the values to come back.
@@ -390,6 +398,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--requests", type=int, default=100_000, help="requests of the load phase (default 10^5)")
     parser.add_argument("--rehearsal", type=int, default=None,
                         help="requests rehearsed before the baseline (default: 5 %% of --requests, >= 1000)")
+    parser.add_argument("--burst-rounds", type=int, default=3,
+                        help="rounds of the worst-case burst per protocol before the baseline (0: none)")
     parser.add_argument("--period-s", type=float, default=0.5, help="sampling period")
     parser.add_argument("--growth-limit", type=float, default=0.05, help="largest growth from 50 %% to 100 %%")
     parser.add_argument("--rss-tolerance", type=float, default=0.10, help="RSS after close vs baseline")
@@ -413,8 +423,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log(f"user process {user.pid} ready; warm-up: every size through every lane")
         warmup = Ledger(len(SIZES) * len(LANES), SIZES, id_base=WARMUP_ID_BASE)
         run_lanes(user, warmup)
-        log("worst-case burst: the largest batches of the largest payload, over each protocol")
-        worst_case_burst(user)
+        if args.burst_rounds:
+            log("worst-case burst: the largest batches of the largest payload, over each protocol")
+            worst_case_burst(user, args.burst_rounds)
         # A rehearsal of the load's mix at full concurrency: pools that keep their high-water mark
         # (Triton's Python-backend shared-memory pool, the allocators) reach it here, so the
         # baseline is the server's resting footprint under this load, and what the criteria

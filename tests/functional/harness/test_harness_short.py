@@ -62,7 +62,7 @@ def test_short_soak_answers_every_request_and_returns_to_baseline(tmp_path):
 def test_soak_fails_when_the_user_process_leaks(tmp_path):
     code, figures, report = run_harness(
         "soak.py", tmp_path, "--requests", "1000", "--plot", "", "--fault", "leak", "--settle-s", "3",
-        "--rehearsal", "0",  # the planted leak must not be part of the baseline
+        "--rehearsal", "0", "--burst-rounds", "0",  # the planted leak must not be part of the baseline
     )
     assert code == 1, report
     fds = figures["metrics"]["fds"]
