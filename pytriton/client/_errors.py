@@ -208,7 +208,9 @@ def next_response_timeout(model_name: str, url: str, timeout_s: float) -> PyTrit
     """The error raised when a stream's next response does not come in time (the request is then cancelled)."""
     return PyTritonClientTimeoutError(
         f"{STREAM_ACTION}. Model {model_name!r} at {url} sent no next response within {timeout_s:g} s "
-        "(inference_timeout_s bounds the wait for each response); the request was cancelled"
+        "(inference_timeout_s bounds the wait for each response); the request was cancelled. If the model's "
+        "instance died meanwhile: tritonserver 2.51 ends no stream that instance was serving, while pytriton "
+        "restarts the model, so a new request may well be served"
     )
 
 
