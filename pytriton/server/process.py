@@ -44,7 +44,10 @@ def _prepare_child() -> None:
     as they die. Triton 2.51 never waits for a stub killed in the middle of a request (that
     model version never finishes unloading), which otherwise stays a zombie for as long as the
     server runs. Triton's own checks still work: `waitpid` on a live stub answers 0, on a
-    reaped one -1, which it reads as "not alive" like a reaped exit.
+    reaped one -1, which it reads as "not alive" like a reaped exit. A reaped stub's pid is free
+    at once, and Triton still sends SIGKILL to it when it unloads that model version: the
+    supervisor asks for that unload within about a second of the death (and the version Triton
+    cannot unload never gets there), far sooner than the kernel hands the pid out again.
     (Popen's own ``umask=`` argument needs Python 3.9; this works on 3.8 too.)
     """
     os.umask(_PRIVATE_UMASK)
