@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import shutil
 import sys
 import sysconfig
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -122,7 +123,13 @@ def assemble_backends(distribution: ServerDistribution, target: pathlib.Path) ->
     """Lay out a backend directory for this server, with the stub of the running Python.
 
     Triton looks for the stub next to ``libtriton_python.so`` in the backend directory, so each
-    server gets its own folder of symbolic links (no copies of the binaries).
+    server gets its own folder of symbolic links, and a copy of the stub (1.4 MB) that belongs
+    to the user who runs the server. Before each stub start, Triton runs the stub once through
+    `system()` to see whether it can, and when that reports failure it makes the file
+    owner-execute-only with `chmod`. `system()` always reports failure while SIGCHLD is ignored
+    (see `pytriton.server.process`), so Triton changes the mode every time: on our own copy that
+    works for any user, where on the installed file it changed the package for everyone (as
+    root) or failed the load (as another user).
 
     Returns:
         The folder to pass as ``--backend-directory``.
@@ -132,13 +139,21 @@ def assemble_backends(distribution: ServerDistribution, target: pathlib.Path) ->
     links = {
         "libtriton_python.so": distribution.python_backend / "libtriton_python.so",
         "triton_python_backend_utils.py": distribution.python_backend / "triton_python_backend_utils.py",
-        "triton_python_backend_stub": distribution.stub,
     }
     for name, source in links.items():
         link = python_dir / name
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(source)
+    stub = python_dir / "triton_python_backend_stub"
+    if stub.is_symlink() or stub.exists():
+        stub.unlink()
+    try:
+        shutil.copyfile(distribution.stub, stub)
+        stub.chmod(0o755)
+    except OSError:  # an unreadable installed stub (a mode an older server left): link it as before
+        stub.unlink(missing_ok=True)
+        stub.symlink_to(distribution.stub)
     return target
 
 

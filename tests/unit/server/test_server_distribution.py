@@ -231,7 +231,7 @@ def test_libpython_dir_refuses_a_static_python(monkeypatch, values):
 # --- assemble_backends ---------------------------------------------------------------------------
 
 
-def test_assemble_backends_links_the_stub_of_this_python(tmp_path):
+def test_assemble_backends_links_the_backend_and_copies_the_stub_of_this_python(tmp_path):
     found = find_distribution(_env(_bundled_tree(tmp_path / "triton")))
     target = tmp_path / "workspace" / "backends"
     assert assemble_backends(found, target) == target
@@ -242,9 +242,11 @@ def test_assemble_backends_links_the_stub_of_this_python(tmp_path):
         "triton_python_backend_stub",
         "triton_python_backend_utils.py",
     ]
+    stub = python_dir / "triton_python_backend_stub"
     for link in python_dir.iterdir():
-        assert link.is_symlink()
-    assert os.readlink(python_dir / "triton_python_backend_stub") == str(found.stub)
+        assert link.is_symlink() is (link != stub)
+    # The stub is this user's own copy: Triton changes its mode before each start (process.py).
+    assert stub.stat().st_uid == os.getuid() and stub.stat().st_mode & 0o777 == 0o755
     assert os.readlink(python_dir / "libtriton_python.so") == str(found.python_backend / "libtriton_python.so")
     assert (python_dir / "triton_python_backend_stub").read_text() == f"stub {TAG}"
     assert (python_dir / "triton_python_backend_utils.py").read_text() == "utils"
@@ -256,11 +258,22 @@ def test_assemble_backends_is_idempotent_and_relinks(tmp_path):
     target = tmp_path / "backends"
     assemble_backends(first, target)
     assemble_backends(first, target)
-    assert os.readlink(target / "python" / "triton_python_backend_stub") == str(first.stub)
+    assert (target / "python" / "triton_python_backend_stub").read_text() == f"stub {TAG}"
 
     assemble_backends(second, target)
-    assert os.readlink(target / "python" / "triton_python_backend_stub") == str(second.stub)
+    assert os.readlink(target / "python" / "libtriton_python.so") == str(second.python_backend / "libtriton_python.so")
     assert (target / "python" / "triton_python_backend_stub").read_text() == "stub"
+
+
+def test_an_unreadable_installed_stub_is_linked_instead(tmp_path, monkeypatch):
+    found = find_distribution(_env(_bundled_tree(tmp_path / "triton")))
+
+    def refused(source, target):  # what copying a root-owned stub of mode 0100 meets as another user
+        raise PermissionError(13, "Permission denied", str(source))
+
+    monkeypatch.setattr(distribution.shutil, "copyfile", refused)
+    assemble_backends(found, tmp_path / "backends")
+    assert os.readlink(tmp_path / "backends" / "python" / "triton_python_backend_stub") == str(found.stub)
 
 
 def test_assemble_backends_replaces_stale_files_and_dangling_links(tmp_path):
