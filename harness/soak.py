@@ -232,8 +232,8 @@ def run_lane(kind: str, url: str, ledger: Ledger) -> None:
 
 def cool_down(user: UserProcess, requests: int = 40, clients: int = 4) -> None:
     """A quiet spell, then small requests from a few clients at once: pytriton's arenas give back
-    what they hold after `IDLE_RELEASE_S` unused (the worker's at once, a proxy's at its next
-    message), and concurrent clients reach the proxies of both of the model's lanes (one client
+    what they hold after `IDLE_RELEASE_S` unused (the worker's and the proxies' alike), and the
+    small requests from concurrent clients reach the proxies of both of the model's lanes (one client
     at a time would only ever reach the first; see docs/performance.md).
 
     Run before the baseline and again after the load, so both see the arenas at rest, whatever

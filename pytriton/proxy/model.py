@@ -30,6 +30,8 @@ _LIVENESS_CHECK_MS = 1000
 _RECONNECT_S = 5.0
 """How long a batch waits for a worker to answer again after the last one was found gone."""
 _PARENT_CHECK_S = 0.5
+_IDLE_CHECK_S = 1.0
+"""How often a proxy looks whether its arena has been idle for `shm.IDLE_RELEASE_S`."""
 _OUTPUT_CHECK_BYTES = 1 << 20
 """Batches with more output bytes than this check /dev/shm's free space before answering (the
 pool grows in 1 MiB steps; smaller outputs are left to Triton)."""
@@ -139,6 +141,10 @@ class TritonPythonModel:
         self._arena = Arena(lambda generation: protocol.segment_name(shm_prefix, self._instance, "in", generation))
         self._reader = SegmentReader()
         self._batch_id = 0
+        self._arena_lock = threading.Lock()  # held through each batch; the idle watch takes it only when free
+        self._last_batch = time.monotonic()
+        self._idle_released = True
+        self._closing = threading.Event()
         timeout_s = float(params.get(protocol.PARAM_HANDSHAKE_TIMEOUT_S, "60"))
         self._hello = protocol.Hello(protocol.PROTOCOL_VERSION, handler, os.getpid(), lane)
         self._worker_gone = False
@@ -154,6 +160,24 @@ class TritonPythonModel:
             self._relay = Relay(pb_utils, self._context, self._socket, self._model_name, welcome.worker_pid,
                                 _pid_alive, watch_cancellation=decoupled, one_at_a_time=one_at_a_time)
             self.execute = self._execute_relayed  # type: ignore[method-assign,assignment]
+        else:
+            threading.Thread(target=self._release_when_idle, name="pytriton-idle-arena", daemon=True).start()
+
+    def _release_when_idle(self) -> None:
+        """After `shm.IDLE_RELEASE_S` without a batch, give the input arena back and unmap the
+        worker's answers. The stub runs none of our code between batches, so a thread looks,
+        taking the arena only when no batch holds it."""
+        while not self._closing.wait(_IDLE_CHECK_S):
+            if self._idle_released or not self._arena_lock.acquire(blocking=False):
+                continue
+            try:
+                now = time.monotonic()
+                if not self._closing.is_set() and now - self._last_batch >= shm.IDLE_RELEASE_S:
+                    self._arena.release_if_idle(now)
+                    self._reader.close()
+                    self._idle_released = True
+            finally:
+                self._arena_lock.release()
 
     def _handshake(self, timeout_s: float) -> protocol.Welcome:
         """Greet the worker; its `Welcome` tells the pid of the process that serves this instance
@@ -187,6 +211,12 @@ class TritonPythonModel:
         return None
 
     def execute(self, requests: List[Any]) -> List[Any]:
+        with self._arena_lock:
+            self._last_batch = time.monotonic()
+            self._idle_released = False
+            return self._execute(requests)
+
+    def _execute(self, requests: List[Any]) -> List[Any]:
         if self._worker_gone and (reason := self._reconnect()) is not None:
             return [pb_utils.InferenceResponse(error=pb_utils.TritonError(reason)) for _ in requests]
         groups, parameters = _read_requests(requests)
@@ -266,12 +296,14 @@ class TritonPythonModel:
             # otherwise: a late answer to an abandoned batch
 
     def finalize(self) -> None:
+        self._closing.set()
         if self._relay is not None:
             self._relay.close()  # closes the socket it owns
         self._socket.close(linger=0)
         self._context.term()
-        self._arena.close()
-        self._reader.close()
+        with self._arena_lock:
+            self._arena.close()
+            self._reader.close()
         if self._fault_trace is not None:  # a clean unload: no fatal signal to tell of
             faulthandler.disable()
             self._fault_trace.close()

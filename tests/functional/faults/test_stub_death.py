@@ -43,13 +43,13 @@ def _readiness(base: str):
     return http_status(f"{base}/v2/health/ready"), http_status(f"{base}/v2/models/Sleep/ready")
 
 
-def _kill_stub(model: str = "Sleep") -> set:
+def _kill_stub(model: str = "Sleep", signum: int = signal.SIGKILL) -> set:
     """Kill every stub of the model's one instance (each of its pipeline lanes), so the one that
     holds the request in flight is among them; their pids."""
     stubs = stub_processes(model)
     assert 1 <= len(stubs) <= protocol.PIPELINE_LANES, f"expected the stubs of one instance of {model}, found {stubs}"
     for stub in stubs:
-        os.kill(stub.pid, signal.SIGKILL)
+        os.kill(stub.pid, signum)
     return {stub.pid for stub in stubs}
 
 
@@ -135,13 +135,11 @@ def test_a_segfaulted_stub_is_named_by_its_signal_and_leaves_no_zombie(caplog):
         _bind_sleep(triton)
         triton.run()
         base = http_url(triton._config)
-        stubs = stub_processes("Sleep")
-        for stub in stubs:
-            os.kill(stub.pid, signal.SIGSEGV)
+        dead = _kill_stub(signum=signal.SIGSEGV)
 
         def named() -> bool:
             return any("Sleep_0_" in r.getMessage() and "SIGSEGV" in r.getMessage() for r in caplog.records)
 
         assert wait_until(named, timeout_s=10), [r.getMessage() for r in caplog.records]
-        assert not any(psutil.pid_exists(stub.pid) for stub in stubs)  # a zombie would still exist
+        assert not any(psutil.pid_exists(pid) for pid in dead)  # a zombie would still exist
         assert wait_until(lambda: _readiness(base) == (200, 200), timeout_s=15), _readiness(base)
