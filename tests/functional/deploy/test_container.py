@@ -33,12 +33,13 @@ def _root_can(*argv: str) -> bool:
     return subprocess.run([*argv, "true"], capture_output=True).returncode == 0
 
 
-def _zombies_under(process: psutil.Process) -> list:
-    zombies = []
+def _zombies_under(process: psutil.Process) -> dict:
+    """Defunct descendants of `process`: pid -> "name (parent pid)"."""
+    zombies = {}
     for child in process.children(recursive=True):
         try:
             if child.status() == psutil.STATUS_ZOMBIE:
-                zombies.append(child.pid)
+                zombies[child.pid] = f"{child.name()} (parent {child.ppid()})"
         except psutil.NoSuchProcess:
             pass
     return zombies
@@ -74,17 +75,22 @@ def test_as_pid_1_the_script_reaps_every_child_and_stops_within_the_exit_timeout
             root.send_signal(signal.SIGTERM)
             expected = lambda code: code == 0  # noqa: E731
         started = time.monotonic()
-        # Zombies are checked while the script still runs (afterwards the namespace is gone).
+        # Zombies are checked while the script still runs (afterwards the namespace is gone). A
+        # process is defunct for a moment between its exit and its parent's wait, so a sample may
+        # catch one; what must not happen is one that stays: defunct in samples 1 s apart.
+        first_seen: dict = {}
         while script.process.poll() is None and time.monotonic() - started < exit_timeout_s + 5:
             time.sleep(0.1)
             try:
                 if root.status() == psutil.STATUS_ZOMBIE:
                     break
-                lingering = _zombies_under(root)
+                zombies = _zombies_under(root)
             except psutil.NoSuchProcess:
                 break
-            if time.monotonic() - started > 3:
-                assert not lingering, f"zombies under the PID-1 script 3 s after the fault: {lingering}"
+            now = time.monotonic()
+            first_seen = {pid: first_seen.get(pid, now) for pid in zombies}
+            kept = {pid: zombies[pid] for pid, seen in first_seen.items() if now - seen >= 1.0}
+            assert not kept, f"zombies kept 1 s under the PID-1 script, {now - started:.1f} s after the fault: {kept}"
         returncode, err = script.finish(timeout_s=5)
         took = time.monotonic() - started
     finally:
