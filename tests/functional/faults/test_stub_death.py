@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -15,7 +16,7 @@ import pytest
 from support import http_status, http_url, our_leftovers, running_triton, stub_processes, wait_until
 
 from pytriton.client import ModelClient
-from pytriton.client.exceptions import PyTritonClientInferenceServerError
+from pytriton.client.exceptions import PyTritonClientInferenceServerError, PyTritonClientTimeoutError
 from pytriton.decorators import batch
 from pytriton.exceptions import PyTritonModelRestartLimitError
 from pytriton.ipc import protocol
@@ -143,3 +144,49 @@ def test_a_segfaulted_stub_is_named_by_its_signal_and_leaves_no_zombie(caplog):
         assert wait_until(named, timeout_s=10), [r.getMessage() for r in caplog.records]
         assert not any(psutil.pid_exists(pid) for pid in dead)  # a zombie would still exist
         assert wait_until(lambda: _readiness(base) == (200, 200), timeout_s=15), _readiness(base)
+
+
+async def _async_sleep(requests):
+    await asyncio.sleep(float(requests[0]["seconds"][0]))
+    return [{"seconds": request["seconds"] * 2} for request in requests]
+
+
+def test_a_relayed_request_on_a_dying_stub_ends_in_the_clients_timeout_and_the_model_heals():
+    """A known limit of Triton 2.51 (docs/reliability.md): the proxy of an `async` callable (and of a
+    decoupled model) answers through response senders after its `execute` returned, and Triton
+    answers such requests neither when the stub dies nor later. What the user sees: the client's
+    own timeout error, never a hang past it, and a model that serves again."""
+    with running_triton(exit_timeout_secs=4) as triton:
+        triton.bind(
+            "AsyncSleep", _async_sleep,
+            inputs=[Tensor(name="seconds", dtype=np.float32, shape=(1,))],
+            outputs=[Tensor(name="seconds", dtype=np.float32, shape=(1,))],
+            config=ModelConfig(batching=False),
+        )
+        triton.run()
+        base = http_url(triton._config)
+        outcome = {}
+
+        def in_flight():
+            started = time.monotonic()
+            try:
+                with ModelClient(base, "AsyncSleep", inference_timeout_s=4) as client:
+                    outcome["result"] = client.infer_sample(seconds=np.array([3.0], dtype=np.float32))
+            except Exception as exc:  # noqa: BLE001 - the test inspects it
+                outcome["error"] = exc
+            outcome["after_s"] = time.monotonic() - started
+
+        thread = threading.Thread(target=in_flight)
+        thread.start()
+        time.sleep(0.5)  # the request is in the callable now
+        _kill_stub("AsyncSleep")
+        thread.join(10)
+        assert not thread.is_alive(), "the relayed request outlived its client's timeout"
+        assert "result" not in outcome
+        assert isinstance(outcome["error"], PyTritonClientTimeoutError), outcome
+        assert "within 4 s" in str(outcome["error"]), outcome["error"]
+        assert wait_until(lambda: http_status(f"{base}/v2/models/AsyncSleep/ready") == 200, timeout_s=10)
+        with ModelClient(base, "AsyncSleep", inference_timeout_s=10) as client:
+            result = client.infer_sample(seconds=np.array([0.01], dtype=np.float32))
+        np.testing.assert_allclose(result["seconds"], [0.02])
+    assert our_leftovers() == {"processes": [], "segments": []}
