@@ -13,8 +13,8 @@ import pytest
 from pytriton.server.supervisor import (
     RestartBudget,
     describe_returncode,
-    describe_wait_status,
     describe_stub_death,
+    describe_wait_status,
     read_exit_status,
     read_fault_trace,
     reap_adopted,
