@@ -54,6 +54,22 @@ def _kill_stub(model: str = "Sleep", signum: int = signal.SIGKILL) -> set:
     return {stub.pid for stub in stubs}
 
 
+def _ask_in_background(base: str, model: str, seconds: float, timeout_s: float):
+    """Send one request from a thread; the thread and a dict that gets its result or its error."""
+    outcome: dict = {}
+
+    def ask():
+        try:
+            with ModelClient(base, model, inference_timeout_s=timeout_s) as client:
+                outcome["result"] = client.infer_sample(seconds=np.array([seconds], dtype=np.float32))
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    return thread, outcome
+
+
 def test_killed_stub_turns_readiness_false_fails_in_flight_request_and_is_healed(caplog):
     caplog.set_level(logging.WARNING, logger="pytriton")
     with running_triton() as triton:
@@ -61,19 +77,7 @@ def test_killed_stub_turns_readiness_false_fails_in_flight_request_and_is_healed
         triton.run()
         base = http_url(triton._config)
         assert _readiness(base) == (200, 200)
-        outcome = {}
-
-        def in_flight():
-            started = time.monotonic()
-            try:
-                with ModelClient(base, "Sleep", inference_timeout_s=30) as client:
-                    outcome["result"] = client.infer_sample(seconds=np.array([3.0], dtype=np.float32))
-            except Exception as exc:  # noqa: BLE001 - the test inspects it
-                outcome["error"] = exc
-            outcome["after_s"] = time.monotonic() - started
-
-        thread = threading.Thread(target=in_flight)
-        thread.start()
+        thread, outcome = _ask_in_background(base, "Sleep", seconds=3.0, timeout_s=30)
         time.sleep(0.5)  # the request is inside the callable now
         dead_pids = _kill_stub()
         killed_at = time.monotonic()
@@ -165,19 +169,7 @@ def test_a_relayed_request_on_a_dying_stub_ends_in_the_clients_timeout_and_the_m
         )
         triton.run()
         base = http_url(triton._config)
-        outcome = {}
-
-        def in_flight():
-            started = time.monotonic()
-            try:
-                with ModelClient(base, "AsyncSleep", inference_timeout_s=4) as client:
-                    outcome["result"] = client.infer_sample(seconds=np.array([3.0], dtype=np.float32))
-            except Exception as exc:  # noqa: BLE001 - the test inspects it
-                outcome["error"] = exc
-            outcome["after_s"] = time.monotonic() - started
-
-        thread = threading.Thread(target=in_flight)
-        thread.start()
+        thread, outcome = _ask_in_background(base, "AsyncSleep", seconds=3.0, timeout_s=4)
         time.sleep(0.5)  # the request is in the callable now
         _kill_stub("AsyncSleep")
         thread.join(10)
