@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from support import http_url, server_config
+from support import http_url, server_config, stub_processes
 from tritonclient.utils import InferenceServerException
 
 from pytriton.decorators import batch
@@ -52,7 +52,12 @@ MODELS = {
     ),
     "NotPreferred": ModelConfig(max_batch_size=8, batcher=DynamicBatcher(max_queue_delay_microseconds=2_000_000)),
     "Ordered": ModelConfig(max_batch_size=1, batcher=DynamicBatcher(preserve_ordering=True)),
-    "Unordered": ModelConfig(max_batch_size=1, batcher=DynamicBatcher(preserve_ordering=False)),
+    # The default queue policy changes nothing in Triton; it keeps this model, like "Ordered", on
+    # one proxy per callable (binding.pipeline_lanes). With two, the fast request could land on
+    # the second proxy of the busy callable and wait behind the slow one, unordered or not.
+    "Unordered": ModelConfig(
+        max_batch_size=1, batcher=DynamicBatcher(preserve_ordering=False, default_queue_policy=QueuePolicy())
+    ),
     "Priority": ModelConfig(max_batch_size=1, batcher=DynamicBatcher(priority_levels=2, default_priority_level=2)),
     "QueueFull": ModelConfig(
         max_batch_size=1, batcher=DynamicBatcher(default_queue_policy=QueuePolicy(max_queue_size=1))
@@ -174,6 +179,8 @@ def test_preserve_ordering_holds_back_a_response_that_finished_early(server):
             slow, fast = submit_in_order(pool, [(infer, url, model, BUSY_MS), (infer, url, model, 1)])
             return slow.result() - fast.result()
 
+    # One Triton instance per callable for both (see MODELS), so the fast request finds the idle one.
+    assert len(stub_processes("Ordered")) == len(stub_processes("Unordered")) == 2
     # Unordered, the fast request returns about 0.5 s before the slow one; ordered, it is held
     # until the slow one is answered, so both come back together (the exact order of two
     # responses released at once depends on the client threads).
