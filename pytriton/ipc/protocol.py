@@ -43,13 +43,13 @@ PARAM_HANDLERS = "pytriton.handlers"
 """How many worker handlers (one per callable) serve the model."""
 
 PIPELINE_LANES = 2
-"""Triton instances per worker handler of a plain callable. Each proxy's `execute` blocks until
-its batch is answered (so Triton itself fails the batch if the stub dies), and with two of them
-Triton hands the next batch to the second proxy while the callable still works on the first:
-the batch is transferred and waiting when the callable is done, and each batch holds what
-arrived during about one call. Of a model with ``n`` handlers, Triton instance ``k`` is lane
-``k // n`` of handler ``k % n``: Triton prefers its lower-numbered idle instances, so the first
-``n`` requests in flight reach ``n`` different handlers (see `handler_of`)."""
+"""Triton instances per worker handler of a model with one plain callable. Each proxy's `execute`
+blocks until its batch is answered (so Triton itself fails the batch if the stub dies), and with
+two of them Triton hands the next batch to the second proxy while the callable still works on
+the first: the batch is transferred and waiting when the callable is done, and each batch holds
+what arrived during about one call. Models with several callables get one instance per callable
+(`binding.pipeline_lanes` says why). Triton instance ``k`` of a model with ``n`` handlers is lane
+``k // n`` of handler ``k % n`` (see `handler_of`)."""
 
 DEADLINE_PARAMETER = "pytriton_deadline_ms"
 """Request parameter by which pytriton's clients send their deadline to the worker: the Unix time,

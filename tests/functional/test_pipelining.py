@@ -160,6 +160,32 @@ def test_one_lane_below_the_shm_floor_for_relayed_models_and_for_queue_rules():
     assert pipeline_lanes(relayed=False, shm_total_bytes=big, config=ModelConfig()) == protocol.PIPELINE_LANES
     assert pipeline_lanes(relayed=False, shm_total_bytes=64 << 20) == 1  # Docker's default
     assert pipeline_lanes(relayed=True, shm_total_bytes=1 << 40) == 1
+    assert pipeline_lanes(relayed=False, shm_total_bytes=big, handlers=2) == 1  # several callables
     for batcher in (DynamicBatcher(priority_levels=2, default_priority_level=1), DynamicBatcher(preserve_ordering=True),
                     DynamicBatcher(default_queue_policy=QueuePolicy(max_queue_size=4))):
         assert pipeline_lanes(relayed=False, shm_total_bytes=big, config=ModelConfig(batcher=batcher)) == 1, batcher
+
+
+def test_a_request_to_a_model_with_two_callables_never_waits_behind_the_busy_one():
+    """Each callable has one Triton instance: Triton hands the second of two concurrent requests
+    to the idle callable. With two lanes per callable it handed it to the busy callable's second
+    lane in every round of one start out of two (Triton picks the idle instance that waited
+    longest, an order fixed by how the instances loaded)."""
+    first, second = _Recorder(), _Recorder()
+    with running_triton() as triton:
+        triton.bind("Slow", [first.infer, second.infer], **_TENSORS, config=ModelConfig(max_batch_size=4))
+        triton.run()
+        url = http_url(triton._config)
+        assert len(stub_processes("Slow")) == 2, "one Triton instance per callable"
+        waits = []
+        with ThreadPoolExecutor(2) as pool:
+            for round_ in range(8):
+                slow = pool.submit(_ask, url, 2 * round_, 0.4)
+                time.sleep(0.05)
+                started = time.monotonic()
+                pool.submit(_ask, url, 2 * round_ + 1, 0.0).result()
+                waits.append(time.monotonic() - started)
+                assert slow.result()["y"].tolist() == [20 * round_]
+    assert max(waits) < 0.3, f"the quick request waited behind the busy callable: {[round(w, 2) for w in waits]}"
+    assert first.calls and second.calls, "both callables served"
+    assert our_leftovers() == {"processes": [], "segments": []}
