@@ -52,12 +52,7 @@ MODELS = {
     ),
     "NotPreferred": ModelConfig(max_batch_size=8, batcher=DynamicBatcher(max_queue_delay_microseconds=2_000_000)),
     "Ordered": ModelConfig(max_batch_size=1, batcher=DynamicBatcher(preserve_ordering=True)),
-    # The default queue policy changes nothing in Triton; it keeps this model, like "Ordered", on
-    # one proxy per callable (binding.pipeline_lanes). With two, the fast request could land on
-    # the second proxy of the busy callable and wait behind the slow one, unordered or not.
-    "Unordered": ModelConfig(
-        max_batch_size=1, batcher=DynamicBatcher(preserve_ordering=False, default_queue_policy=QueuePolicy())
-    ),
+    "Unordered": ModelConfig(max_batch_size=1, batcher=DynamicBatcher(preserve_ordering=False)),
     "Priority": ModelConfig(max_batch_size=1, batcher=DynamicBatcher(priority_levels=2, default_priority_level=2)),
     "QueueFull": ModelConfig(
         max_batch_size=1, batcher=DynamicBatcher(default_queue_policy=QueuePolicy(max_queue_size=1))
@@ -179,7 +174,7 @@ def test_preserve_ordering_holds_back_a_response_that_finished_early(server):
             slow, fast = submit_in_order(pool, [(infer, url, model, BUSY_MS), (infer, url, model, 1)])
             return slow.result() - fast.result()
 
-    # One Triton instance per callable for both (see MODELS), so the fast request finds the idle one.
+    # One Triton instance per callable (binding.pipeline_lanes), so the fast request finds the idle one.
     assert len(stub_processes("Ordered")) == len(stub_processes("Unordered")) == 2
     # Unordered, the fast request returns about 0.5 s before the slow one; ordered, it is held
     # until the slow one is answered, so both come back together (the exact order of two
