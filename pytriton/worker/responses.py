@@ -18,6 +18,7 @@ from pytriton.ipc import codec, protocol
 from pytriton.ipc.shm import Arena
 from pytriton.worker.arrays import host_array
 from pytriton.worker.context import TritonContext
+from pytriton.worker.request import Request
 
 logger = logging.getLogger("pytriton.worker")
 
@@ -52,6 +53,22 @@ def _dtype_matches(actual: np.dtype, expected: np.dtype) -> bool:
     return actual == expected
 
 
+def _name_mismatch(model: str, request_index: int, names: Sequence[str], missing: List[str], extra: List[str]) -> str:
+    """Why a response's keys do not fit the declared outputs, naming both sides."""
+    parts = []
+    if missing:
+        parts.append(f"is missing output(s) {missing}")
+    if extra:
+        parts.append(f"has output(s) {extra} that the model does not declare")
+    hint = ""
+    lowered = {name.lower(): name for name in names}
+    near = [f"{key!r} -> {lowered[key.lower()]!r}" for key in extra if key.lower() in lowered]
+    if near:
+        hint = f" (names are case-sensitive: {', '.join(near)})"
+    return (f"{model}: the response to request {request_index} {' and '.join(parts)}; declared outputs: "
+            f"{list(names)}{hint}")
+
+
 def shape_response(
     context: TritonContext,
     response: Any,
@@ -62,9 +79,12 @@ def shape_response(
 ) -> Dict[str, np.ndarray]:
     """The declared outputs of one response, as arrays ready for the wire.
 
-    A response whose keys are none of the output names but that has exactly one entry per
-    output is matched to the outputs by position (the declared input order when its keys are
-    the input names): this is what makes ``lambda requests: requests`` an identity model.
+    Outputs are matched by name. The one exception is a `Request` returned as it came (the
+    ``lambda requests: requests`` identity model of the published docs): when it holds none of
+    the output names and one entry per output, its inputs map to the outputs in declared order.
+    Any other mapping whose keys miss a declared output is refused, naming the unknown and the
+    missing names: renaming a plain dict by position would answer with the wrong tensor as
+    soon as a key is misspelt (``{"Y": ...}`` for ``y``).
 
     Args:
         context: the model being served (names, declared dtypes and shapes).
@@ -93,26 +113,18 @@ def shape_response(
             "expected a mapping of output name to numpy array"
         )
     names = context.output_names
-    if not any(name in response for name in names) and len(response) == len(names):
-        # Entries named after the inputs (an identity model) follow the declared input order, so
-        # the match does not depend on the order a batch happened to list them in.
+    if type(response) is Request and len(response) == len(names) and not any(name in response for name in names):
+        # The identity model: its entries follow the declared input order, so the match does not
+        # depend on the order a batch happened to list them in.
         order = [name for name in context.input_names if name in response]
         keys = order if len(order) == len(response) else list(response)
         response = {name: response[key] for name, key in zip(names, keys)}
-    if strict:
-        extra = sorted(set(response) - set(names))
-        if extra:
-            raise PyTritonValidationError(
-                f"{model}: the response to request {request_index} has outputs {extra} that the model does not "
-                f"declare; declared outputs: {list(names)}"
-            )
+    missing = [name for name in names if name not in response]
+    extra = sorted(str(key) for key in response if key not in names)
+    if missing or (strict and extra):
+        raise PyTritonValidationError(_name_mismatch(model, request_index, names, missing, extra))
     arrays: Dict[str, np.ndarray] = {}
     for tensor in context.outputs:
-        if tensor.name not in response:
-            raise PyTritonValidationError(
-                f"{model}: output '{tensor.name}' is missing from the response to request {request_index}; "
-                f"the callable returned {sorted(response)}"
-            )
         value = response[tensor.name]
         try:
             array = host_array(value, f"{model}: output '{tensor.name}' of request {request_index}")

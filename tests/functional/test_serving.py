@@ -67,6 +67,11 @@ def _per_request(requests):
     return responses
 
 
+@batch
+def _misnamed(INPUT_1):
+    return {"output_1": INPUT_1}  # declared: OUTPUT_1
+
+
 @sample
 def _sample(INPUT_1):
     return {"OUTPUT_1": INPUT_1[::-1].copy()}
@@ -94,6 +99,8 @@ def server():
     triton.bind("StrictShape", _bad_shape, strict=True, inputs=f32["inputs"],
                 outputs=[Tensor(dtype=np.float32, shape=(2,))])
     triton.bind("PerRequest", _per_request, config=ModelConfig(max_batch_size=8, batcher=GATHER), **f32)
+    triton.bind("Misnamed", _misnamed, **f32)
+    triton.bind("MisnamedStrict", _misnamed, strict=True, **f32)
     triton.bind("Sample", _sample, config=ModelConfig(batching=False), **f32)
     bytes_io = {"inputs": [Tensor(dtype=object, shape=(-1,)), Tensor(name="s", dtype=np.bytes_, shape=(1,))],
                     "outputs": [Tensor(dtype=object, shape=(-1,)), Tensor(name="s", dtype=np.bytes_, shape=(1,))]}
@@ -167,8 +174,21 @@ def test_one_bad_response_fails_only_its_own_request(url):
         good_future, bad_future = pool.submit(call, good), pool.submit(call, bad)
         good_result, bad_result = good_future.result(), bad_future.result()
     np.testing.assert_array_equal(good_result, good)
-    assert "Model 'PerRequest': output 'OUTPUT_1' is missing from the response" in bad_result
+    assert "Model 'PerRequest': the response to request" in bad_result
+    assert "is missing output(s) ['OUTPUT_1']" in bad_result
     assert "7" not in bad_result  # never another requester's data
+
+
+@pytest.mark.parametrize("model", ["Misnamed", "MisnamedStrict"])
+def test_a_misnamed_output_is_refused_naming_the_unknown_and_the_missing_name(url, model):
+    """Outputs match by name in both modes: a dict's key is never renamed to a declared output."""
+    with ModelClient(url, model) as client:
+        with pytest.raises(PyTritonClientInferenceServerError) as info:
+            client.infer_sample(np.ones(2, np.float32))
+    message = str(info.value)
+    assert f"Model '{model}': the response to request 0 is missing output(s) ['OUTPUT_1']" in message
+    assert "has output(s) ['output_1'] that the model does not declare" in message
+    assert "'output_1' -> 'OUTPUT_1'" in message  # the case-only slip is pointed out
 
 
 def test_strict_refuses_wrong_dtype_naming_model_output_and_expectation(url):

@@ -69,7 +69,7 @@ def test_identity_response_is_matched_by_position():
 
 
 def test_no_positional_matching_when_counts_differ():
-    with pytest.raises(PyTritonValidationError, match="output 'OUT_F' is missing from the response to request 2"):
+    with pytest.raises(PyTritonValidationError, match=r"request 2 is missing output\(s\) \['OUT_F', 'OUT_I'\]"):
         _shape(_context(FLOATS, INTS), {"A": np.zeros((1, 3))}, strict=False, request_index=2)
 
 
@@ -77,8 +77,27 @@ def test_no_positional_matching_when_one_name_matches():
     response = {"OUT_F": np.zeros((1, 1, 3), np.float32), "OTHER": np.zeros(2, np.int64)}
     with pytest.raises(PyTritonValidationError) as excinfo:
         _shape(_context(FLOATS, INTS), response, strict=False)
-    assert "output 'OUT_I' is missing" in str(excinfo.value)
-    assert "['OTHER', 'OUT_F']" in str(excinfo.value)  # what the callable returned
+    assert "is missing output(s) ['OUT_I']" in str(excinfo.value)
+    assert "has output(s) ['OTHER'] that the model does not declare" in str(excinfo.value)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_dict_with_a_wrong_name_is_refused_not_renamed(strict):
+    """One entry per output is no licence to rename: {"Y": ...} for output "y" is a mistake."""
+    context = _context(Tensor(name="y", shape=(-1,), dtype=np.float32))
+    with pytest.raises(PyTritonValidationError) as excinfo:
+        _shape(context, {"Y": np.zeros((1, 2), np.float32)}, strict=strict, batch_size=1)
+    assert str(excinfo.value) == (
+        "Model 'shaper': the response to request 0 is missing output(s) ['y'] and has output(s) ['Y'] that "
+        "the model does not declare; declared outputs: ['y'] (names are case-sensitive: 'Y' -> 'y')"
+    )
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_plain_dict_of_input_names_is_not_an_identity(strict):
+    """Only the `Request` itself, returned unchanged, maps by position; a dict built by the callable does not."""
+    with pytest.raises(PyTritonValidationError, match=r"missing output\(s\) \['OUT_F'\]"):
+        _shape(_context(FLOATS), {"INPUT_1": np.zeros((1, 1, 3), np.float32)}, strict=strict, batch_size=1)
 
 
 def test_extra_output_refused_when_strict():
@@ -87,7 +106,7 @@ def test_extra_output_refused_when_strict():
         _shape(_context(FLOATS), response, strict=True, batch_size=1, request_index=1)
     message = str(excinfo.value)
     assert "Model 'shaper'" in message
-    assert "outputs ['DEBUG']" in message
+    assert "has output(s) ['DEBUG'] that the model does not declare" in message
     assert "declared outputs: ['OUT_F']" in message
 
 
