@@ -24,7 +24,6 @@ import zmq
 
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError, PyTritonModelConfigError
 from pytriton.ipc import protocol
-from pytriton.ipc.shm import MIB, shm_usage
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.model_config.tensor import resolve_tensor_names
 from pytriton.repository.pbtxt import model_config_proto, to_pbtxt, to_triton_data_type
@@ -33,10 +32,16 @@ from pytriton.repository.writer import remove_model, write_model
 from pytriton.server.workspace import remove_segments
 from pytriton.worker.context import TritonContext
 from pytriton.worker.handler import InstanceHandler, is_async_callable, is_generator_callable
+from pytriton.worker.instance import Instance
 from pytriton.worker.process_instance import ProcessInstance, check_forkable
 from pytriton.worker.request import Request
+from pytriton.worker.stamps import stamps_folder
 
 logger = logging.getLogger("pytriton.triton")
+
+SPIN_ENV = "PYTRITON_PROXY_SPIN_US"
+"""How long each proxy polls for its answer before it sleeps, in microseconds (see
+`pytriton.proxy.waiting`; 0 turns it off)."""
 
 InferFunc = Callable[[List[Request]], Any]
 """An inference callable: a list of requests in, one mapping of output name to array per request out."""
@@ -52,52 +57,14 @@ class ModelDeclaration:
     asynchronous: List[bool]
 
 
-PIPELINE_MIN_SHM_BYTES = 256 * MIB
-"""Below this /dev/shm size, plain callables get one proxy each instead of `protocol.PIPELINE_LANES`:
-every proxy's stub keeps its own Triton pool, which grows to its largest batch and never shrinks,
-so on Docker's default 64 MB two pools would halve the largest request that fits."""
-
-
-def pipeline_lanes(
-    relayed: bool, shm_total_bytes: int, config: Optional[ModelConfig] = None, handlers: int = 1
-) -> int:
-    """How many Triton instances (proxies) feed each worker handler of a model.
-
-    A plain callable gets `protocol.PIPELINE_LANES`, so the next batch travels while the callable
-    works (the hop is hidden behind it), with four exceptions that get one:
-
-    - a model with several callables (`handlers` > 1): Triton hands a batch to whichever of its
-      idle instances has waited longest, not to the lowest-numbered, so the second lane of a busy
-      callable would take batches while another callable sits idle (measured: in 2 starts of 4,
-      the second of two concurrent requests to a two-callable model waited behind the first in
-      all 30 rounds). With one instance per callable Triton hands batches to idle callables
-      only, and the other callables already take the next batch while one works;
-    - relayed models (decoupled, or async callables) already overlap their batches;
-    - /dev/shm is smaller than `PIPELINE_MIN_SHM_BYTES`;
-    - the batcher orders or limits the queue (priorities, queue policies, preserve_ordering):
-      a batch waiting in the worker would have left Triton's queue early, out of the reach of
-      those rules (a later high-priority request would wait behind it, a full queue would hold
-      one batch more, a queue timeout would never fire for it).
-    """
-    if handlers > 1 or relayed or shm_total_bytes < PIPELINE_MIN_SHM_BYTES:
-        return 1
-    batcher = config.batcher if config is not None and config.batching else None
-    if batcher is not None and (batcher.priority_levels or batcher.default_queue_policy is not None
-                                or batcher.priority_queue_policy or batcher.preserve_ordering):
-        return 1
-    return protocol.PIPELINE_LANES
-
-
 @dataclasses.dataclass
 class BoundModel:
     """A model being served: its declaration and the handlers started for its instances."""
 
     declaration: ModelDeclaration
-    handlers: List[Union[InstanceHandler, ProcessInstance]]
+    handlers: List[Instance]
     shm_prefix: str = ""
     """Prefix of this model's shared-memory segments."""
-    lanes: int = 1
-    """Triton instances (proxies) feeding each handler (`protocol.PIPELINE_LANES` for plain callables)."""
 
     @property
     def version(self) -> int:
@@ -138,12 +105,10 @@ class ModelBindings:
         return config
 
     def instances(self) -> List[Tuple[str, int, int, Optional[int]]]:
-        """``(model, version, Triton instance, stub pid)`` of every Triton instance (each handler is
-        fed by ``lanes`` of them); the pid is None until its stub's proxy connected."""
-        return [(name, model.version, protocol.triton_instance(index, lane, len(model.handlers)),
-                 handler.proxy_pids.get(lane))
-                for name, model in list(self._models.items()) for index, handler in enumerate(model.handlers)
-                for lane in range(model.lanes)]
+        """``(model, version, Triton instance, stub pid)`` of every Triton instance (one per
+        handler, of the same number); the pid is None until its stub's proxy greeted."""
+        return [(name, model.version, index, handler.proxy_pid)
+                for name, model in list(self._models.items()) for index, handler in enumerate(model.handlers)]
 
     def forget_stub(self, model_name: str, instance: int) -> List[str]:
         """Remove the input segments a dead stub of `instance` left, so its successor can create them."""
@@ -234,13 +199,12 @@ class ModelBindings:
         endpoint = protocol.ipc_endpoint(sockets / key)
         model_shm_prefix = f"{shm_prefix}-{key}"
         relayed = any(declaration.asynchronous) or config.decoupled
-        lanes = pipeline_lanes(relayed, shm_usage().total, config, handlers=len(declaration.infer_funcs))
         proto = model_config_proto(
             model_name,
             context.inputs,
             context.outputs,
             config,
-            instance_count=len(declaration.infer_funcs) * lanes,
+            instance_count=len(declaration.infer_funcs),
             parameters={
                 protocol.PARAM_ENDPOINT: endpoint,
                 protocol.PARAM_SHM_PREFIX: model_shm_prefix,
@@ -248,17 +212,19 @@ class ModelBindings:
                 protocol.PARAM_WORKER_PID: str(os.getpid()),
                 protocol.PARAM_HANDLERS: str(len(declaration.infer_funcs)),
                 **({protocol.PARAM_RELAYED: "1"} if any(declaration.asynchronous) else {}),
+                **({protocol.PARAM_STAMPS: "1"} if stamps_folder() and not relayed else {}),
+                **({protocol.PARAM_SPIN_US: spin} if (spin := os.environ.get(SPIN_ENV)) else {}),
             },
         )
         config_text = to_pbtxt(proto)
         if self._zmq is None:
             self._zmq = zmq.Context()
-        bound = BoundModel(declaration, handlers=[], shm_prefix=model_shm_prefix, lanes=lanes)
+        bound = BoundModel(declaration, handlers=[], shm_prefix=model_shm_prefix)
         self._models[model_name] = bound  # registered first, so stop_handlers() finds whatever started
         try:
             for index, func in enumerate(declaration.infer_funcs):
-                handler_type = ProcessInstance if config.process_instances else InstanceHandler
-                handler = handler_type(  # a ProcessInstance's child makes its own ZeroMQ context
+                handler_type: Any = ProcessInstance if config.process_instances else InstanceHandler
+                handler: Instance = handler_type(  # a ProcessInstance's child makes its own ZeroMQ context
                     context=context,
                     infer_func=func,
                     endpoint=protocol.instance_endpoint(endpoint, index),

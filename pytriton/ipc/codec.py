@@ -1,4 +1,4 @@
-"""Tensor codec: numpy arrays <-> `TensorColumn` headers plus one inline frame or arena bytes.
+"""Tensor codec: numpy arrays <-> `TensorColumn` headers plus an inline payload or arena bytes.
 
 Pure functions and two small stateful helpers (the arena writer is reused batch after batch).
 BYTES tensors (numpy object or ``S`` arrays) are serialised as Triton does: for each element in
@@ -107,16 +107,18 @@ def pack(
 ) -> Tuple[Tuple[TensorColumn, ...], str, List[Any]]:
     """Lay out the tensors of several requests (or responses) of one message.
 
-    Small tensors go back to back (8-byte aligned) into one payload frame; large ones are copied
-    into `arena`, grown at most once per message. Without an arena everything goes inline: a
-    sender with several messages in flight (streams, overlapping coroutines) cannot reuse one
-    arena, since the receiver may still read the previous message from it. When /dev/shm has no
-    room for the arena (`Arena.reserve` refuses), the large tensors go inline too: slower, but
-    the message still goes through and Triton's own pool keeps the room it needs.
+    Small tensors go back to back (8-byte aligned) into the message's payload; large ones are
+    copied into `arena`, grown at most once per message. Without an arena everything goes
+    inline: a sender with several messages in flight (streams, overlapping coroutines) cannot
+    reuse one arena, since the receiver may still read the previous message from it. When
+    /dev/shm has no room for the arena (`Arena.reserve` refuses), the large tensors go inline
+    too: slower, but the message still goes through and Triton's own pool keeps the room it
+    needs.
 
     Returns:
-        The columns describing every tensor, the arena's segment name ("" when unused), and
-        the payload frames (zero or one).
+        The columns describing every tensor, the arena's segment name ("" when unused), and the
+        payload as a list of buffers (the arrays themselves and padding), which
+        `pytriton.ipc.channel.Channel.send` gathers without copying them in Python.
     """
     count = len(groups)
     columns: Dict[Tuple[str, str], _Column] = {}
@@ -152,13 +154,13 @@ def pack(
             shm_offset += aligned(size)
         else:
             column.offsets[index] = inline_offset
-            pieces.append(buffer)
+            if size:
+                pieces.append(_raw(buffer) if isinstance(buffer, np.ndarray) and not buffer.ndim else buffer)
             pad = _padding(size)
             if pad:
                 pieces.append(_PAD[:pad])
             inline_offset += size + pad
-    frames = [b"".join(pieces)] if pieces else []
-    return tuple(c.frozen() for c in columns.values()), (arena.name if shm_total and arena else ""), frames
+    return tuple(c.frozen() for c in columns.values()), (arena.name if shm_total and arena else ""), pieces
 
 
 def group_sizes(columns: Sequence[TensorColumn], count: int) -> List[int]:
@@ -171,16 +173,15 @@ def group_sizes(columns: Sequence[TensorColumn], count: int) -> List[int]:
 
 
 def unpack(
-    columns: Sequence[TensorColumn], segment: str, frames: Sequence[Any], reader: SegmentReader, count: int
+    columns: Sequence[TensorColumn], segment: str, payload: Any, reader: SegmentReader, count: int
 ) -> List[Dict[str, np.ndarray]]:
     """Arrays of every request (or response) of one message, without copying numeric data.
 
-    Numeric arrays are read-only views on the payload frame or the peer's arena: those on the
-    arena stay valid until the peer writes its next message on this instance.
+    Numeric arrays are read-only views on the message's `payload` (a bytes-like object) or on
+    the peer's arena: those on the arena stay valid until the peer writes its next message on
+    this instance, those on a reused receive buffer until the next message is received.
     """
     groups: List[Dict[str, np.ndarray]] = [{} for _ in range(count)]
-    payload: Any = frames[0] if frames else b""
-    payload = getattr(payload, "buffer", payload)
     shm: Any = None
     if segment:
         shm = reader.buffer(segment)

@@ -1,34 +1,39 @@
 """The wire contract between the proxy (inside Triton's Python backend) and the worker.
 
-One ZeroMQ DEALER (proxy, one per model instance) talks to one ROUTER (worker, one per
-callable). Every message is a multipart ZeroMQ message: frame 0 is a pickled header (a
-NamedTuple of this module), frame 1, when present, carries the bytes of all small tensors of
-the message back to back. Large tensors travel in the sender's shared-memory arena (see
+Two channels join a proxy (one per Triton instance) and a worker handler (one per callable):
+
+- the control channel, a ZeroMQ DEALER (proxy) and ROUTER (handler): `Hello` and `Welcome`
+  once per proxy at load and after a reconnection. The welcome names the data socket;
+- the data channel, a Unix ``SOCK_SEQPACKET`` connection (`pytriton.ipc.channel`) that the
+  proxy opens to the handler's data socket after the welcome: every batch and answer.
+
+A message is a header (encoded here) and a payload: the bytes of all small tensors of the
+message back to back. Large tensors travel in the sender's shared-memory arena (see
 `pytriton.ipc.shm`) and the header only gives their offsets.
 
-Both sides are processes of the same user that the library started, talking over a socket in
-a 0700 workspace folder, so pickle is safe here. Headers are NamedTuples holding plain values
-because pickling them costs microseconds where dataclasses cost hundreds (measured: 64-request
-batch headers, 17 us against 390 us to encode).
+Headers are NamedTuples of plain values, encoded with `marshal` as a tuple of a kind number and
+the fields: both sides are processes of the same user that the library started, talking over
+sockets in a 0700 workspace folder, and `marshal` costs a fifth of `pickle` (0.4 us against
+2.6 us for a one-request batch header, measured here), which matters on every batch.
 
-Exchanges: `Hello`/`Welcome` once per instance at load; then per batch either `InferBatch` ->
-`BatchResult` (one answer), or, for a decoupled model, `InferBatch` -> any number of
-`StreamPart` -> `StreamEnd`, with `Cancel` from the proxy when every requester of the batch has
-gone. Version 2 added the streaming messages; version 3 feeds a plain callable's handler from
-`PIPELINE_LANES` proxies, each with its own output arena.
+Exchanges on the data channel: per batch either `InferBatch` -> `BatchResult` (one answer), or,
+for a decoupled model, `InferBatch` -> any number of `StreamPart` -> `StreamEnd`, with `Cancel`
+from the proxy when every requester of the batch has gone. Version 4 moved the batches from
+ZeroMQ to the data channel, added the timing stamps (`Stamp`) and fed each handler from
+one Triton instance (version 3 had two, "lanes").
 
-Names (endpoints, segments) are built by the functions at the bottom of this module, on both
-sides of the process boundary.
+Names (endpoints, socket files, segments) are built by the functions at the bottom of this
+module, on both sides of the process boundary.
 """
 
 from __future__ import annotations
 
 import hashlib
+import marshal
 import os
-import pickle
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, NamedTuple, Optional, Tuple, Union
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 
 # Keys of the model configuration `parameters` that tell a proxy where its worker is.
 PARAM_ENDPOINT = "pytriton.endpoint"
@@ -41,15 +46,10 @@ PARAM_RELAYED = "pytriton.relayed"
 models, and callables that are coroutines, whose batches may overlap); absent otherwise."""
 PARAM_HANDLERS = "pytriton.handlers"
 """How many worker handlers (one per callable) serve the model."""
-
-PIPELINE_LANES = 2
-"""Triton instances per worker handler of a model with one plain callable. Each proxy's `execute`
-blocks until its batch is answered (so Triton itself fails the batch if the stub dies), and with
-two of them Triton hands the next batch to the second proxy while the callable still works on
-the first: the batch is transferred and waiting when the callable is done, and each batch holds
-what arrived during about one call. Models with several callables get one instance per callable
-(`binding.pipeline_lanes` says why). Triton instance ``k`` of a model with ``n`` handlers is lane
-``k // n`` of handler ``k % n`` (see `handler_of`)."""
+PARAM_SPIN_US = "pytriton.spin_us"
+"""How long a proxy polls for its answer before it sleeps (see `pytriton.proxy.waiting`)."""
+PARAM_STAMPS = "pytriton.stamps"
+"""``"1"`` when the proxy records the timing stamps of every batch (see `Stamp`); absent otherwise."""
 
 DEADLINE_PARAMETER = "pytriton_deadline_ms"
 """Request parameter by which pytriton's clients send their deadline to the worker: the Unix time,
@@ -65,22 +65,25 @@ INLINE_MAX_BYTES = 64 * 1024
 class Hello(NamedTuple):
     """Proxy -> worker, once per instance at model load: checks the protocol and the peer.
 
-    `instance` is the worker handler's number; `lane` tells the proxies of one handler apart
-    (see `PIPELINE_LANES`): each has its own output arena on the worker's side.
+    `instance` is the Triton instance the proxy serves, which is the number of the worker
+    handler (one per callable) it greets: each handler is fed by one Triton instance.
     """
 
     protocol: int
     instance: int
     proxy_pid: int
-    lane: int = 0
 
 
 class Welcome(NamedTuple):
-    """Worker -> proxy: the handshake succeeded (or `error` says why it did not)."""
+    """Worker -> proxy: the handshake succeeded (or `error` says why it did not).
+
+    `data_path` is the handler's data socket, which the proxy connects to next.
+    """
 
     protocol: int
     worker_pid: int
     error: Optional[str] = None
+    data_path: str = ""
 
 
 class TensorColumn(NamedTuple):
@@ -106,13 +109,16 @@ class InferBatch(NamedTuple):
     """Proxy -> worker: the requests Triton's batcher handed to one `execute` call.
 
     `parameters` holds each request's parameters as JSON text ("" if none); its length is the
-    number of requests. `segment` names the proxy's input arena ("" when unused).
+    number of requests. `segment` names the proxy's input arena ("" when unused). `stamps`,
+    when the model records them, holds the previous batch's complete `Stamp` record followed
+    by this batch's first two stamps.
     """
 
     batch_id: int
     parameters: Tuple[str, ...]
     columns: Tuple[TensorColumn, ...]
     segment: str
+    stamps: Tuple[int, ...] = ()
 
 
 class BatchResult(NamedTuple):
@@ -128,6 +134,8 @@ class BatchResult(NamedTuple):
     columns: Tuple[TensorColumn, ...]
     segment: str
     unrecoverable: bool = False
+    stamps: Tuple[int, ...] = ()
+    """The batch's stamps so far (see `Stamp`), when the model records them."""
 
 
 class StreamPart(NamedTuple):
@@ -165,21 +173,70 @@ class Cancel(NamedTuple):
     batch_id: int
 
 
+class Stamp:
+    """Where the `time.monotonic_ns` stamps of one batch are taken (indices into its record).
+
+    Recorded when the serving process runs with ``PYTRITON_HOP_STAMPS`` set (see
+    `pytriton.worker.stamps`): the proxy and the worker share one host's monotonic clock, so the
+    differences are the time each stage of the hop took.
+    """
+
+    EXECUTE = 0
+    """The proxy's `execute` was entered."""
+    SENT = 1
+    """The proxy has read the requests and sends the batch."""
+    RECEIVED = 2
+    """The worker has the batch."""
+    DECODED = 3
+    """The worker built the requests."""
+    CALLED = 4
+    """The callable (with its decorators) returned."""
+    ANSWERED = 5
+    """The worker checked and encoded the answer and sends it."""
+    RESULT = 6
+    """The proxy has the answer."""
+    RESPONDED = 7
+    """The proxy built Triton's responses and returns from `execute`."""
+    COUNT = 8
+
+
 Message = Union[Hello, Welcome, InferBatch, BatchResult, StreamPart, StreamEnd, Cancel]
-_MESSAGE_TYPES = (Hello, Welcome, InferBatch, BatchResult, StreamPart, StreamEnd, Cancel)
+_MESSAGE_TYPES: Tuple[Any, ...] = (Hello, Welcome, InferBatch, BatchResult, StreamPart, StreamEnd, Cancel)
+_KINDS = {message_type: kind for kind, message_type in enumerate(_MESSAGE_TYPES)}
+_COLUMNS_AT = {InferBatch: 3, BatchResult: 3, StreamPart: 4}
+"""Where a message's columns sit in its encoded tuple (after the kind number)."""
 
 
-def encode(message: Message, payload: Sequence[Any] = ()) -> List[Any]:
-    """Frames of one multipart message: the pickled header, then the inline payload frame(s)."""
-    return [pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL), *payload]
+def encode(message: Message) -> bytes:
+    """The header of one message: its kind number and fields, marshalled."""
+    message_type = type(message)
+    at = _COLUMNS_AT.get(message_type)
+    if at is None:
+        return marshal.dumps((_KINDS[message_type], *message))
+    fields = [_KINDS[message_type], *message]
+    fields[at] = tuple([tuple(column) for column in fields[at]])
+    return marshal.dumps(tuple(fields))
 
 
-def decode(frames: Sequence[Any]) -> Tuple[Message, Sequence[Any]]:
-    """Inverse of `encode`: the header and the payload frames."""
-    message = pickle.loads(frames[0])
-    if not isinstance(message, _MESSAGE_TYPES):
-        raise ValueError(f"unexpected message of type {type(message).__name__} on the pytriton wire")
-    return message, frames[1:]
+def decode(header: Any) -> Message:
+    """Inverse of `encode` (from any bytes-like object).
+
+    Raises:
+        ValueError: the header is not one of this module's messages.
+    """
+    try:
+        fields = marshal.loads(header)
+        message_type = _MESSAGE_TYPES[fields[0]]
+    except (EOFError, ValueError, TypeError, IndexError, KeyError) as exc:
+        raise ValueError(f"unreadable message on the pytriton wire ({exc})") from exc
+    at = _COLUMNS_AT.get(message_type)
+    if at is not None:
+        fields = list(fields)
+        fields[at] = tuple([TensorColumn._make(column) for column in fields[at]])
+    try:
+        return message_type._make(fields[1:])  # type: ignore[no-any-return]
+    except TypeError as exc:
+        raise ValueError(f"a {message_type.__name__} with the wrong fields on the pytriton wire ({exc})") from exc
 
 
 def model_key(model_name: str, model_version: int) -> str:
@@ -216,31 +273,20 @@ def instance_endpoint(base_endpoint: str, instance: int) -> str:
     return f"{base_endpoint}-{instance}"
 
 
-def segment_name(shm_prefix: str, instance: int, direction: str, generation: int, lane: int = 0) -> str:
-    """Name of a shared-memory arena: one per instance, direction and lane, renewed when it grows.
+def data_socket_path(control_socket_path: str) -> str:
+    """The data socket of the handler whose control socket file is `control_socket_path`."""
+    return f"{control_socket_path}.d"
 
-    `direction` is ``"in"`` (proxy -> worker, owned by the proxy; `instance` is then the Triton
-    instance) or ``"out"`` (worker -> proxy, owned by the worker; `instance` is the handler and
-    `lane` the proxy it answers). `shm_prefix` carries the server's own prefix, so two servers
+
+def segment_name(shm_prefix: str, instance: int, direction: str, generation: int) -> str:
+    """Name of a shared-memory arena: one per instance and direction, renewed when it grows.
+
+    `direction` is ``"in"`` (proxy -> worker, owned by the proxy) or ``"out"`` (worker ->
+    proxy, owned by the worker). `shm_prefix` carries the server's own prefix, so two servers
     on one host never share a name and a sweep can find what a dead server left. Every name of
     one instance and direction starts with ``segment_name(prefix, instance, direction, 0)[:-1]``.
     """
-    name = f"{shm_prefix}-{instance}-{direction}-{generation}"
-    return f"{name}.{lane}" if lane else name
-
-
-def handler_of(triton_instance: int, handlers: int) -> Tuple[int, int]:
-    """The worker handler and lane that Triton instance `triton_instance` feeds, of `handlers`.
-
-    Lane-major: instances ``0 .. handlers-1`` are lane 0 of each handler, the next ones lane 1.
-    """
-    lane, handler = divmod(triton_instance, handlers)
-    return handler, lane
-
-
-def triton_instance(handler: int, lane: int, handlers: int) -> int:
-    """Inverse of `handler_of`."""
-    return lane * handlers + handler
+    return f"{shm_prefix}-{instance}-{direction}-{generation}"
 
 
 def instance_index(model_instance_name: str) -> int:

@@ -1,10 +1,10 @@
 """The proxy model: runs inside Triton's Python backend stub, one instance per stub process.
 
 Each `execute` call carries the batch Triton's dynamic batcher formed to the worker in the user's
-process (one round trip per batch) and turns the worker's answer into Triton responses. A plain
-callable's worker handler is fed by `protocol.PIPELINE_LANES` such proxies (Triton instances),
-so the next batch travels while the callable works on the current one. The model is reported
-ready only after the handshake with its worker succeeded, so readiness tells the truth.
+process (one round trip per batch, on the data channel of `pytriton.proxy.link`) and turns the
+worker's answer into Triton responses; the thread that runs `execute` sends the batch and is the
+one the kernel wakes with the answer. The model is reported ready only after the handshake with
+its worker succeeded, so readiness tells the truth.
 
 Imports only the standard library, numpy, zmq and `pytriton.ipc` (plus Triton's own
 `triton_python_backend_utils`, present in the stub).
@@ -20,13 +20,16 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]  # provided by the stub
-import zmq
 
 from pytriton.ipc import codec, protocol, shm
+from pytriton.ipc.channel import ChannelClosed
 from pytriton.ipc.shm import Arena, SegmentReader
+from pytriton.proxy.link import Link, LinkError
 from pytriton.proxy.relay import Relay
+from pytriton.proxy.waiting import AnswerWait, spin_window_us
 
-_LIVENESS_CHECK_MS = 1000
+_LIVENESS_CHECK_S = 1.0
+"""The data channel's receive and send timeout: how often a wait looks whether the worker lives."""
 _RECONNECT_S = 5.0
 """How long a batch waits for a worker to answer again after the last one was found gone."""
 _PARENT_CHECK_S = 0.5
@@ -88,16 +91,6 @@ def _read_requests(requests: List[Any]) -> Tuple[List[Dict[str, Any]], Tuple[str
     return groups, tuple(parameters)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _record_fatal_signals(path: Optional[str]) -> Optional[Any]:
     """Have `faulthandler` write a fatal signal of this stub to `path` (see
     `protocol.fault_trace_path`); the open file stays referenced by the caller."""
@@ -119,21 +112,13 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = _parameters(config)
         self._model_name = args["model_name"]
-        self._instance = protocol.instance_index(args["model_instance_name"])  # Triton's: names the input arena
-        handler, lane = protocol.handler_of(self._instance, int(params.get(protocol.PARAM_HANDLERS, "1")))
-        self._worker_pid = int(params[protocol.PARAM_WORKER_PID])
+        self._instance = protocol.instance_index(args["model_instance_name"])  # also the handler's number
         shm_prefix = params[protocol.PARAM_SHM_PREFIX]
-        endpoint = protocol.instance_endpoint(params[protocol.PARAM_ENDPOINT], handler)
-        self._endpoint = endpoint
+        endpoint = protocol.instance_endpoint(params[protocol.PARAM_ENDPOINT], self._instance)
         socket_path = protocol.ipc_socket_path(endpoint)
         self._fault_trace = _record_fatal_signals(
             protocol.fault_trace_path(os.path.dirname(socket_path), os.getpid()) if socket_path else None
         )
-        self._context = zmq.Context(io_threads=1)
-        self._socket = self._context.socket(zmq.DEALER)
-        self._socket.setsockopt(zmq.LINGER, 0)
-        self._socket.setsockopt(zmq.RCVTIMEO, _LIVENESS_CHECK_MS)
-        self._socket.connect(endpoint)
         # Before any arena exists, the one /dev/shm segment this process maps is Triton's pool.
         pools = shm.mapped_segments()
         self._pool = pools[0] if len(pools) == 1 else ""
@@ -145,20 +130,26 @@ class TritonPythonModel:
         self._last_batch = time.monotonic()
         self._idle_released = True
         self._closing = threading.Event()
+        self._stamps = params.get(protocol.PARAM_STAMPS) == "1"
+        self._answer_wait = AnswerWait(spin_window_us(params.get(protocol.PARAM_SPIN_US)))
+        self._last_stamps: Tuple[int, ...] = ()  # the previous batch's record, sent with the next batch
         timeout_s = float(params.get(protocol.PARAM_HANDSHAKE_TIMEOUT_S, "60"))
-        self._hello = protocol.Hello(protocol.PROTOCOL_VERSION, handler, os.getpid(), lane)
-        self._worker_gone = False
-        welcome = self._handshake(timeout_s)
-        if welcome.error:
-            raise pb_utils.TritonModelException(f"Model '{self._model_name}': {welcome.error}")
+        hello = protocol.Hello(protocol.PROTOCOL_VERSION, self._instance, os.getpid())
+        self._link = Link(self._model_name, endpoint, hello, int(params[protocol.PARAM_WORKER_PID]))
         decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
+        relayed = decoupled or params.get(protocol.PARAM_RELAYED) == "1"
+        try:
+            self._link.connect(timeout_s, Relay.RECEIVE_TIMEOUT_S if relayed else _LIVENESS_CHECK_S)
+        except LinkError as exc:
+            self._link.close()
+            raise pb_utils.TritonModelException(str(exc)) from None
         self._relay: Optional[Relay] = None
-        if decoupled or params.get(protocol.PARAM_RELAYED) == "1":
+        if relayed:
             # A plain generator streams one batch at a time in the worker: holding the next batch in
             # Triton's queue until then lets the batcher gather the requests that arrive meanwhile.
             one_at_a_time = params.get(protocol.PARAM_RELAYED) != "1"
-            self._relay = Relay(pb_utils, self._context, self._socket, self._model_name, welcome.worker_pid,
-                                _pid_alive, watch_cancellation=decoupled, one_at_a_time=one_at_a_time)
+            self._relay = Relay(pb_utils, self._link, self._model_name, _RECONNECT_S,
+                                watch_cancellation=decoupled, one_at_a_time=one_at_a_time)
             self.execute = self._execute_relayed  # type: ignore[method-assign,assignment]
         else:
             threading.Thread(target=self._release_when_idle, name="pytriton-idle-arena", daemon=True).start()
@@ -179,35 +170,13 @@ class TritonPythonModel:
             finally:
                 self._arena_lock.release()
 
-    def _handshake(self, timeout_s: float) -> protocol.Welcome:
-        """Greet the worker; its `Welcome` tells the pid of the process that serves this instance
-        (the user's process, or a worker process forked from it)."""
-        self._socket.send_multipart(protocol.encode(self._hello))
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._socket.poll(100):
-                message, _ = protocol.decode(self._socket.recv_multipart())
-                if isinstance(message, protocol.Welcome):
-                    if message.error is None:
-                        self._worker_pid = message.worker_pid
-                    return message
-            elif not self._worker_gone and not _pid_alive(self._worker_pid):
-                break
-        raise pb_utils.TritonModelException(
-            f"Model '{self._model_name}': no pytriton worker answered at {self._endpoint} within {timeout_s:.0f} s "
-            f"(worker pid {self._worker_pid}, alive: {_pid_alive(self._worker_pid)})"
-        )
-
     def _reconnect(self) -> Optional[str]:
         """After the worker was found gone: greet whatever worker now serves the endpoint (a
         worker process forked anew). None when one answered, else why the batch fails."""
         try:
-            welcome = self._handshake(_RECONNECT_S)
-        except pb_utils.TritonModelException as exc:
+            self._link.connect(_RECONNECT_S, _LIVENESS_CHECK_S)
+        except LinkError as exc:
             return str(exc)
-        if welcome.error:
-            return f"Model '{self._model_name}': {welcome.error}"
-        self._worker_gone = False
         return None
 
     def execute(self, requests: List[Any]) -> List[Any]:
@@ -217,29 +186,71 @@ class TritonPythonModel:
             return self._execute(requests)
 
     def _execute(self, requests: List[Any]) -> List[Any]:
-        if self._worker_gone and (reason := self._reconnect()) is not None:
+        started = time.monotonic_ns() if self._stamps else 0
+        if self._link.channel is None and (reason := self._reconnect()) is not None:
             return [pb_utils.InferenceResponse(error=pb_utils.TritonError(reason)) for _ in requests]
         groups, parameters = _read_requests(requests)
-        columns, segment, frames = codec.pack(groups, self._arena)
+        columns, segment, payload = codec.pack(groups, self._arena)
         self._input_columns = columns  # sized only when the outputs may not fit
         self._batch_id += 1
-        batch = protocol.InferBatch(self._batch_id, parameters, columns, segment)
-        self._socket.send_multipart(protocol.encode(batch, frames))
-        result, payload = self._wait_result(len(requests))
+        stamps = (*self._last_stamps, started, time.monotonic_ns()) if self._stamps else ()
+        header = protocol.encode(protocol.InferBatch(self._batch_id, parameters, columns, segment, stamps))
+        result, answer = self._round_trip(header, payload, len(requests))
         if result is None:
-            self._worker_gone = True
+            self._link.drop()
             error = pb_utils.TritonError(
-                f"Model '{self._model_name}': the pytriton worker process (pid {self._worker_pid}) is gone"
+                f"Model '{self._model_name}': the pytriton worker process (pid {self._link.worker_pid}) is gone"
             )
             return [pb_utils.InferenceResponse(error=error) for _ in requests]
-        groups = codec.unpack(result.columns, result.segment, payload, self._reader, len(requests))
+        received = time.monotonic_ns() if self._stamps else 0
+        groups = codec.unpack(result.columns, result.segment, answer, self._reader, len(requests))
         responses = []
         for arrays, error in zip(groups, result.errors):
             if error is not None:
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(error)))
             else:
                 responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in arrays.items()]))
-        return self._refuse_what_cannot_fit(requests, result, responses)
+        responses = self._refuse_what_cannot_fit(requests, result, responses)
+        if self._stamps:
+            self._last_stamps = (*result.stamps, received, time.monotonic_ns())
+        return responses
+
+    def _round_trip(
+        self, header: bytes, payload: Sequence[Any], count: int
+    ) -> Tuple[Optional[protocol.BatchResult], Any]:
+        """Send the batch and wait for its answer; (None, None) when the worker is gone.
+
+        Waits as long as the worker lives: a slow callable is the worker's business (it has
+        ``execution_timeout_s``); a dead one shows as the connection's end, or at the latest
+        at the next liveness check.
+        """
+        channel = self._link.channel
+        assert channel is not None
+        try:
+            while True:
+                try:
+                    channel.send(header, payload)
+                    break
+                except BlockingIOError:  # its queue stayed full for a liveness period
+                    if not self._link.worker_alive():
+                        return None, None
+            while True:
+                received = self._answer_wait.receive(channel)
+                if received is None:  # no answer within the liveness period: is the worker still there?
+                    if not self._link.worker_alive():
+                        return None, None
+                    continue
+                message = protocol.decode(received[0])
+                if isinstance(message, protocol.BatchResult) and message.batch_id == self._batch_id:
+                    if len(message.errors) != count:
+                        raise pb_utils.TritonModelException(
+                            f"Model '{self._model_name}': worker answered {len(message.errors)} responses "
+                            f"for {count} requests"
+                        )
+                    return message, received[1]
+                # otherwise: a late answer to an abandoned batch
+        except ChannelClosed:
+            return None, None
 
     def _refuse_what_cannot_fit(self, requests: List[Any], result: protocol.BatchResult,
                                 responses: List[Any]) -> List[Any]:
@@ -270,37 +281,19 @@ class TritonPythonModel:
     def _execute_relayed(self, requests: List[Any]) -> None:
         """Send the batch through the relay and return at once; the relay answers each request."""
         groups, parameters = _read_requests(requests)
-        columns, segment, frames = codec.pack(groups, None)  # inline: batches overlap, an arena would not
+        columns, segment, payload = codec.pack(groups, None)  # inline: batches overlap, an arena would not
         self._batch_id += 1
-        batch = protocol.InferBatch(self._batch_id, parameters, columns, segment)
+        header = protocol.encode(protocol.InferBatch(self._batch_id, parameters, columns, segment))
         senders = [request.get_response_sender() for request in requests]
         assert self._relay is not None
-        self._relay.submit(self._batch_id, protocol.encode(batch, frames), requests, senders)
+        self._relay.submit(self._batch_id, header, payload, requests, senders)
         return None
-
-    def _wait_result(self, count: int) -> Tuple[Optional[protocol.BatchResult], Sequence[Any]]:
-        while True:
-            try:
-                message, payload = protocol.decode(self._socket.recv_multipart())
-            except zmq.Again:  # no answer within the liveness period: is the worker still there?
-                if not _pid_alive(self._worker_pid):
-                    return None, ()
-                continue
-            if isinstance(message, protocol.BatchResult) and message.batch_id == self._batch_id:
-                if len(message.errors) != count:
-                    raise pb_utils.TritonModelException(
-                        f"Model '{self._model_name}': worker answered {len(message.errors)} responses "
-                        f"for {count} requests"
-                    )
-                return message, payload
-            # otherwise: a late answer to an abandoned batch
 
     def finalize(self) -> None:
         self._closing.set()
         if self._relay is not None:
-            self._relay.close()  # closes the socket it owns
-        self._socket.close(linger=0)
-        self._context.term()
+            self._relay.close()
+        self._link.close()
         with self._arena_lock:
             self._arena.close()
             self._reader.close()

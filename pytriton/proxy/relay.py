@@ -2,37 +2,32 @@
 
 A decoupled (streaming) model sends any number of responses per request, and a model whose
 callable is a coroutine may have several batches in flight on one instance. For both, the
-proxy's `execute` hands the batch to this thread and returns None at once, so Triton can pass
-the instance its next batch; this thread forwards the batch to the worker and turns the
-worker's `StreamPart`, `StreamEnd` and `BatchResult` messages into responses on each request's
-response sender, the last one carrying the final flag.
+proxy's `execute` sends the batch on the data channel itself and returns None at once, so
+Triton can pass the instance its next batch; this thread receives the worker's `StreamPart`,
+`StreamEnd` and `BatchResult` messages and turns them into responses on each request's response
+sender, the last one carrying the final flag.
 
 It also watches the requesters: a request Triton marks cancelled (the client went away) gets a
 final CANCELLED response, and when every request of a batch is gone the worker gets `Cancel` so
-it stops generating. The thread owns the DEALER socket from here on; `execute` reaches it
-through an inproc pipe, because a ZeroMQ socket must not be used from two threads.
+it stops generating. When the worker goes away, every batch in flight fails at once, and the
+next `submit` greets whatever worker serves the endpoint next.
 
 Imports only the standard library, numpy, zmq and `pytriton.ipc`.
 """
 
 from __future__ import annotations
 
-import itertools
-import os
-import queue
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
-
-import zmq
+from typing import Any, Dict, Optional, Sequence
 
 from pytriton.ipc import codec, protocol
+from pytriton.ipc.channel import Channel, ChannelClosed
 from pytriton.ipc.shm import SegmentReader
+from pytriton.proxy.link import Link, LinkError
 
-_POLL_MS = 50
 _CANCEL_CHECK_S = 0.1
 _LIVENESS_CHECK_S = 1.0
-_relay_ids = itertools.count()
 
 
 class _Batch:
@@ -48,14 +43,13 @@ class _Batch:
 
 
 class Relay:
-    """Forwards batches to the worker and answers their requests as the worker's messages arrive.
+    """Answers the requests of relayed batches as the worker's messages arrive.
 
     Args:
         pb_utils: Triton's ``triton_python_backend_utils`` module (only importable in the stub).
-        context: the proxy's ZeroMQ context.
-        socket: the DEALER connected to the worker; owned by the relay thread from now on.
+        link: the proxy's link to its worker, connected; the relay receives on its data channel.
         model_name: for error messages.
-        worker_pid: to notice a worker that died.
+        reconnect_s: how long `submit` waits for a worker to answer again after one was gone.
         watch_cancellation: poll ``request.is_cancelled()`` (decoupled models).
         one_at_a_time: `submit` waits until the previous batch is answered in full (a plain
             generator callable, which the worker runs one batch at a time anyway): meanwhile
@@ -63,92 +57,128 @@ class Relay:
             step carries the responses of all of them in one message.
     """
 
+    RECEIVE_TIMEOUT_S = _CANCEL_CHECK_S
+    """The data channel's receive timeout while relaying: how often the thread looks at cancellations."""
+
     def __init__(
         self,
         pb_utils: Any,
-        context: zmq.Context[Any],
-        socket: zmq.Socket[Any],
+        link: Link,
         model_name: str,
-        worker_pid: int,
-        pid_alive: Callable[[int], bool],
+        reconnect_s: float,
         watch_cancellation: bool,
         one_at_a_time: bool = False,
     ) -> None:
         self._pb = pb_utils
         self._final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        self._socket = socket
+        self._link = link
         self._model_name = model_name
-        self._worker_pid = worker_pid
-        self._pid_alive = pid_alive
+        self._reconnect_s = reconnect_s
         self._watch_cancellation = watch_cancellation
         self._reader = SegmentReader()
         self._pending: Dict[int, _Batch] = {}
+        self._lock = threading.Lock()  # guards _pending and the channel swap
+        self._connected = threading.Condition(self._lock)
         self._turn: Optional[threading.Semaphore] = threading.Semaphore(1) if one_at_a_time else None
-        self._arrivals: queue.SimpleQueue[tuple[int, _Batch]] = queue.SimpleQueue()
-        address = f"inproc://pytriton-relay-{os.getpid()}-{next(_relay_ids)}"
-        self._pipe_in = context.socket(zmq.PAIR)
-        self._pipe_in.setsockopt(zmq.LINGER, 0)
-        self._pipe_in.bind(address)
-        self._pipe_out = context.socket(zmq.PAIR)  # used by the thread that calls execute
-        self._pipe_out.setsockopt(zmq.LINGER, 0)
-        self._pipe_out.connect(address)
+        self._closing = False
         self._thread = threading.Thread(target=self._run, name=f"pytriton-relay-{model_name}", daemon=True)
         self._thread.start()
 
-    def submit(self, batch_id: int, frames: List[Any], requests: Sequence[Any], senders: Sequence[Any]) -> None:
-        """Hand one encoded `InferBatch` to the relay (called from `execute`)."""
+    def submit(self, batch_id: int, header: bytes, payload: Sequence[Any], requests: Sequence[Any],
+               senders: Sequence[Any]) -> None:
+        """Send one encoded `InferBatch` (called from `execute`); its requests are answered later."""
         if self._turn is not None:
             self._turn.acquire()
-        self._arrivals.put((batch_id, _Batch(requests, senders)))
-        self._pipe_out.send_multipart(frames, copy=False)
+        batch = _Batch(requests, senders)
+        with self._lock:
+            channel = self._link.channel
+            if channel is None:
+                try:
+                    channel = self._link.connect(self._reconnect_s, self.RECEIVE_TIMEOUT_S)
+                except LinkError as exc:
+                    channel = None
+                    reason = str(exc)
+                self._connected.notify_all()
+            self._pending[batch_id] = batch
+        if channel is None:
+            self._fail_batch(batch_id, reason, prefixed=True)
+            return
+        try:
+            while True:
+                try:
+                    channel.send(header, payload)
+                    return
+                except BlockingIOError:  # the worker's queue stayed full for a receive period
+                    if not self._link.worker_alive():
+                        break
+        except ChannelClosed:
+            pass
+        self._fail_batch(batch_id, self._gone())
 
     def close(self) -> None:
         """Stop the thread; requests still open get an error (the model is being unloaded)."""
-        self._pipe_out.send(b"")  # an empty frame: stop
+        with self._lock:
+            self._closing = True
+            self._connected.notify_all()
         self._thread.join(5.0)
-        self._pipe_out.close(linger=0)
+
+    def _gone(self) -> str:
+        return f"the pytriton worker process (pid {self._link.worker_pid}) is gone"
 
     # --- the relay thread ------------------------------------------------------------------
 
     def _run(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._pipe_in, zmq.POLLIN)
-        poller.register(self._socket, zmq.POLLIN)
         last_heard = time.monotonic()
         next_cancel_check = last_heard + _CANCEL_CHECK_S
         try:
-            while True:
-                events = dict(poller.poll(_POLL_MS))
-                if self._pipe_in in events:
-                    frames = self._pipe_in.recv_multipart(copy=False)
-                    if len(frames) == 1 and not frames[0].bytes:
-                        break
-                    batch_id, batch = self._arrivals.get_nowait()
-                    self._pending[batch_id] = batch
-                    self._socket.send_multipart(frames, copy=False)
-                if self._socket in events:
-                    last_heard = time.monotonic()
-                    message, payload = protocol.decode(self._socket.recv_multipart())
-                    try:
-                        self._on_message(message, payload)
-                    except Exception as exc:  # noqa: BLE001 - one bad answer must not stop the relay
-                        reason = f"internal error in the pytriton proxy: {exc}"
-                        self._fail_batch(getattr(message, "batch_id", -1), reason)
+            while not self._closing:
+                channel = self._current_channel()
+                if channel is None:
+                    continue
+                try:
+                    received = channel.receive()
+                except ChannelClosed:
+                    self._worker_gone(channel)
+                    continue
                 now = time.monotonic()
+                if received is not None:
+                    last_heard = now
+                    self._receive(*received)
                 if self._watch_cancellation and now >= next_cancel_check:
                     next_cancel_check = now + _CANCEL_CHECK_S
-                    self._check_cancellations()
+                    self._check_cancellations(channel)
                 if self._pending and now - last_heard > _LIVENESS_CHECK_S:
                     last_heard = now
-                    if not self._pid_alive(self._worker_pid):
-                        self._fail_all(f"the pytriton worker process (pid {self._worker_pid}) is gone")
+                    if not self._link.worker_alive():
+                        self._worker_gone(channel)
         finally:
             self._fail_all("the model was unloaded before its responses were complete")
-            self._pipe_in.close(linger=0)
-            self._socket.close(linger=0)
             self._reader.close()
 
-    def _on_message(self, message: protocol.Message, payload: Sequence[Any]) -> None:
+    def _current_channel(self) -> Optional[Channel]:
+        """The data channel to receive on; waits (briefly) while there is none."""
+        with self._lock:
+            if self._link.channel is None and not self._closing:
+                self._connected.wait(self.RECEIVE_TIMEOUT_S)
+            return self._link.channel
+
+    def _worker_gone(self, channel: Channel) -> None:
+        with self._lock:
+            if self._link.channel is channel:
+                self._link.drop()
+        self._fail_all(self._gone())
+
+    def _receive(self, header: Any, payload: Any) -> None:
+        try:
+            message = protocol.decode(header)
+        except ValueError:
+            return  # no batch to tell: the decoding error names none
+        try:
+            self._on_message(message, payload)
+        except Exception as exc:  # noqa: BLE001 - one bad answer must not stop the relay
+            self._fail_batch(getattr(message, "batch_id", -1), f"internal error in the pytriton proxy: {exc}")
+
+    def _on_message(self, message: protocol.Message, payload: Any) -> None:
         batch = self._pending.get(getattr(message, "batch_id", -1))
         if batch is None:
             return  # a batch already failed (worker declared gone) or an unknown message
@@ -178,7 +208,9 @@ class Relay:
 
     def _forget(self, batch_id: int) -> None:
         """Drop a batch answered in full; the next batch may go (`one_at_a_time`)."""
-        if self._pending.pop(batch_id, None) is not None and self._turn is not None:
+        with self._lock:
+            forgotten = self._pending.pop(batch_id, None)
+        if forgotten is not None and self._turn is not None:
             self._turn.release()
 
     def _response(self, arrays: Dict[str, Any]) -> Any:
@@ -194,25 +226,29 @@ class Relay:
             triton_error = self._pb.TritonError(error) if code is None else self._pb.TritonError(error, code)
             sender.send(self._pb.InferenceResponse(error=triton_error), flags=self._final)
 
-    def _check_cancellations(self) -> None:
+    def _check_cancellations(self, channel: Channel) -> None:
         cancelled_code = getattr(self._pb.TritonError, "CANCELLED", None)
-        for batch_id, batch in self._pending.items():
+        for batch_id, batch in list(self._pending.items()):
             for index, request in enumerate(batch.requests):
                 if batch.open[index] and request.is_cancelled():
                     self._finish(batch, index, f"Model '{self._model_name}': the request was cancelled",
                                  cancelled_code)
             if not batch.cancel_sent and not any(batch.open):
                 batch.cancel_sent = True
-                self._socket.send_multipart(protocol.encode(protocol.Cancel(batch_id)))
+                try:
+                    channel.send(protocol.encode(protocol.Cancel(batch_id)))
+                except (ChannelClosed, BlockingIOError):
+                    pass  # the worker is gone (the receive sees it) or stuck: the batch ends either way
 
-    def _fail_batch(self, batch_id: int, reason: str) -> None:
+    def _fail_batch(self, batch_id: int, reason: str, prefixed: bool = False) -> None:
         batch = self._pending.get(batch_id)
         if batch is None:
             return
+        message = reason if prefixed else f"Model '{self._model_name}': {reason}"
         for index, is_open in enumerate(batch.open):
             if is_open:
                 try:
-                    self._finish(batch, index, f"Model '{self._model_name}': {reason}")
+                    self._finish(batch, index, message)
                 except Exception:  # noqa: BLE001 - the sender itself is broken; nothing more to tell
                     pass
         self._forget(batch_id)

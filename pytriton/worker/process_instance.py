@@ -5,8 +5,8 @@ callable that spends its time in Python code serves one batch at a time however 
 its model has; a forked child per instance runs on a core of its own. The callable and what it
 closes over reach the child by fork: nothing is pickled.
 
-`ProcessInstance` stands where an `InstanceHandler` would (``start``, ``stop``, ``is_serving``,
-``end_streams``, ``proxy_pids``). A watcher thread in the parent forks the child, relays what the
+`ProcessInstance` offers the `pytriton.worker.instance.Instance` interface, as an `InstanceHandler`
+does. A watcher thread in the parent forks the child, relays what the
 child reports over a pipe, and forks a fresh child on the same endpoint when one dies (a
 ``kill -9``, a crash in native code). The child:
 
@@ -175,9 +175,8 @@ class ProcessInstance:
         self._start_error: Optional[BaseException] = None
         self._stopping = threading.Event()
         self._kill_at = float("inf")
-        self.proxy_pids: Dict[int, int] = {}
-        """Per lane, the pid of the stub process whose proxy last connected on it (see
-        `protocol.PIPELINE_LANES`), as the child reports it."""
+        self.proxy_pid: Optional[int] = None
+        """The pid of the stub process whose proxy greeted last, as the child reports it."""
         self._thread = threading.Thread(
             target=self._watch, name=f"pytriton-{context.model_name}-{instance}-process", daemon=True
         )
@@ -330,8 +329,8 @@ class ProcessInstance:
                         self._started.set()
                 elif kind == "failed":
                     self._start_error = message[1]
-                elif kind == "proxy_pids":
-                    self.proxy_pids = message[1]
+                elif kind == "proxy_pid":
+                    self.proxy_pid = message[1]
                 elif kind == "unrecoverable":
                     try:
                         self._on_unrecoverable(message[1])
@@ -367,10 +366,11 @@ class ProcessInstance:
         """Remove what a dead child left: its pipe, its socket file, its output segments."""
         child.conn.close()
         if self._socket_path is not None:
-            try:
-                os.unlink(self._socket_path)
-            except FileNotFoundError:
-                pass
+            for path in (self._socket_path, protocol.data_socket_path(self._socket_path)):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
         _remove_segments(protocol.segment_name(child.shm_prefix, self._spec.instance, "out", 0)[:-1])
 
 
@@ -482,11 +482,11 @@ class _ChildRuntime:
         handler.start()
         self._send(("ready", os.getpid()))
         timeout_s = 5.0
-        reported: Dict[int, int] = {}
+        reported: Optional[int] = None
         while handler.is_serving():
-            if handler.proxy_pids != reported:
-                reported = dict(handler.proxy_pids)
-                self._send(("proxy_pids", reported))
+            if handler.proxy_pid != reported:
+                reported = handler.proxy_pid
+                self._send(("proxy_pid", reported))
             try:
                 message = self._conn.recv() if self._conn.poll(_POLL_S) else None
             except (EOFError, OSError):

@@ -217,8 +217,8 @@ def batch_result(
                                       f"request {index}; expected a mapping of output name to array")
     groups, errors, _ = _shape_all(context, outcomes, batch_sizes, strict)
     unrecoverable = any(isinstance(o, Failure) and o.unrecoverable for o in outcomes)
-    columns, segment, frames = codec.pack(groups, arena)
-    return protocol.BatchResult(batch_id, tuple(errors), columns, segment, unrecoverable), frames
+    columns, segment, payload = codec.pack(groups, arena)
+    return protocol.BatchResult(batch_id, tuple(errors), columns, segment, unrecoverable), payload
 
 
 def stream_part(
@@ -227,5 +227,5 @@ def stream_part(
     """The `StreamPart` of one value a streaming callable yielded; always inline (the proxy may
     still be reading the previous part when this one is written)."""
     groups, errors, present = _shape_all(context, per_request(context, count, step, "yielded"), batch_sizes, strict)
-    columns, _, frames = codec.pack(groups, None)
-    return protocol.StreamPart(batch_id, tuple(present), tuple(errors), columns), frames
+    columns, _, payload = codec.pack(groups, None)
+    return protocol.StreamPart(batch_id, tuple(present), tuple(errors), columns), payload

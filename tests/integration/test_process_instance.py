@@ -21,12 +21,12 @@ from typing import Optional
 import numpy as np
 import psutil
 import pytest
-import zmq
 
 from pytriton.exceptions import PyTritonModelConfigError
 from pytriton.ipc import codec, protocol
 from pytriton.ipc.shm import SHM_DIR
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.proxy.link import Link
 from pytriton.worker.context import TritonContext
 from pytriton.worker.process_instance import ProcessInstance
 
@@ -57,20 +57,27 @@ def _instance(tmp_path: pathlib.Path, config: Optional[ModelConfig] = None, infe
     return instance, endpoint, shm_prefix
 
 
-def _hello(endpoint: str, proxy_pid: int = 4242, timeout_s: float = 5.0) -> protocol.Welcome:
-    context = zmq.Context()
-    socket = context.socket(zmq.DEALER)
-    socket.setsockopt(zmq.LINGER, 0)
+def _link(endpoint: str, proxy_pid: int = 4242, timeout_s: float = 5.0) -> Link:
+    """A proxy's link to the instance, greeted and connected (the caller closes it)."""
+    link = Link("forked", endpoint, protocol.Hello(protocol.PROTOCOL_VERSION, 0, proxy_pid), os.getpid())
     try:
-        socket.connect(endpoint)
-        socket.send_multipart(protocol.encode(protocol.Hello(protocol.PROTOCOL_VERSION, 0, proxy_pid)))
-        assert socket.poll(int(timeout_s * 1000)), f"no Welcome from {endpoint} within {timeout_s} s"
-        message, _ = protocol.decode(socket.recv_multipart())
-        assert isinstance(message, protocol.Welcome) and message.error is None, message
-        return message
-    finally:
-        socket.close()
-        context.term()
+        link.connect(timeout_s, timeout_s)
+    except BaseException:
+        link.close()
+        raise
+    return link
+
+
+class _Welcome:
+    def __init__(self, worker_pid: int) -> None:
+        self.worker_pid = worker_pid
+
+
+def _hello(endpoint: str, proxy_pid: int = 4242, timeout_s: float = 5.0) -> _Welcome:
+    """Greet the instance as a proxy would; what its welcome said (the serving pid)."""
+    link = _link(endpoint, proxy_pid, timeout_s)
+    link.close()
+    return _Welcome(link.worker_pid)
 
 
 def _gone(pid: int) -> bool:
@@ -96,7 +103,7 @@ def test_the_worker_is_a_child_that_stops_without_leftovers(tmp_path):
     welcome = _hello(endpoint)
     worker = welcome.worker_pid
     assert worker != os.getpid() and worker in [child.pid for child in psutil.Process().children()]
-    assert _wait(lambda: instance.proxy_pids == {0: 4242}, 2.0), "the child did not report the proxy's pid"
+    assert _wait(lambda: instance.proxy_pid == 4242, 2.0), "the child did not report the proxy's pid"
     socket_path = protocol.ipc_socket_path(endpoint)
     assert os.path.exists(socket_path)
     # A segment named like the worker's output arena, as a killed child would leave it.
@@ -180,14 +187,11 @@ def test_stop_kills_a_worker_whose_callable_does_not_return(tmp_path):
 
     instance, endpoint, _ = _instance(tmp_path, infer_func=stuck)
     instance.start()
-    worker = _hello(endpoint).worker_pid
-    context = zmq.Context()
-    socket = context.socket(zmq.DEALER)
-    socket.setsockopt(zmq.LINGER, 0)
+    link = _link(endpoint)
+    worker = link.worker_pid
     try:
-        socket.connect(endpoint)
-        columns, segment, frames = codec.pack([{"x": np.ones(2, np.float32)}], None)
-        socket.send_multipart(protocol.encode(protocol.InferBatch(1, ("",), columns, segment), frames))
+        columns, segment, payload = codec.pack([{"x": np.ones(2, np.float32)}], None)
+        link.channel.send(protocol.encode(protocol.InferBatch(1, ("",), columns, segment)), payload)
         assert _wait(marker.exists, 5.0), "the callable was not called"
         started = time.monotonic()
         assert instance.stop(0.5) is True
@@ -195,5 +199,4 @@ def test_stop_kills_a_worker_whose_callable_does_not_return(tmp_path):
         assert not psutil.pid_exists(worker), "the stuck worker was not killed and reaped"
         assert not os.path.exists(protocol.ipc_socket_path(endpoint))
     finally:
-        socket.close()
-        context.term()
+        link.close()

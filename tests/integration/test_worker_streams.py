@@ -1,8 +1,9 @@
-"""The worker's streaming and async paths over a real ZeroMQ socket, the proxy played in-process.
+"""The worker's streaming and async paths over the real wire, the proxy played in-process.
 
-A DEALER here sends what the proxy would (`Hello`, `InferBatch`, `Cancel`) and reads what the
-worker answers (`StreamPart`, `StreamEnd`, `BatchResult`), so each path is checked without a
-tritonserver: the functional tests in tests/functional/streaming cover the server side.
+The proxy's own `Link` greets the handler and opens the data channel; the test then sends what
+the proxy would (`InferBatch`, `Cancel`) and reads what the worker answers (`StreamPart`,
+`StreamEnd`, `BatchResult`), so each path is checked without a tritonserver: the functional
+tests in tests/functional/streaming cover the server side.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pytriton.decorators import batch
 from pytriton.ipc import codec, protocol
 from pytriton.ipc.shm import SegmentReader
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.proxy.link import Link
 from pytriton.worker.context import TritonContext
 from pytriton.worker.handler import InstanceHandler, is_async_callable, is_generator_callable
 
@@ -42,22 +44,23 @@ class Peer:
             on_unrecoverable=lambda name: None, asynchronous=asynchronous,
         )
         self.handler.start()
-        self.socket = self.zmq.socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.connect(endpoint)
+        self.link = Link("M", endpoint, protocol.Hello(protocol.PROTOCOL_VERSION, 0, os.getpid()), os.getpid())
+        self.channel = self.link.connect(5.0, 5.0)
         self.reader = SegmentReader()
-        self.socket.send_multipart(protocol.encode(protocol.Hello(protocol.PROTOCOL_VERSION, 0, os.getpid())))
-        assert isinstance(self.receive()[0], protocol.Welcome)
 
     def send_batch(self, batch_id, values):
         groups = [{"x": np.array([[v]], np.float32)} for v in values]
-        columns, segment, frames = codec.pack(groups, None)
+        columns, segment, payload = codec.pack(groups, None)
         batch = protocol.InferBatch(batch_id, ("",) * len(values), columns, segment)
-        self.socket.send_multipart(protocol.encode(batch, frames))
+        self.channel.send(protocol.encode(batch), payload)
 
-    def receive(self, timeout_s=5.0):
-        assert self.socket.poll(int(timeout_s * 1000)), "the worker sent nothing"
-        return protocol.decode(self.socket.recv_multipart())
+    def send(self, message):
+        self.channel.send(protocol.encode(message))
+
+    def receive(self):
+        received = self.channel.receive(keep=True)  # the receive timeout is 5 s
+        assert received is not None, "the worker sent nothing"
+        return protocol.decode(received[0]), received[1]
 
     def until_end(self, batch_id):
         """Values per request of every StreamPart of `batch_id`, then its StreamEnd."""
@@ -73,7 +76,7 @@ class Peer:
     def close(self):
         self.handler.end_streams()
         assert self.handler.stop()
-        self.socket.close(linger=0)
+        self.link.close()
         self.reader.close()
         self.zmq.term()
 
@@ -129,7 +132,7 @@ def test_cancel_closes_the_generator_between_steps(peer):
     p = peer(stream)
     p.send_batch(3, [0.0])
     p.receive()
-    p.socket.send_multipart(protocol.encode(protocol.Cancel(3)))
+    p.send(protocol.Cancel(3))
     steps, end = p.until_end(3)
     assert closed.wait(2)
     assert len(steps) < 900 and end.errors == (None,)
@@ -190,7 +193,7 @@ def test_an_async_generator_is_cancelled_and_its_finally_runs(peer):
     p = peer(stream, asynchronous=True)
     p.send_batch(4, [0.0])
     p.receive()
-    p.socket.send_multipart(protocol.encode(protocol.Cancel(4)))
+    p.send(protocol.Cancel(4))
     steps, end = p.until_end(4)
     assert closed.wait(2) and end.errors == (None,)
 

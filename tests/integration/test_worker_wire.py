@@ -1,4 +1,4 @@
-"""The worker's InstanceHandler over the real wire: ZeroMQ frames and shared memory across processes.
+"""The worker's InstanceHandler over the real wire: greeting, data channel and shared memory across processes.
 
 The handler runs in this process; the proxy's side is played by `wire_proxy_driver.py` in a
 subprocess, with only zmq, numpy and pytriton.ipc, as Triton's Python-backend stub would.
@@ -136,7 +136,7 @@ def _assert_same(outputs: dict, inputs: dict) -> None:
 
 def _assert_layout(message, payload_sizes) -> None:
     """Where a message's columns put each tensor: 8-byte aligned, back to back in its one inline
-    frame; 64-byte aligned, without overlap, in its arena (named only when used)."""
+    payload; 64-byte aligned, without overlap, in its arena (named only when used)."""
     count = len(message.errors) if isinstance(message, protocol.BatchResult) else len(message.parameters)
     inline, shm = [], []
     for column in message.columns:
@@ -161,7 +161,8 @@ def _assert_layout(message, payload_sizes) -> None:
 def test_handshake_welcomes_the_proxy(serve):
     wire = serve(lambda requests: requests)
     (welcome,) = wire.run([("hello", protocol.PROTOCOL_VERSION, 0)])
-    assert welcome == protocol.Welcome(protocol.PROTOCOL_VERSION, os.getpid(), None)
+    assert welcome == protocol.Welcome(protocol.PROTOCOL_VERSION, os.getpid(), None,
+                                       protocol.data_socket_path(protocol.ipc_socket_path(wire.endpoint)))
 
 
 def test_handshake_reports_a_protocol_or_instance_mismatch(serve):

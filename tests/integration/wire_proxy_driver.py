@@ -1,10 +1,11 @@
 """Plays the proxy's side of the wire from a separate process, for tests/integration/test_worker_wire.py.
 
-Uses only zmq, numpy and pytriton.ipc, like the real proxy inside Triton's Python backend.
+Uses only zmq, numpy and pytriton.ipc, like the real proxy inside Triton's Python backend: the
+greeting over ZeroMQ, then the batches over the data channel the welcome names.
 
 Usage: python wire_proxy_driver.py ENDPOINT SHM_PREFIX INSTANCE PLAN RESULT
 
-PLAN is a pickled list of steps:
+PLAN is a pickled list of steps (an "infer" before any "hello" greets first, as the proxy does):
     ("hello", protocol_version, instance)          -> the Welcome received
     ("infer", [(inputs_dict, parameters_json), ...]) -> {"result": BatchResult, "payload_sizes": [...],
                                                          "outputs": [...], "writeable": [...], "kinds": [...],
@@ -21,7 +22,7 @@ import sys
 import numpy as np
 import zmq
 
-from pytriton.ipc import codec, protocol
+from pytriton.ipc import channel, codec, protocol
 from pytriton.ipc.shm import Arena, SegmentReader
 
 REPLY_TIMEOUT_MS = 10_000
@@ -37,11 +38,17 @@ def _kinds(columns, count):
     return kinds
 
 
-def _receive(socket):
+def _greet(socket, step):
+    _, version, hello_instance = step
+    socket.send(protocol.encode(protocol.Hello(version, hello_instance, os.getpid())))
     if not socket.poll(REPLY_TIMEOUT_MS):
-        print("no reply from the worker", file=sys.stderr)
-        sys.exit(3)
-    return protocol.decode(socket.recv_multipart())
+        _no_reply()
+    return protocol.decode(socket.recv())
+
+
+def _no_reply():
+    print("no reply from the worker", file=sys.stderr)
+    sys.exit(3)
 
 
 def main(endpoint, shm_prefix, instance, plan_path, result_path):
@@ -56,21 +63,31 @@ def main(endpoint, shm_prefix, instance, plan_path, result_path):
     reader = SegmentReader()
     outcomes = []
     batch_id = 0
+    data = None
     try:
         for step in plan:
+            if step[0] == "infer" and data is None:  # greet first, as the proxy does at load
+                plan_hello = ("hello", protocol.PROTOCOL_VERSION, instance)
+                greeted = _greet(socket, plan_hello)
+                data = channel.connect(greeted.data_path)
+                data.set_timeouts(REPLY_TIMEOUT_MS / 1000)
             if step[0] == "hello":
-                _, version, hello_instance = step
-                socket.send_multipart(protocol.encode(protocol.Hello(version, hello_instance, os.getpid())))
-                message, _ = _receive(socket)
+                message = _greet(socket, step)
+                if message.error is None:
+                    data = channel.connect(message.data_path)
+                    data.set_timeouts(REPLY_TIMEOUT_MS / 1000)
                 outcomes.append(message)
                 continue
             _, requests = step
             batch_id += 1
             count = len(requests)
-            columns, segment, frames = codec.pack([inputs for inputs, _ in requests], arena)
+            columns, segment, parts = codec.pack([inputs for inputs, _ in requests], arena)
             batch = protocol.InferBatch(batch_id, tuple(p for _, p in requests), columns, segment)
-            socket.send_multipart(protocol.encode(batch, frames))
-            result, payload = _receive(socket)
+            data.send(protocol.encode(batch), parts)
+            received = data.receive()
+            if received is None:
+                _no_reply()
+            result, payload = protocol.decode(received[0]), received[1]
             groups = codec.unpack(result.columns, result.segment, payload, reader, count)  # as the proxy does
             # copies: the views die with the next message and the reader's mappings
             outputs = [{name: np.array(array, copy=True) for name, array in arrays.items()} for arrays in groups]
@@ -79,7 +96,7 @@ def main(endpoint, shm_prefix, instance, plan_path, result_path):
             outcomes.append(
                 {
                     "result": result,
-                    "payload_sizes": [len(frame) for frame in payload],
+                    "payload_sizes": [len(payload)] if len(payload) else [],
                     "outputs": outputs,
                     "writeable": writeable,
                     "kinds": _kinds(result.columns, count),
@@ -88,6 +105,8 @@ def main(endpoint, shm_prefix, instance, plan_path, result_path):
                 }
             )
     finally:
+        if data is not None:
+            data.close()
         socket.close(linger=0)
         context.term()
         reader.close()

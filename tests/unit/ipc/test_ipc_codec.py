@@ -41,9 +41,9 @@ def reader():
     reader.close()
 
 
-def _wire(frames):
-    """The payload frames as the receiving side gets them from ZeroMQ (immutable bytes)."""
-    return [frame if isinstance(frame, bytes) else np.ascontiguousarray(frame).tobytes() for frame in frames]
+def _wire(parts):
+    """The payload as the receiving side gets it: the parts `pack` returned, back to back, read-only."""
+    return memoryview(b"".join(memoryview(part).cast("B") for part in parts)).toreadonly()
 
 
 def _sample(dtype, shape):
@@ -180,8 +180,7 @@ def test_small_tensors_travel_inline(dtype, shape, arena, reader, shm_prefix):
     assert column.offsets == (0,)
     assert column.sizes == (array.nbytes,)
     assert segment == ""  # no arena named: nothing large
-    assert len(frames) == 1
-    assert len(frames[0]) == _padded(array.nbytes)  # padded to the inline alignment
+    assert len(_wire(frames)) == _padded(array.nbytes)  # padded to the inline alignment
     assert shm_entries(shm_prefix) == []  # nothing large: no segment created
 
     (group,) = codec.unpack(columns, segment, _wire(frames), reader, 1)
@@ -207,7 +206,7 @@ def test_large_tensors_travel_in_the_arena(dtype, arena, reader, shm_prefix):
     assert column.sizes == (array.nbytes,)
     assert column.shapes == ((1, count),)
 
-    (group,) = codec.unpack(columns, segment, [], reader, 1)
+    (group,) = codec.unpack(columns, segment, b"", reader, 1)
     result = group["T"]
     assert result.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(result, array)
@@ -223,8 +222,7 @@ def test_exactly_inline_max_bytes_stays_inline(arena, reader):
     columns, segment, frames = codec.pack([{"A": array, "B": bigger}], arena)
     assert _placements(columns, 1) == [{"A": "inline", "B": "shm"}]
     assert segment == arena.name
-    assert len(frames) == 1
-    assert len(frames[0]) == INLINE_MAX_BYTES
+    assert len(_wire(frames)) == INLINE_MAX_BYTES
 
 
 @pytest.mark.parametrize(
@@ -292,17 +290,17 @@ def test_several_groups_in_one_message(arena, reader, shm_prefix):
         {"A": "inline"},
     ]
 
-    # the small tensors: back to back in one frame, each 8-byte aligned, the padding zeroed
-    assert len(frames) == 1
+    # the small tensors: back to back in the payload, each 8-byte aligned, the padding zeroed
+    payload = _wire(frames)
     inline = _entries(columns, in_shm=False)
     assert len(inline) == 5
     end = 0
     for offset, size in inline:
         assert offset % codec.INLINE_ALIGNMENT == 0
         assert offset == end
-        assert not any(frames[0][end:offset])
+        assert not any(payload[end:offset])
         end = offset + _padded(size)
-    assert len(frames[0]) == end
+    assert len(payload) == end
 
     # the large ones: one segment for the whole message, every tensor 64-byte aligned, no overlap
     assert segment == arena.name
@@ -357,19 +355,21 @@ def test_a_message_without_tensors_has_no_payload(arena, reader, shm_prefix):
     columns, segment, frames = codec.pack([{}, {}, {}], arena)
     assert (columns, segment, frames) == ((), "", [])
     assert shm_entries(shm_prefix) == []
-    assert codec.unpack(columns, segment, frames, reader, 3) == [{}, {}, {}]
+    assert codec.unpack(columns, segment, b"", reader, 3) == [{}, {}, {}]
     assert codec.pack([], arena) == ((), "", [])
 
 
-def test_unpack_reads_a_zero_copy_zmq_frame(arena, reader):
-    """What `recv_multipart(copy=False)` gives: a zmq.Frame, read through its buffer."""
-    zmq = pytest.importorskip("zmq")
+def test_unpack_reads_a_slice_of_a_reused_receive_buffer(arena, reader):
+    """What `Channel.receive` gives: a read-only slice of a larger buffer, at a non-zero start."""
     groups = [
         {"A": np.arange(3, dtype=np.int32)},
         {"A": np.arange(4, dtype=np.int32), "S": np.array([b"q\x00"], dtype=object)},
     ]
     columns, segment, frames = codec.pack(groups, arena)
-    results = codec.unpack(columns, segment, [zmq.Frame(frames[0])], reader, 2)
+    buffer = bytearray(b"x" * 24) + bytearray(_wire(frames)) + bytearray(100)
+    payload = memoryview(buffer)[24 : 24 + len(_wire(frames))].toreadonly()
+    results = codec.unpack(columns, segment, payload, reader, 2)
+    assert not results[0]["A"].flags.writeable
     np.testing.assert_array_equal(results[0]["A"], np.arange(3))
     np.testing.assert_array_equal(results[1]["A"], np.arange(4))
     assert results[1]["S"].tolist() == [b"q\x00"]
@@ -387,7 +387,7 @@ def test_unpacked_inline_tensors_are_views_of_the_frame(arena, reader):
     columns, segment, frames = codec.pack([{"T": np.arange(10, dtype=np.int64)}], arena)
     wire = _wire(frames)
     (group,) = codec.unpack(columns, segment, wire, reader, 1)
-    assert np.shares_memory(group["T"], np.frombuffer(wire[0], dtype=np.uint8))
+    assert np.shares_memory(group["T"], np.frombuffer(wire, dtype=np.uint8))
     assert not group["T"].flags.owndata
 
 
@@ -395,7 +395,7 @@ def test_unpacked_arena_tensors_are_views_not_copies(arena, reader):
     """Numeric arrays view the peer's arena: the next message in the same arena shows through."""
     first = np.zeros(50_000, dtype=np.float32)
     columns, segment, _ = codec.pack([{"T": first}], arena)
-    (group,) = codec.unpack(columns, segment, [], reader, 1)
+    (group,) = codec.unpack(columns, segment, b"", reader, 1)
     view = group["T"]
     np.testing.assert_array_equal(view, first)
 
@@ -411,18 +411,18 @@ def test_arena_grows_to_a_new_generation_for_a_bigger_message(arena, reader, shm
     small = np.arange(100_000, dtype=np.uint8)
     columns, segment, _ = codec.pack([{"T": small}], arena)
     assert segment == f"{shm_prefix}-0-out-1"
-    np.testing.assert_array_equal(codec.unpack(columns, segment, [], reader, 1)[0]["T"], small)
+    np.testing.assert_array_equal(codec.unpack(columns, segment, b"", reader, 1)[0]["T"], small)
 
     big = np.arange(3 << 20, dtype=np.uint8)  # over the 1 MiB first arena
     columns, segment, _ = codec.pack([{"T": big}], arena)
     assert segment == f"{shm_prefix}-0-out-2"
     assert shm_entries(shm_prefix) == [f"{shm_prefix}-0-out-2"]
-    np.testing.assert_array_equal(codec.unpack(columns, segment, [], reader, 1)[0]["T"], big)
+    np.testing.assert_array_equal(codec.unpack(columns, segment, b"", reader, 1)[0]["T"], big)
 
     # several large tensors of one message that together outgrow the arena: one growth
     parts = [{"T": np.full(1 << 20, i, dtype=np.uint8)} for i in range(5)]
     columns, segment, _ = codec.pack(parts, arena)
     assert segment == f"{shm_prefix}-0-out-3"
     assert shm_entries(shm_prefix) == [segment]
-    for i, group in enumerate(codec.unpack(columns, segment, [], reader, len(parts))):
+    for i, group in enumerate(codec.unpack(columns, segment, b"", reader, len(parts))):
         assert (group["T"] == i).all()

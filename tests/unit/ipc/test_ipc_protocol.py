@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import pickle
+import marshal
 import re
 
 import pytest
 
 from pytriton.ipc import protocol
-from pytriton.ipc.protocol import BatchResult, Hello, InferBatch, TensorColumn, Welcome
+from pytriton.ipc.protocol import BatchResult, Cancel, Hello, InferBatch, StreamEnd, StreamPart, TensorColumn, Welcome
 
 # INPUT_1: inline in both requests (8-byte aligned offsets in the payload frame);
 # INPUT_2: in the proxy's arena for request 0, absent from request 1.
@@ -20,44 +20,38 @@ MESSAGES = [
     Hello(protocol=protocol.PROTOCOL_VERSION, instance=3, proxy_pid=1234),
     Welcome(protocol=protocol.PROTOCOL_VERSION, worker_pid=42),
     Welcome(protocol=protocol.PROTOCOL_VERSION, worker_pid=42, error="protocol mismatch"),
+    Welcome(protocol=protocol.PROTOCOL_VERSION, worker_pid=42, data_path="/tmp/ws/sockets/mabc-0.d"),
     InferBatch(batch_id=7, parameters=('{"temperature": 0.5}', ""), columns=(_SMALL, _LARGE), segment=_SEGMENT),
-    InferBatch(batch_id=9, parameters=("",), columns=(), segment=""),
+    InferBatch(batch_id=9, parameters=("",), columns=(), segment="", stamps=tuple(range(10))),
     BatchResult(batch_id=7, errors=(None, "bad response"), columns=(_SMALL,), segment=""),
-    BatchResult(batch_id=8, errors=(), columns=(), segment="", unrecoverable=True),
+    BatchResult(batch_id=8, errors=(), columns=(), segment="", unrecoverable=True, stamps=(1, 2, 3)),
+    StreamPart(batch_id=3, present=(True, False), errors=(None, None), columns=(_SMALL,)),
+    StreamEnd(batch_id=3, errors=("cut short", None), unrecoverable=False),
+    Cancel(batch_id=3),
 ]
 
 
 @pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
 def test_encode_decode_round_trip(message):
-    payload = [b"abc", b"", b"\x00" * 5]
-    frames = protocol.encode(message, payload)
-    assert len(frames) == 1 + len(payload)
-    assert isinstance(frames[0], bytes)
-    assert frames[1:] == payload
+    header = protocol.encode(message)
+    assert isinstance(header, bytes)
 
-    decoded, rest = protocol.decode(frames)
+    decoded = protocol.decode(memoryview(header))  # the receiver reads a view of its buffer
     assert decoded == message
     assert type(decoded) is type(message)
-    assert list(rest) == payload
+    for column in getattr(decoded, "columns", ()):
+        assert type(column) is TensorColumn
 
 
-def test_encode_without_payload_is_one_frame():
-    frames = protocol.encode(Hello(protocol.PROTOCOL_VERSION, 0, 1))
-    assert len(frames) == 1
-    message, rest = protocol.decode(frames)
-    assert message == Hello(protocol.PROTOCOL_VERSION, 0, 1)
-    assert list(rest) == []
-
-
-def test_decode_refuses_foreign_objects():
-    with pytest.raises(ValueError, match="unexpected message of type dict"):
-        protocol.decode([pickle.dumps({"batch_id": 1})])
-    # a wire type that is not a whole message (a TensorColumn alone) is refused as well
-    with pytest.raises(ValueError, match="unexpected message of type TensorColumn"):
-        protocol.decode([pickle.dumps(_SMALL)])
-    # and so is a plain tuple holding a message's values
-    with pytest.raises(ValueError, match="unexpected message of type tuple"):
-        protocol.decode([pickle.dumps(tuple(Hello(protocol.PROTOCOL_VERSION, 0, 1)))])
+def test_decode_refuses_what_is_not_a_message():
+    with pytest.raises(ValueError, match="unreadable message"):
+        protocol.decode(marshal.dumps({"batch_id": 1}))  # not a tuple with a kind
+    with pytest.raises(ValueError, match="unreadable message"):
+        protocol.decode(marshal.dumps((99, 1)))  # no such kind
+    with pytest.raises(ValueError, match="unreadable message"):
+        protocol.decode(b"\x00garbage")
+    with pytest.raises(ValueError, match="Hello with the wrong fields"):
+        protocol.decode(marshal.dumps((0, 1)))  # a Hello missing fields
 
 
 @pytest.mark.parametrize("value", [*MESSAGES, _SMALL], ids=lambda m: type(m).__name__)
@@ -73,10 +67,13 @@ def test_defaults():
 
 def test_decoded_message_keeps_its_type_among_equal_tuples():
     """NamedTuples compare as tuples: Hello(1, 2, 3) == Welcome(1, 2, 3); decode keeps the class apart."""
-    frames = protocol.encode(Welcome(1, 2, 3))
-    message, _ = protocol.decode(frames)
+    message = protocol.decode(protocol.encode(Welcome(1, 2, 3)))
     assert type(message) is Welcome
     assert not isinstance(message, Hello)
+
+
+def test_data_socket_sits_beside_the_control_socket():
+    assert protocol.data_socket_path("/tmp/ws/sockets/mabc-0") == "/tmp/ws/sockets/mabc-0.d"
 
 
 def test_model_key_is_stable_short_and_safe():

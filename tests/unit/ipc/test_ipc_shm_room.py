@@ -254,7 +254,7 @@ def test_pack_sends_large_tensors_inline_when_the_arena_gives_way(shm_prefix, fr
     try:
         columns, segment, frames = codec.pack([{"A": large}], arena)
         assert segment == arena.name and columns[0].in_shm == (True,)
-        codec.unpack(columns, segment, frames, reader, 1)  # the reader maps the arena
+        codec.unpack(columns, segment, b"".join(frames), reader, 1)  # the reader maps the arena
         mapping = reader.buffer(segment)
         free_space(MIB)
         larger = np.concatenate([large, large])  # 6 MiB: the 3 MiB arena would have to grow
@@ -262,7 +262,7 @@ def test_pack_sends_large_tensors_inline_when_the_arena_gives_way(shm_prefix, fr
         assert segment == ""
         assert columns[0].in_shm == (False, False)
         assert shm_entries(shm_prefix) == []
-        result = codec.unpack(columns, segment, frames, reader, 2)
+        result = codec.unpack(columns, segment, b"".join(frames), reader, 2)
         np.testing.assert_array_equal(result[0]["A"], larger)
         np.testing.assert_array_equal(result[1]["A"], large[:10])
         assert mapping.closed  # the arena given up is unmapped on the reader side too

@@ -108,15 +108,15 @@ def test_optional_input_is_marked_and_appears_in_text():
     assert "optional: true" in to_pbtxt(proto)
 
 
-def test_batching_sets_max_batch_size_and_a_default_batcher_that_lets_requests_bring_their_deadline():
+def test_batching_sets_max_batch_size_and_a_default_batcher_without_a_queue_policy():
+    """No queue policy unless asked: in Triton 2.51 one makes a one-instance batcher stall 500 ms at a time."""
     proto = _proto(ModelConfig(max_batch_size=16))
 
     assert proto.max_batch_size == 16
     assert proto.HasField("dynamic_batching")
-    expected = pb.ModelDynamicBatching()
-    expected.default_queue_policy.allow_timeout_override = True  # Triton's defaults otherwise
-    assert proto.dynamic_batching == expected
-    assert "default_queue_policy {\n    allow_timeout_override: true\n  }" in to_pbtxt(proto)
+    assert proto.dynamic_batching == pb.ModelDynamicBatching()
+    assert not proto.dynamic_batching.HasField("default_queue_policy")
+    assert "dynamic_batching {\n}" in to_pbtxt(proto)
 
 
 def test_request_timeout_is_the_inference_timeout_in_microseconds():
@@ -154,7 +154,7 @@ def test_dynamic_batcher_fields():
     assert batching.preserve_ordering is True
     assert batching.priority_levels == 3
     assert batching.default_priority_level == 2
-    assert batching.default_queue_policy == pb.ModelQueuePolicy(allow_timeout_override=True)
+    assert not batching.HasField("default_queue_policy")
     assert len(batching.priority_queue_policy) == 0
 
 

@@ -1,0 +1,225 @@
+"""One batch's way through the worker, whatever loop serves it: requests, the call, the answer.
+
+`BatchCalls` holds what every loop kind (`pytriton.worker.blocking`, `pytriton.worker.asynchronous`)
+does the same way for a batch: build the `Request` objects from the wire's columns, leave out
+the requests whose deadline passed, call the callable (through the opt-in steps
+``isolate_failures`` (`isolation`) and ``execution_timeout_s`` (`timed`), or directly), turn
+the callable's exceptions into the messages its requesters get, and build the answer messages.
+It owns no socket and no thread.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import time
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from pytriton.exceptions import PyTritonModelConfigError, PyTritonUnrecoverableError
+from pytriton.ipc import codec, protocol
+from pytriton.ipc.shm import Arena, SegmentReader
+from pytriton.worker.context import TritonContext
+from pytriton.worker.deadline import expired_message, pop_expired
+from pytriton.worker.isolation import isolate
+from pytriton.worker.request import Request
+from pytriton.worker.responses import Failure, batch_result, per_request, stream_part
+from pytriton.worker.timed import ExecutionTimeout, TimedCaller
+
+logger = logging.getLogger("pytriton.worker")
+
+
+class NotDecoupled(Exception):
+    """A generator callable bound to a model without ModelConfig(decoupled=True)."""
+
+
+class BatchCalls:
+    """Runs one model instance's callable on the batches of the wire.
+
+    Args:
+        context: the model served.
+        infer_func: the user's callable for this instance.
+        instance: the instance number (for messages and the time-limit thread's name).
+        strict: validate output dtypes and shapes.
+        asynchronous: the callable is a coroutine or async generator function.
+        stopping: set when the handler stops (a timed call stops waiting).
+
+    Raises:
+        PyTritonModelConfigError: ``isolate_failures`` or ``execution_timeout_s`` asked of an
+            async callable (they apply to plain callables only).
+    """
+
+    def __init__(
+        self,
+        context: TritonContext,
+        infer_func: Callable[[List[Request]], Any],
+        instance: int,
+        strict: bool,
+        asynchronous: bool,
+        stopping: Any,
+    ) -> None:
+        self.context = context
+        self.model_name = context.model_name
+        self.strict = strict
+        self.asynchronous = asynchronous
+        self.decoupled = bool(getattr(context.config, "decoupled", False))
+        self._isolate_failures = bool(getattr(context.config, "isolate_failures", False))
+        timeout_s: Optional[float] = getattr(context.config, "execution_timeout_s", None)
+        if asynchronous and (self._isolate_failures or timeout_s is not None):
+            asked = ", ".join(f"{name}={value!r}" for name, value in (
+                ("isolate_failures", self._isolate_failures), ("execution_timeout_s", timeout_s)) if value)
+            raise PyTritonModelConfigError(
+                f"model '{context.model_name}': ModelConfig({asked}) applies to plain callables only, but the "
+                f"inference callable of instance {instance} is async; leave it unset, or handle failures and time "
+                "limits inside the coroutine (e.g. with asyncio.wait_for)"
+            )
+        self._timed: Optional[TimedCaller] = None
+        self._run_callable: Callable[[List[Request]], Any] = infer_func  # the hot path: a direct call
+        if timeout_s is not None:
+            self._timed = TimedCaller(infer_func, timeout_s, context=context, instance=instance, stopping=stopping)
+            self._run_callable = self._timed
+        self._bytes_inputs = {t.name for t in context.inputs if np.dtype(t.dtype).kind == "S"}
+        self._strict_sizes = strict and bool(context.config.batching)
+
+    def close(self) -> None:
+        if self._timed is not None:
+            self._timed.close()
+
+    def requests(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader) -> List[Request]:
+        """The batch's requests: input arrays viewing `payload` (or the proxy's arena), and parameters."""
+        groups = codec.unpack(batch.columns, batch.segment, payload, reader, len(batch.parameters))
+        requests = []
+        for arrays, parameters in zip(groups, batch.parameters):
+            if self._bytes_inputs:
+                for name in self._bytes_inputs & arrays.keys():
+                    arrays[name] = arrays[name].astype(np.bytes_)
+            requests.append(Request(arrays, json.loads(parameters) if parameters else {}))
+        return requests
+
+    def call(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader,
+             marks: Optional[List[int]] = None) -> Tuple[List[Optional[int]], Any]:
+        """Run the callable on the batch: its result (list, generator, coroutine...) or a `Failure`.
+
+        Requests whose deadline passed are answered with an error and left out of the call (for
+        plain callables of non-decoupled models, whose answers are one list per batch). `marks`,
+        when given, gets the `protocol.Stamp.DECODED` stamp.
+
+        Returns:
+            Per request its batch size (when `strict` checks shapes, else None), and the outcome.
+        """
+        batch_sizes: List[Optional[int]] = [None] * len(batch.parameters)
+        try:
+            requests = self.requests(batch, payload, reader)
+            if self._strict_sizes:  # before the callable may change the requests
+                batch_sizes = [_batch_size(request) for request in requests]
+        except Exception as exc:  # noqa: BLE001 - a bad batch fails its own requesters only
+            error, unrecoverable = self.callable_error(exc)
+            return batch_sizes, Failure(error, unrecoverable)
+        if marks is not None:
+            marks.append(time.monotonic_ns())
+        expired = pop_expired(requests, time.time())
+        if not expired or self.decoupled or self.asynchronous:
+            return batch_sizes, self.call_requests(requests)
+        answers: List[Any] = [Failure(expired_message(self.model_name))] * len(requests)
+        live = [index for index in range(len(requests)) if index not in set(expired)]
+        logger.debug("Model '%s': %d of %d requests expired before the call", self.model_name, len(expired),
+                     len(requests))
+        if live:
+            outcome = self.call_requests([requests[index] for index in live])
+            for index, entry in zip(live, per_request(self.context, len(live), outcome)):
+                answers[index] = entry
+        return batch_sizes, answers
+
+    def call_requests(self, requests: List[Request]) -> Any:
+        """The callable's result for `requests`, or a `Failure` (after isolating failures if asked)."""
+        try:
+            return self._run_callable(requests)
+        except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
+            if not (self._isolate_failures and len(requests) > 1 and _may_split(exc) and not _must_stop(exc)):
+                error, unrecoverable = self.callable_error(exc)
+                return Failure(error, unrecoverable)
+            failed = exc
+        # Outside the except block, so the retries' errors do not chain (and log) this one.
+        return self._isolate(requests, failed)
+
+    def _isolate(self, requests: List[Request], error: Exception) -> List[Any]:
+        """Per request, its response or its `Failure`, after calling the callable again on parts
+        of the batch it raised `error` on (see `isolation.isolate`)."""
+        logger.warning("Model '%s': the inference callable raised on a batch of %d requests (%s: %s); calling it "
+                       "on parts of the batch to find the failing requests", self.model_name, len(requests),
+                       type(error).__name__, error)
+        calls = [0]
+
+        def call(indices: Sequence[int]) -> Any:
+            calls[0] += 1
+            return self._run_callable([requests[i] for i in indices])
+
+        answers: List[Any] = [None] * len(requests)
+        for indices, answer, failure in isolate(len(requests), call, error, may_split=_may_split,
+                                                 must_stop=_must_stop):
+            if failure is not None:
+                entries: List[Any] = [Failure(*self.callable_error(failure))] * len(indices)
+            else:
+                if inspect.iscoroutine(answer):
+                    answer.close()  # a plain callable returned an awaitable for a part only: not awaited
+                entries = per_request(self.context, len(indices), answer)
+            for index, entry in zip(indices, entries):
+                answers[index] = entry
+        failed = sum(1 for answer in answers if isinstance(answer, Failure))
+        logger.warning("Model '%s': %d of %d requests failed on their own (%d extra calls)", self.model_name,
+                       failed, len(requests), calls[0])
+        return answers
+
+    def callable_error(self, exc: Exception) -> Tuple[str, bool]:
+        """The message a requester gets for the callable's exception, and whether it is unrecoverable."""
+        model = self.model_name
+        if isinstance(exc, (NotDecoupled, ExecutionTimeout)):  # already logged where it happened
+            return str(exc), False
+        if isinstance(exc, PyTritonUnrecoverableError):
+            logger.error("Model '%s': unrecoverable error, the server shuts down", model, exc_info=exc)
+            return f"Model '{model}' failed: PyTritonUnrecoverableError: {exc}", True
+        logger.error("Model '%s': the inference callable raised", model, exc_info=exc)
+        return f"Model '{model}' failed: {type(exc).__name__}: {exc}", False
+
+    def internal_error(self, exc: Exception) -> str:
+        """The message for a bug of ours while serving a batch (logged with its traceback)."""
+        logger.exception("Model '%s': the worker failed to process a batch", self.model_name)
+        return f"Model '{self.model_name}': internal error in the pytriton worker: {exc}"
+
+    def not_decoupled_message(self) -> str:
+        return (f"Model '{self.model_name}': the inference callable yields responses (it is a generator), "
+                "but the model is not decoupled; bind it with ModelConfig(decoupled=True) to stream responses")
+
+    def cut_message(self) -> str:
+        return f"Model '{self.model_name}': the server is stopping; the stream was cut short"
+
+    def result(
+        self, batch_id: int, count: int, results: Any, batch_sizes: List[Optional[int]], arena: Optional[Arena]
+    ) -> Tuple[protocol.BatchResult, List[Any]]:
+        """The `BatchResult` of a batch and its payload; large outputs in `arena` (None: inline)."""
+        return batch_result(self.context, batch_id, count, results, batch_sizes, self.strict, arena)
+
+    def part(
+        self, batch_id: int, count: int, step: Any, batch_sizes: List[Optional[int]]
+    ) -> Tuple[protocol.StreamPart, List[Any]]:
+        """The `StreamPart` of one step of a streaming callable, and its payload."""
+        return stream_part(self.context, batch_id, count, step, batch_sizes, self.strict)
+
+
+def _may_split(exc: Exception) -> bool:
+    """A timeout says nothing about which requests are at fault; retrying parts would only hang again."""
+    return not isinstance(exc, ExecutionTimeout)
+
+
+def _must_stop(exc: Exception) -> bool:
+    """An unrecoverable error is never retried: the callable says it cannot serve anymore."""
+    return isinstance(exc, PyTritonUnrecoverableError)
+
+
+def _batch_size(request: Request) -> Optional[int]:
+    for array in request.values():
+        if array.ndim:
+            return int(array.shape[0])
+    return None

@@ -1,0 +1,250 @@
+"""The blocking loop: one thread receives a batch, runs a plain callable on it and sends the answer.
+
+The loop of every handler whose callable is a plain function (or a generator, for a decoupled
+model). Its thread sleeps in `HandlerEndpoint.wait` and is the one the kernel wakes when a
+proxy sends a batch; it reads the batch into its connection's buffer, calls the callable on
+arrays that view that buffer (or the proxy's arena), and sends the answer before it reads
+anything else. No other thread and no lock is on this path.
+
+What the callable returns decides how the answer travels:
+
+- a list (one response per request): one `BatchResult`, large outputs in the handler's arena;
+- a generator (decoupled models): a `StreamPart` per value it yields, then a `StreamEnd`; what
+  arrived meanwhile is read between values, so a `Cancel` from the proxy closes the generator
+  (other messages wait their turn);
+- a coroutine (an async callable behind a plain wrapper, found only at call time): run to its
+  end here, by `pytriton.worker.asynchronous.finish`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import logging
+import threading
+import time
+from typing import Any, Callable, Deque, Generator, List, Optional, Tuple
+
+from pytriton.ipc import protocol
+from pytriton.ipc.channel import ChannelClosed
+from pytriton.ipc.shm import IDLE_RELEASE_S, Arena, SegmentReader
+from pytriton.worker.asynchronous import finish
+from pytriton.worker.batches import BatchCalls, NotDecoupled
+from pytriton.worker.context import set_current_context
+from pytriton.worker.endpoint import Connection, HandlerEndpoint
+from pytriton.worker.stamps import StampLog
+
+logger = logging.getLogger("pytriton.worker")
+
+POLL_MS = 100
+"""How long the loop sleeps at most: how soon it sees a stop, and looks whether it is idle."""
+
+
+class BlockingLoop:
+    """Serves one handler's proxies from one thread (see the module docstring).
+
+    Args:
+        endpoint: the handler's sockets.
+        calls: runs the callable on a batch.
+        shm_prefix, instance: name the output arena.
+        use_arenas: large outputs travel in arenas (False: inline, as for decoupled models).
+        stop: set to end the loop.
+        ending_streams: set to cut the streams in flight short.
+        on_unrecoverable: called before the answer goes when the callable declared the model dead.
+        stamp_log: where the batches' timing stamps go (None: not recorded).
+    """
+
+    def __init__(
+        self,
+        endpoint: HandlerEndpoint,
+        calls: BatchCalls,
+        *,
+        shm_prefix: str,
+        instance: int,
+        use_arenas: bool,
+        stop: threading.Event,
+        ending_streams: threading.Event,
+        on_unrecoverable: Callable[[str], None],
+        stamp_log: Optional[StampLog],
+    ) -> None:
+        self._endpoint = endpoint
+        self._calls = calls
+        self._shm_prefix = shm_prefix
+        self._instance = instance
+        self._use_arenas = use_arenas
+        self._stop = stop
+        self._ending_streams = ending_streams
+        self._on_unrecoverable = on_unrecoverable
+        self._stamp_log = stamp_log
+        self._arena: Optional[Arena] = None
+        self.reader = SegmentReader()
+        """Maps the proxies' input arenas."""
+        self._backlog: Deque[Tuple[Connection, Any, Any]] = collections.deque()  # arrived during a stream
+        self._private_loop: Optional[asyncio.AbstractEventLoop] = None
+        self._last_message = time.monotonic()
+        self._idle_released = True  # nothing is held before the first message
+
+    def run(self) -> None:
+        set_current_context(self._calls.context)
+        endpoint = self._endpoint
+        while not self._stop.is_set():
+            if self._backlog:
+                self._on_message(*self._backlog.popleft())
+                continue
+            ready = endpoint.wait(POLL_MS)
+            if not ready:
+                self._release_if_idle()
+                continue
+            for connection in ready:
+                try:
+                    received = connection.channel.receive()
+                except ChannelClosed:
+                    endpoint.drop(connection)  # its stub died or was unloaded
+                    continue
+                if received is not None:
+                    self._on_message(connection, *received)
+
+    def close(self) -> None:
+        """Release the arenas and mappings (after the thread ended)."""
+        if self._arena is not None:
+            self._arena.close()
+        self.reader.close()
+        if self._private_loop is not None:
+            self._private_loop.close()
+        if self._stamp_log is not None:
+            self._stamp_log.write()
+
+    def _release_if_idle(self) -> None:
+        """After `IDLE_RELEASE_S` without a message, hold no shared memory: the output arena goes
+        (unlinked) and so do the mappings of the proxies' input arenas (their owners unlink those
+        at their next message; a later batch maps them again). Once per quiet spell."""
+        if self._idle_released:
+            return
+        now = time.monotonic()
+        if now - self._last_message < IDLE_RELEASE_S:
+            return
+        if self._arena is not None:
+            self._arena.release_if_idle(now)
+        self.reader.close()
+        self._idle_released = True
+
+    def _on_message(self, connection: Connection, header: Any, payload: Any) -> None:
+        received = time.monotonic_ns() if self._stamp_log is not None else 0
+        self._last_message = time.monotonic()
+        self._idle_released = False
+        try:
+            message = protocol.decode(header)
+        except ValueError:
+            logger.exception("Model '%s': dropped an unreadable message", self._calls.model_name)
+            return
+        if isinstance(message, protocol.InferBatch):
+            self._serve_batch(connection, message, payload, received)
+        # a Cancel for a batch that already ended needs nothing
+
+    def _serve_batch(self, connection: Connection, batch: protocol.InferBatch, payload: Any, received: int) -> None:
+        calls = self._calls
+        count = len(batch.parameters)
+        marks: Optional[List[int]] = None
+        if self._stamp_log is not None:
+            marks = [*self._stamp_log.add_previous(batch.stamps), received]
+        try:
+            batch_sizes, outcome = calls.call(batch, payload, self.reader, marks)
+            if inspect.isgenerator(outcome):
+                self._stream(connection, batch.batch_id, count, outcome, batch_sizes)
+                return
+            if inspect.iscoroutine(outcome) or inspect.isasyncgen(outcome):
+                self._run_coroutine(connection, batch.batch_id, count, outcome, batch_sizes)
+                return
+            if marks is not None:
+                marks.append(time.monotonic_ns())
+            result, answer = calls.result(batch.batch_id, count, outcome, batch_sizes, self._output_arena())
+        except Exception as exc:  # noqa: BLE001 - a bug of ours must not leave requesters waiting (logged)
+            result, answer = protocol.BatchResult(batch.batch_id, (calls.internal_error(exc),) * count, (), ""), []
+        if result.unrecoverable:  # before the reply, so is_alive() is false once a client sees it
+            self._on_unrecoverable(calls.model_name)
+        if marks is not None and len(marks) == protocol.Stamp.CALLED + 1:
+            result = result._replace(stamps=(*marks, time.monotonic_ns()))
+        self._endpoint.send(connection, protocol.encode(result), answer)
+
+    def _run_coroutine(self, connection: Connection, batch_id: int, count: int, outcome: Any,
+                       batch_sizes: List[Optional[int]]) -> None:
+        """Run a coroutine found at call time to its end here; batches of this instance then do not overlap."""
+        if self._private_loop is None:
+            self._private_loop = asyncio.new_event_loop()
+
+        def send(message: protocol.Message, payload: List[Any]) -> None:
+            self._endpoint.send(connection, protocol.encode(message), payload)
+
+        self._private_loop.run_until_complete(
+            finish(self._calls, send, batch_id, count, outcome, batch_sizes, self._ending_streams,
+                   self._on_unrecoverable)
+        )
+
+    def _stream(
+        self, connection: Connection, batch_id: int, count: int, generator: Generator[Any, Any, Any],
+        batch_sizes: List[Optional[int]],
+    ) -> None:
+        """Send each value the generator yields as a `StreamPart`, then a `StreamEnd`."""
+        calls = self._calls
+        errors: Tuple[Optional[str], ...] = (None,) * count
+        unrecoverable = False
+        try:
+            if not calls.decoupled:
+                raise NotDecoupled(calls.not_decoupled_message())
+            for step in generator:
+                part, payload = calls.part(batch_id, count, step, batch_sizes)
+                if not self._endpoint.send(connection, protocol.encode(part), payload):
+                    generator.close()  # its proxy is gone: nobody reads the rest
+                    return
+                if self._ending_streams.is_set():
+                    generator.close()  # runs the generator's finally blocks now
+                    errors = (calls.cut_message(),) * count
+                    break
+                if self._cancelled(connection, batch_id):
+                    generator.close()
+                    logger.debug("Model '%s': batch %d cancelled by its requesters", calls.model_name, batch_id)
+                    break
+        except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
+            error, unrecoverable = calls.callable_error(exc)
+            errors = (error,) * count
+        if unrecoverable:
+            self._on_unrecoverable(calls.model_name)
+        end = protocol.StreamEnd(batch_id, errors, unrecoverable)
+        self._endpoint.send(connection, protocol.encode(end))
+
+    def _cancelled(self, streaming: Connection, batch_id: int) -> bool:
+        """Read what arrived while streaming: a `Cancel` of this batch, or work kept for later.
+
+        Kept messages are read into memory of their own: the stream's inputs still view the
+        connection's buffer.
+        """
+        cancelled = False
+        while ready := self._endpoint.wait(0):
+            for connection in ready:
+                try:
+                    received = connection.channel.receive(keep=True)
+                except ChannelClosed:
+                    self._endpoint.drop(connection)  # the streaming one too: its next send ends the stream
+                    continue
+                if received is None:
+                    continue
+                try:
+                    message = protocol.decode(received[0])
+                except ValueError:
+                    logger.exception("Model '%s': dropped an unreadable message", self._calls.model_name)
+                    continue
+                if isinstance(message, protocol.Cancel):
+                    cancelled = cancelled or (connection is streaming and message.batch_id == batch_id)
+                else:
+                    self._backlog.append((connection, *received))
+        return cancelled
+
+    def _output_arena(self) -> Optional[Arena]:
+        """The arena of large outputs (None: answers go inline)."""
+        if not self._use_arenas:
+            return None
+        if self._arena is None:
+            prefix, instance = self._shm_prefix, self._instance
+            self._arena = Arena(lambda generation: protocol.segment_name(prefix, instance, "out", generation))
+        return self._arena

@@ -1,0 +1,197 @@
+"""The worker handler's side of the wire: its control socket, its data socket, and the proxies' connections.
+
+A handler listens on two sockets: a ZeroMQ ROUTER for the control channel (`protocol.Hello` in,
+`protocol.Welcome` out) and a Unix SEQPACKET socket that each welcomed proxy connects to for
+its batches (`pytriton.ipc.channel`). `HandlerEndpoint.wait` is the one place the handler's
+thread sleeps: it wakes for a batch on any connection (the kernel wakes this very thread), and
+answers greetings and accepts connections on its way. Both socket files are 0600 in the
+workspace's 0700 folder: only the user who started the server can reach them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import zmq
+
+from pytriton.ipc import channel, protocol
+from pytriton.ipc.channel import Channel, ChannelClosed, pid_alive
+
+logger = logging.getLogger("pytriton.worker")
+
+SEND_TIMEOUT_S = 1.0
+"""How long a send waits on a full queue before it looks whether the proxy still lives."""
+
+
+class Connection:
+    """A proxy's data channel, and the pid of the stub process the proxy runs in."""
+
+    __slots__ = ("channel", "proxy_pid")
+
+    def __init__(self, channel: Channel, proxy_pid: int) -> None:
+        self.channel = channel
+        self.proxy_pid = proxy_pid
+
+
+class HandlerEndpoint:
+    """The sockets of one worker handler (model instance).
+
+    Args:
+        zmq_context: the process's ZeroMQ context.
+        endpoint: the control endpoint to bind (``ipc://...``, see `protocol.instance_endpoint`).
+        instance: the handler's number, checked against each proxy's greeting.
+        model_name: for log messages.
+        on_proxy_replaced: called when a proxy of another process greets than the one before (a
+            stub that replaces a dead one reuses its segment names, so mappings of the old must go).
+    """
+
+    def __init__(
+        self,
+        zmq_context: zmq.Context[Any],
+        endpoint: str,
+        instance: int,
+        model_name: str,
+        on_proxy_replaced: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._instance = instance
+        self._model_name = model_name
+        self._on_proxy_replaced = on_proxy_replaced
+        self.control = zmq_context.socket(zmq.ROUTER)
+        self.control.setsockopt(zmq.LINGER, 0)
+        self.control.bind(endpoint)
+        self._control_path = protocol.ipc_socket_path(endpoint)
+        self._data_path: Optional[str] = None
+        try:
+            if self._control_path is None:
+                raise ValueError(f"the worker's control endpoint must be ipc://, not {endpoint!r}")
+            # ZeroMQ creates the socket file with the process umask; only this user may connect.
+            os.chmod(self._control_path, 0o600)
+            self._data_path = protocol.data_socket_path(self._control_path)
+            self.listener = channel.listen(self._data_path)
+            self.listener.setblocking(False)
+        except BaseException:
+            self.control.close(linger=0)
+            raise
+        self.connections: Dict[int, Connection] = {}
+        """The open data connections by file descriptor."""
+        self.proxy_pid: Optional[int] = None
+        """The pid of the stub process whose proxy greeted last (None before the first)."""
+        self._poller = zmq.Poller()
+        self._poller.register(self.control, zmq.POLLIN)
+        self._poller.register(self.listener.fileno(), zmq.POLLIN)
+
+    def wait(self, timeout_ms: int) -> List[Connection]:
+        """The connections with a message (or an end) to read, after up to `timeout_ms` of waiting.
+
+        Greetings are answered and new connections accepted on the way; they are not returned.
+        """
+        ready = []
+        for item, _ in self._poller.poll(timeout_ms):
+            if item is self.control:
+                self.answer_greetings()
+            elif item == self.listener.fileno():
+                self.accept()
+            else:
+                connection = self.connections.get(item)
+                if connection is not None:
+                    ready.append(connection)
+        return ready
+
+    def answer_greetings(self) -> None:
+        """Answer every `Hello` waiting on the control socket."""
+        while True:
+            try:
+                identity, header = self.control.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except ValueError:  # not two frames: not a proxy of ours
+                continue
+            try:
+                message = protocol.decode(header)
+            except ValueError:
+                logger.warning("Model '%s': dropped an unreadable control message", self._model_name)
+                continue
+            if isinstance(message, protocol.Hello):
+                self.control.send_multipart([identity, protocol.encode(self._welcome(message))])
+
+    def _welcome(self, hello: protocol.Hello) -> protocol.Welcome:
+        error = None
+        if hello.protocol != protocol.PROTOCOL_VERSION:
+            error = (
+                f"protocol mismatch: proxy speaks version {hello.protocol}, worker {protocol.PROTOCOL_VERSION}; "
+                "the server and the library come from different pytriton installations"
+            )
+        elif hello.instance != self._instance:
+            error = f"instance {hello.instance} connected to the handler of instance {self._instance}"
+        if error is None:
+            if hello.proxy_pid != self.proxy_pid:
+                if self.proxy_pid is not None:
+                    self._on_proxy_replaced()
+                self.proxy_pid = hello.proxy_pid
+            logger.debug("Model '%s' instance %d: proxy pid %d greeted", self._model_name, self._instance,
+                         hello.proxy_pid)
+        return protocol.Welcome(protocol.PROTOCOL_VERSION, os.getpid(), error, self._data_path or "")
+
+    def accept(self) -> None:
+        """Take every pending data connection.
+
+        A handler has one proxy (its Triton instance): a newer connection replaces the ones
+        before it, whose stub died or was replaced (one arena serves the one proxy's answers).
+        """
+        while True:
+            try:
+                opened = channel.accept(self.listener)
+            except OSError:
+                logger.exception("Model '%s': accepting a proxy's data connection failed", self._model_name)
+                return
+            if opened is None:
+                return
+            opened.set_timeouts(None, SEND_TIMEOUT_S)
+            for older in list(self.connections.values()):
+                self.drop(older)
+            self.connections[opened.fileno()] = Connection(opened, opened.peer_pid())
+            self._poller.register(opened.fileno(), zmq.POLLIN)
+
+    def send(self, connection: Connection, header: bytes, payload: Sequence[Any] = ()) -> bool:
+        """Send one message to a proxy; False when its connection is gone (and now dropped).
+
+        A proxy whose queue stays full (it reads a stream slower than the callable yields) is
+        waited for as long as its process lives.
+        """
+        if connection.channel.closed:
+            return False
+        try:
+            while True:
+                try:
+                    connection.channel.send(header, payload)
+                    return True
+                except BlockingIOError:
+                    if not pid_alive(connection.proxy_pid):
+                        break
+        except ChannelClosed:
+            pass
+        self.drop(connection)
+        return False
+
+    def drop(self, connection: Connection) -> None:
+        """Forget a connection whose proxy is gone (its stub died or was unloaded)."""
+        fd = connection.channel.fileno()
+        if self.connections.get(fd) is connection:
+            del self.connections[fd]
+            self._poller.unregister(fd)
+        connection.channel.close()
+
+    def close(self) -> None:
+        """Close every socket and remove both socket files."""
+        for connection in list(self.connections.values()):
+            self.drop(connection)
+        self.listener.close()
+        self.control.close(linger=0)
+        for path in (self._control_path, self._data_path):
+            if path is not None:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
