@@ -20,7 +20,6 @@ import tritonclient.http
 import tritonclient.http.aio
 from support import free_ports, grpc_url, http_url, server_config, wait_until
 
-from pytriton.binding import pipeline_lanes
 from pytriton.client import (
     AsyncioModelClient,
     DecoupledModelClient,
@@ -34,7 +33,6 @@ from pytriton.client import (
 from pytriton.client.model_config import ResponseCache
 from pytriton.client.utils import ModelState, get_model_state
 from pytriton.decorators import batch
-from pytriton.ipc.shm import shm_usage
 from pytriton.model_config import DeviceKind, DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton
 
@@ -102,9 +100,8 @@ def test_model_config_has_the_published_attributes(url):
     assert config.batcher.preferred_batch_size == (2, 4)
     assert (config.batcher.preserve_ordering, config.batcher.priority_levels) == (False, 0)
     assert config.response_cache == ResponseCache(enable=True)
-    # one callable, fed by `lanes` Triton instances (docs/differences.md)
-    lanes = pipeline_lanes(relayed=False, shm_total_bytes=shm_usage().total)
-    assert config.instance_group == {DeviceKind.KIND_CPU: lanes}
+    # one callable: one Triton instance
+    assert config.instance_group == {DeviceKind.KIND_CPU: 1}
     assert config.backend == "python"
     assert [(spec.name, spec.shape, spec.dtype, spec.optional) for spec in config.inputs] == [
         ("x", (-1,), np.float32, False)

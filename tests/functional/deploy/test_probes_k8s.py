@@ -89,7 +89,7 @@ def test_chart_probes_answer_the_truth_during_load_serving_and_healing():
         assert http_status(base + paths["readiness"]) == 200
 
         # 4. A stub killed as the OOM killer would: not ready until healed, live throughout.
-        stub = stub_processes("Second")[0]  # one of its lanes
+        stub = stub_processes("Second")[0]  # its one instance
         os.kill(stub.pid, signal.SIGKILL)
         killed_at = time.monotonic()
         down = wait_until(lambda: http_status(base + paths["readiness"]) != 200, timeout_s=2.0, interval_s=0.02)

@@ -174,7 +174,7 @@ def test_preserve_ordering_holds_back_a_response_that_finished_early(server):
             slow, fast = submit_in_order(pool, [(infer, url, model, BUSY_MS), (infer, url, model, 1)])
             return slow.result() - fast.result()
 
-    # One Triton instance per callable (binding.pipeline_lanes), so the fast request finds the idle one.
+    # One Triton instance per callable, so the fast request finds the idle one.
     assert len(stub_processes("Ordered")) == len(stub_processes("Unordered")) == 2
     # Unordered, the fast request returns about 0.5 s before the slow one; ordered, it is held
     # until the slow one is answered, so both come back together (the exact order of two

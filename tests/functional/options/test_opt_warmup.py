@@ -17,11 +17,9 @@ import numpy as np
 import pytest
 from support import http_url, running_triton, server_config
 
-from pytriton.binding import pipeline_lanes
 from pytriton.client import ModelClient
 from pytriton.decorators import batch
 from pytriton.exceptions import PyTritonModelConfigError, PyTritonServerStartupError
-from pytriton.ipc.shm import shm_usage
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.model_config.common import ModelWarmup, WarmupInput
 from pytriton.triton import Triton
@@ -50,11 +48,6 @@ class LazyModel:
         return {"y": x * 2}
 
 
-def _lanes() -> int:
-    """Triton instances per callable of these models (see docs/performance.md)."""
-    return pipeline_lanes(relayed=False, shm_total_bytes=shm_usage().total)
-
-
 WARMUPS = [
     ModelWarmup(name="greeting", batch_size=3, inputs={"text": np.array([b"hello"])}, count=2),
     ModelWarmup(name="zeros"),
@@ -70,14 +63,14 @@ def test_warmup_requests_reach_the_callable_before_run_returns():
         model.phase = "serving"
         assert model.initialised_by == "loading"
         # "greeting" twice with the given text repeated to batch 3 (x left out: zeros of length 1),
-        # then "zeros" once: every required input zero, bytes empty; Triton warms up each of its
-        # instances, and each callable has `lanes` of them.
+        # then "zeros" once: every required input zero, bytes empty; Triton warms up its one
+        # instance (one per callable).
         per_instance = [
             ("loading", [b"hello"] * 3, (3, 1)),
             ("loading", [b"hello"] * 3, (3, 1)),
             ("loading", [b""], (1, 1)),
         ]
-        assert sorted(model.calls) == sorted(per_instance * _lanes())
+        assert model.calls == per_instance
         with ModelClient(http_url(config), "Lazy") as client:
             result = client.infer_sample(text=np.array([b"user"]), x=np.array([1.0, 2.0], dtype=np.float32))
         assert result["y"].tolist() == [2.0, 4.0]
@@ -91,7 +84,7 @@ def test_warmup_of_a_model_bound_after_run_happens_before_bind_returns():
         triton.run()
         triton.bind("LateLazy", model, INPUTS, OUTPUTS,
                     config=ModelConfig(max_batch_size=8, model_warmup=[ModelWarmup(batch_size=2)]))
-        assert model.calls == [("loading", [b"", b""], (2, 1))] * _lanes()
+        assert model.calls == [("loading", [b"", b""], (2, 1))]
 
 
 def test_a_warmup_sample_that_does_not_fit_the_inputs_is_refused_at_bind():
@@ -187,9 +180,8 @@ def test_published_warmup_inputs_reach_the_callable_while_the_model_loads(tmp_pa
         loading_calls = list(model.calls)
         with ModelClient(http_url(config), "Declared") as client:
             client.infer_sample(a=np.ones(2, np.float32), b=np.ones((2, 3), np.int32), t=np.array([b"user"]))
-    # Every warm-up call happened before run() returned, count times per Triton instance (each
-    # instance runs them in the declared order; the lanes' instances warm up side by side).
-    lanes = _lanes()
+    # Every warm-up call happened before run() returned, count times, in the declared order.
+    lanes = 1  # Triton instances of the model: one per callable
     assert len(loading_calls) == 4 * lanes and len(model.calls) == 4 * lanes + 1
     by_kind: dict = {}
     for call in loading_calls:
