@@ -272,3 +272,27 @@ def update_docs(results: Dict[str, Any], page: pathlib.Path, image_name: str, gp
 def say(message: str) -> None:
     """Progress for the person waiting: stderr, so stdout holds only the table."""
     print(message, file=sys.stderr, flush=True)
+
+
+BREAKDOWN_BEGIN = "<!-- bench-breakdown:begin (written by bench/run.py --breakdown; edit outside these markers) -->"
+BREAKDOWN_END = "<!-- bench-breakdown:end -->"
+
+
+def update_breakdown(page: pathlib.Path, table: str, results: Dict[str, Any]) -> None:
+    """Replace the breakdown block of the page with `table` (the text around it is kept)."""
+    when = results["machine"].get("date", "")
+    block = "\n".join([
+        BREAKDOWN_BEGIN,
+        f"Measured {when} at {results['revision']} on {results['machine'].get('nproc')} cores "
+        f"({results['machine'].get('cpu_model')}).",
+        "",
+        table,
+        BREAKDOWN_END,
+    ])
+    pattern = _block_pattern(BREAKDOWN_BEGIN, BREAKDOWN_END)
+    text = page.read_text() if page.is_file() else ""
+    if pattern.search(text):
+        text = pattern.sub(lambda _: block, text, count=1)
+    else:
+        text = text.rstrip() + ("\n\n" if text.strip() else "") + block + "\n"
+    page.write_text(text)

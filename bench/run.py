@@ -26,6 +26,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
+import breakdown
 import cpu_work
 import gpu
 import psutil
@@ -86,6 +87,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="the GPU path instead: a torch MLP on cuda, ours against a plain Python-backend model, "
                         "concurrency 1 and 32, and a check that CUDA-tensor and numpy outputs both work; refuses "
                         "without a GPU torch can use. Writes results-gpu.json and the docs' GPU block")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="instead of the cases: the stage table of one request (16 values, concurrency 1, HTTP "
+                        "and gRPC, from Triton's traces and the models' own stamps) and the CPU per 1,000 "
+                        "requests of each process at concurrency 16 (bench/breakdown.py); writes breakdown.json "
+                        "beside --out and, unless --no-docs, the docs' breakdown block")
     parser.add_argument("--torch-device", help=argparse.SUPPRESS)  # --gpu on another device: plumbing tests only
     args = parser.parse_args(argv)
     if args.torch_device:
@@ -317,9 +323,53 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     return results
 
 
+def run_breakdown(args: argparse.Namespace) -> Dict[str, Any]:
+    """`breakdown.measure_stages` and `breakdown.measure_cpu`, one server at a time."""
+    run_dir = args.out.parent / "run-breakdown"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    pa = PerfAnalyzer.install(server_lib_dir(), args.perf_analyzer)
+    loop_count = cpu_work.calibrate(CPU_WORK_S)
+    created: List[Server] = []
+
+    def make_server(name: str) -> Server:
+        server: Server = (ReferenceServer(run_dir / "logs", loop_count) if name == "reference"
+                          else OursServer(run_dir / "logs", loop_count, args.ours_pythonpath))
+        created.append(server)
+        return server
+
+    try:
+        results: Dict[str, Any] = {
+            "machine": report.machine(),
+            "revision": report.git_revision(args.ours_pythonpath or REPO),
+            "stages": breakdown.measure_stages(pa, make_server, run_dir, args.protocols),
+            "cpu": breakdown.measure_cpu(pa, make_server, run_dir),
+        }
+    finally:
+        for server in created:
+            if server.child is not None and server.child.is_running():
+                server.stop()
+    results["leftovers"] = leftovers([server.marker for server in created if server.marker])
+    return results
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     _interrupt_on_sigterm()
+    if args.breakdown:
+        try:
+            results = run_breakdown(args)
+        except BenchError as exc:
+            say(f"bench: FAILED: {exc}")
+            return 1
+        path = args.out.with_name("breakdown.json")
+        report.write_json(results, path)
+        table = breakdown.markdown(results)
+        print(table)
+        if args.docs:
+            report.update_breakdown(DOCS_PAGE, table, results)
+            say(f"bench: updated {DOCS_PAGE.relative_to(REPO)}")
+        return 0
     try:
         results = run(args)
     except gpu.NoDevice as exc:

@@ -115,10 +115,13 @@ def main() -> None:
     parser.add_argument("--metrics-port", type=int, required=True)
     parser.add_argument("--loop-count", type=int, default=20_000, help="cpu_5ms's loop count (the harness calibrates)")
     parser.add_argument("--torch-device", help="serve only the torch MLP, on this device (the GPU path)")
+    parser.add_argument("--trace-file", help="Triton traces every request's timestamps into this file (--breakdown)")
     args = parser.parse_args()
 
+    trace = [f"triton,file={args.trace_file}", "level=TIMESTAMPS", "rate=1"] if args.trace_file else None
     config = TritonConfig(
-        http_port=args.http_port, grpc_port=args.grpc_port, metrics_port=args.metrics_port, exit_timeout_secs=5
+        http_port=args.http_port, grpc_port=args.grpc_port, metrics_port=args.metrics_port, exit_timeout_secs=5,
+        trace_config=trace,
     )
     inputs = [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))]
     outputs = [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))]

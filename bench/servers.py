@@ -176,6 +176,10 @@ class Server:
         self.startup_s: Optional[float] = None
         self.log_path: Optional[pathlib.Path] = None
         self.access_token: Optional[str] = None  # for a server that restricts some of its APIs
+        self.trace_file: Optional[pathlib.Path] = None
+        """Set before `start`: Triton traces every request's timestamps into it (bench/breakdown.py)."""
+        self.stamps_dir: Optional[pathlib.Path] = None
+        """Set before `start`: the Python models record their own stamps there (bench/breakdown.py)."""
 
     def headers(self, protocol: str) -> List[str]:
         """perf_analyzer ``-H`` values that carry the access token on `protocol`, if any."""
@@ -354,6 +358,8 @@ class ReferenceServer(Server):
             f"--grpc-port={self.grpc_port}",
             f"--metrics-port={self.metrics_port}",
             "--exit-timeout-secs=5",
+            *(["--trace-config", f"triton,file={self.trace_file}", "--trace-config", "level=TIMESTAMPS",
+               "--trace-config", "rate=1"] if self.trace_file else []),
         ]
 
     def environment(self) -> Dict[str, str]:
@@ -367,6 +373,8 @@ class ReferenceServer(Server):
         # The stub's Python sees only the base interpreter's packages; the torch model appends
         # this (the harness's virtual environment) to its sys.path, after the stub's NumPy.
         env[SITE_PACKAGES_ENV] = sysconfig.get_paths()["purelib"]
+        if self.stamps_dir is not None:
+            env["PYTRITON_BENCH_STAMPS"] = str(self.stamps_dir)
         return env
 
     def _launch(self, log: IO[str]) -> Child:
@@ -408,8 +416,12 @@ class OursServer(Server):
         ]  # fmt: skip
         if self.torch_device:
             argv += ["--torch-device", self.torch_device]
+        if self.trace_file:
+            argv += ["--trace-file", str(self.trace_file)]
         env = dict(os.environ)
         env[ACCESS_TOKEN_ENV] = self.access_token or ""
+        if self.stamps_dir is not None:
+            env["PYTRITON_HOP_STAMPS"] = str(self.stamps_dir)
         if self.pythonpath is not None:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.pythonpath), env.get("PYTHONPATH")]))
         return Child(argv, env, log)

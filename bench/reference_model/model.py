@@ -26,6 +26,8 @@ import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 from cpu_work import spin  # noqa: E402
 
+STAMPS_ENV = "PYTRITON_BENCH_STAMPS"  # a folder: record each execute's entry and exit (bench/breakdown.py)
+
 
 class TritonPythonModel:
     def initialize(self, args):
@@ -37,6 +39,23 @@ class TritonPythonModel:
         parameters = json.loads(args["model_config"]).get("parameters", {})
         self.sleep_s = float(parameters.get("sleep_s", {}).get("string_value", "0"))
         self.loop_count = int(parameters.get("loop_count", {}).get("string_value", "0"))
+        self.stamps_dir = os.environ.get(STAMPS_ENV)
+        self.stamps = []
+        self.name = args["model_name"]
+        if self.stamps_dir:
+            self.execute = self._execute_stamped
+
+    def _execute_stamped(self, requests):
+        entered = time.monotonic_ns()
+        responses = TritonPythonModel.execute(self, requests)
+        self.stamps.append((entered, time.monotonic_ns()))
+        return responses
+
+    def finalize(self):
+        if self.stamps_dir and self.stamps:
+            path = os.path.join(self.stamps_dir, f"reference-{self.name}-{os.getpid()}.json")
+            with open(path, "w") as handle:
+                json.dump({"model": self.name, "records": self.stamps}, handle)
 
     def execute(self, requests):
         if self.sleep_s:

@@ -23,7 +23,7 @@ from pytriton.client import ModelClient
 from pytriton.decorators import batch
 from pytriton.ipc import shm
 from pytriton.model_config import ModelConfig, Tensor
-from pytriton.worker import handler
+from pytriton.worker import blocking
 
 pytestmark = pytest.mark.functional
 
@@ -47,7 +47,7 @@ def _serving(monkeypatch, name: str, infer_func) -> Iterator[ModelClient]:
     """A server with one echo model, the idle time shortened in the worker; a client of it, whose
     first large request has gone through the arenas (the worker mapped the proxy's)."""
     monkeypatch.setattr(shm, "IDLE_RELEASE_S", IDLE_S)
-    monkeypatch.setattr(handler, "IDLE_RELEASE_S", IDLE_S)
+    monkeypatch.setattr(blocking, "IDLE_RELEASE_S", IDLE_S)
     io = [Tensor(name="payload", dtype=np.uint8, shape=(-1,))]
     with running_triton() as triton:
         triton.bind(name, infer_func, inputs=io, outputs=io, config=ModelConfig(max_batch_size=4))

@@ -104,7 +104,10 @@ def test_stop_leaves_no_worker_process_socket_file_or_segment():
         key = protocol.model_key("Big", 1)  # a child also inherits the sockets of other servers of this process
         sockets = {c.laddr for pid in workers for c in psutil.Process(pid).net_connections(kind="unix")
                    if c.laddr and key in c.laddr}
-        assert len(sockets) == 2 and all(os.path.exists(path) for path in sockets), sockets
+        # each worker listens on a control socket (ZeroMQ) and a data socket beside it
+        assert len(sockets) == 4 and all(os.path.exists(path) for path in sockets), sockets
+        assert {path for path in sockets if path.endswith(".d")} == {f"{path}.d" for path in sockets
+                                                                     if not path.endswith(".d")}
         with ModelClient(http_url(triton._config), "Big") as client:
             assert client.infer_sample(x=np.ones(1, np.float32))["y"].shape == (1 << 18,)
         marker = f"pytriton-{os.getpid()}-"
@@ -169,6 +172,47 @@ def test_a_killed_worker_process_fails_its_request_and_is_forked_again(caplog):
         triton.stop()
     assert forked_children() == []
     assert our_leftovers() == {"processes": [], "segments": []}
+
+
+def test_a_worker_that_stops_reading_holds_requests_until_their_timeout_and_serves_when_it_resumes():
+    """The worker process is stopped (SIGSTOP): it reads nothing and answers nothing. A request
+    then fails with its client's timeout, naming it; nothing is lost or crossed once it resumes,
+    and a request queued behind the stop is answered with its own data."""
+    from pytriton.client.exceptions import PyTritonClientTimeoutError
+
+    def echo(requests):
+        return [{"pid": np.array([os.getpid()], np.int64), "x": request["x"]} for request in requests]
+
+    triton = Triton(config=server_config())
+    try:
+        triton.bind("Echo", echo, X_IN, PID_OUT + X_IN, config=PROCESS)
+        triton.run()
+        url = http_url(triton._config)
+        (worker,) = forked_children()
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            with ModelClient(url, "Echo", inference_timeout_s=1.0) as client:
+                with pytest.raises(PyTritonClientTimeoutError):
+                    client.infer_sample(x=np.full(3, 7.0, np.float32))
+            queued: dict = {}
+
+            def ask_patiently() -> None:
+                with ModelClient(url, "Echo", inference_timeout_s=30) as patient:
+                    queued["answer"] = patient.infer_sample(x=np.full(2, 5.0, np.float32))
+
+            asking = threading.Thread(target=ask_patiently)
+            asking.start()
+            time.sleep(0.5)
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        asking.join(20)
+        assert queued["answer"]["x"].tolist() == [5.0, 5.0]
+        with ModelClient(url, "Echo", inference_timeout_s=10) as client:
+            answer = client.infer_sample(x=np.arange(4, dtype=np.float32))
+        assert answer["x"].tolist() == [0.0, 1.0, 2.0, 3.0] and int(answer["pid"][0]) == worker
+    finally:
+        triton.stop()
+    assert forked_children() == []
 
 
 # One server for the tests below; it is torn down at the end of the module, so the tests above,

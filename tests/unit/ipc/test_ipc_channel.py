@@ -107,3 +107,29 @@ def test_listen_connect_accept(tmp_path):
 def test_pid_alive():
     assert channel.pid_alive(os.getpid())
     assert not channel.pid_alive(2**22 + 12345)  # above pid_max's default ceiling
+
+
+def test_a_full_queue_makes_a_send_time_out_and_the_next_send_goes_once_drained(pair):
+    """The peer stopped reading: the kernel queue fills, a send waits its timeout and says so;
+    nothing is lost once the peer reads again."""
+    a, b = pair
+    a.set_timeouts(None, 0.05)
+    sent = 0
+    with pytest.raises(BlockingIOError):
+        for _ in range(10_000):
+            a.send(b"m", [sent.to_bytes(4, "little") * 1000])
+            sent += 1
+    assert sent >= 1
+    got = [int.from_bytes(bytes(b.receive()[1][:4]), "little") for _ in range(sent)]
+    assert got == list(range(sent))  # every message that went, in order, none half-sent
+    a.send(b"after")
+    assert bytes(b.receive()[0]) == b"after"
+
+
+def test_a_peer_that_dies_in_the_middle_of_a_long_message_ends_the_receive(pair):
+    a, b = pair
+    prefix = channel._PREFIX.pack(channel._MAGIC, 1, 3 * DATAGRAM_BYTES)  # promises more than comes
+    a.sock.send(prefix + b"h" + bytes(DATAGRAM_BYTES - len(prefix) - 1))
+    a.close()
+    with pytest.raises(ChannelClosed, match="in the middle of a message"):
+        b.receive()
