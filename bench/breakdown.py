@@ -80,8 +80,10 @@ def _from_stub(trace: Dict[str, int], stamps: Optional[Sequence[int]]) -> Option
 
 
 def _stamp(first: int, last: int) -> Callable[[Dict[str, int], Optional[Sequence[int]]], Optional[int]]:
+    """A stage inside ours' `execute` (the reference records only the entry and the exit)."""
+
     def stage(_trace: Dict[str, int], stamps: Optional[Sequence[int]]) -> Optional[int]:
-        return stamps[last] - stamps[first] if stamps and len(stamps) > last else None
+        return stamps[last] - stamps[first] if stamps and len(stamps) == RESPONDED + 1 else None
 
     return stage
 

@@ -8,7 +8,6 @@ outputs back to one mapping per request.
 
 from __future__ import annotations
 
-import itertools
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -16,6 +15,7 @@ import wrapt
 
 from pytriton.decorating.common import Outputs, _batch_size, _outputs_as_dict, _requests_arg
 from pytriton.exceptions import PyTritonValidationError
+from pytriton.worker.request import BatchResponses, Requests
 from pytriton.worker.results import gather, map_result
 
 # --- list of requests -> one gathered batch ---------------------------------------------------
@@ -37,9 +37,42 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
         PyTritonValidationError: requests with different input names or trailing shapes, or outputs
             that are not arrays with the gathered batch size on axis 0.
     """
-    requests = _requests_arg("batch", args, kwargs)
-    if not requests:
-        return []
+    whole = _whole_inputs(args, kwargs)
+    if whole is not None:  # the worker's requests, each input of the batch already one array
+        sizes = list(args[0].rows)
+        inputs = {key: array.copy() for key, array in whole.items()}  # writeable, as concatenate makes
+    else:
+        requests = _requests_arg("batch", args, kwargs)
+        if not requests:
+            return []
+        sizes, inputs = _gather(requests)
+
+    total = sum(sizes)
+
+    def split(result: Any) -> list[Outputs]:
+        outputs = _outputs_as_dict(result, "batch")
+        for key, value in outputs.items():
+            if value.ndim == 0 or value.shape[0] != total:
+                raise PyTritonValidationError(
+                    f"@batch: output {key!r} has shape {value.shape}, but its leading dim must be the batch size "
+                    f"{total} (the sum of the requests' batch sizes {sizes})."
+                )
+        if len(sizes) == 1:
+            return [outputs]  # one request: its response is the outputs themselves
+        return BatchResponses(outputs, sizes)
+
+    return map_result(wrapped(**inputs), split)
+
+
+def _whole_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The batch's inputs as whole arrays, when the worker gave them and nothing changed since."""
+    if len(args) == 1 and type(args[0]) is Requests and not kwargs:
+        return args[0].whole_inputs()
+    return None
+
+
+def _gather(requests: list[Any]) -> tuple[list[int], dict[str, np.ndarray]]:
+    """Each request's batch size, and each input concatenated along axis 0."""
     names = list(requests[0])
     for index, request in enumerate(requests[1:], start=1):
         if set(request) != set(names):
@@ -61,22 +94,7 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
                 f"with @group_by_values(..., pad_fn=ConstantPadder(0))."
             )
         inputs[key] = np.concatenate(arrays, axis=0)
-
-    total = sum(sizes)
-    offsets = [0, *itertools.accumulate(sizes)]
-
-    def split(result: Any) -> list[Outputs]:
-        outputs = _outputs_as_dict(result, "batch")
-        for key, value in outputs.items():
-            if value.ndim == 0 or value.shape[0] != total:
-                raise PyTritonValidationError(
-                    f"@batch: output {key!r} has shape {value.shape}, but its leading dim must be the batch size "
-                    f"{total} (the sum of the requests' batch sizes {sizes})."
-                )
-        return [{key: value[start:stop] for key, value in outputs.items()}
-                for start, stop in zip(offsets, offsets[1:])]
-
-    return map_result(wrapped(**inputs), split)
+    return sizes, inputs
 
 
 @wrapt.decorator

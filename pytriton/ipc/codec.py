@@ -7,6 +7,7 @@ C order, a 4-byte little-endian length followed by the bytes, so trailing ``\\x0
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -85,9 +86,13 @@ def _padding(size: int) -> int:
 
 
 class _Column:
-    """A column being built: one (name, dtype) across the groups of a message."""
+    """A column being built: one (name, dtype) across the groups of a message.
 
-    __slots__ = ("name", "dtype", "shapes", "offsets", "sizes", "in_shm")
+    Either one buffer per group (`buffers`), or one array holding every group's rows back to
+    back (`whole`, from `pack_rows`).
+    """
+
+    __slots__ = ("name", "dtype", "shapes", "offsets", "sizes", "in_shm", "buffers", "whole")
 
     def __init__(self, name: str, dtype: str, count: int) -> None:
         self.name, self.dtype = name, dtype
@@ -95,6 +100,8 @@ class _Column:
         self.offsets = [0] * count
         self.sizes = [0] * count
         self.in_shm = [False] * count
+        self.buffers: List[Any] = [None] * count
+        self.whole: Optional[np.ndarray] = None
 
     def frozen(self) -> TensorColumn:
         return TensorColumn(
@@ -107,13 +114,15 @@ def pack(
 ) -> Tuple[Tuple[TensorColumn, ...], str, List[Any]]:
     """Lay out the tensors of several requests (or responses) of one message.
 
-    Small tensors go back to back (8-byte aligned) into the message's payload; large ones are
-    copied into `arena`, grown at most once per message. Without an arena everything goes
-    inline: a sender with several messages in flight (streams, overlapping coroutines) cannot
-    reuse one arena, since the receiver may still read the previous message from it. When
-    /dev/shm has no room for the arena (`Arena.reserve` refuses), the large tensors go inline
-    too: slower, but the message still goes through and Triton's own pool keeps the room it
-    needs.
+    Small tensors go into the message's payload, column by column: a column's tensors back to
+    back (so the tensors of one input across a batch form one contiguous run, which the worker
+    reads as one array, see `gathered`), each column starting 8-byte aligned. Large ones are
+    copied into `arena`, 64-byte aligned, grown at most once per message. Without an arena
+    everything goes inline: a sender with several messages in flight (streams, overlapping
+    coroutines) cannot reuse one arena, since the receiver may still read the previous message
+    from it. When /dev/shm has no room for the arena (`Arena.reserve` refuses), the large
+    tensors go inline too: slower, but the message still goes through and Triton's own pool
+    keeps the room it needs.
 
     Returns:
         The columns describing every tensor, the arena's segment name ("" when unused), and the
@@ -122,45 +131,118 @@ def pack(
     """
     count = len(groups)
     columns: Dict[Tuple[str, str], _Column] = {}
-    prepared = []
     shm_total = 0
     for index, group in enumerate(groups):
         for name, value in group.items():
-            array = value if isinstance(value, np.ndarray) else np.asarray(value)
+            array = value if type(value) is np.ndarray else np.asarray(value)
             dtype, buffer, size = _as_buffer(array)
             column = columns.get((name, dtype))
             if column is None:
                 column = columns[(name, dtype)] = _Column(name, dtype, count)
             column.shapes[index] = array.shape
             column.sizes[index] = size
+            column.buffers[index] = buffer
             if size > INLINE_MAX_BYTES and arena is not None:
                 column.in_shm[index] = True
                 shm_total += aligned(size)
-            prepared.append((column, index, buffer, size))
+    return _lay_out(list(columns.values()), shm_total, arena)
+
+
+def pack_rows(
+    arrays: Mapping[str, np.ndarray], rows: Sequence[int], arena: Optional[Arena]
+) -> Tuple[Tuple[TensorColumn, ...], str, List[Any]]:
+    """`pack` for tensors given whole: each numeric array holds the rows of every group back to
+    back, `rows[i]` of them for group i (a `@batch` callable's outputs). One buffer per tensor,
+    however many groups: the columns' per-group shapes and offsets are arithmetic."""
+    count = len(rows)
+    columns = []
+    shm_total = 0
+    for name, value in arrays.items():
+        array = np.ascontiguousarray(value)
+        trailing = array.shape[1:]
+        row_bytes = array.itemsize * math.prod(trailing)
+        column = _Column(name, array.dtype.str, count)
+        column.shapes = [(size, *trailing) for size in rows]
+        column.sizes = [size * row_bytes for size in rows]
+        column.whole = array
+        if array.nbytes > INLINE_MAX_BYTES and arena is not None:
+            column.in_shm = [True] * count
+            shm_total += aligned(array.nbytes)
+        columns.append(column)
+    return _lay_out(columns, shm_total, arena)
+
+
+def _lay_out(columns: List[_Column], shm_total: int, arena: Optional[Arena]) -> Tuple[
+        Tuple[TensorColumn, ...], str, List[Any]]:
+    """Offsets of every tensor, arena copies and payload buffers (see `pack`)."""
     view: Any = None  # only read when some tensor went to the arena, which needs one
     if arena is not None:
         if not arena.reserve(shm_total):  # called with 0 too: lets a big arena shrink back
-            for column, index, _, _ in prepared:
-                column.in_shm[index] = False
+            for column in columns:
+                column.in_shm = [False] * len(column.in_shm)
             shm_total = 0
         elif shm_total:
             view = arena.view
     pieces: List[Any] = []
     inline_offset = shm_offset = 0
-    for column, index, buffer, size in prepared:
-        if column.in_shm[index]:
-            np.frombuffer(view, dtype=np.uint8, count=size, offset=shm_offset)[:] = _raw(buffer)
-            column.offsets[index] = shm_offset
-            shm_offset += aligned(size)
+    for column in columns:
+        whole = column.whole
+        if whole is not None:
+            in_shm = bool(column.in_shm) and column.in_shm[0]
+            start = shm_offset if in_shm else inline_offset
+            for index, size in enumerate(column.sizes):
+                column.offsets[index] = start
+                start += size
+            if in_shm:
+                np.frombuffer(view, dtype=np.uint8, count=whole.nbytes, offset=shm_offset)[:] = _raw(whole)
+                shm_offset += aligned(whole.nbytes)
+            elif whole.nbytes:
+                pieces.append(_raw(whole) if not whole.ndim else whole)
+                inline_offset += whole.nbytes
         else:
-            column.offsets[index] = inline_offset
-            if size:
-                pieces.append(_raw(buffer) if isinstance(buffer, np.ndarray) and not buffer.ndim else buffer)
-            pad = _padding(size)
-            if pad:
-                pieces.append(_PAD[:pad])
-            inline_offset += size + pad
-    return tuple(c.frozen() for c in columns.values()), (arena.name if shm_total and arena else ""), pieces
+            for index, buffer in enumerate(column.buffers):
+                if buffer is None:
+                    continue
+                size = column.sizes[index]
+                if column.in_shm[index]:
+                    np.frombuffer(view, dtype=np.uint8, count=size, offset=shm_offset)[:] = _raw(buffer)
+                    column.offsets[index] = shm_offset
+                    shm_offset += aligned(size)
+                else:
+                    column.offsets[index] = inline_offset
+                    if size:
+                        pieces.append(_raw(buffer) if isinstance(buffer, np.ndarray) and not buffer.ndim else buffer)
+                    inline_offset += size
+        pad = _padding(inline_offset)
+        if pad:
+            pieces.append(_PAD[:pad])
+            inline_offset += pad
+    return tuple(c.frozen() for c in columns), (arena.name if shm_total and arena else ""), pieces
+
+
+def gathered(column: TensorColumn, segment: str, payload: Any, reader: SegmentReader) -> Optional[np.ndarray]:
+    """Every group's tensor of a numeric column as one array, rows back to back, or None.
+
+    Possible when every group has the tensor, all of one trailing shape, laid out back to back
+    in one buffer (`pack` lays columns out that way). The array views the buffer (read-only).
+    """
+    if column.dtype == BYTES or None in column.shapes or not column.shapes or not column.shapes[0]:
+        return None
+    shapes: Sequence[Tuple[int, ...]] = column.shapes  # type: ignore[assignment]  # no None, checked above
+    trailing = shapes[0][1:]
+    in_shm = column.in_shm[0]
+    offsets, sizes = column.offsets, column.sizes
+    rows = 0
+    expected = offsets[0]
+    for shape, offset, size, shm in zip(shapes, offsets, sizes, column.in_shm):
+        if shape[1:] != trailing or offset != expected or shm != in_shm:
+            return None
+        rows += shape[0]
+        expected += size
+    dtype = np.dtype(column.dtype)
+    buffer = reader.buffer(segment) if in_shm else payload
+    items = (expected - offsets[0]) // dtype.itemsize if dtype.itemsize else 0
+    return np.frombuffer(buffer, dtype=dtype, count=items, offset=offsets[0]).reshape(rows, *trailing)
 
 
 def group_sizes(columns: Sequence[TensorColumn], count: int) -> List[int]:

@@ -235,7 +235,7 @@ class TritonPythonModel:
                     if not self._link.worker_alive():
                         return None, None
             while True:
-                received = self._answer_wait.receive(channel)
+                received = self._answer_wait.receive(channel, count)
                 if received is None:  # no answer within the liveness period: is the worker still there?
                     if not self._link.worker_alive():
                         return None, None

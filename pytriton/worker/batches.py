@@ -11,10 +11,11 @@ It owns no socket and no thread.
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 import logging
 import time
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from pytriton.ipc.shm import Arena, SegmentReader
 from pytriton.worker.context import TritonContext
 from pytriton.worker.deadline import expired_message, pop_expired
 from pytriton.worker.isolation import isolate
-from pytriton.worker.request import Request
+from pytriton.worker.request import Request, Requests
 from pytriton.worker.responses import Failure, batch_result, per_request, stream_part
 from pytriton.worker.timed import ExecutionTimeout, TimedCaller
 
@@ -81,22 +82,48 @@ class BatchCalls:
             self._timed = TimedCaller(infer_func, timeout_s, context=context, instance=instance, stopping=stopping)
             self._run_callable = self._timed
         self._bytes_inputs = {t.name for t in context.inputs if np.dtype(t.dtype).kind == "S"}
-        self._strict_sizes = strict and bool(context.config.batching)
+        self._batching = bool(context.config.batching)
+        self._strict_sizes = strict and self._batching
 
     def close(self) -> None:
         if self._timed is not None:
             self._timed.close()
 
-    def requests(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader) -> List[Request]:
-        """The batch's requests: input arrays viewing `payload` (or the proxy's arena), and parameters."""
-        groups = codec.unpack(batch.columns, batch.segment, payload, reader, len(batch.parameters))
+    def requests(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader) -> Requests:
+        """The batch's requests: input arrays viewing `payload` (or the proxy's arena), and parameters.
+
+        For a batching model whose requests all carry the same numeric inputs, the list also
+        holds each input of the whole batch as one array (`Requests.whole`).
+        """
+        count = len(batch.parameters)
+        whole = self._whole(batch, payload, reader) if count > 1 else None  # one request: nothing to gather
+        rows: List[int] = []
+        if whole is None:
+            groups = codec.unpack(batch.columns, batch.segment, payload, reader, count)
+        else:  # each request's arrays: views of the whole ones' rows
+            rows = [shape[0] for shape in batch.columns[0].shapes]  # type: ignore[index]  # no None: gathered
+            ends = list(itertools.accumulate(rows))
+            views = [[array[end - size:end] for size, end in zip(rows, ends)] for array in whole.values()]
+            groups = [dict(zip(whole, arrays)) for arrays in zip(*views)]
         requests = []
         for arrays, parameters in zip(groups, batch.parameters):
             if self._bytes_inputs:
                 for name in self._bytes_inputs & arrays.keys():
                     arrays[name] = arrays[name].astype(np.bytes_)
             requests.append(Request(arrays, json.loads(parameters) if parameters else {}))
-        return requests
+        return Requests(requests) if whole is None else Requests(requests, whole, rows, groups)
+
+    def _whole(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader) -> Optional[Dict[str, Any]]:
+        """Each input of the batch as one array (`codec.gathered`), or None where one cannot be."""
+        if not self._batching or not batch.columns or self._bytes_inputs:
+            return None
+        whole: Dict[str, Any] = {}
+        for column in batch.columns:
+            array = codec.gathered(column, batch.segment, payload, reader)
+            if array is None or column.name in whole:
+                return None
+            whole[column.name] = array
+        return whole
 
     def call(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader,
              marks: Optional[List[int]] = None) -> Tuple[List[Optional[int]], Any]:

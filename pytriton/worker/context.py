@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 from typing import Any, Optional, Tuple
 
 
@@ -21,13 +22,20 @@ class TritonContext:
     outputs: Tuple[Any, ...]  # pytriton.model_config.Tensor, names resolved
     config: Any  # pytriton.model_config.ModelConfig
 
-    @property
+    @functools.cached_property
     def input_names(self) -> Tuple[str, ...]:
         return tuple(t.name for t in self.inputs)
 
-    @property
+    @functools.cached_property
     def output_names(self) -> Tuple[str, ...]:
         return tuple(t.name for t in self.outputs)
+
+    @functools.cached_property
+    def output_dtypes(self) -> Tuple[Any, ...]:
+        """The declared dtype of each output, as `numpy.dtype` (looked up once: read per batch)."""
+        import numpy as np
+
+        return tuple(np.dtype(t.dtype) for t in self.outputs)
 
 
 _current: contextvars.ContextVar[Optional[TritonContext]] = contextvars.ContextVar("pytriton_context", default=None)

@@ -14,7 +14,8 @@ valid while the callable runs. Copy an array (``array.copy()``) to keep it beyon
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+import itertools
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -64,3 +65,70 @@ class Response(_Tensors):
 
     def __repr__(self) -> str:
         return f"Response(data={dict.__repr__(self)})"
+
+
+class Requests(List[Request]):
+    """The list of requests the worker hands a callable: a plain list, plus the whole batch.
+
+    When every request carries the same inputs, each one numeric array of one trailing shape,
+    the wire holds each input of the batch as one contiguous run: `whole` maps each input name
+    to one read-only array of every request's rows back to back, and `rows` gives each
+    request's count. `@batch` takes those instead of concatenating per-request arrays (one copy
+    and no Python per request), after `whole_inputs` checks that nobody replaced a request or
+    an array in the list meanwhile.
+    """
+
+    __slots__ = ("whole", "rows", "_arrays")
+
+    def __init__(self, requests: Sequence[Request], whole: Optional[Dict[str, np.ndarray]] = None,
+                 rows: Sequence[int] = (), arrays: Sequence[Dict[str, np.ndarray]] = ()) -> None:
+        """`arrays`: each request's input arrays as it was built, kept to notice changes."""
+        super().__init__(requests)
+        self.whole = whole
+        self.rows = list(rows)
+        self._arrays = arrays
+
+    def whole_inputs(self) -> Optional[Dict[str, np.ndarray]]:
+        """`whole`, if every request still holds exactly the arrays it came with (else None)."""
+        if self.whole is None or len(self) != len(self._arrays):
+            return None
+        for request, arrays in zip(self, self._arrays):
+            if len(request) != len(arrays):
+                return None
+            for name, array in arrays.items():
+                if request.get(name) is not array:
+                    return None
+        return self.whole
+
+
+class BatchResponses(List[Dict[str, np.ndarray]]):
+    """What `@batch` returns: one response per request (views of the whole outputs), plus the
+    whole outputs themselves, so the worker sends each output as one buffer (see
+    `pytriton.worker.responses.batch_result`) after `whole_outputs` checks nothing was changed.
+    """
+
+    __slots__ = ("whole", "rows", "_views")
+
+    def __init__(self, whole: Dict[str, np.ndarray], rows: Sequence[int]) -> None:
+        """One response per group of `rows`, each holding views of the `whole` outputs' rows."""
+        self.whole = whole
+        self.rows = list(rows)
+        ends = list(itertools.accumulate(rows))
+        self._views = {name: [array[end - size:end] for size, end in zip(rows, ends)] for name, array in whole.items()}
+        names = list(self._views)
+        super().__init__(dict(zip(names, views)) for views in zip(*self._views.values()))
+        if not names:
+            self.extend({} for _ in rows)
+
+    def whole_outputs(self) -> Optional[Dict[str, np.ndarray]]:
+        """`whole`, if every response is still the one `@batch` made, holding its own views (else None)."""
+        views = self._views
+        if len(self) != len(self.rows):
+            return None
+        for index, response in enumerate(self):
+            if len(response) != len(views):
+                return None
+            for name, column in views.items():
+                if response.get(name) is not column[index]:
+                    return None
+        return self.whole

@@ -18,7 +18,7 @@ from pytriton.ipc import codec, protocol
 from pytriton.ipc.shm import Arena
 from pytriton.worker.arrays import host_array
 from pytriton.worker.context import TritonContext
-from pytriton.worker.request import Request
+from pytriton.worker.request import BatchResponses, Request
 
 logger = logging.getLogger("pytriton.worker")
 
@@ -197,6 +197,33 @@ def _shape_all(
     return groups, errors, present
 
 
+def _whole_outputs(
+    context: TritonContext, results: Any, count: int, strict: bool
+) -> Optional[Dict[str, np.ndarray]]:
+    """The declared outputs of a `@batch` answer as whole arrays (every request's rows back to
+    back), when they need no per-request look: all numeric, of the declared dtype (cast unless
+    `strict`) and, with `strict`, of the declared trailing shape. None sends the answer down the
+    per-request checks, which name what is wrong for each request."""
+    if type(results) is not BatchResponses or len(results) != count or not context.config.batching:
+        return None
+    whole = results.whole_outputs()
+    if whole is None or (strict and len(whole) != len(context.outputs)):  # undeclared ones: refused per request
+        return None
+    arrays = {}
+    for tensor, expected in zip(context.outputs, context.output_dtypes):
+        array = whole.get(tensor.name)
+        if array is None or expected.kind in ("O", "S", "U") or array.dtype.kind in ("O", "S", "U"):
+            return None
+        if array.dtype != expected:
+            if strict:
+                return None
+            array = array.astype(expected)
+        if strict and not _shape_matches(array.shape[1:], tuple(tensor.shape)):
+            return None
+        arrays[tensor.name] = array
+    return arrays
+
+
 def batch_result(
     context: TritonContext,
     batch_id: int,
@@ -210,6 +237,10 @@ def batch_result(
 
     `arena` carries large outputs; None sends everything inline (when answers overlap).
     """
+    whole = _whole_outputs(context, results, count, strict)
+    if whole is not None:
+        columns, segment, payload = codec.pack_rows(whole, results.rows, arena)
+        return protocol.BatchResult(batch_id, (None,) * count, columns, segment), payload
     outcomes = per_request(context, count, results, "returned")
     for index, outcome in enumerate(outcomes):
         if outcome is None:  # a response is required for every request of a non-streaming model
@@ -226,6 +257,10 @@ def stream_part(
 ) -> Tuple[protocol.StreamPart, List[Any]]:
     """The `StreamPart` of one value a streaming callable yielded; always inline (the proxy may
     still be reading the previous part when this one is written)."""
+    whole = _whole_outputs(context, step, count, strict)
+    if whole is not None:
+        columns, _, payload = codec.pack_rows(whole, step.rows, None)
+        return protocol.StreamPart(batch_id, (True,) * count, (None,) * count, columns), payload
     groups, errors, present = _shape_all(context, per_request(context, count, step, "yielded"), batch_sizes, strict)
     columns, _, payload = codec.pack(groups, None)
     return protocol.StreamPart(batch_id, tuple(present), tuple(errors), columns), payload

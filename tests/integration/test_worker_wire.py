@@ -135,8 +135,9 @@ def _assert_same(outputs: dict, inputs: dict) -> None:
 
 
 def _assert_layout(message, payload_sizes) -> None:
-    """Where a message's columns put each tensor: 8-byte aligned, back to back in its one inline
-    payload; 64-byte aligned, without overlap, in its arena (named only when used)."""
+    """Where a message's columns put each tensor: inline, column by column, each column 8-byte
+    aligned and its tensors back to back; 64-byte aligned, without overlap, in its arena (named
+    only when used)."""
     count = len(message.errors) if isinstance(message, protocol.BatchResult) else len(message.parameters)
     inline, shm = [], []
     for column in message.columns:
@@ -147,9 +148,16 @@ def _assert_layout(message, payload_sizes) -> None:
                 (shm if column.in_shm[index] else inline).append(entry)
     assert len(payload_sizes) == (1 if inline else 0)
     end = 0
-    for offset, size in sorted(inline):
-        assert offset == end and offset % codec.INLINE_ALIGNMENT == 0
-        end = offset + size + (-size % codec.INLINE_ALIGNMENT)
+    for column in message.columns:
+        runs = [(column.offsets[i], column.sizes[i]) for i, shape in enumerate(column.shapes)
+                if shape is not None and not column.in_shm[i]]
+        if not runs:
+            continue
+        assert runs[0][0] == end and end % codec.INLINE_ALIGNMENT == 0
+        for offset, size in runs:
+            assert offset == end
+            end += size
+        end += -end % codec.INLINE_ALIGNMENT
     assert payload_sizes == ([end] if inline else [])
     assert bool(message.segment) == bool(shm)
     end = 0
@@ -343,7 +351,7 @@ def test_the_callable_gets_read_only_aligned_views_of_its_inputs(serve):
     def infer(requests):
         for request in requests:
             array = request["INPUT_1"]
-            seen.append((array.shape, array.flags.writeable, array.flags.aligned, array.ctypes.data % 8))
+            seen.append((array.shape, array.flags.writeable, array.flags.aligned, array.ctypes.data % array.itemsize))
         return [{"OUTPUT_1": request["INPUT_1"], "OUTPUT_2": request["INPUT_2"]} for request in requests]
 
     wire = serve(infer)

@@ -290,17 +290,21 @@ def test_several_groups_in_one_message(arena, reader, shm_prefix):
         {"A": "inline"},
     ]
 
-    # the small tensors: back to back in the payload, each 8-byte aligned, the padding zeroed
+    # the small tensors: column by column, each column's back to back and 8-byte aligned, the
+    # padding between columns zeroed
     payload = _wire(frames)
-    inline = _entries(columns, in_shm=False)
-    assert len(inline) == 5
+    assert len(_entries(columns, in_shm=False)) == 5
     end = 0
-    for offset, size in inline:
-        assert offset % codec.INLINE_ALIGNMENT == 0
-        assert offset == end
-        assert not any(payload[end:offset])
-        end = offset + _padded(size)
-    assert len(payload) == end
+    runs = [[(o, z) for o, z, s, m in zip(column.offsets, column.sizes, column.shapes, column.in_shm)
+             if s is not None and not m] for column in columns]
+    for inline in sorted(run for run in runs if run):
+        start = inline[0][0]
+        assert start % codec.INLINE_ALIGNMENT == 0 and start == _padded(end) and not any(payload[end:start])
+        for offset, size in inline:
+            assert offset == start
+            start += size
+        end = start
+    assert len(payload) == _padded(end)
 
     # the large ones: one segment for the whole message, every tensor 64-byte aligned, no overlap
     assert segment == arena.name
@@ -330,7 +334,8 @@ def test_several_groups_in_one_message(arena, reader, shm_prefix):
 
 
 def test_inline_tensors_of_odd_sizes_keep_the_next_one_aligned(reader, arena):
-    """1-, 3- and 5-byte tensors before 8-byte ones: every numeric view stays aligned."""
+    """1-, 3- and 5-byte tensors before 8-byte ones: every numeric view stays aligned (each column
+    starts 8-byte aligned; inside one, every tensor is a whole number of items from its start)."""
     groups = [
         {"odd": np.arange(1, dtype=np.uint8), "f64": np.arange(3, dtype=np.float64)},
         {"odd": np.arange(3, dtype=np.uint8), "txt": np.array([b"abc"], dtype=object), "i64": np.arange(2)},
@@ -338,7 +343,11 @@ def test_inline_tensors_of_odd_sizes_keep_the_next_one_aligned(reader, arena):
     ]
     columns, segment, frames = codec.pack(groups, arena)
     assert segment == ""
-    assert all(offset % codec.INLINE_ALIGNMENT == 0 for offset, _ in _entries(columns, in_shm=False))
+    for column in columns:
+        present = [offset for offset, shape in zip(column.offsets, column.shapes) if shape is not None]
+        assert present[0] % codec.INLINE_ALIGNMENT == 0
+        if column.dtype != codec.BYTES:
+            assert all(offset % np.dtype(column.dtype).itemsize == 0 for offset in present)
     results = codec.unpack(columns, segment, _wire(frames), reader, len(groups))
     for group, result in zip(groups, results):
         assert sorted(result) == sorted(group)
@@ -347,7 +356,7 @@ def test_inline_tensors_of_odd_sizes_keep_the_next_one_aligned(reader, arena):
                 assert result[name].tolist() == array.tolist()
             else:
                 assert result[name].flags.aligned
-                assert result[name].ctypes.data % codec.INLINE_ALIGNMENT == 0
+                assert result[name].ctypes.data % array.itemsize == 0
                 np.testing.assert_array_equal(result[name], array)
 
 
