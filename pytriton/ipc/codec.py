@@ -112,40 +112,59 @@ class _Column:
 def pack(
     groups: Sequence[Mapping[str, np.ndarray]], arena: Optional[Arena]
 ) -> Tuple[Tuple[TensorColumn, ...], str, List[Any]]:
-    """Lay out the tensors of several requests (or responses) of one message.
+    """Lay out the tensors of several requests (or responses) of one message (see `pack_columns`)."""
+    count = len(groups)
+    columns: Dict[str, List[Any]] = {}
+    for index, group in enumerate(groups):
+        for name, value in group.items():
+            column = columns.get(name)
+            if column is None:
+                column = columns[name] = [None] * count
+            column[index] = value
+    return pack_columns(columns, count, arena)
 
-    Small tensors go into the message's payload, column by column: a column's tensors back to
-    back (so the tensors of one input across a batch form one contiguous run, which the worker
-    reads as one array, see `gathered`), each column starting 8-byte aligned. Large ones are
-    copied into `arena`, 64-byte aligned, grown at most once per message. Without an arena
-    everything goes inline: a sender with several messages in flight (streams, overlapping
-    coroutines) cannot reuse one arena, since the receiver may still read the previous message
-    from it. When /dev/shm has no room for the arena (`Arena.reserve` refuses), the large
-    tensors go inline too: slower, but the message still goes through and Triton's own pool
-    keeps the room it needs.
+
+def pack_columns(
+    columns: Mapping[str, Sequence[Any]], count: int, arena: Optional[Arena]
+) -> Tuple[Tuple[TensorColumn, ...], str, List[Any]]:
+    """Lay out the tensors of `count` requests (or responses), given column by column.
+
+    `columns` maps a tensor name to one value per group (None where the group lacks it); a
+    name whose values have several dtypes gets one column per dtype. Small tensors go into the
+    message's payload, column by column: a column's tensors back to back (so the tensors of one
+    input across a batch form one contiguous run, which the worker reads as one array, see
+    `gathered`), each column starting 8-byte aligned. Large ones are copied into `arena`,
+    64-byte aligned, grown at most once per message. Without an arena everything goes inline: a
+    sender with several messages in flight (streams, overlapping coroutines) cannot reuse one
+    arena, since the receiver may still read the previous message from it. When /dev/shm has no
+    room for the arena (`Arena.reserve` refuses), the large tensors go inline too: slower, but
+    the message still goes through and Triton's own pool keeps the room it needs.
 
     Returns:
         The columns describing every tensor, the arena's segment name ("" when unused), and the
         payload as a list of buffers (the arrays themselves and padding), which
         `pytriton.ipc.channel.Channel.send` gathers without copying them in Python.
     """
-    count = len(groups)
-    columns: Dict[Tuple[str, str], _Column] = {}
+    built: List[_Column] = []
     shm_total = 0
-    for index, group in enumerate(groups):
-        for name, value in group.items():
+    for name, values in columns.items():
+        by_dtype: Dict[str, _Column] = {}
+        for index, value in enumerate(values):
+            if value is None:
+                continue
             array = value if type(value) is np.ndarray else np.asarray(value)
             dtype, buffer, size = _as_buffer(array)
-            column = columns.get((name, dtype))
+            column = by_dtype.get(dtype)
             if column is None:
-                column = columns[(name, dtype)] = _Column(name, dtype, count)
+                column = by_dtype[dtype] = _Column(name, dtype, count)
+                built.append(column)
             column.shapes[index] = array.shape
             column.sizes[index] = size
             column.buffers[index] = buffer
             if size > INLINE_MAX_BYTES and arena is not None:
                 column.in_shm[index] = True
                 shm_total += aligned(size)
-    return _lay_out(list(columns.values()), shm_total, arena)
+    return _lay_out(built, shm_total, arena)
 
 
 def pack_rows(
@@ -270,6 +289,14 @@ def unpack(
     else:
         reader.forget_gone()  # the peer may have given its arena up; its pages live while mapped
     for column in columns:
+        whole = gathered(column, segment, payload, reader) if count > 1 else None
+        if whole is not None:  # one view, sliced per group: cheaper than a view per group
+            start = 0
+            for group, shape in zip(groups, column.shapes):
+                stop = start + shape[0]  # type: ignore[index]  # no None in a gathered column
+                group[column.name] = whole[start:stop]
+                start = stop
+            continue
         is_bytes = column.dtype == BYTES
         dtype = None if is_bytes else np.dtype(column.dtype)
         for index, shape in enumerate(column.shapes):

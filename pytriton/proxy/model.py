@@ -80,15 +80,21 @@ def _parameters(model_config: Dict[str, Any]) -> Dict[str, str]:
     return {key: value.get("string_value", "") for key, value in model_config.get("parameters", {}).items()}
 
 
-def _read_requests(requests: List[Any]) -> Tuple[List[Dict[str, Any]], Tuple[str, ...]]:
-    """Each request's input arrays, and its parameters as JSON text ("" when it has none)."""
-    groups = []
+def _read_requests(requests: List[Any]) -> Tuple[Dict[str, List[Any]], Tuple[str, ...]]:
+    """Each input's arrays across the requests (None where a request lacks it), and each
+    request's parameters as JSON text ("" when it has none): what `codec.pack_columns` takes."""
+    count = len(requests)
+    columns: Dict[str, List[Any]] = {}
     parameters = []
-    for request in requests:
-        groups.append({tensor.name(): tensor.as_numpy() for tensor in request.inputs()})
+    for index, request in enumerate(requests):
+        for tensor in request.inputs():
+            column = columns.get(name := tensor.name())
+            if column is None:
+                column = columns[name] = [None] * count
+            column[index] = tensor.as_numpy()
         text = request.parameters()
         parameters.append("" if text in ("", "{}") else text)
-    return groups, tuple(parameters)
+    return columns, tuple(parameters)
 
 
 def _record_fatal_signals(path: Optional[str]) -> Optional[Any]:
@@ -189,8 +195,8 @@ class TritonPythonModel:
         started = time.monotonic_ns() if self._stamps else 0
         if self._link.channel is None and (reason := self._reconnect()) is not None:
             return [pb_utils.InferenceResponse(error=pb_utils.TritonError(reason)) for _ in requests]
-        groups, parameters = _read_requests(requests)
-        columns, segment, payload = codec.pack(groups, self._arena)
+        inputs, parameters = _read_requests(requests)
+        columns, segment, payload = codec.pack_columns(inputs, len(requests), self._arena)
         self._input_columns = columns  # sized only when the outputs may not fit
         self._batch_id += 1
         stamps = (*self._last_stamps, started, time.monotonic_ns()) if self._stamps else ()
@@ -280,8 +286,8 @@ class TritonPythonModel:
 
     def _execute_relayed(self, requests: List[Any]) -> None:
         """Send the batch through the relay and return at once; the relay answers each request."""
-        groups, parameters = _read_requests(requests)
-        columns, segment, payload = codec.pack(groups, None)  # inline: batches overlap, an arena would not
+        inputs, parameters = _read_requests(requests)
+        columns, segment, payload = codec.pack_columns(inputs, len(requests), None)  # inline: batches overlap
         self._batch_id += 1
         header = protocol.encode(protocol.InferBatch(self._batch_id, parameters, columns, segment))
         senders = [request.get_response_sender() for request in requests]
