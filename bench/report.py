@@ -91,7 +91,9 @@ def table_rows(results: Dict[str, Any]) -> List[List[str]]:
             row["title"], row["protocol"], f"{ref['throughput']:,.0f}", f"{ours['throughput']:,.0f}",
             f"{row['ratio']:.2f}", _ms(ref["latency_avg_us"]), _ms(ours["latency_avg_us"]),
             _ms(ref["latency_p99_us"]), _ms(ours["latency_p99_us"]), f"{_batch(ref)} / {_batch(ours)}",
-            f">= {row['target_ratio']:.2f}", ("yes" if row["met"] else "NO") + unstable,
+            f">= {row['target_ratio']:.2f}" + (f", +{row['max_extra_latency_ms']:g} ms"
+                                                 if row.get("max_extra_latency_ms") else ""),
+            ("yes" if row["met"] else "NO") + unstable,
         ])  # fmt: skip
     startup = results.get("startup")
     if startup:

@@ -202,7 +202,11 @@ def measure_case(pa: PerfAnalyzer, case: Case, protocol: str, order: Sequence[Se
         row[side] = _median_figures([measured[side] for measured in rounds])
     row["ratio"] = round(statistics.median(measured["ratio"] for measured in rounds), 3)
     row["latency_ratio"] = round(row["ours"]["latency_avg_us"] / row["reference"]["latency_avg_us"], 3)
-    row["met"] = row["ratio"] >= case.target
+    row["extra_latency_ms"] = round((row["ours"]["latency_avg_us"] - row["reference"]["latency_avg_us"]) / 1000, 3)
+    row["max_extra_latency_ms"] = case.max_extra_latency_ms
+    row["met"] = row["ratio"] >= case.target and (
+        case.max_extra_latency_ms is None or row["extra_latency_ms"] <= case.max_extra_latency_ms
+    )
     if args.rounds > 1:
         row["rounds"] = rounds
     return row
