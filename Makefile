@@ -46,7 +46,7 @@ clean:
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache $(SERVER_TREE) $(STAMP)
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
-# Issues 3 and 12's benchmark: pytriton against the plain Triton Python backend, with perf_analyzer
+# The benchmark: pytriton against the plain Triton Python backend, with perf_analyzer
 # (fetched into the cache by bench/run.py). Not part of `make test`; e.g.
 # `make bench BENCH_ARGS="--cases small_c16 --protocols http"`. See bench/README.md.
 # `make bench-gpu` (= `make bench BENCH_ARGS="--gpu"`) is the GPU path: a torch model on cuda;
@@ -60,7 +60,7 @@ bench-gpu: install
 	@$(VPY) -c "import matplotlib" 2>/dev/null || $(VPY) -m pip install matplotlib
 	$(VPY) bench/run.py --gpu $(BENCH_ARGS)
 
-# Issue 9's reliability harness (harness/README.md); not part of `make test`, which runs each
+# The reliability harness (harness/README.md); not part of `make test`, which runs each
 # in a short form (tests/functional/harness). E.g. `make soak SOAK_ARGS="--requests 20000"`.
 .PHONY: soak fuzz clients
 soak: install
@@ -73,7 +73,7 @@ fuzz: install
 clients: install
 	$(VPY) harness/clients.py $(CLIENTS_ARGS)
 
-# Issue 9's fault matrix (harness/faults.py): 20 rounds of faults, then 20 as PID 1 (root only).
+# The fault matrix (harness/faults.py): 20 rounds of faults, then 20 as PID 1 (root only).
 .PHONY: faults
 faults: install
 	$(VPY) harness/faults.py $(FAULTS_ARGS)

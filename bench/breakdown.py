@@ -96,6 +96,7 @@ STAGES: List[Stage] = [
     ("Triton front end (receive, parse)", _front_end),
     ("Triton queue", _between("QUEUE_START", "COMPUTE_START")),
     ("Triton compute input", _between("COMPUTE_START", "COMPUTE_INPUT_END")),
+    ("Triton compute infer (the stub, and the hop for ours)", _between("COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START")),
     ("Triton -> stub (into execute)", _to_stub),
     ("stub execute, all of it", _execute),
     ("- proxy: read requests, lay out", _stamp(EXECUTE, SENT)),

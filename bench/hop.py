@@ -1,8 +1,9 @@
-"""Micro-benchmark of the per-batch hop between two processes (issue 12, "The hop itself").
+"""Micro-benchmark of the per-batch hop between two processes (docs/design/hop.md).
 
 The proxy (in Triton's Python-backend stub) and the worker (in the user's process) exchange one
-request and one answer per batch over a ZeroMQ DEALER/ROUTER pair on ``ipc://``. This script
-measures what that round trip costs against the alternatives ZeroMQ and the OS offer, in two
+request and one answer per batch; pytriton does it over a Unix SOCK_SEQPACKET connection (it
+used a ZeroMQ DEALER/ROUTER pair on ``ipc://`` before, the baseline of the tables below). This
+script measures what that round trip costs against the alternatives ZeroMQ and the OS offer, in two
 freshly forked processes per measurement (a client playing the proxy, a server echoing like the
 worker), idle and with two CPU burners contending for the cores:
 

@@ -47,6 +47,7 @@ from servers import (
 
 OUT_DIR = REPO / "bench" / "out"
 DOCS_PAGE = REPO / "docs" / "performance.md"
+DESIGN_PAGE = REPO / "docs" / "design" / "hop.md"
 DOCS_IMAGE = REPO / "docs" / "performance.png"
 DOCS_GPU_IMAGE = REPO / "docs" / "performance-gpu.png"
 STARTUP_TARGET_S = 0.30
@@ -91,7 +92,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="instead of the cases: the stage table of one request (16 values, concurrency 1, HTTP "
                         "and gRPC, from Triton's traces and the models' own stamps) and the CPU per 1,000 "
                         "requests of each process at concurrency 16 (bench/breakdown.py); writes breakdown.json "
-                        "beside --out and, unless --no-docs, the docs' breakdown block")
+                        "beside --out and, unless --no-docs, the breakdown block of docs/design/hop.md")
     parser.add_argument("--torch-device", help=argparse.SUPPRESS)  # --gpu on another device: plumbing tests only
     args = parser.parse_args(argv)
     if args.torch_device:
@@ -371,8 +372,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         table = breakdown.markdown(results)
         print(table)
         if args.docs:
-            report.update_breakdown(DOCS_PAGE, table, results)
-            say(f"bench: updated {DOCS_PAGE.relative_to(REPO)}")
+            report.update_breakdown(DESIGN_PAGE, table, results)
+            say(f"bench: updated {DESIGN_PAGE.relative_to(REPO)}")
         return 0
     try:
         results = run(args)
