@@ -184,7 +184,8 @@ class AsyncioModelClientBase:
             deadline = time.monotonic() + self._args.init_timeout_s
             if not self._ready_checked:
                 await wait_until_ready_async(
-                    self._core, self._args.model_name, self._args.model_version, self._args.init_timeout_s
+                    self._core, self._args.model_name, self._args.model_version, self._args.init_timeout_s,
+                    unknown_fails=True,
                 )
                 self._ready_checked = True
             if self._model_config is None:

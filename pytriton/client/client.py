@@ -257,7 +257,8 @@ class ModelClientBase:
             return check_decoupled(self._model_config, self.streaming)
         deadline = time.monotonic() + self._args.init_timeout_s
         if not self._ready_checked:
-            wait_until_ready(self._core, self._args.model_name, self._args.model_version, self._args.init_timeout_s)
+            wait_until_ready(self._core, self._args.model_name, self._args.model_version, self._args.init_timeout_s,
+                             unknown_fails=True)
             self._ready_checked = True
         if self._model_config is None:
             # What is left of the init time bounds the fetch too; never below a small floor, as

@@ -60,7 +60,38 @@ def map_inputs(config: ClientModelConfig, positional: Sequence[Any], named: Mapp
     for name, value in inputs.items():
         if not isinstance(value, np.ndarray):
             raise PyTritonClientValueError(f"Input {name!r} must be a numpy.ndarray, got {type(value).__name__}")
+    _check_dtypes(config, inputs)
     return inputs
+
+
+def _check_dtypes(config: ClientModelConfig, inputs: Mapping[str, np.ndarray]) -> None:
+    """Refuse, before sending, what the server would refuse: an input the model does not have, or
+    an array of another dtype than the model's (Triton converts nothing), saying how to fix it."""
+    if not config.inputs:
+        return  # a configuration without tensors (given by the user): the server decides
+    specs = {spec.name: spec for spec in config.inputs}
+    for name, value in inputs.items():
+        spec = specs.get(name)
+        if spec is None:
+            raise PyTritonClientValueError(
+                f"Model {config.model_name!r} has no input {name!r}; its inputs are {list(specs)}"
+            )
+        expected = spec.dtype
+        if expected is None or value.dtype == expected:
+            continue
+        wants_bytes = expected.kind in ("O", "S", "U")
+        if wants_bytes and value.dtype.kind in ("O", "S", "U"):
+            continue  # any bytes-like array travels as BYTES
+        if wants_bytes:
+            fix = "it takes bytes: pass an object array of bytes (np.array([b'...'], dtype=object)) or a bytes array"
+        elif value.dtype.kind in ("O", "S", "U"):
+            fix = f"it takes numbers: convert the array with .astype(np.{expected.name})"
+        else:
+            fix = f"cast it with .astype(np.{expected.name})"
+        raise PyTritonClientValueError(
+            f"Model {config.model_name!r}: input {name!r} is an array of {value.dtype}, but the model declares "
+            f"{spec.triton_dtype} ({expected}); {fix}"
+        )
 
 
 def add_batch_axis(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -76,9 +107,27 @@ def strip_batch_axis(outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]
 def sample_request(
     config: ClientModelConfig, positional: Sequence[Any], named: Mapping[str, Any]
 ) -> dict[str, np.ndarray]:
-    """The arrays ``infer_sample`` sends: the sample, as a batch of one for a batching model."""
+    """The arrays ``infer_sample`` sends: the sample, as a batch of one for a batching model.
+
+    Raises:
+        PyTritonClientValueError: besides `map_inputs`' reasons, an input of a batching model
+            that already has a batch axis (one axis more than the model declares): that is
+            ``infer_batch``'s job.
+    """
     inputs = map_inputs(config, positional, named)
-    return add_batch_axis(inputs) if config.batching else inputs
+    if not config.batching:
+        return inputs
+    specs = {spec.name: spec for spec in config.inputs}
+    for name, value in inputs.items():
+        spec = specs.get(name)
+        if spec is not None and value.ndim == len(spec.shape) + 1:
+            raise PyTritonClientValueError(
+                f"Model {config.model_name!r}: input {name!r} has shape {value.shape}, one axis more than the model "
+                f"declares for one sample {spec.shape}; infer_sample sends one sample and adds the batch axis "
+                f"itself. For several rows at once use infer_batch (its first axis is the batch), or pass "
+                f"{name}[0] for the first row"
+            )
+    return add_batch_axis(inputs)
 
 
 def sample_response(config: ClientModelConfig, outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

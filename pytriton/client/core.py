@@ -25,7 +25,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Generator, Iterator, Mapping
-from typing import Any, Union
+from typing import Any, List, Union
 
 import numpy as np
 import tritonclient.grpc
@@ -60,6 +60,9 @@ _LOGGER = logging.getLogger(__name__)
 
 #: Pause between readiness polls; short, because each poll is one cheap request.
 READY_POLL_INTERVAL_S = 0.1
+
+#: How long a model the server does not have at all may take to appear before a wait fails.
+UNKNOWN_MODEL_GRACE_S = 3.0
 
 
 class TritonCore(abc.ABC):
@@ -102,6 +105,28 @@ class TritonCore(abc.ABC):
         timeout_s = self._timeout(timeout_s)
         with translate_errors(READY_ACTION, str(self.url), timeout_s):
             return bool(self._is_model_ready(model_name, model_version, timeout_s))
+
+    def model_presence(self, model_name: str, timeout_s: float | None = None) -> bool | None:
+        """Whether the server knows the model at all (see :func:`presence_from_error`).
+
+        True: it has the model, loaded or not (in its repository, loading, or ready); False: it
+        has no model of that name; None: it did not say (unreachable, or the metadata API is
+        restricted and the client has no token).
+        """
+        try:
+            self._get_model_metadata(model_name, self._timeout(timeout_s))
+        except Exception as exc:  # noqa: BLE001 - any failure is read for what it says, else "unknown"
+            return presence_from_error(exc)
+        return True
+
+    def served_models(self, timeout_s: float | None = None) -> list[str] | None:
+        """The names of the models the server has ready (None when it does not say, e.g. the
+        repository API is restricted and the client has no token)."""
+        try:
+            index = self._repository_index(self._timeout(timeout_s))
+        except Exception:  # noqa: BLE001 - only a hint for an error message
+            return None
+        return ready_names(index)
 
     def get_model_config(
         self, model_name: str, model_version: str = "", timeout_s: float | None = None
@@ -235,6 +260,12 @@ class TritonCore(abc.ABC):
     @abc.abstractmethod
     def _get_model_config(self, model_name: str, model_version: str, timeout_s: float) -> Any: ...
 
+    @abc.abstractmethod
+    def _get_model_metadata(self, model_name: str, timeout_s: float) -> Any: ...
+
+    @abc.abstractmethod
+    def _repository_index(self, timeout_s: float) -> Any: ...
+
     # Not abstract: a core that only serves requests (a test double) need not manage models.
     def _load_model(
         self, model_name: str, config: str | None, files: dict[str, bytes] | None, timeout_s: float
@@ -297,6 +328,14 @@ class HttpCore(TritonCore):
     def _get_model_config(self, model_name: str, model_version: str, timeout_s: float) -> Any:
         with self._client_for(timeout_s) as client:
             return client.get_model_config(model_name, model_version, headers=self._headers())
+
+    def _get_model_metadata(self, model_name: str, timeout_s: float) -> Any:
+        with self._client_for(timeout_s) as client:
+            return client.get_model_metadata(model_name, headers=self._headers())
+
+    def _repository_index(self, timeout_s: float) -> Any:
+        with self._client_for(timeout_s) as client:
+            return client.get_model_repository_index(headers=self._headers())
 
     def _load_model(
         self, model_name: str, config: str | None, files: dict[str, bytes] | None, timeout_s: float
@@ -367,6 +406,13 @@ class GrpcCore(TritonCore):
             model_name, model_version, headers=self._headers(), as_json=True, client_timeout=timeout_s
         )
 
+    def _get_model_metadata(self, model_name: str, timeout_s: float) -> Any:
+        return self._client.get_model_metadata(model_name, headers=self._headers(), client_timeout=timeout_s)
+
+    def _repository_index(self, timeout_s: float) -> Any:
+        return self._client.get_model_repository_index(headers=self._headers(), as_json=True,
+                                                       client_timeout=timeout_s)
+
     def _load_model(
         self, model_name: str, config: str | None, files: dict[str, bytes] | None, timeout_s: float
     ) -> None:
@@ -415,8 +461,10 @@ class Probe:
     """One step of the readiness wait, for a driver to carry out.
 
     Attributes:
-        kind: ``"server"`` (is the server ready?), ``"model"`` (is the model ready?) or
-            ``"sleep"`` (pause before the next poll).
+        kind: ``"server"`` (is the server ready?), ``"model"`` (is the model ready?),
+            ``"presence"`` (does the server know the model at all? True, False or None),
+            ``"served"`` (the names of the models it has ready, or None) or ``"sleep"`` (pause
+            before the next poll).
         timeout_s: the poll's time limit, or the pause.
     """
 
@@ -425,26 +473,31 @@ class Probe:
 
 
 #: What a driver sends back for a poll: its answer, or the "not ready" error it raised.
-ProbeOutcome = Union[bool, PyTritonClientTimeoutError, PyTritonClientModelUnavailableError, None]
+ProbeOutcome = Union[bool, List[str], PyTritonClientTimeoutError, PyTritonClientModelUnavailableError, None]
 
 
 def readiness_steps(
-    url: TritonUrl, model_name: str, model_version: str, timeout_s: float
+    url: TritonUrl, model_name: str, model_version: str, timeout_s: float, unknown_fails: bool = False
 ) -> Generator[Probe, ProbeOutcome, None]:
     """The readiness wait without I/O: yields probes, receives their outcomes, ends when ready.
 
     Shared by the blocking and the asyncio drivers so the two waits cannot differ. Each poll's
     own time limit is the time left, so a server that accepts connections but never answers
-    cannot stretch the wait past ``timeout_s``. An unreachable server or a model the server
-    does not know (yet) count as "not ready": in explicit model-control mode a model may be
-    loaded at any moment.
+    cannot stretch the wait past ``timeout_s``. An unreachable server, or a model the server
+    has but has not loaded (yet), count as "not ready". With `unknown_fails` (a client's own wait
+    before its first request), a model the server does not have at all, not even in its
+    repository, is given `UNKNOWN_MODEL_GRACE_S` to appear (a serving script may be about to
+    bind it), then the wait fails naming the models the server does serve; an explicit
+    ``wait_for_model`` waits its whole time for a model another process may load later.
 
     Raises:
         PyTritonClientTimeoutError: not ready within ``timeout_s``; the message says what was
             last seen (server unreachable, server not ready, model not ready).
+        PyTritonClientModelUnavailableError: the server answers but has no model of that name.
     """
     deadline = time.monotonic() + timeout_s
     state = "no answer from the server yet"
+    absent_since: float | None = None
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -456,6 +509,17 @@ def readiness_steps(
                 return
             if outcome is False:
                 state = f"model {model_name!r} (version {model_version or 'default'}) is not ready"
+                present = (yield Probe("presence", max(deadline - time.monotonic(), 1e-3))) if unknown_fails else None
+                if present is False:
+                    now = time.monotonic()
+                    absent_since = now if absent_since is None else absent_since
+                    if now - absent_since >= min(UNKNOWN_MODEL_GRACE_S, timeout_s / 2):
+                        served = yield Probe("served", max(deadline - time.monotonic(), 1e-3))
+                        raise PyTritonClientModelUnavailableError(
+                            unknown_model_message(url, model_name, served if isinstance(served, list) else None)
+                        )
+                else:
+                    absent_since = None
         elif outcome is False:
             state = "the server is not ready"
         if isinstance(outcome, Exception):
@@ -465,6 +529,37 @@ def readiness_steps(
     raise PyTritonClientTimeoutError(
         f"Server at {url} and model {model_name!r} were not ready within {timeout_s:g} s; last seen: {state}"
     )
+
+
+def presence_from_error(exc: BaseException) -> bool | None:
+    """What a failed metadata request says of the model: False when the server has no model of
+    that name (Triton: "... is not found"), True when it has one without a ready version
+    ("... has no available versions"), None for anything else (unreachable, restricted)."""
+    text = str(exc)
+    if "is not found" in text:
+        return False
+    if "has no available versions" in text or "is not ready" in text:
+        return True
+    return None
+
+
+def ready_names(index: Any) -> list[str] | None:
+    """The sorted names of the READY models of a repository index, as HTTP or gRPC (JSON) gives it."""
+    entries = index.get("models", []) if isinstance(index, Mapping) else index
+    try:
+        return sorted({str(entry["name"]) for entry in entries if entry.get("state") == "READY"})
+    except (TypeError, KeyError, AttributeError):
+        return None
+
+
+def unknown_model_message(url: TritonUrl, model_name: str, served: list[str] | None) -> str:
+    """The error for a model the server at `url` does not have."""
+    if served is None:
+        listing = ("the models it serves are listed by its repository API, which is restricted: pass the server's "
+                   "access_token to see them")
+    else:
+        listing = "this server serves: " + (", ".join(served) if served else "no model at all")
+    return f"model {model_name!r} is not served at {url}; {listing}"
 
 
 def wait_until_server_ready(core: TritonCore, timeout_s: float) -> None:
@@ -495,7 +590,9 @@ def wait_until_server_ready(core: TritonCore, timeout_s: float) -> None:
         time.sleep(READY_POLL_INTERVAL_S)
 
 
-def wait_until_ready(core: TritonCore, model_name: str, model_version: str, timeout_s: float) -> None:
+def wait_until_ready(
+    core: TritonCore, model_name: str, model_version: str, timeout_s: float, unknown_fails: bool = False
+) -> None:
     """Block until the server and the model are ready (see :func:`readiness_steps`).
 
     Args:
@@ -507,7 +604,7 @@ def wait_until_ready(core: TritonCore, model_name: str, model_version: str, time
     Raises:
         PyTritonClientTimeoutError: not ready within ``timeout_s``.
     """
-    steps = readiness_steps(core.url, model_name, model_version, timeout_s)
+    steps = readiness_steps(core.url, model_name, model_version, timeout_s, unknown_fails)
     outcome: ProbeOutcome = None
     with contextlib.suppress(StopIteration):
         while True:
@@ -519,6 +616,10 @@ def wait_until_ready(core: TritonCore, model_name: str, model_version: str, time
             try:
                 if probe.kind == "server":
                     outcome = core.is_server_ready(timeout_s=probe.timeout_s)
+                elif probe.kind == "presence":
+                    outcome = core.model_presence(model_name, timeout_s=probe.timeout_s)
+                elif probe.kind == "served":
+                    outcome = core.served_models(timeout_s=probe.timeout_s)
                 else:
                     outcome = core.is_model_ready(model_name, model_version, timeout_s=probe.timeout_s)
             except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:

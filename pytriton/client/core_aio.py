@@ -31,7 +31,7 @@ import tritonclient.http.aio
 from pytriton.client._args import auth_headers, with_auth
 from pytriton.client._errors import CONFIG_ACTION, INFER_ACTION, READY_ACTION, translate_errors
 from pytriton.client.codec import from_infer_result, request_timeout_us, to_infer_inputs, with_deadline
-from pytriton.client.core import ProbeOutcome, readiness_steps
+from pytriton.client.core import ProbeOutcome, presence_from_error, readiness_steps, ready_names
 from pytriton.client.core_stream_aio import AsyncResponseStream, AsyncStreamOpener
 from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
 from pytriton.client.model_config import ClientModelConfig, parse_model_config
@@ -73,6 +73,27 @@ class AsyncTritonCore:
                 READY_ACTION, timeout_s, lambda client: client.is_model_ready(model_name, model_version, **self._kw())
             )
         )
+
+    async def model_presence(self, model_name: str, timeout_s: float | None = None) -> bool | None:
+        """See :meth:`pytriton.client.core.TritonCore.model_presence`."""
+        timeout_s = self.default_timeout_s if timeout_s is None else timeout_s
+        try:
+            await asyncio.wait_for(self._connection().get_model_metadata(model_name, **self._kw()), timeout_s)
+        except Exception as exc:  # noqa: BLE001 - any failure is read for what it says, else "unknown"
+            return presence_from_error(exc)
+        return True
+
+    async def served_models(self, timeout_s: float | None = None) -> list[str] | None:
+        """See :meth:`pytriton.client.core.TritonCore.served_models`."""
+        timeout_s = self.default_timeout_s if timeout_s is None else timeout_s
+        extra = {"as_json": True} if self._grpc else {}
+        try:
+            index = await asyncio.wait_for(
+                self._connection().get_model_repository_index(**self._kw(), **extra), timeout_s
+            )
+        except Exception:  # noqa: BLE001 - only a hint for an error message
+            return None
+        return ready_names(index)
 
     async def get_model_config(
         self, model_name: str, model_version: str = "", timeout_s: float | None = None
@@ -174,13 +195,15 @@ def new_aio_client(url: TritonUrl, timeout_s: float) -> Any:
     return tritonclient.http.aio.InferenceServerClient(url.address, conn_timeout=timeout_s)
 
 
-async def wait_until_ready_async(core: AsyncTritonCore, model_name: str, model_version: str, timeout_s: float) -> None:
+async def wait_until_ready_async(
+    core: AsyncTritonCore, model_name: str, model_version: str, timeout_s: float, unknown_fails: bool = False
+) -> None:
     """Await until the server and the model are ready (see :func:`~pytriton.client.core.readiness_steps`).
 
     Raises:
         PyTritonClientTimeoutError: not ready within ``timeout_s``.
     """
-    steps = readiness_steps(core.url, model_name, model_version, timeout_s)
+    steps = readiness_steps(core.url, model_name, model_version, timeout_s, unknown_fails)
     outcome: ProbeOutcome = None
     with contextlib.suppress(StopIteration):
         while True:
@@ -192,6 +215,10 @@ async def wait_until_ready_async(core: AsyncTritonCore, model_name: str, model_v
             try:
                 if probe.kind == "server":
                     outcome = await core.is_server_ready(timeout_s=probe.timeout_s)
+                elif probe.kind == "presence":
+                    outcome = await core.model_presence(model_name, timeout_s=probe.timeout_s)
+                elif probe.kind == "served":
+                    outcome = await core.served_models(timeout_s=probe.timeout_s)
                 else:
                     outcome = await core.is_model_ready(model_name, model_version, timeout_s=probe.timeout_s)
             except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:

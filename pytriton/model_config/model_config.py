@@ -80,6 +80,11 @@ class ModelConfig:
         set_ = object.__setattr__  # the dataclass is frozen; normalising happens only here
         batching = _check_bool("ModelConfig.batching", self.batching)
         set_(self, "batching", batching)
+        if batching and self.max_batch_size == 0 and type(self.max_batch_size) is int:
+            raise PyTritonBadParameterError(
+                "ModelConfig.max_batch_size must be an integer >= 1, got 0; for a model that takes no batches "
+                "(Triton's max_batch_size 0) write ModelConfig(batching=False)"
+            )
         set_(
             self, "max_batch_size", _check_int("ModelConfig.max_batch_size", self.max_batch_size, 1 if batching else 0)
         )

@@ -167,6 +167,9 @@ def per_request(context: TritonContext, count: int, results: Any, what: str = "r
         type(results).__name__)
     error = (f"Model '{context.model_name}': the inference callable {what} {got} for a batch of {count} "
              "requests; expected a list with one mapping of output name to array per request")
+    if isinstance(results, Mapping):
+        error += (" (did you forget @batch? Without a decorator the callable receives the list of requests and "
+                  "answers each; with @batch it receives the inputs as keyword arrays and returns one mapping)")
     return [Failure(error)] * count
 
 

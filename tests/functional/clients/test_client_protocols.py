@@ -31,6 +31,7 @@ from pytriton.client import (
     PyTritonClientTimeoutError,
     PyTritonClientValueError,
 )
+from pytriton.client.core import UNKNOWN_MODEL_GRACE_S
 from pytriton.decorators import batch, sample
 from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor
 from pytriton.triton import Triton
@@ -78,10 +79,14 @@ def server():
     queue_one = DynamicBatcher(default_queue_policy=QueuePolicy(max_queue_size=1))
     triton.bind("Queue1", _queued, config=ModelConfig(max_batch_size=1, batcher=queue_one), **F32)
     triton.run()
+    TOKEN[:] = [triton.get_access_token()]
     try:
         yield config
     finally:
         triton.stop()
+
+
+TOKEN: list = []  # the module server's access token, for the calls of restricted APIs
 
 
 @pytest.fixture(params=["http", "grpc"])
@@ -213,21 +218,32 @@ def _unbound_url(protocol: str) -> str:
     return f"{protocol}://127.0.0.1:{free_ports(1)[0]}"
 
 
-@pytest.mark.parametrize("target", ["nothing listens", "model not loaded"])
-def test_init_timeout_on_first_request(url, flavour, target):
-    target_url = _unbound_url(url.split("://")[0]) if target == "nothing listens" else url
-    with opened(flavour, target_url, "Missing", init_timeout_s=1.5) as client:
+def test_init_timeout_on_first_request(url, flavour):
+    with opened(flavour, _unbound_url(url.split("://")[0]), "Missing", init_timeout_s=1.5) as client:
         with takes(1.5, 1.5 + BOUND_S), pytest.raises(PyTritonClientTimeoutError, match="not ready within 1.5 s"):
             client.infer_sample(np.ones(2, np.float32))
 
 
-@pytest.mark.parametrize("target", ["nothing listens", "model not loaded"])
 @pytest.mark.parametrize("flavour_name", ["sync", "asyncio"])
-def test_init_timeout_at_construction_without_lazy_init(url, flavour_name, target):
-    target_url = _unbound_url(url.split("://")[0]) if target == "nothing listens" else url
+def test_init_timeout_at_construction_without_lazy_init(url, flavour_name):
     with takes(1.5, 1.5 + BOUND_S), pytest.raises(PyTritonClientTimeoutError, match="not ready within 1.5 s"):
-        with opened(flavour_name, target_url, "Missing", init_timeout_s=1.5, lazy_init=False):
+        with opened(flavour_name, _unbound_url(url.split("://")[0]), "Missing", init_timeout_s=1.5, lazy_init=False):
             pass
+
+
+def test_a_model_the_server_does_not_serve_fails_within_seconds_naming_what_it_serves(server, url, flavour):
+    """Not the whole init timeout (300 s by default): the server answers, and has no such model."""
+    with opened(flavour, url, "Missing") as client:
+        with takes(0.0, UNKNOWN_MODEL_GRACE_S + BOUND_S), pytest.raises(PyTritonClientModelUnavailableError) as info:
+            client.infer_sample(np.ones(2, np.float32))
+    message = str(info.value)
+    assert "model 'Missing' is not served at" in message
+    # the repository API that lists models is restricted by default: the message says how to see them
+    assert "pass the server's access_token to see them" in message
+    with opened(flavour, url, "Missing", access_token=TOKEN[0]) as client:
+        with pytest.raises(PyTritonClientModelUnavailableError) as info:
+            client.infer_sample(np.ones(2, np.float32))
+    assert "this server serves: Batch2, Bytes, Echo, Plain, Queue1, Slow" in str(info.value)
 
 
 def test_inference_timeout_with_a_slow_model(url, flavour):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tritonclient.grpc
@@ -13,6 +15,7 @@ from pytriton.client.codec import (
     add_batch_axis,
     is_final_response,
     map_inputs,
+    sample_request,
     strip_batch_axis,
     to_infer_inputs,
     to_stream_request,
@@ -125,3 +128,46 @@ def test_final_response_flag():
     assert not is_final_response(response)
     response.parameters["triton_final_response"].bool_param = True
     assert is_final_response(response)
+
+
+# --- what the client refuses before sending, and the fix it names ------------------------------------------------
+
+TEXT = ClientModelConfig(
+    model_name="Tag",
+    max_batch_size=8,
+    inputs=(TensorSpec("text", (1,), np.dtype(object), "BYTES"), TensorSpec("n", (2, 3), np.dtype(np.int64), "INT64")),
+    outputs=(),
+)
+
+
+def test_a_float64_array_for_a_float32_input_names_the_cast():
+    with pytest.raises(PyTritonClientValueError) as info:
+        map_inputs(CONFIG, [], {"INPUT_A": np.ones(2), "INPUT_B": np.ones(2, F32)})
+    assert str(info.value) == (
+        "Model 'AddSub': input 'INPUT_A' is an array of float64, but the model declares FP32 (float32); "
+        "cast it with .astype(np.float32)"
+    )
+
+
+def test_bytes_inputs_take_any_bytes_array_and_refuse_numbers_saying_what_they_take():
+    map_inputs(TEXT, [], {"text": np.array([b"a"]), "n": np.zeros((2, 3), np.int64)})  # S dtype: fine
+    with pytest.raises(PyTritonClientValueError, match="input 'text' is an array of int64.*it takes bytes"):
+        map_inputs(TEXT, [], {"text": np.array([1]), "n": np.zeros((2, 3), np.int64)})
+    with pytest.raises(PyTritonClientValueError, match=r"it takes numbers: convert the array with .astype\(np.int64\)"):
+        map_inputs(TEXT, [], {"text": np.array([b"a"]), "n": np.array([["1"] * 3] * 2)})
+
+
+def test_an_input_the_model_does_not_have_is_named_with_the_ones_it_has():
+    expected = r"Model 'AddSub' has no input 'INPUT_C'; its inputs are \['INPUT_A', 'INPUT_B'\]"
+    with pytest.raises(PyTritonClientValueError, match=expected):
+        map_inputs(CONFIG, [], {"INPUT_C": np.ones(2, F32)})
+
+
+def test_infer_sample_with_a_batch_axis_points_to_infer_batch():
+    batching = dataclasses.replace(CONFIG, max_batch_size=8)
+    with pytest.raises(PyTritonClientValueError) as info:
+        sample_request(batching, [np.ones((4, 2), F32), np.ones(2, F32)], {})
+    message = str(info.value)
+    assert "input 'INPUT_A' has shape (4, 2), one axis more than the model declares for one sample (-1,)" in message
+    assert "use infer_batch" in message
+    assert sample_request(batching, [np.ones(2, F32), np.ones(2, F32)], {})["INPUT_A"].shape == (1, 2)

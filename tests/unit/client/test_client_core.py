@@ -38,6 +38,12 @@ class ScriptedCore(TritonCore):
     def _get_model_config(self, model_name, model_version, timeout_s):
         return {"name": model_name}
 
+    def _get_model_metadata(self, model_name, timeout_s):
+        return {"name": model_name}  # the server has it
+
+    def _repository_index(self, timeout_s):
+        return []
+
     def _infer(self, model_name, model_version, inputs, **kwargs):
         raise NotImplementedError
 

@@ -189,3 +189,9 @@ def test_bad_queue_policy_fields_are_refused(field, value):
 
     assert f"QueuePolicy.{field}" in str(info.value)
     assert repr(value) in str(info.value)
+
+
+def test_max_batch_size_zero_points_to_batching_false():
+    expected = r"got 0; for a model that takes no batches .* ModelConfig\(batching=False\)"
+    with pytest.raises(PyTritonBadParameterError, match=expected):
+        ModelConfig(max_batch_size=0)

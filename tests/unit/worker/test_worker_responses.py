@@ -226,3 +226,12 @@ def test_unconvertible_value():
 def test_ragged_list_is_refused():
     with pytest.raises(PyTritonValidationError, match="output 'OUT_F' of request 0"):
         _shape(_context(FLOATS), {"OUT_F": [[1.0, 2.0], [3.0]]}, strict=False)
+
+
+def test_a_plain_callable_that_returns_one_dict_is_asked_about_batch():
+    from pytriton.worker.responses import Failure, per_request
+
+    (first, second) = per_request(_context(FLOATS), 2, {"OUT_F": np.zeros((2, 3), np.float32)})
+    assert isinstance(first, Failure) and first is second
+    assert "returned dict for a batch of 2 requests" in first.message
+    assert "did you forget @batch?" in first.message

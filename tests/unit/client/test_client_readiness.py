@@ -1,0 +1,71 @@
+"""pytriton.client.core.readiness_steps, driven by hand: what a wait concludes from what the server says."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pytriton.client.core import presence_from_error, readiness_steps, ready_names, unknown_model_message
+from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
+from pytriton.client.url import parse_url
+
+
+def _url():
+    return parse_url("localhost:8000")
+
+
+def _drive(answers, timeout_s, unknown_fails=True):
+    """Run the steps, answering each probe kind from `answers`; the kinds asked, in order."""
+    asked = []
+    steps = readiness_steps(_url(), "Missing", "", timeout_s, unknown_fails)
+    outcome = None
+    try:
+        while True:
+            probe = steps.send(outcome)
+            asked.append(probe.kind)
+            if probe.kind == "sleep":
+                time.sleep(min(probe.timeout_s, 0.01))
+                outcome = None
+            else:
+                outcome = answers[probe.kind]
+    except StopIteration:
+        return asked
+
+
+def test_a_model_the_server_does_not_have_fails_soon_naming_what_it_serves():
+    started = time.monotonic()
+    with pytest.raises(PyTritonClientModelUnavailableError) as info:
+        _drive({"server": True, "model": False, "presence": False, "served": ["Add", "Echo"]}, timeout_s=0.4)
+    assert time.monotonic() - started < 0.4  # well before the whole wait's end
+    assert str(info.value) == "model 'Missing' is not served at http://localhost:8000; this server serves: Add, Echo"
+
+
+def test_a_model_the_server_has_but_has_not_loaded_keeps_the_wait():
+    with pytest.raises(PyTritonClientTimeoutError, match="model 'Missing' .* is not ready"):
+        _drive({"server": True, "model": False, "presence": True}, timeout_s=0.3)
+
+
+def test_a_server_that_does_not_say_keeps_the_wait():
+    with pytest.raises(PyTritonClientTimeoutError):
+        _drive({"server": True, "model": False, "presence": None}, timeout_s=0.3)
+
+
+def test_an_explicit_wait_waits_its_whole_time_for_a_model_not_there_yet():
+    with pytest.raises(PyTritonClientTimeoutError):
+        _drive({"server": True, "model": False, "presence": False}, timeout_s=0.3, unknown_fails=False)
+
+
+def test_a_ready_model_ends_the_wait_without_asking_more():
+    assert _drive({"server": True, "model": True}, timeout_s=1.0) == ["server", "model"]
+
+
+def test_reading_the_servers_answers():
+    assert presence_from_error(Exception("[400] Request for unknown model: 'X' is not found")) is False
+    assert presence_from_error(Exception("Request for unknown model: 'X' has no available versions")) is True
+    assert presence_from_error(Exception("connection refused")) is None
+    assert ready_names({"models": [{"name": "b", "state": "READY"}, {"name": "a", "state": "READY"},
+                                   {"name": "c", "state": "UNAVAILABLE"}]}) == ["a", "b"]
+    assert ready_names([{"name": "a", "state": "READY"}]) == ["a"]  # HTTP gives a list
+    assert "repository API, which is restricted" in unknown_model_message(_url(), "X", None)
+    assert unknown_model_message(_url(), "X", []).endswith("this server serves: no model at all")
