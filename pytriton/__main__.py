@@ -1,22 +1,34 @@
 """``pytriton`` on the command line (``python -m pytriton``, or the ``pytriton`` script).
 
-``pytriton check [--build] [--timeout SECONDS]`` runs `pytriton.server.checks`: one line per
-check, ``PASS``/``WARN``/``FAIL``, the remedy after each failure; the exit status is 1 when a
-check failed, so a container build or a deployment script can stop on it.
+``pytriton --version`` prints the library's version and the Triton server's it runs.
+``pytriton check [--build] [--timeout SECONDS] [SCRIPT]`` runs `pytriton.server.checks`: the
+versions, then one line per check, ``PASS``/``WARN``/``FAIL``, the remedy after each failure;
+the exit status is 1 when a check failed, so a container build or a deployment script can stop
+on it. Given the serving script, the port check reads the ports its ``TritonConfig`` sets.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import pathlib
 import sys
 from typing import Optional, Sequence
 
-from pytriton.server.checks import SERVER_START_TIMEOUT_S, exit_status, format_result, run_checks
+from pytriton.server.checks import (
+    SERVER_START_TIMEOUT_S,
+    exit_status,
+    format_result,
+    run_checks,
+    summary,
+    versions_line,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pytriton", description="Tools of the pytriton library.")
+    parser.add_argument("--version", action="version", version=versions_line(),
+                        help="print the versions of pytriton, of the Triton server it runs and of Python")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     check = commands.add_parser(
@@ -39,6 +51,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help=f"how long the throwaway server may take to become ready (default {SERVER_START_TIMEOUT_S:.0f})",
     )
+    check.add_argument(
+        "script",
+        nargs="?",
+        type=pathlib.Path,
+        help="your serving script: the port check then reads the ports its TritonConfig(...) sets (without it, "
+        "only the defaults and the PYTRITON_TRITON_CONFIG_* variables)",
+    )
     return parser
 
 
@@ -47,15 +66,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     # The throwaway server's log lines belong to the check's own verdict, not to stderr.
     logging.getLogger("pytriton").addHandler(logging.NullHandler())
-    results = run_checks(build=args.build, timeout_s=args.timeout)
+    print(versions_line(), flush=True)
+    results = run_checks(build=args.build, timeout_s=args.timeout, script=args.script)
     width = max(len(result.name) for result in results)
     for result in results:
         print(format_result(result, width), flush=True)
-    status = exit_status(results)
-    counts = {verdict: sum(r.verdict.value == verdict for r in results) for verdict in ("PASS", "WARN", "FAIL")}
-    summary = ", ".join(f"{count} {verdict}" for verdict, count in counts.items() if count)
-    print(f"pytriton check: {summary}" + ("" if status == 0 else " -- this machine cannot serve yet"), flush=True)
-    return status
+    print(summary(results), flush=True)
+    return exit_status(results)
 
 
 if __name__ == "__main__":

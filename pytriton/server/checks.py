@@ -20,11 +20,13 @@ A container build runs the checks with ``build=True``: the build container's por
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import enum
 import errno
 import os
 import pathlib
+import platform
 import re
 import shutil
 import socket
@@ -33,14 +35,18 @@ import sysconfig
 import tempfile
 import time
 import warnings
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import psutil
+
+from pytriton import __version__
 from pytriton.exceptions import PyTritonError
 from pytriton.ipc.shm import MIB, SHM_DIR, shm_fix, shm_usage
 from pytriton.server.argv import build_argv
 from pytriton.server.config import ENV_PREFIX, TritonConfig, merge
 from pytriton.server.control import ServerControl, wait_for
 from pytriton.server.distribution import (
+    BUNDLED_ROOT,
     SERVER_DIR_ENV,
     ServerDistribution,
     assemble_backends,
@@ -48,6 +54,7 @@ from pytriton.server.distribution import (
     libpython_dir,
     python_version_tag,
     server_environment,
+    server_version,
 )
 from pytriton.server.preflight import SHM_FLOOR_BYTES, shm_warning
 from pytriton.server.process import ServerProcess
@@ -333,8 +340,11 @@ PortProbe = Tuple[str, Optional[str], int, Optional[int]]
 """(TritonConfig field, address, port, errno of a failed bind or None)."""
 
 
-def judge_ports(probes: Sequence[PortProbe]) -> CheckResult:
-    """FAIL naming each port that cannot be bound, with the variable that moves it."""
+def judge_ports(probes: Sequence[PortProbe], source: str = "", owners: Optional[Mapping[int, str]] = None
+                ) -> CheckResult:
+    """FAIL naming each port that cannot be bound (and, where known, the process that holds it),
+    with the variable that moves it. `source` says where the ports were read from."""
+    owners = owners or {}
     problems, fields = [], []
     for field, address, port, error in probes:
         if error is None:
@@ -342,17 +352,73 @@ def judge_ports(probes: Sequence[PortProbe]) -> CheckResult:
         where = address or "all interfaces"
         fields.append(field)
         if error == errno.EADDRINUSE:
-            problems.append(f"port {port} ({field}) is already in use on {where}")
+            holder = f" by {owners[port]}" if port in owners else ""
+            problems.append(f"port {port} ({field}) is already in use on {where}{holder}")
         elif error == errno.EACCES:
             problems.append(f"port {port} ({field}) needs privileges this user lacks")
         else:
             problems.append(f"port {port} ({field}) cannot be bound on {where}: {os.strerror(error)}")
+    suffix = f" ({source})" if source else ""
     if problems:
         variables = ", ".join(f"{ENV_PREFIX}{field.upper()}=<port>" for field in fields)
-        return CheckResult("ports", Verdict.FAIL, "; ".join(problems),
+        return CheckResult("ports", Verdict.FAIL, "; ".join(problems) + suffix,
                            f"stop what uses it, or choose another port: {variables} (or TritonConfig(...) in code)")
     used = ", ".join(f"{port} ({field.replace('_port', '')})" for field, _, port, _ in probes)
-    return CheckResult("ports", Verdict.PASS, f"free: {used}" if used else "every endpoint is switched off")
+    return CheckResult("ports", Verdict.PASS, (f"free: {used}" if used else "every endpoint is switched off") + suffix)
+
+
+def port_owners(ports: Sequence[int]) -> Dict[int, str]:
+    """Who listens on each of `ports`, as ``pid N (command)``, where this user may see it."""
+    wanted = set(ports)
+    owners: Dict[int, str] = {}
+    try:
+        connections = psutil.net_connections(kind="inet")
+    except (psutil.Error, OSError):
+        return owners
+    for connection in connections:
+        port = connection.laddr.port if connection.laddr else None
+        if port in wanted and connection.status == psutil.CONN_LISTEN and connection.pid:
+            try:
+                command = " ".join(psutil.Process(connection.pid).cmdline()[:3])
+            except psutil.Error:
+                command = "?"
+            owners[port] = f"pid {connection.pid} ({command})"
+    return owners
+
+
+# The TritonConfig fields a serving script may set that decide which ports a server takes.
+_PORT_FIELDS = ("http_port", "grpc_port", "metrics_port", "http_address", "grpc_address", "metrics_address",
+                "allow_http", "allow_grpc", "allow_metrics", "allow_vertex_ai", "vertex_ai_port", "allow_sagemaker",
+                "sagemaker_port")
+
+
+def config_from_script(source: str) -> Tuple[Dict[str, Any], List[str]]:
+    """The port settings a script gives ``TritonConfig(...)``, read without running it.
+
+    Returns:
+        The fields given as literals (the first ``TritonConfig`` call's), and the fields it sets
+        with an expression only running the script would tell (left to the environment here).
+
+    Raises:
+        SyntaxError: the script is not Python.
+    """
+    found: Dict[str, Any] = {}
+    computed: List[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if name != "TritonConfig":
+            continue
+        for keyword in node.keywords:
+            if keyword.arg not in _PORT_FIELDS:
+                continue
+            try:
+                found[keyword.arg] = ast.literal_eval(keyword.value)
+            except ValueError:
+                computed.append(keyword.arg)
+        break
+    return found, computed
 
 
 def enabled_endpoints(config: TritonConfig) -> List[Tuple[str, Optional[str], int]]:
@@ -385,16 +451,32 @@ def probe_port(address: Optional[str], port: int) -> Optional[int]:
     return None
 
 
-def check_ports(environ: Mapping[str, str] = os.environ) -> CheckResult:
-    """The ports a `Triton()` started in this environment would take (``PYTRITON_TRITON_CONFIG_*``)."""
+def check_ports(environ: Mapping[str, str] = os.environ, script: Optional[pathlib.Path] = None) -> CheckResult:
+    """The ports a `Triton()` started in this environment would take (``PYTRITON_TRITON_CONFIG_*``),
+    with the ones `script` sets in its ``TritonConfig(...)`` taking precedence, as in the script."""
+    explicit: Optional[TritonConfig] = None
+    if script is None:
+        source = "the defaults and PYTRITON_TRITON_CONFIG_* only; give the serving script to check its own ports"
+    else:
+        try:
+            fields, computed = config_from_script(script.read_text())
+            explicit = TritonConfig(**fields) if fields else None
+        except (OSError, SyntaxError, PyTritonError, TypeError) as exc:
+            return CheckResult("ports", Verdict.FAIL, f"cannot read the ports of {script}: {exc}",
+                               "give the serving script's path (a Python file)")
+        read = ", ".join(f"{key}={value!r}" for key, value in fields.items()) or "no port"
+        source = f"{script.name} sets {read} in TritonConfig(...)"
+        if computed:
+            source += f"; {', '.join(computed)} computed in code, taken from the environment here"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # unknown variables: Triton() itself warns about them
-            config = merge(None, environ)
+            config = merge(explicit, environ)
     except PyTritonError as exc:
         return CheckResult("ports", Verdict.FAIL, exc.message, f"correct the {ENV_PREFIX}* variable")
-    return judge_ports([(field, address, port, probe_port(address, port))
-                        for field, address, port in enabled_endpoints(config)])
+    probes = [(field, address, port, probe_port(address, port)) for field, address, port in enabled_endpoints(config)]
+    busy = [port for _, _, port, error in probes if error == errno.EADDRINUSE]
+    return judge_ports(probes, source, port_owners(busy) if busy else None)
 
 
 # --- the workspace --------------------------------------------------------------------------
@@ -421,8 +503,37 @@ def check_workspace() -> CheckResult:
 # --- all together ---------------------------------------------------------------------------
 
 
-def run_checks(build: bool = False, timeout_s: float = SERVER_START_TIMEOUT_S) -> List[CheckResult]:
-    """Every check in order; with `build`, only those that hold for the image, not the container."""
+def versions_line() -> str:
+    """The library's version and the server's it would run, for ``--version`` and ``check``."""
+    try:
+        distribution: Optional[ServerDistribution] = find_distribution()
+    except PyTritonError:
+        distribution = None
+    if distribution is None:
+        server = "no Triton server found (see `pytriton check`)"
+    else:
+        version = server_version(distribution.root) or "of unknown version"
+        where = "bundled" if distribution.root == BUNDLED_ROOT else f"from {distribution.root}"
+        server = f"Triton Inference Server {version} ({where})"
+    return f"pytriton {__version__}, {server}, Python {platform.python_version()}"
+
+
+def summary(results: Sequence[CheckResult]) -> str:
+    """The last line: the counts, and what the failures mean for serving."""
+    counts = {verdict: sum(r.verdict.value == verdict for r in results) for verdict in ("PASS", "WARN", "FAIL")}
+    text = "pytriton check: " + ", ".join(f"{count} {verdict}" for verdict, count in counts.items() if count)
+    failed = [r for r in results if r.verdict is Verdict.FAIL]
+    if not failed:
+        return text
+    if all(r.name == "ports" for r in failed):
+        return text + " -- a port the server would take is in use; on other ports this machine can serve"
+    return text + " -- this machine cannot serve yet"
+
+
+def run_checks(build: bool = False, timeout_s: float = SERVER_START_TIMEOUT_S,
+               script: Optional[pathlib.Path] = None) -> List[CheckResult]:
+    """Every check in order; with `build`, only those that hold for the image, not the container.
+    `script`: the serving script whose ``TritonConfig`` ports the port check reads."""
     results = [check_glibc(), check_libpython()]
     distribution: Optional[ServerDistribution] = None
     try:
@@ -439,6 +550,6 @@ def run_checks(build: bool = False, timeout_s: float = SERVER_START_TIMEOUT_S) -
             results.append(CheckResult(name, Verdict.FAIL, "not checked: there is no usable server tree",
                                        "fix the 'server tree' check first"))
     if not build:
-        results.extend([check_shm(), check_ports()])
+        results.extend([check_shm(), check_ports(script=script)])
     results.append(check_workspace())
     return results

@@ -42,6 +42,25 @@ class ServerDistribution:
     stub_python_path: Optional[pathlib.Path] = None  # site folder with the stub's own NumPy 1.x
 
 
+def server_version(root: pathlib.Path) -> Optional[str]:
+    """The Triton server version of the installation at `root`, or None when it does not say.
+
+    The bundled tree records it in ``VERSION`` (``... triton-server=2.51.0 ...``); NVIDIA's
+    containers in ``TRITON_VERSION``.
+    """
+    try:
+        text = (root / "VERSION").read_text()
+    except OSError:
+        text = ""
+    for part in text.split():
+        if part.startswith("triton-server="):
+            return part.split("=", 1)[1]
+    try:
+        return (root / "TRITON_VERSION").read_text().strip() or None
+    except OSError:
+        return None
+
+
 def python_version_tag() -> str:
     return f"{sys.version_info.major}.{sys.version_info.minor}"
 

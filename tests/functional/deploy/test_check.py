@@ -50,6 +50,42 @@ def test_every_check_passes_on_this_machine():
     assert result.returncode == 0, result.stdout + result.stderr
     assert verdicts(result.stdout) == {name: ["PASS"] for name in ALL_CHECKS}, result.stdout
     assert result.stdout.splitlines()[-1] == f"pytriton check: {len(ALL_CHECKS)} PASS"
+    assert result.stdout.splitlines()[0].startswith("pytriton ") and "Triton Inference Server 2.51.0" in result.stdout
+    # without the script, the port check says what it looked at
+    assert "the defaults and PYTRITON_TRITON_CONFIG_* only" in line_of(result.stdout, "ports")
+
+
+@pytest.mark.parametrize("command", [["-m", "pytriton"], None], ids=["python -m pytriton", "pytriton"])
+def test_version_names_the_library_and_the_bundled_server(command):
+    from pytriton import __version__
+
+    argv = [sys.executable, *command] if command else [shutil.which("pytriton", path=os.path.dirname(sys.executable))]
+    result = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"pytriton {__version__}, Triton Inference Server 2.51.0 (bundled), Python 3.")
+
+
+def test_a_script_given_is_read_for_its_ports_and_a_busy_one_is_named_with_its_holder(tmp_path):
+    busy = socket.socket()
+    busy.bind(("0.0.0.0", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    http, metrics = free_ports(2)
+    script = tmp_path / "serve.py"
+    script.write_text(
+        "from pytriton.triton import Triton, TritonConfig\n"
+        f"config = TritonConfig(http_port={http}, grpc_port={port}, metrics_port={metrics})\n"
+        "with Triton(config=config) as triton:\n    triton.serve()\n"
+    )
+    try:
+        result = run_check(str(script))
+    finally:
+        busy.close()
+    assert result.returncode == 1, result.stdout
+    line = line_of(result.stdout, "ports")
+    assert f"port {port} (grpc_port) is already in use on all interfaces by pid {os.getpid()}" in line
+    assert f"serve.py sets http_port={http}, grpc_port={port}, metrics_port={metrics} in TritonConfig(...)" in line
+    assert result.stdout.splitlines()[-1].endswith("on other ports this machine can serve")
 
 
 def test_a_busy_port_fails_the_check_with_the_remedy():

@@ -167,3 +167,52 @@ def test_a_busy_port_fails_naming_the_port_and_the_variable_that_moves_it():
 def test_a_privileged_port_fails_with_its_own_reason():
     result = judge_ports([("http_port", None, 80, errno.EACCES)])
     assert result.verdict is Verdict.FAIL and "privileges" in result.detail
+
+
+def test_ports_read_from_a_script_without_running_it():
+    from pytriton.server.checks import config_from_script
+
+    source = (
+        "import os\nfrom pytriton.triton import Triton, TritonConfig\n"
+        "config = TritonConfig(http_port=9000, grpc_port=int(os.environ['G']), allow_metrics=False, log_verbose=1)\n"
+        "with Triton(config=config) as t:\n    t.serve()\n"
+    )
+    assert config_from_script(source) == ({"http_port": 9000, "allow_metrics": False}, ["grpc_port"])
+    assert config_from_script("print('no server here')\n") == ({}, [])
+    with pytest.raises(SyntaxError):
+        config_from_script("def (:\n")
+
+
+def test_a_busy_port_names_its_holder_and_where_the_ports_came_from():
+    result = judge_ports([("http_port", None, 9000, errno.EADDRINUSE)], "serve.py sets http_port=9000",
+                         {9000: "pid 42 (python other.py)"})
+    assert result.detail == ("port 9000 (http_port) is already in use on all interfaces by pid 42 (python other.py) "
+                             "(serve.py sets http_port=9000)")
+
+
+def test_the_summary_words_a_busy_port_as_what_it_is():
+    from pytriton.server.checks import CheckResult, Verdict, summary
+
+    ok = CheckResult("glibc", Verdict.PASS, "")
+    ports = CheckResult("ports", Verdict.FAIL, "")
+    tree = CheckResult("server tree", Verdict.FAIL, "")
+    assert summary([ok, ok]) == "pytriton check: 2 PASS"
+    assert summary([ok, ports]) == ("pytriton check: 1 PASS, 1 FAIL -- a port the server would take is in use; on "
+                                    "other ports this machine can serve")
+    assert summary([ports, tree]).endswith("-- this machine cannot serve yet")
+
+
+def test_the_versions_line_names_the_library_the_server_and_python(tmp_path):
+    from pytriton import __version__
+    from pytriton.server.checks import versions_line
+    from pytriton.server.distribution import server_version
+
+    line = versions_line()
+    assert line.startswith(f"pytriton {__version__}, Triton Inference Server ") and ", Python 3." in line
+    (tmp_path / "VERSION").write_text("nvidia-pytriton==0.7.0 triton-server=2.51.0 sha256=abc\n")
+    assert server_version(tmp_path) == "2.51.0"
+    (tmp_path / "VERSION").unlink()
+    (tmp_path / "TRITON_VERSION").write_text("2.52.0\n")
+    assert server_version(tmp_path) == "2.52.0"
+    (tmp_path / "TRITON_VERSION").unlink()
+    assert server_version(tmp_path) is None
