@@ -524,8 +524,11 @@ class Triton:
     def _drain_poll(self, exit_timeout: float) -> Callable[[float], bool]:
         """What `stop()` does while the server drains: cut the streams still open shortly before
         the server's exit timeout (so their clients get an error, not a dropped connection), and
-        stop at once on a second signal or when only the versions stuck after a stub's death
-        are left (Triton would wait for them until the exit timeout)."""
+        stop at once on a second signal, when only the versions stuck after a stub's death are
+        left (Triton would wait for them until the exit timeout), or as soon as the server
+        reports that no inference is in flight any more: the rest of Triton's shutdown unloads
+        each model and polls once a second for it (2 to 3 s for one idle model), while pytriton
+        removes the stubs and their shared memory itself."""
         cut_after = exit_timeout * 0.8
         cut = threading.Event()
         supervisor, process = self._supervisor, self._process
@@ -536,6 +539,9 @@ class Triton:
                 self._bindings.end_streams()
             if self._hurry.is_set():
                 logger.warning("Second signal during the drain: stopping tritonserver at once")
+                return True
+            if process is not None and process.drained:
+                logger.debug("No inference in flight any more; stopping tritonserver without its unloading")
                 return True
             stuck = supervisor.stuck_versions if supervisor is not None else 0
             live = process.live_models if process is not None else None

@@ -30,10 +30,37 @@ _HARMLESS = "CudaDriverHelper has not been initialized"
 # Logged each second of a shutdown (at INFO level, which is on by default) once in-flight
 # inferences are done and the models are being unloaded.
 _LIVE_MODELS = re.compile(r"Found (\d+) live models")
+# Logged once a shutdown found no inference in flight any more; what follows is only unloading.
+_DRAINED = re.compile(r"Found 0 model versions that have in-flight inferences")
 
 
+_STOP_POLL_S = 0.02
 _PRIVATE_UMASK = 0o077
 _SIG_IGN = 1  # <signal.h>: SIG_IGN is ((void (*)(int)) 1)
+
+
+def wait_gone(processes: List[psutil.Process], timeout_s: float, interval_s: float = 0.01) -> List[psutil.Process]:
+    """Wait until every process has ended; the ones still running after `timeout_s`.
+
+    A killed process that is not our child stays a zombie until its new parent reaps it, which
+    some init processes do only every second or so: a zombie counts as ended here (it runs no
+    more code and holds no resource but its process-table entry).
+    """
+    deadline = time.monotonic() + timeout_s
+    running = list(processes)
+    while running:
+        still = []
+        for process in running:
+            try:
+                if process.status() != psutil.STATUS_ZOMBIE:
+                    still.append(process)
+            except psutil.NoSuchProcess:
+                pass
+        running = still
+        if not running or time.monotonic() >= deadline:
+            break
+        time.sleep(interval_s)
+    return running
 
 
 def _prepare_child() -> None:
@@ -82,6 +109,8 @@ class ServerProcess:
         self._reader: Optional[threading.Thread] = None
         self.live_models: Optional[int] = None
         """During a shutdown: how many model versions the server still waits for (from its log)."""
+        self.drained = False
+        """During a shutdown: the server has reported that no inference is in flight (from its log)."""
 
     @property
     def pid(self) -> Optional[int]:
@@ -136,6 +165,8 @@ class ServerProcess:
             live = _LIVE_MODELS.search(line)
             if live:
                 self.live_models = int(live.group(1))
+            elif _DRAINED.search(line):
+                self.drained = True
             harmless = _HARMLESS in line
             level = logging.WARNING if _ERROR_LINE.match(line) and not harmless else logging.DEBUG
             _server_log.log(level, "%s", line)
@@ -173,7 +204,7 @@ class ServerProcess:
 
         Args:
             timeout_s: how long the server may take.
-            poll: called with the seconds waited so far, every 0.1 s while the server drains;
+            poll: called with the seconds waited so far, every 20 ms while the server drains;
                 returning True kills the server at once (a second signal, nothing left to wait for).
             after_exit: called once the server has exited, before its output is read to the end:
                 kills what it left (stubs of a server that died before `stop` hold its output
@@ -195,7 +226,7 @@ class ServerProcess:
             while True:
                 waited = time.monotonic() - started
                 try:
-                    process.wait(min(0.1, max(timeout_s - waited, 0.0)))
+                    process.wait(min(_STOP_POLL_S, max(timeout_s - waited, 0.0)))
                     break
                 except subprocess.TimeoutExpired:
                     pass
@@ -213,7 +244,7 @@ class ServerProcess:
                 child.kill()
             except psutil.NoSuchProcess:
                 pass
-        psutil.wait_procs(children, timeout=5)
+        wait_gone(children, timeout_s=5)
         if after_exit is not None:
             after_exit()
         if self._reader is not None:

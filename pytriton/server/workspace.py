@@ -28,6 +28,7 @@ import psutil
 
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError
 from pytriton.ipc.shm import SHM_DIR
+from pytriton.server.process import wait_gone
 
 logger = logging.getLogger("pytriton.server")
 
@@ -256,7 +257,7 @@ def kill_server_processes(
             logger.info("Killed leftover process %d of server(s) %s", process.pid, sorted(server_ids))
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
-    psutil.wait_procs(list(victims.values()), timeout=2)
+    wait_gone(list(victims.values()), timeout_s=2)
     return sorted(victims)
 
 
