@@ -13,7 +13,7 @@ ifeq ($(filter 1 true yes on,$(PYTRITON_SKIP_SERVER_FETCH)),)
 INSTALL_INPUTS += $(SERVER_TREE)/VERSION
 endif
 
-.PHONY: install test demo lint clean
+.PHONY: install test demo lint clean docs
 
 install: $(STAMP)
 
@@ -35,6 +35,14 @@ test: install
 
 demo: install
 	$(VPY) examples/demo.py
+
+# The API reference, generated from the docstrings (tests/docs/test_api_reference.py builds it
+# too and checks its links): open build/api/index.html.
+API_MODULES := pytriton.triton pytriton.remote pytriton.model_config pytriton.decorators pytriton.client \
+	pytriton.exceptions
+docs: install
+	$(VPY) -m pdoc --docformat google -o build/api $(API_MODULES)
+	@echo "API reference: build/api/index.html"
 
 lint: install
 	$(VPY) -m ruff check .

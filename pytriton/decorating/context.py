@@ -128,9 +128,8 @@ def _callable_identity(obj: Any, depth: int = 0) -> Hashable:
 class TritonContext(_ServedContext):
     """What @triton_context passes to the callable: the served model, and its configs by callable.
 
-    It is the worker's `pytriton.worker.context.TritonContext` (``model_name``, ``model_version``,
-    ``inputs``, ``outputs``, ``config``, ``input_names``, ``output_names``) plus the published
-    PyTriton's ``model_configs``: ``triton_context.model_configs[infer_func]`` is this model's
+    It is the worker's context of the served model (its name, version, inputs, outputs, config,
+    and input and output names) plus the published PyTriton's ``model_configs``: ``triton_context.model_configs[infer_func]`` is this model's
     `ServedModelConfig`, for ``infer_func`` any decorated layer of the callable that got the
     context (or, in a method, the object itself).
     """

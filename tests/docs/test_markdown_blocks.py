@@ -5,6 +5,9 @@ Markers, written as HTML comments on the line(s) before a block:
 * ``<!--pytest.mark.skip-->`` (or ``<!--pytest-codeblocks:skip-->``): the block is not run; the
   text around it must say why (it needs a GPU, a download, or shows an error on purpose).
 * ``<!--pytest-codeblocks:cont-->``: the block continues the previous one (same namespace).
+* ``<!--pytest-codeblocks:serve port=N-->``: the block is a serving script (it ends in
+  ``serve()``); it runs as a process of its own while the next block group runs, which may
+  call it on HTTP port ``N``, and must then stop on SIGINT with exit status 0.
 
 Blocks hidden in an HTML comment (``<!-- ```python ... ``` -->``) run too: pages use them for
 setup and assertions a reader need not see. A block group that moves a model to ``"cuda"`` needs
@@ -17,7 +20,12 @@ import dataclasses
 import os
 import pathlib
 import re
-from typing import List
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import List, Optional, Tuple
 
 import pytest
 
@@ -29,6 +37,7 @@ SEED_PAGES = ("000", "003", "004")
 _FENCE = re.compile(r"^\s*```\s*(\w*)")
 _SKIP = re.compile(r"<!--\s*pytest(\.mark\.skip|-codeblocks:skip)\s*-->")
 _CONT = re.compile(r"<!--\s*pytest-codeblocks:cont\s*-->")
+_SERVE = re.compile(r"<!--\s*pytest-codeblocks:serve\s+port=(\d+)\s*-->")
 
 
 @dataclasses.dataclass
@@ -37,6 +46,9 @@ class BlockGroup:
     line: int
     code: List[str]
     skip: bool
+    server: Optional[str] = None
+    """A serving script that runs as its own process while this group runs."""
+    server_port: int = 0
 
 
 def parse_blocks(text: str, source: str) -> List[BlockGroup]:
@@ -44,6 +56,8 @@ def parse_blocks(text: str, source: str) -> List[BlockGroup]:
     groups: List[BlockGroup] = []
     lines = text.splitlines()
     skip = cont = False
+    serve_port = 0
+    server: Optional[Tuple[str, int]] = None
     index = 0
     while index < len(lines):
         line = lines[index]
@@ -51,6 +65,9 @@ def parse_blocks(text: str, source: str) -> List[BlockGroup]:
             skip = True
         if _CONT.search(line):
             cont = True
+        serve = _SERVE.search(line)
+        if serve:
+            serve_port = int(serve.group(1))
         fence = _FENCE.match(line)
         if fence:
             language = fence.group(1).lower()
@@ -60,12 +77,18 @@ def parse_blocks(text: str, source: str) -> List[BlockGroup]:
                 index += 1
             if language in ("python", "py"):
                 block = "\n".join(lines[start:index])
-                if cont and groups:
+                if serve_port:
+                    server = (block, serve_port)
+                elif cont and groups:
                     groups[-1].code.append(block)
                     groups[-1].skip = groups[-1].skip or skip
                 else:
                     groups.append(BlockGroup(source, start, [block], skip))
+                    if server is not None:
+                        groups[-1].server, groups[-1].server_port = server
+                        server = None
             skip = cont = False
+            serve_port = 0
         index += 1
     return groups
 
@@ -100,6 +123,7 @@ def test_markdown_block_runs(group: BlockGroup, tmp_path, monkeypatch):
             pytest.skip("this block moves a model to a CUDA device; this machine has no GPU")
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "__docs__"}
+    server = _start_server(group, tmp_path) if group.server else None
     try:
         exec(compile(code, f"{group.source}:{group.line}", "exec"), namespace)
     finally:
@@ -108,6 +132,32 @@ def test_markdown_block_runs(group: BlockGroup, tmp_path, monkeypatch):
         for value in list(namespace.values()):
             if isinstance(value, Triton):
                 value.stop()
+        if server is not None:
+            server.send_signal(signal.SIGINT)
+            output, _ = server.communicate(timeout=60)
+    if server is not None:
+        assert server.returncode == 0, f"the serving script exited with {server.returncode}:\n{output}"
+
+
+def _start_server(group: BlockGroup, folder: pathlib.Path) -> subprocess.Popen:
+    """Run a group's serving script as its own process until its HTTP port answers ready."""
+    script = folder / "serve.py"
+    script.write_text(group.server or "")
+    process = subprocess.Popen([sys.executable, str(script)], cwd=folder, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the serving script exited with {process.returncode}:\n{process.stdout.read()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{group.server_port}/v2/health/ready", timeout=1) as answer:
+                if answer.status == 200:
+                    return process
+        except OSError:
+            pass
+        time.sleep(0.1)
+    process.kill()
+    pytest.fail(f"the serving script was not ready on port {group.server_port} within 120 s")
 
 
 def test_parser_applies_markers():
@@ -123,3 +173,6 @@ def test_parser_applies_markers():
     groups = parse_blocks(text, "t.md")
     assert [g.code for g in groups] == [["a = 1", "b = a"], ["raise SystemExit"], ["hidden = True"]]
     assert [g.skip for g in groups] == [False, True, False]
+    served = parse_blocks("<!--pytest-codeblocks:serve port=8000-->\n```python\nserve()\n```\n```python\ncall()\n```",
+                          "t.md")
+    assert [(g.code, g.server, g.server_port) for g in served] == [(["call()"], "serve()", 8000)]
