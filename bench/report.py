@@ -262,7 +262,11 @@ def docs_block(results: Dict[str, Any], image_name: str) -> str:
 def update_docs(results: Dict[str, Any], page: pathlib.Path, image_name: str, gpu: bool = False) -> None:
     """Replace the generated block of the page, the GPU path's with `gpu` (the text around it is kept)."""
     block = docs_block(results, image_name)
-    pattern = _block_pattern(GPU_BEGIN, GPU_END) if gpu else _block_pattern(BEGIN, END)
+    _replace_block(page, _block_pattern(GPU_BEGIN, GPU_END) if gpu else _block_pattern(BEGIN, END), block)
+
+
+def _replace_block(page: pathlib.Path, pattern: re.Pattern, block: str) -> None:
+    """Put `block` where `pattern` matches in the page, or at its end; the rest is kept."""
     text = page.read_text() if page.is_file() else ""
     if pattern.search(text):
         text = pattern.sub(lambda _: block, text, count=1)
@@ -291,10 +295,4 @@ def update_breakdown(page: pathlib.Path, table: str, results: Dict[str, Any]) ->
         table,
         BREAKDOWN_END,
     ])
-    pattern = _block_pattern(BREAKDOWN_BEGIN, BREAKDOWN_END)
-    text = page.read_text() if page.is_file() else ""
-    if pattern.search(text):
-        text = pattern.sub(lambda _: block, text, count=1)
-    else:
-        text = text.rstrip() + ("\n\n" if text.strip() else "") + block + "\n"
-    page.write_text(text)
+    _replace_block(page, _block_pattern(BREAKDOWN_BEGIN, BREAKDOWN_END), block)
