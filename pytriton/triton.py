@@ -528,10 +528,14 @@ class Triton:
         left (Triton would wait for them until the exit timeout), or as soon as the server
         reports that no inference is in flight any more: the rest of Triton's shutdown unloads
         each model and polls once a second for it (2 to 3 s for one idle model), while pytriton
-        removes the stubs and their shared memory itself."""
+        removes the stubs and their shared memory itself. Not when Triton writes a trace file
+        or a log file, which it completes only at the end of its own shutdown."""
         cut_after = exit_timeout * 0.8
         cut = threading.Event()
         supervisor, process = self._supervisor, self._process
+        # Triton writes a trace file, and flushes a log file, only at the end of its own shutdown.
+        writes_files = bool(self._config.log_file) or any(
+            "file=" in item for item in (self._config.trace_config or ()))
 
         def poll(waited: float) -> bool:
             if waited >= cut_after and not cut.is_set():
@@ -540,7 +544,7 @@ class Triton:
             if self._hurry.is_set():
                 logger.warning("Second signal during the drain: stopping tritonserver at once")
                 return True
-            if process is not None and process.drained:
+            if process is not None and process.drained and not writes_files:
                 logger.debug("No inference in flight any more; stopping tritonserver without its unloading")
                 return True
             stuck = supervisor.stuck_versions if supervisor is not None else 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -149,7 +150,9 @@ def test_an_idle_stop_takes_well_under_a_second_and_serve_returns_as_fast_on_a_s
         assert our_leftovers() == {"processes": [], "segments": []}
     assert sorted(seconds)[1] < 1.5, f"leaving `with` took {seconds} s"
 
-    process, _ = _start_script(tmp_path, "serve", sleep_s=0.0)
+    process, http = _start_script(tmp_path, "serve", sleep_s=0.0)
+    assert _wait(lambda: _http_ready(http, "/v2/models/Slow/ready"), 60), "the model did not load"
+    time.sleep(0.3)  # serve() is waiting for a signal now
     started = time.monotonic()
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=60)
@@ -157,6 +160,19 @@ def test_an_idle_stop_takes_well_under_a_second_and_serve_returns_as_fast_on_a_s
     assert process.returncode == 0 and "SERVE RETURNED" in output, output
     assert elapsed < 3.0, f"serve() took {elapsed:.2f} s to return after SIGINT (the process {elapsed:.2f} s to end)"
     assert _leftovers_of(process.pid) == {"processes": [], "segments": [], "folders": []}
+
+
+def test_a_stop_lets_triton_write_its_trace_file(tmp_path):
+    """Triton writes a trace file only at the end of its own shutdown: the quick stop is not taken then."""
+    trace = tmp_path / "trace.json"
+    config = server_config(trace_config=[f"triton,file={trace}", "level=TIMESTAMPS", "rate=1"])
+    with Triton(config=config) as triton:
+        triton.bind("Identity", lambda requests: requests, **F32)
+        triton.run()
+        with ModelClient(http_url(config), "Identity") as client:
+            client.infer_sample(np.ones(2, np.float32))
+    events = json.loads(trace.read_text())
+    assert any(event.get("model_name") == "Identity" for event in events), events[:3]
 
 
 def test_killed_owner_takes_the_server_down_and_next_start_sweeps_leftovers(tmp_path):
