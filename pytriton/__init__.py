@@ -7,7 +7,8 @@ The two flows, one folder each step:
   (the tritonserver process) -> ``triton`` (the facade wiring them), or ``remote`` (the facade
   binding to a tritonserver that something else started);
 * one request: ``client`` -> tritonserver -> ``proxy`` (inside Triton's Python backend)
-  -> ``ipc`` (ZeroMQ frames + /dev/shm tensors) -> ``worker`` (the user's process)
+  -> ``ipc`` (a SEQPACKET socket per instance, a ZeroMQ greeting, /dev/shm tensors)
+  -> ``worker`` (the user's process)
   -> ``decorators`` -> the user's callable, and back; a streaming callable's answers go back
   step by step through the proxy's relay thread (``proxy.relay``).
 """
