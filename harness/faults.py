@@ -363,6 +363,7 @@ class Matrix:
         if not healed:
             round_.fail(f"model {model} did not serve again within {self.heal_limit_s:.0f} s of "
                         f"{signal.Signals(signum).name} to its stub (script running: {script.is_running()}, "
+                        f"model ready again: {script.is_running() and script.model_ready(model)}, "
                         f"load {load.summary()})")
         elif victim.pid in [stub.pid for stub in script.stubs().get(model, [])]:
             round_.fail(f"the signalled stub {victim.pid} still serves {model}")

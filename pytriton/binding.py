@@ -262,6 +262,16 @@ class ModelBindings:
                                model_name)
         remove_segments(f"{model.shm_prefix}-")
 
+    def idle(self) -> bool:
+        """Whether no handler serves a batch (no callable running, no stream open)."""
+        return all(handler.idle() for model in self._models.values() for handler in model.handlers)
+
+    def relays(self) -> bool:
+        """Whether some model's proxies relay (decoupled models, async callables): their answers
+        travel after Triton's `execute` returned, so Triton's count of requests in flight misses them."""
+        return any(model.declaration.context.config.decoupled or any(model.declaration.asynchronous)
+                   for model in self._models.values())
+
     def end_streams(self) -> None:
         """Cut open streams short, so the server can unload decoupled models without waiting for them."""
         for model in self._models.values():

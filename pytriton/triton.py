@@ -536,6 +536,10 @@ class Triton:
         # Triton writes a trace file, and flushes a log file, only at the end of its own shutdown.
         writes_files = bool(self._config.log_file) or any(
             "file=" in item for item in (self._config.trace_config or ()))
+        # Relayed answers (streams, async callables) travel after Triton counted the request done:
+        # the workers must be idle too, and for a moment, so their last answer reaches the client.
+        settle_s = _RELAYED_SETTLE_S if self._bindings.relays() else 0.0
+        idle_since: List[float] = []
 
         def poll(waited: float) -> bool:
             if waited >= cut_after and not cut.is_set():
@@ -545,8 +549,13 @@ class Triton:
                 logger.warning("Second signal during the drain: stopping tritonserver at once")
                 return True
             if process is not None and process.drained and not writes_files:
-                logger.debug("No inference in flight any more; stopping tritonserver without its unloading")
-                return True
+                if not self._bindings.idle():
+                    idle_since.clear()
+                elif not idle_since:
+                    idle_since.append(waited)
+                elif waited - idle_since[0] >= settle_s:
+                    logger.debug("No inference in flight any more; stopping tritonserver without its unloading")
+                    return True
             stuck = supervisor.stuck_versions if supervisor is not None else 0
             live = process.live_models if process is not None else None
             if stuck and live is not None and live <= stuck:
@@ -556,6 +565,10 @@ class Triton:
             return False
 
         return poll
+
+
+_RELAYED_SETTLE_S = 0.2
+"""How long the workers of relayed models stay idle before a stop ends tritonserver itself."""
 
 
 def _grpc_tls(config: TritonConfig) -> Optional[GrpcTls]:

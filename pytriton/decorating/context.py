@@ -129,9 +129,10 @@ class TritonContext(_ServedContext):
     """What @triton_context passes to the callable: the served model, and its configs by callable.
 
     It is the worker's context of the served model (its name, version, inputs, outputs, config,
-    and input and output names) plus the published PyTriton's ``model_configs``: ``triton_context.model_configs[infer_func]`` is this model's
-    `ServedModelConfig`, for ``infer_func`` any decorated layer of the callable that got the
-    context (or, in a method, the object itself).
+    and input and output names) plus the published PyTriton's ``model_configs``:
+    ``triton_context.model_configs[infer_func]`` is this model's `ServedModelConfig`, for
+    ``infer_func`` any decorated layer of the callable that got the context (or, in a method,
+    the object itself).
     """
 
     model_configs: ModelConfigDict = dataclasses.field(default_factory=ModelConfigDict, compare=False, repr=False)

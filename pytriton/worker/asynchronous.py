@@ -101,7 +101,10 @@ async def finish(
 
 
 class AsyncLoop:
-    """Serves one handler's proxies from an asyncio loop in one thread (see the module docstring)."""
+    """Serves one handler's proxies from an asyncio loop in one thread (see the module docstring).
+
+    `in_flight`'s ``value`` counts the batches being served (see `InstanceHandler.idle`).
+    """
 
     def __init__(
         self,
@@ -111,8 +114,10 @@ class AsyncLoop:
         stop: threading.Event,
         ending_streams: threading.Event,
         on_unrecoverable: Callable[[str], None],
+        in_flight: Any,
     ) -> None:
         self._endpoint = endpoint
+        self._in_flight = in_flight
         self._calls = calls
         self._stop = stop
         self._ending_streams = ending_streams
@@ -186,9 +191,14 @@ class AsyncLoop:
         if isinstance(message, protocol.InferBatch):
             task = asyncio.ensure_future(self._serve_batch(connection, message, payload))
             self._tasks[key] = task
-            task.add_done_callback(functools.partial(_forget_task, self._tasks, key))
+            self._in_flight.value += 1
+            task.add_done_callback(functools.partial(self._forget_task, key))
         elif isinstance(message, protocol.Cancel) and key in self._tasks:
             self._tasks[key].cancel()
+
+    def _forget_task(self, key: Tuple[int, int], _task: Any) -> None:
+        self._tasks.pop(key, None)
+        self._in_flight.value -= 1
 
     def _forget(self, connection: Connection) -> None:
         fd = connection.channel.fileno()
@@ -218,5 +228,3 @@ class AsyncLoop:
             send(end, [])
 
 
-def _forget_task(tasks: Dict[Tuple[int, int], Any], key: Tuple[int, int], _task: Any) -> None:
-    tasks.pop(key, None)

@@ -53,6 +53,7 @@ class BlockingLoop:
         ending_streams: set to cut the streams in flight short.
         on_unrecoverable: called before the answer goes when the callable declared the model dead.
         stamp_log: where the batches' timing stamps go (None: not recorded).
+        in_flight: its ``value`` counts the batches being served (see `InstanceHandler.idle`).
     """
 
     def __init__(
@@ -67,8 +68,10 @@ class BlockingLoop:
         ending_streams: threading.Event,
         on_unrecoverable: Callable[[str], None],
         stamp_log: Optional[StampLog],
+        in_flight: Any,
     ) -> None:
         self._endpoint = endpoint
+        self._in_flight = in_flight
         self._calls = calls
         self._shm_prefix = shm_prefix
         self._instance = instance
@@ -139,7 +142,11 @@ class BlockingLoop:
             logger.exception("Model '%s': dropped an unreadable message", self._calls.model_name)
             return
         if isinstance(message, protocol.InferBatch):
-            self._serve_batch(connection, message, payload, received)
+            self._in_flight.value += 1
+            try:
+                self._serve_batch(connection, message, payload, received)
+            finally:
+                self._in_flight.value -= 1
         # a Cancel for a batch that already ended needs nothing
 
     def _serve_batch(self, connection: Connection, batch: protocol.InferBatch, payload: Any, received: int) -> None:

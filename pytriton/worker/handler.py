@@ -48,6 +48,15 @@ def is_generator_callable(func: Callable[..., Any]) -> bool:
     return False
 
 
+class _Count:
+    """A plain counter with the ``value`` of a ``multiprocessing.Value``."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+
 class InstanceHandler:
     """Serves model instance `instance` of one model with one inference callable, in this process.
 
@@ -68,6 +77,9 @@ class InstanceHandler:
             answer before it sends another batch: large outputs then travel in an arena. False
             when the proxies relay (some callable of the model is async), so their batches
             overlap: outputs then go inline.
+        in_flight: an object whose ``value`` the handler keeps at the number of batches it
+            serves (a ``multiprocessing.Value`` shared with the parent, for a process instance);
+            a private counter by default.
 
     Raises:
         PyTritonModelConfigError: ``isolate_failures`` or ``execution_timeout_s`` asked of an
@@ -87,8 +99,10 @@ class InstanceHandler:
         on_unrecoverable: Callable[[str], None],
         asynchronous: bool = False,
         pipelined: bool = True,
+        in_flight: Optional[Any] = None,
     ) -> None:
         self._stop = threading.Event()
+        self._in_flight = in_flight if in_flight is not None else _Count()
         self._ending_streams = threading.Event()
         self._calls = BatchCalls(context, infer_func, instance, strict, asynchronous, self._stop)
         self._endpoint = HandlerEndpoint(zmq_context, endpoint, instance, context.model_name,
@@ -96,7 +110,7 @@ class InstanceHandler:
         self._loop: Union[BlockingLoop, AsyncLoop]
         if asynchronous:
             self._loop = AsyncLoop(self._endpoint, self._calls, stop=self._stop, ending_streams=self._ending_streams,
-                                   on_unrecoverable=on_unrecoverable)
+                                   on_unrecoverable=on_unrecoverable, in_flight=self._in_flight)
         else:
             folder = stamps_folder()
             decoupled = self._calls.decoupled
@@ -105,6 +119,7 @@ class InstanceHandler:
                 use_arenas=pipelined and not decoupled, stop=self._stop, ending_streams=self._ending_streams,
                 on_unrecoverable=on_unrecoverable,
                 stamp_log=StampLog(folder, context.model_name, instance) if folder and not decoupled else None,
+                in_flight=self._in_flight,
             )
         self._released = False
         self._thread = threading.Thread(target=self._loop.run, name=f"pytriton-{context.model_name}-{instance}",
@@ -125,6 +140,10 @@ class InstanceHandler:
     def is_serving(self) -> bool:
         """Whether the handler's thread still runs (it ends only on stop)."""
         return self._thread.is_alive()
+
+    def idle(self) -> bool:
+        """Whether no batch is being served: no callable running, no stream open."""
+        return self._in_flight.value == 0
 
     def end_streams(self) -> None:
         """Cut the streams in flight short (the server is stopping): each gets an error and its end.

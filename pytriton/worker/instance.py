@@ -27,6 +27,9 @@ class Instance(Protocol):
     def is_serving(self) -> bool:
         """Whether the instance still serves (it stops only when told to)."""
 
+    def idle(self) -> bool:
+        """Whether no batch is being served (no callable running, no stream open) right now."""
+
     def end_streams(self) -> None:
         """Cut the streams in flight short: the server is stopping."""
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import logging
+import mmap
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -164,6 +165,8 @@ class ProcessInstance:
         on_unrecoverable: Callable[[str], None],
         **options: Any,
     ) -> None:
+        self._in_flight = _SharedCount()
+        options = {**options, "in_flight": self._in_flight}
         self._spec = _Spec(context, infer_func, endpoint, instance, shm_prefix, strict, options)
         self._on_unrecoverable = on_unrecoverable
         self._name = f"model '{context.model_name}' instance {instance}"
@@ -208,6 +211,10 @@ class ProcessInstance:
     def is_serving(self) -> bool:
         """Whether the instance serves (or is forking a fresh child after a death)."""
         return self._thread.is_alive() and not self._stopping.is_set()
+
+    def idle(self) -> bool:
+        """Whether the child serves no batch (it counts them in memory shared across the fork)."""
+        return self._in_flight.value == 0
 
     def end_streams(self) -> None:
         """Cut the child's streams in flight short (see `InstanceHandler.end_streams`)."""
@@ -365,6 +372,7 @@ class ProcessInstance:
     def _bury(self, child: _Child) -> None:
         """Remove what a dead child left: its pipe, its socket file, its output segments."""
         child.conn.close()
+        self._in_flight.value = 0  # the batches it was serving died with it
         if self._socket_path is not None:
             for path in (self._socket_path, protocol.data_socket_path(self._socket_path)):
                 try:
@@ -372,6 +380,22 @@ class ProcessInstance:
                 except FileNotFoundError:
                     pass
         _remove_segments(protocol.segment_name(child.shm_prefix, self._spec.instance, "out", 0)[:-1])
+
+
+class _SharedCount:
+    """An integer in an anonymous shared mapping: written by the forked child, read by the parent."""
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, ctypes.sizeof(ctypes.c_long))
+        self._int = ctypes.c_long.from_buffer(self._map)
+
+    @property
+    def value(self) -> int:
+        return int(self._int.value)
+
+    @value.setter
+    def value(self, value: int) -> None:
+        self._int.value = value
 
 
 def _describe(status: Optional[int]) -> str:

@@ -57,6 +57,13 @@ def failures_but(round_: Dict[str, Any], known: str) -> List[str]:
     return [failure for failure in round_["failures"] if known not in failure]
 
 
+def _stream_stall(failure: str) -> bool:
+    """The known Triton 2.51 stall: the stream model was reloaded (ready again), only its stream
+    lane's request on the dead stub is still waiting (no answer, or its client's timeout)."""
+    return "model stream did not serve again" in failure and (
+        "model ready again: True" in failure or "sent no next response" in failure)
+
+
 def assert_left_nothing(round_: Dict[str, Any]) -> None:
     """No process once it exited; nothing of it in /dev/shm or /tmp after the next start's sweep;
     the matrix's entries at their baseline then; and a later start served."""
@@ -71,7 +78,7 @@ def assert_left_nothing(round_: Dict[str, Any]) -> None:
 def test_each_fault_as_an_ordinary_process(matrix: Dict[str, Any], fault: str) -> None:
     round_ = round_of(matrix, fault)
     failures = failures_but(round_, "zombie")
-    if failures and all("did not serve again" in f and "sent no next response" in f for f in failures):
+    if failures and all(_stream_stall(f) for f in failures):
         pytest.xfail(STREAM_STALL_REASON)
     assert failures == [], matrix["report"]
     assert_left_nothing(round_)
@@ -131,7 +138,6 @@ def test_the_final_start_finds_everything_swept_and_the_run_fails_only_on_the_kn
     assert final["failures"] == [] and final["exit_code"] == 0, matrix["report"]
     assert final["matrix_shm"] == {} and final["procs_left"] == []
     known = ("zombie",)
-    unknown = [f for f in matrix["failures"] if not any(k in f for k in known)
-               and not ("did not serve again" in f and "sent no next response" in f)]
+    unknown = [f for f in matrix["failures"] if not any(k in f for k in known) and not _stream_stall(f)]
     assert unknown == [], matrix["report"]
     assert matrix["returncode"] == (1 if matrix["failures"] else 0)
