@@ -25,10 +25,12 @@ import zmq
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError, PyTritonModelConfigError
 from pytriton.ipc import protocol
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config.common import rechecked
 from pytriton.model_config.tensor import resolve_tensor_names
 from pytriton.repository.pbtxt import model_config_proto, to_pbtxt, to_triton_data_type
 from pytriton.repository.warmup import warmup_entries
 from pytriton.repository.writer import remove_model, write_model
+from pytriton.server.model_trace import model_trace_settings
 from pytriton.server.workspace import remove_segments
 from pytriton.worker.context import TritonContext
 from pytriton.worker.handler import InstanceHandler, is_async_callable, is_generator_callable
@@ -55,6 +57,8 @@ class ModelDeclaration:
     infer_funcs: List[InferFunc]
     strict: bool
     asynchronous: List[bool]
+    trace_settings: Optional[Dict[str, Any]] = None
+    """The model's own trace settings (`pytriton.server.model_trace`), sent once it is ready."""
 
 
 @dataclasses.dataclass
@@ -100,6 +104,10 @@ class ModelBindings:
         """What each bound model declared (name, tensors, config), in binding order."""
         return [model.declaration.context for model in self._models.values()]
 
+    def trace_settings(self, model_name: str) -> Optional[Dict[str, Any]]:
+        """The trace settings `bind` gave model `model_name`, or None."""
+        return self._models[model_name].declaration.trace_settings
+
     def config(self, model_name: str) -> ModelConfig:
         config: ModelConfig = self._models[model_name].declaration.context.config
         return config
@@ -126,6 +134,7 @@ class ModelBindings:
         model_version: int,
         config: Optional[ModelConfig],
         strict: bool,
+        trace_config: Optional[Sequence[str]] = None,
     ) -> ModelDeclaration:
         """Check the arguments of a `bind` call (see `Triton.bind`); starts and writes nothing.
 
@@ -157,6 +166,10 @@ class ModelBindings:
             raise PyTritonBadParameterError(
                 f"config of model '{model_name}' must be a pytriton.model_config.ModelConfig, got {config!r}"
             )
+        try:
+            config = rechecked(config)  # fields may have been assigned since it was built
+        except PyTritonBadParameterError as exc:
+            raise PyTritonBadParameterError(f"config of model '{model_name}': {exc.message}") from exc
         if any(is_generator_callable(f) for f in infer_funcs) and not config.decoupled:
             raise PyTritonModelConfigError(
                 f"model '{model_name}': the inference callable is a generator, which streams responses; "
@@ -171,7 +184,10 @@ class ModelBindings:
             outputs=resolve_tensor_names(outputs, "OUTPUT"),
             config=config,
         )
-        return ModelDeclaration(context, infer_funcs, strict, [is_async_callable(f) for f in infer_funcs])
+        trace_settings = model_trace_settings(model_name, trace_config)
+        return ModelDeclaration(
+            context, infer_funcs, strict, [is_async_callable(f) for f in infer_funcs], trace_settings
+        )
 
     def start(
         self,

@@ -151,6 +151,7 @@ class RemoteTriton:
         model_version: int = 1,
         config: Optional[ModelConfig] = None,
         strict: bool = False,
+        trace_config: Optional[List[str]] = None,
     ) -> None:
         """Serve `infer_func` as model `model_name` (the arguments of `Triton.bind`).
 
@@ -170,7 +171,9 @@ class RemoteTriton:
                 raise PyTritonInvalidOperationError(
                     "this RemoteTriton was stopped; create a new RemoteTriton to bind models"
                 )
-            declaration = self._bindings.declare(model_name, infer_func, inputs, outputs, model_version, config, strict)
+            declaration = self._bindings.declare(
+                model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config
+            )
             if self._import_paths is None:
                 self._import_paths = proxy_import_paths(find_distribution())
             self._reach()
@@ -317,6 +320,9 @@ class RemoteTriton:
                     f"within {MODEL_LOAD_TIMEOUT_S:.0f} s"
                 )
             self._ready.append(name)
+            settings = self._bindings.trace_settings(name)
+            if settings is not None:
+                self._control.set_model_trace(name, settings, MODEL_LOAD_TIMEOUT_S)
 
     def _unload(self, names: Sequence[str]) -> None:
         """Unload `names` and wait until the server dropped them; failures are logged, not raised."""
@@ -354,9 +360,15 @@ class RemoteTriton:
             self.stop()
 
     def is_alive(self) -> bool:
-        """True once connected while the server answers and every model loaded by this process is ready."""
-        if self._stopped or self._unrecoverable is not None or not self._running:
+        """Whether the server at the URL is live, and every model this process loaded is ready.
+
+        Before `connect()` it says whether the server at the URL is live, as the published
+        `RemoteTriton` does, so a caller can wait for the server before connecting.
+        """
+        if self._stopped or self._unrecoverable is not None:
             return False
+        if not self._running:
+            return self._control.is_live()
         ready = list(self._ready)
         if not ready:
             return self._control.is_live()

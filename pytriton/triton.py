@@ -163,6 +163,7 @@ class Triton:
         model_version: int = 1,
         config: Optional[ModelConfig] = None,
         strict: bool = False,
+        trace_config: Optional[List[str]] = None,
     ) -> None:
         """Serve `infer_func` as model `model_name`.
 
@@ -175,6 +176,11 @@ class Triton:
             model_version: the version served.
             config: batching and batcher options (`ModelConfig()` when None).
             strict: refuse outputs whose dtype or shape differ from the declared ones.
+            trace_config: this model's own trace settings, as ``--trace-config`` items:
+                ``"level=TIMESTAMPS"`` (or ``TENSORS``, ``OFF``; may repeat), ``"rate=N"`` (one
+                request in N), ``"count=N"``, ``"log_frequency=N"``. Traces go to the server's
+                trace file, which ``TritonConfig(trace_config=["triton,file=..."])`` names; sent
+                to the server once the model is ready.
 
         Once the server runs (after `run()`, or inside ``with Triton()``), the model is loaded
         at once and this returns when it is ready; a model that fails to load is unbound again
@@ -189,7 +195,14 @@ class Triton:
             self._raise_if_failed()
             if self._stopped:
                 raise PyTritonInvalidOperationError("this Triton was stopped; create a new Triton to bind models")
-            declaration = self._bindings.declare(model_name, infer_func, inputs, outputs, model_version, config, strict)
+            declaration = self._bindings.declare(
+                model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config
+            )
+            if declaration.trace_settings is not None and not self._has_trace_file():
+                raise PyTritonBadParameterError(
+                    f"trace_config of model '{model_name}' needs the server to write traces to a file: "
+                    "Triton(config=TritonConfig(trace_config=['triton,file=/path/trace.json']))"
+                )
             workspace = self._ensure_workspace()
             running = self._process is not None and self._control is not None
             if running:
@@ -387,6 +400,9 @@ class Triton:
             reason = f"it exited with code {process.returncode}"
         return f"tritonserver failed to start: {reason}.\n{process.report()}"
 
+    def _has_trace_file(self) -> bool:
+        return any("file=" in item for item in (self._config.trace_config or ()))
+
     def _wait_models_ready(self, names: Sequence[str], deadline: float) -> None:
         """Wait until the models serve, then make their new shared-memory segments private.
 
@@ -405,6 +421,9 @@ class Triton:
                 raise PyTritonServerError(
                     f"model '{name}' version {version} did not become ready.\n{self._process.report()}"
                 )
+            settings = self._bindings.trace_settings(name)
+            if settings is not None:
+                control.set_model_trace(name, settings, MODEL_LOAD_TIMEOUT_S)
         self._workspace.restrict_segments()
 
     def _wait_endpoints_listening(self, config: TritonConfig, deadline: float) -> None:
@@ -534,8 +553,7 @@ class Triton:
         cut = threading.Event()
         supervisor, process = self._supervisor, self._process
         # Triton writes a trace file, and flushes a log file, only at the end of its own shutdown.
-        writes_files = bool(self._config.log_file) or any(
-            "file=" in item for item in (self._config.trace_config or ()))
+        writes_files = bool(self._config.log_file) or self._has_trace_file()
         # Relayed answers (streams, async callables) travel after Triton counted the request done:
         # the workers must be idle too, and for a moment, so their last answer reaches the client.
         settle_s = _RELAYED_SETTLE_S if self._bindings.relays() else 0.0

@@ -80,7 +80,8 @@ class FuturesModelClient:
             max_queue_size: how many more requests may wait for a free worker; ``None`` for no
                 limit (memory then bounds a caller that submits faster than the server answers).
             non_blocking: when the queue is full, raise :class:`PyTritonClientQueueFullError`
-                instead of blocking until a request completes.
+                at once; otherwise wait for a request to complete, at most ``inference_timeout_s``,
+                then raise it.
             init_timeout_s: as for :class:`ModelClient` (default 300 s).
             inference_timeout_s: as for :class:`ModelClient` (default 60 s).
             access_token: as for :class:`ModelClient`.
@@ -270,10 +271,21 @@ class FuturesModelClient:
     def _submit(self, call: Callable[[ModelClient], _T], shares_config: bool = True) -> concurrent.futures.Future[_T]:
         if self._closed:
             raise self._closed_error()
-        if self._slots is not None and not self._slots.acquire(blocking=not self._non_blocking):
-            raise PyTritonClientQueueFullError(
-                f"{self._max_queue_size} request(s) already wait for a worker; retry later or use non_blocking=False"
-            )
+        if self._slots is not None:
+            # Blocking waits at most inference_timeout_s for a place, as the published client does:
+            # a caller that submits faster than the server answers gets an error, not a hang.
+            if self._non_blocking:
+                placed = self._slots.acquire(blocking=False)
+            else:
+                placed = self._slots.acquire(timeout=self._args.inference_timeout_s)
+            if not placed:
+                timeout_s = self._args.inference_timeout_s
+                waited = "" if self._non_blocking else f" for {timeout_s:g} s (inference_timeout_s)"
+                raise PyTritonClientQueueFullError(
+                    f"{self._max_queue_size} request(s) already wait for a worker of the futures client of model "
+                    f"{self._args.model_name!r}; no place freed{waited}; retry later"
+                    + ("" if self._non_blocking else " or raise max_queue_size")
+                )
         try:
             future = self._executor.submit(self._run, call, shares_config)
         except RuntimeError as exc:  # shut down between the check above and the submit

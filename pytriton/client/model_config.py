@@ -99,9 +99,9 @@ class ClientModelConfig:
         return self.max_batch_size > 0
 
     def __hash__(self) -> int:
-        # Written by hand because two fields are dicts; the fields that identify a model's
-        # interface are enough for a hash consistent with ==.
-        return hash((self.model_name, self.max_batch_size, self.inputs, self.outputs, self.decoupled, self.batcher))
+        # Written by hand because two fields are dicts and the batcher may be changed (as the
+        # published one); the fields that identify a model's interface make a hash consistent with ==.
+        return hash((self.model_name, self.max_batch_size, self.inputs, self.outputs, self.decoupled))
 
 
 def _tensor(raw: Mapping[str, Any], model_name: str) -> TensorSpec:

@@ -1,8 +1,10 @@
 """Setup step 1: what the user declares — the batching, queueing and warm-up knobs of a model.
 
-Pure data with no I/O. Every class is a small frozen dataclass that checks itself in
-``__post_init__``, so a wrong value fails on the line where the user wrote it, with a message
-naming the field, the value and what is allowed, instead of later as a tritonserver load error.
+Pure data with no I/O. Every class is a small dataclass that checks itself in ``__post_init__``,
+so a wrong value fails on the line where the user wrote it, with a message naming the field, the
+value and what is allowed, instead of later as a tritonserver load error. `QueuePolicy` and
+`DynamicBatcher` accept field assignment after construction, as the published PyTriton's do;
+`rechecked` runs the same checks again where a config is used (`Triton.bind`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import numbers
 import os
 import re
 import types
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 
@@ -66,7 +68,7 @@ def _check_timeout_action(value: Any) -> TimeoutAction:
     raise PyTritonBadParameterError(f"QueuePolicy.timeout_action must be one of {allowed}, got {value!r}")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class QueuePolicy:
     """How Triton treats requests waiting in a model's queue (Triton's ``ModelQueuePolicy``).
 
@@ -98,14 +100,14 @@ class QueuePolicy:
         object.__setattr__(self, "max_queue_size", _check_int("QueuePolicy.max_queue_size", self.max_queue_size, 0))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class DynamicBatcher:
     """How Triton groups requests into batches before calling the model (Triton's ``dynamic_batching``).
 
     Args:
         max_queue_delay_microseconds: how long a request may wait for others to fill a batch.
-        preferred_batch_size: batch sizes Triton tries to form; stored as a tuple so the config stays
-            immutable. Each must be >= 1 (and, checked by `ModelConfig`, <= its ``max_batch_size``).
+        preferred_batch_size: batch sizes Triton tries to form; stored as a tuple (a copy of the
+            caller's list). Each must be >= 1 (and, checked by `ModelConfig`, <= its ``max_batch_size``).
         preserve_ordering: answer requests in the order they arrived.
         priority_levels: number of priority levels; 0 disables priorities.
         default_priority_level: the level of requests that set none; 1..priority_levels when
@@ -123,7 +125,7 @@ class DynamicBatcher:
     priority_queue_policy: dict[int, QueuePolicy] | None = None
 
     def __post_init__(self) -> None:
-        set_ = object.__setattr__  # the dataclass is frozen; normalising happens only here
+        set_ = object.__setattr__
         set_(
             self,
             "max_queue_delay_microseconds",
@@ -139,21 +141,6 @@ class DynamicBatcher:
                 f"DynamicBatcher.default_queue_policy must be a QueuePolicy or None, got {self.default_queue_policy!r}"
             )
         set_(self, "priority_queue_policy", self._checked_priority_policies(levels))
-
-    def __hash__(self) -> int:
-        # Written by hand because the per-level policies are a dict; a frozen config stays hashable.
-        policies = frozenset((self.priority_queue_policy or {}).items())
-        return hash(
-            (
-                self.max_queue_delay_microseconds,
-                self.preferred_batch_size,
-                self.preserve_ordering,
-                self.priority_levels,
-                self.default_priority_level,
-                self.default_queue_policy,
-                policies,
-            )
-        )
 
     def _checked_preferred_sizes(self) -> tuple[int, ...] | None:
         sizes = self.preferred_batch_size
@@ -201,7 +188,7 @@ class DynamicBatcher:
                     f"DynamicBatcher.priority_queue_policy[{level}] must be a QueuePolicy, got {policy!r}"
                 )
             checked[int(level)] = policy
-        # A private copy: mutating the caller's dict later must not change a frozen config.
+        # A private copy: mutating the caller's dict later must not change this config.
         return checked
 
 
@@ -346,3 +333,30 @@ class ModelWarmup:
         if self.inputs is not None:
             inputs = "{" + ", ".join(f"{key!r}: {_short(value)}" for key, value in self.inputs.items()) + "}"
         return f"ModelWarmup(name={self.name!r}, batch_size={self.batch_size}, inputs={inputs}, count={self.count})"
+
+
+_Config = TypeVar("_Config")
+
+
+def rechecked(config: _Config) -> _Config:
+    """A fresh copy of `config`, built again from its fields, nested configs included.
+
+    Published code builds a config and then assigns its fields (``config.model_warmup = [...]``);
+    an assignment runs no check. Building the copy runs every constructor check on the values as
+    they are now, so a bad assigned value fails where the config is used, naming the field; the
+    copy also keeps the bound model from changing when the caller's object changes later.
+    """
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        return config
+    fields = dataclasses.fields(config)
+    return type(config)(**{f.name: _rechecked_value(getattr(config, f.name)) for f in fields if f.init})
+
+
+def _rechecked_value(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return rechecked(value)
+    if isinstance(value, dict):
+        return {key: _rechecked_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_rechecked_value(item) for item in value)
+    return value

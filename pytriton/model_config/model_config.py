@@ -3,6 +3,8 @@
 `ModelConfig` is the per-model part of a `Triton.bind` call: batching on or off, the largest
 batch, the `DynamicBatcher`, the response cache and decoupled (streaming) responses. It checks
 the combinations tritonserver would refuse at load time, so the error points at the user's line.
+Its fields may be assigned after construction, as in the published PyTriton; `Triton.bind` checks
+the config again (`rechecked`), so a bad assigned value still gets an error naming the field.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.model_config.common import DynamicBatcher, ModelWarmup, _check_bool, _check_int
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class ModelConfig:
     """The Triton-side options of one model.
 
@@ -34,7 +36,7 @@ class ModelConfig:
         decoupled: the callable may send any number of responses per request (streaming).
         model_warmup: `ModelWarmup` requests Triton sends through the callable while loading the
             model, before reporting it ready: a list of them (one `ModelWarmup` alone is taken
-            too); stored as a tuple, empty when None.
+            too); stored as a tuple, and None (the default) when there is none.
         max_restarts: how many times pytriton restarts the model after one of its instances'
             stub processes died (killed, crashed) within `restart_window_s`; one more death in
             that window gives the model up: the server stops and `Triton.serve()` raises
@@ -77,7 +79,7 @@ class ModelConfig:
     )
 
     def __post_init__(self) -> None:
-        set_ = object.__setattr__  # the dataclass is frozen; normalising happens only here
+        set_ = object.__setattr__  # normalising is not an assignment a user made
         batching = _check_bool("ModelConfig.batching", self.batching)
         set_(self, "batching", batching)
         if batching and self.max_batch_size == 0 and type(self.max_batch_size) is int:
@@ -128,7 +130,7 @@ class ModelConfig:
                     )
 
 
-    def _checked_warmups(self) -> Tuple[ModelWarmup, ...]:
+    def _checked_warmups(self) -> Optional[Tuple[ModelWarmup, ...]]:
         field, value = "model_warmup", self.model_warmup
         if self.warmup is not None:
             if self.model_warmup is not None:
@@ -143,7 +145,7 @@ class ModelConfig:
             )
             field, value = "warmup", self.warmup
         if value is None:
-            return ()
+            return None
         warmups: Any = (value,) if isinstance(value, ModelWarmup) else value
         if isinstance(warmups, (str, bytes)) or not isinstance(warmups, Sequence) or not all(
             isinstance(item, ModelWarmup) for item in warmups

@@ -57,21 +57,24 @@ class Tensor:
     """One model input or output as Triton sees it.
 
     The constructor accepts the loose forms users write (``np.float32``, ``"float32"``, a list
-    shape); the fields hold the normalised forms, so the rest of the library can rely on
-    ``tensor.dtype`` being an ``np.dtype`` and ``tensor.shape`` a tuple of ints.
+    shape) and checks them. ``tensor.shape`` is stored as a tuple of ints; ``tensor.dtype`` as a
+    scalar type, as the published PyTriton stores it: a type is kept as given (``np.float32``,
+    ``np.bytes_``, ``bytes``, ``object``), an ``np.dtype`` or a name becomes its type
+    (``np.dtype("float32")`` -> ``np.float32``). ``np.dtype(tensor.dtype)`` reads any of them
+    back as a dtype. Frozen, as the published one: build another to change a field.
 
     Args:
         shape: the shape of one sample, without the batch axis; -1 marks an axis whose size
             varies between requests. Stored as a tuple of ints.
-        dtype: a numpy dtype, a numpy scalar type or a dtype name; stored as ``np.dtype``.
-            ``np.bytes_``/``bytes`` become ``np.dtype("S")`` and ``object`` stays ``np.dtype(object)``;
-            both travel as Triton BYTES, but only ``object`` keeps trailing ``\\x00`` bytes.
+        dtype: a numpy dtype, a numpy scalar type or a dtype name; stored as a scalar type.
+            ``np.bytes_``/``bytes`` and ``object`` both travel as Triton BYTES, but only
+            ``object`` keeps trailing ``\\x00`` bytes.
         name: the tensor name; when None it becomes ``INPUT_<n>``/``OUTPUT_<n>`` by position.
         optional: an input that requests may leave out.
     """
 
     shape: tuple[int, ...]
-    dtype: np.dtype
+    dtype: type
     name: str | None
     optional: bool
 
@@ -91,7 +94,8 @@ class Tensor:
             raise PyTritonBadParameterError(f"{where}.optional must be a bool (True or False), got {optional!r}")
         # The dataclass is frozen; setting fields is allowed only here, before anyone holds the object.
         object.__setattr__(self, "shape", _normalise_shape(shape, where))
-        object.__setattr__(self, "dtype", _normalise_dtype(dtype, where))
+        checked = _normalise_dtype(dtype, where)
+        object.__setattr__(self, "dtype", dtype if isinstance(dtype, type) else checked.type)
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "optional", bool(optional))
 

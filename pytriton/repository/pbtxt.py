@@ -183,14 +183,14 @@ def model_config_proto(
     for tensor in resolved_inputs:
         proto.input.add(
             name=tensor.name,
-            data_type=to_triton_data_type(tensor.dtype, str(tensor.name)),
+            data_type=to_triton_data_type(np.dtype(tensor.dtype), str(tensor.name)),
             dims=tensor.shape,
             optional=tensor.optional,
         )
     for tensor in _resolved(outputs, "OUTPUT", model_name):
         proto.output.add(
             name=tensor.name,
-            data_type=to_triton_data_type(tensor.dtype, str(tensor.name)),
+            data_type=to_triton_data_type(np.dtype(tensor.dtype), str(tensor.name)),
             dims=tensor.shape,
         )
     if config.batching:

@@ -53,15 +53,16 @@ def _check_shape(where: str, tensor: Tensor, shape: Tuple[int, ...]) -> None:
 
 def _sample_payload(where: str, tensor: Tensor, sample: np.ndarray) -> bytes:
     _check_shape(where, tensor, sample.shape)
-    if tensor.dtype.kind in "SO":
+    declared = np.dtype(tensor.dtype)
+    if declared.kind in "SO":
         if sample.dtype.kind not in "SUO":
             raise PyTritonModelConfigError(f"{where} has dtype {sample.dtype}; expected bytes or str items")
         return _bytes_payload(sample)
-    if not np.can_cast(sample.dtype, tensor.dtype, casting="same_kind"):
+    if not np.can_cast(sample.dtype, declared, casting="same_kind"):
         raise PyTritonModelConfigError(
-            f"{where} has dtype {sample.dtype}, which does not convert safely to the input's {tensor.dtype}"
+            f"{where} has dtype {sample.dtype}, which does not convert safely to the input's {declared}"
         )
-    return np.ascontiguousarray(sample, dtype=tensor.dtype).tobytes()
+    return np.ascontiguousarray(sample, dtype=declared).tobytes()
 
 
 def _user_file(where: str, tensor: Tensor, spec: WarmupInput) -> pathlib.Path:
@@ -73,14 +74,15 @@ def _user_file(where: str, tensor: Tensor, spec: WarmupInput) -> pathlib.Path:
             f"{where}: input_data_file {given!r} is not a file (looked at {str(path)!r}; a relative path is "
             "taken from the current directory)"
         )
-    if tensor.dtype.kind not in "SO":
+    declared = np.dtype(tensor.dtype)
+    if declared.kind not in "SO":
         # Triton refuses a file shorter than one sample when it loads the model; say so at bind.
-        needed = math.prod(spec.shape) * tensor.dtype.itemsize
+        needed = math.prod(spec.shape) * declared.itemsize
         size = path.stat().st_size
         if size < needed:
             raise PyTritonModelConfigError(
                 f"{where}: input_data_file {given!r} holds {size} bytes; one sample of shape {spec.shape} "
-                f"and dtype {tensor.dtype} needs {needed}"
+                f"and dtype {declared} needs {needed}"
             )
     return path
 
@@ -90,8 +92,9 @@ def _declared_input(
 ) -> None:
     """Fill `entry` from a `WarmupInput`, after checking it against the model's input."""
     dtype, shape = np.dtype(spec.dtype), tuple(spec.shape)  # already normalised; typed for the checker
-    if not (dtype == tensor.dtype or (dtype.kind in "SO" and tensor.dtype.kind in "SO")):
-        raise PyTritonModelConfigError(f"{where} has dtype {dtype}; the model's input has dtype {tensor.dtype}")
+    declared = np.dtype(tensor.dtype)
+    if not (dtype == declared or (dtype.kind in "SO" and declared.kind in "SO")):
+        raise PyTritonModelConfigError(f"{where} has dtype {dtype}; the model's input has dtype {declared}")
     _check_shape(where, tensor, shape)
     entry.dims.extend(shape)
     if spec.input_data_file is not None:
@@ -122,8 +125,8 @@ def warmup_entries(
     messages: List[pb.ModelWarmup] = []
     files: Dict[str, WarmupFile] = {}
     names = [str(tensor.name) for tensor in inputs]
-    # ModelConfig stores model_warmup as a tuple whatever form it was given in.
-    for warmup in cast(Tuple[ModelWarmup, ...], config.model_warmup):
+    # ModelConfig stores model_warmup as a tuple whatever form it was given in, or None.
+    for warmup in cast(Tuple[ModelWarmup, ...], config.model_warmup or ()):
         given = dict(warmup.inputs or {})
         unknown = sorted(set(given) - set(names))
         if unknown:
@@ -145,12 +148,12 @@ def warmup_entries(
                 if tensor.optional:
                     continue
                 entry = message.inputs[name]
-                entry.data_type = data_type_of(tensor.dtype, name)
+                entry.data_type = data_type_of(np.dtype(tensor.dtype), name)
                 entry.dims.extend(1 if dim == -1 else dim for dim in tensor.shape)
                 entry.zero_data = True
                 continue
             entry = message.inputs[name]
-            entry.data_type = data_type_of(tensor.dtype, name)
+            entry.data_type = data_type_of(np.dtype(tensor.dtype), name)
             where = _where(model_name, warmup, tensor)
             value = given[name]
             if isinstance(value, WarmupInput):

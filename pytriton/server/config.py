@@ -118,9 +118,12 @@ _LOCAL_CACHE_SIZE = re.compile(r"^local,size=")
 _PORT_RANGE = re.compile(r"^\s*([0-9]+)\s*-\s*([0-9]+)\s*$")
 
 
-@dataclasses.dataclass(frozen=True, repr=False)
+@dataclasses.dataclass(repr=False)
 class TritonConfig:
     """Options of the tritonserver process; every field left at `None` keeps Triton's default.
+
+    Fields may be assigned after construction, as in the published PyTriton; `Triton(config=...)`
+    checks the config again then, so a bad assigned value gets an error naming the field.
 
     The fields mirror tritonserver 2.51 command-line options of the same name (`http_port` ->
     `--http-port`), so Triton's own documentation describes them. Fields the library itself
@@ -515,6 +518,8 @@ def merge(explicit: Optional[TritonConfig], environ: Optional[Mapping[str, str]]
     environ = os.environ if environ is None else environ
     merged = TritonConfig.from_env(environ)
     if explicit is not None:
+        # Fields may have been assigned since the config was built: check them as a constructor would.
+        explicit = dataclasses.replace(explicit)
         overrides = {
             field.name: getattr(explicit, field.name)
             for field in dataclasses.fields(explicit)

@@ -188,6 +188,27 @@ class ServerControl:
         override = None if config_json is None else (config_json, dict(files or {}))
         self._repository_call(f"could not load model '{name}'", "load", name, timeout_s, override)
 
+    def set_model_trace(self, name: str, settings: Dict[str, Any], timeout_s: float) -> None:
+        """Set model `name`'s own trace settings (Triton's per-model trace API; HTTP or gRPC).
+
+        Raises:
+            PyTritonServerError: with the server's reason when it refuses them (a server started
+                without a trace file refuses every setting).
+        """
+        reason = ""
+        try:
+            if self._http:
+                path = f"/v2/models/{urllib.parse.quote(name)}/trace/setting"
+                status, body = self._request("POST", path, timeout_s, json.dumps(settings).encode())
+                reason = "" if status == 200 else self._refusal(status, body)
+            else:
+                self._grpc().update_trace_settings(model_name=name, settings=settings, headers=self._grpc_headers,
+                                                   client_timeout=timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the reason travels in the error below
+            reason = str(exc)
+        if reason:
+            raise PyTritonServerError(f"the server refused the trace settings of model '{name}': {reason}")
+
     def forget_failed_model(self, name: str, timeout_s: float) -> None:
         """Clear the record a failed load of `name` leaves, which keeps a strict server unready.
 

@@ -15,6 +15,8 @@ import logging
 import math
 from typing import Iterable, Mapping, Optional, Protocol, Sequence
 
+import numpy as np
+
 from pytriton.ipc.shm import MIB, SHM_DIR, shm_fix, shm_usage, suggested_shm_bytes
 from pytriton.model_config import ModelConfig, Tensor
 
@@ -49,9 +51,10 @@ def full_batch_bytes(inputs: Sequence[Tensor], outputs: Sequence[Tensor], config
     """
     total = 0
     for tensor in (*inputs, *outputs):
-        if tensor.dtype.kind in ("O", "S", "U") or any(dim < 0 for dim in tensor.shape):
+        dtype = np.dtype(tensor.dtype)
+        if dtype.kind in ("O", "S", "U") or any(dim < 0 for dim in tensor.shape):
             return None
-        total += math.prod(tensor.shape) * tensor.dtype.itemsize
+        total += math.prod(tensor.shape) * dtype.itemsize
     return total * (config.max_batch_size if config.batching else 1)
 
 

@@ -102,8 +102,8 @@ def shape_response(
         outputs = context.outputs
         found = {tensor.name: response.get(tensor.name) for tensor in outputs}
         if all(
-            type(array) is np.ndarray and _dtype_matches(array.dtype, tensor.dtype)
-            for array, tensor in zip(found.values(), outputs)
+            type(array) is np.ndarray and _dtype_matches(array.dtype, expected)
+            for array, expected in zip(found.values(), context.output_dtypes)
         ):
             return found  # type: ignore[return-value]  # every value was checked to be an array
     model = f"Model '{context.model_name}'"

@@ -2,7 +2,8 @@
 
 `pytriton.proxy.types` annotations on a served callable, `TritonConfig.metrics_config` (explicit
 and through indexed environment variables), the SageMaker endpoint, `pytriton.client.auth`
-headers against restricted APIs, and what `Triton.stop()` / `RemoteTriton.stop()` return.
+headers against restricted APIs, what `Triton.stop()` / `RemoteTriton.stop()` return, and a
+`ModelConfig` whose fields were assigned after it was built.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from support import free_ports, http_status, server_config
 
 from pytriton.client import ModelClient
 from pytriton.client.auth import create_auth_headers, extract_access_token_from_headers
-from pytriton.model_config import ModelConfig, Tensor
+from pytriton.exceptions import PyTritonBadParameterError
+from pytriton.model_config import ModelConfig, ModelWarmup, Tensor, WarmupInput
 from pytriton.proxy.types import Request, Response
 from pytriton.triton import RemoteTriton, Triton
 
@@ -136,3 +138,28 @@ def test_stop_says_whether_this_call_stopped_the_server():
         assert triton.stop() is True
         assert http_status(f"{url}/v2/health/live") != 200
         assert triton.stop() is False
+
+
+def test_a_config_built_then_assigned_is_served_as_assigned(served):
+    # The published L0 warm-up tests build ModelConfig() and then assign its fields.
+    seen: List[int] = []
+
+    def record(requests: List[Request]) -> List[Response]:
+        seen.append(sum(r["x"].shape[0] for r in requests))  # samples in this call
+        return [Response(data={"y": r["x"], "kind": np.array([[b"w"]] * r["x"].shape[0])}) for r in requests]
+
+    config = ModelConfig()
+    config.max_batch_size = 16
+    config.batcher.max_queue_delay_microseconds = 100
+    config.model_warmup = [ModelWarmup(name="w", batch_size=3, inputs={"x": WarmupInput(np.float32, (2,))}, count=2)]
+    triton = served["triton"]
+    triton.bind("Assigned", record, inputs=SCALE["inputs"], outputs=SCALE["outputs"], config=config)
+    assert seen == [3, 3]  # the assigned warm-up ran before the model was ready
+    url = f"http://127.0.0.1:{served['config'].http_port}"
+    with ModelClient(url, "Assigned") as client:
+        assert client.model_config.max_batch_size == 16
+        assert client.model_config.batcher.max_queue_delay_microseconds == 100
+
+    config.max_batch_size = "16"  # a bad assigned value is refused at bind, naming model and field
+    with pytest.raises(PyTritonBadParameterError, match=r"config of model 'Assigned2': ModelConfig.max_batch_size"):
+        triton.bind("Assigned2", record, inputs=SCALE["inputs"], outputs=SCALE["outputs"], config=config)

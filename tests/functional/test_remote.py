@@ -350,6 +350,14 @@ def test_url_and_token_are_checked(server):
             pass  # entering connects
 
 
+def test_is_alive_before_connect_says_whether_the_server_at_the_url_is_live(server):
+    # As the published RemoteTriton: a caller may poll is_alive() before it connects.
+    assert RemoteTriton(server.url, workspace=server.workspace).is_alive()
+    assert RemoteTriton(server.grpc_url, workspace=server.workspace).is_alive()
+    port = free_ports(1)[0]
+    assert not RemoteTriton(f"http://127.0.0.1:{port}", workspace=server.workspace).is_alive()
+
+
 def test_a_binding_process_started_before_the_server_waits_for_it():
     """Containers of a pod start together: the binding process may come up first."""
     with _shared_workspace() as workspace:

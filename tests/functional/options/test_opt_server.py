@@ -35,6 +35,7 @@ from tritonclient.utils import InferenceServerException
 
 from pytriton.client import ModelClient
 from pytriton.client.exceptions import PyTritonClientError
+from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.server.config import ENV_PREFIX
 from pytriton.server.security import ACCESS_TOKEN_HEADER
@@ -567,6 +568,39 @@ def test_trace_config_writes_a_trace_of_each_request_to_the_trace_file(source, r
     _infer(server.url("http"), "Ident", 12.0)
     # >=: a trace of an earlier test's request may still have been on its way to the file.
     assert _wait(lambda: _traced_requests(server.trace_file, "Ident") >= before + 2)
+
+
+def test_bind_trace_config_traces_that_model_alone(tmp_path):
+    # The server writes traces to a file but traces nothing by itself (level OFF); one model
+    # asks for its own traces through bind(..., trace_config=...), as published code does.
+    trace_file = tmp_path / "trace.json"
+    config = server_config(trace_config=[f"triton,file={trace_file}", "triton,log-frequency=1"])
+    triton = Triton(config=config)
+    try:
+        triton.bind("Traced", Identity(), trace_config=["level=TIMESTAMPS", "rate=1"], **F32)
+        triton.bind("Quiet", Identity(), **F32)
+        triton.run()
+        url = f"http://{LOCAL}:{config.effective_http_port}"
+        triton.bind("Late", Identity(), trace_config=["level=TIMESTAMPS", "rate=1", "log-frequency=1"], **F32)
+        for model in ("Traced", "Quiet", "Late"):
+            _infer(url, model, 3.0)
+        assert _wait(lambda: _traced_requests(trace_file, "Traced") >= 1 and _traced_requests(trace_file, "Late") >= 1)
+        assert _traced_requests(trace_file, "Quiet") == 0
+    finally:
+        triton.stop()
+
+
+def test_bind_trace_config_is_checked_at_bind():
+    with Triton(config=server_config()) as triton:
+        with pytest.raises(PyTritonBadParameterError, match=r"needs the server to write traces to a file"):
+            triton.bind("NoFile", Identity(), trace_config=["level=TIMESTAMPS"], **F32)
+        for items, message in ((["level=LOUD"], r"'level=LOUD' has a bad value; level must be one of OFF"),
+                               (["rate=0"], r"rate must be an integer >= 1"),
+                               (["triton,file=/tmp/x"], r"the trace file and mode are the server's"),
+                               ("level=TIMESTAMPS", r"must be a list of")):
+            with pytest.raises(PyTritonBadParameterError, match=message) as info:
+                triton.bind("Bad", Identity(), trace_config=items, **F32)
+            assert "model 'Bad'" in str(info.value)
 
 
 def test_run_returns_only_once_the_metrics_endpoint_accepts_scrapes():

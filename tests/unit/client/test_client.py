@@ -8,6 +8,7 @@ never served, so a request that did leave would fail differently.
 from __future__ import annotations
 
 import concurrent.futures
+import time
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from pytriton.client import (
     PyTritonClientInvalidUrlError,
     PyTritonClientModelDoesntSupportBatchingError,
     PyTritonClientModelUnavailableError,
+    PyTritonClientQueueFullError,
     PyTritonClientValueError,
     TensorSpec,
 )
@@ -149,3 +151,18 @@ def test_futures_client_calls_after_close():
             call()
     with pytest.raises(PyTritonClientClosedError):
         client.infer_batch(np.zeros((1, 1), np.int32))
+
+
+def test_a_full_blocking_futures_queue_raises_after_inference_timeout_s():
+    # As the published client: a blocking submit waits for a place at most inference_timeout_s.
+    # The one worker is held by wait_for_model on a port nothing serves, which waits its 2 s.
+    client = FuturesModelClient(URL, "M", max_workers=1, max_queue_size=0, inference_timeout_s=0.3)
+    try:
+        holding = client.wait_for_model(timeout_s=2.0)
+        started = time.monotonic()
+        with pytest.raises(PyTritonClientQueueFullError, match=r"no place freed for 0.3 s \(inference_timeout_s\)"):
+            client.infer_sample(np.ones(1, np.int32))
+        assert 0.25 < time.monotonic() - started < 1.5
+        assert holding.exception(timeout=10) is not None  # nothing serves it
+    finally:
+        client.close(wait=True)

@@ -1,6 +1,5 @@
 """Setup step 1: `ModelConfig`, `DynamicBatcher` and `QueuePolicy` defaults and validation."""
 
-import dataclasses
 
 import pytest
 
@@ -51,13 +50,42 @@ def test_queue_policy_defaults_match_the_documented_api():
     assert policy.max_queue_size == 0
 
 
-def test_configs_are_frozen_and_hashable():
-    batcher = DynamicBatcher(priority_levels=2, default_priority_level=1, priority_queue_policy={1: QueuePolicy()})
-    config = ModelConfig(batcher=batcher)
+def test_fields_may_be_assigned_and_rechecked_gives_a_checked_copy():
+    # Published code builds a config and then assigns its fields (its L0 warm-up tests do).
+    config = ModelConfig()
+    config.max_batch_size = 8
+    config.batcher.preferred_batch_size = [2, 4]
+    config.batcher.default_queue_policy = QueuePolicy(max_queue_size=3)
+    config.batcher.default_queue_policy.timeout_action = "delay"
 
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        config.max_batch_size = 8  # type: ignore[misc]
-    assert hash(config) == hash(ModelConfig(batcher=dataclasses.replace(batcher)))
+    copy = common.rechecked(config)
+
+    assert copy is not config and copy.batcher is not config.batcher
+    assert copy.max_batch_size == 8
+    assert copy.batcher.preferred_batch_size == (2, 4)  # normalised as the constructor would
+    assert copy.batcher.default_queue_policy.timeout_action is TimeoutAction.DELAY
+    assert copy == ModelConfig(
+        max_batch_size=8,
+        batcher=DynamicBatcher(preferred_batch_size=(2, 4), default_queue_policy=QueuePolicy(
+            max_queue_size=3, timeout_action=TimeoutAction.DELAY)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("assign", "named"),
+    [
+        (lambda c: setattr(c, "max_batch_size", "8"), "ModelConfig.max_batch_size"),
+        (lambda c: setattr(c.batcher, "max_queue_delay_microseconds", -1), "max_queue_delay_microseconds"),
+        (lambda c: setattr(c.batcher, "preferred_batch_size", [16]), "preferred_batch_size"),
+        (lambda c: setattr(c, "decoupled", "yes"), "ModelConfig.decoupled"),
+    ],
+)
+def test_a_bad_assigned_value_is_refused_by_rechecked_naming_the_field(assign, named):
+    config = ModelConfig()
+    assign(config)
+
+    with pytest.raises(PyTritonBadParameterError, match=named):
+        common.rechecked(config)
 
 
 @pytest.mark.parametrize("value", [0, -1, 2.0, "8", True])

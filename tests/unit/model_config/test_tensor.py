@@ -11,33 +11,35 @@ from pytriton.model_config.tensor import resolve_tensor_names
 
 
 @pytest.mark.parametrize(
-    ("given", "expected"),
+    ("given", "stored", "dtype"),
     [
-        (np.float32, np.dtype("float32")),
-        (np.dtype("float32"), np.dtype("float32")),
-        (np.float32().dtype, np.dtype("float32")),
-        ("float32", np.dtype("float32")),
-        ("int64", np.dtype("int64")),
-        (np.bool_, np.dtype(bool)),
-        (bool, np.dtype(bool)),
-        (np.bytes_, np.dtype("S")),
-        (bytes, np.dtype("S")),
-        ("S5", np.dtype("S")),
-        (object, np.dtype(object)),
-        (np.object_, np.dtype(object)),
+        (np.float32, np.float32, np.dtype("float32")),
+        (np.dtype("float32"), np.float32, np.dtype("float32")),
+        (np.float32().dtype, np.float32, np.dtype("float32")),
+        ("float32", np.float32, np.dtype("float32")),
+        ("int64", np.int64, np.dtype("int64")),
+        (np.bool_, np.bool_, np.dtype(bool)),
+        (bool, bool, np.dtype(bool)),
+        (np.bytes_, np.bytes_, np.dtype("S")),
+        (bytes, bytes, np.dtype("S")),
+        ("S5", np.bytes_, np.dtype("S")),
+        (np.dtype("S5"), np.bytes_, np.dtype("S")),
+        (object, object, np.dtype(object)),
+        (np.object_, np.object_, np.dtype(object)),
     ],
 )
-def test_dtype_forms_are_normalised_to_np_dtype(given, expected):
+def test_dtype_is_stored_as_the_published_scalar_type(given, stored, dtype):
+    # The published Tensor keeps a type as given and turns an np.dtype into its type.
     tensor = Tensor(shape=(1,), dtype=given)
 
-    assert isinstance(tensor.dtype, np.dtype)
-    assert tensor.dtype == expected
+    assert tensor.dtype is stored
+    assert np.dtype(tensor.dtype) == dtype
 
 
 def test_bytes_and_object_stay_distinct():
     # object keeps trailing b"\x00"; bytes does not, so the difference must survive normalisation.
-    assert Tensor(shape=(1,), dtype=np.bytes_).dtype.kind == "S"
-    assert Tensor(shape=(1,), dtype=object).dtype.kind == "O"
+    assert np.dtype(Tensor(shape=(1,), dtype=np.bytes_).dtype).kind == "S"
+    assert np.dtype(Tensor(shape=(1,), dtype=np.dtype(object)).dtype).kind == "O"
 
 
 def test_positional_and_keyword_construction_agree():
@@ -64,7 +66,7 @@ def test_shape_becomes_tuple_of_plain_ints():
     assert all(type(dim) is int for dim in tensor.shape)
 
 
-def test_tensor_is_frozen_and_hashable():
+def test_tensor_is_frozen_and_hashable_as_published():
     tensor = Tensor(shape=(1,), dtype=np.float32, name="a")
 
     with pytest.raises(dataclasses.FrozenInstanceError):

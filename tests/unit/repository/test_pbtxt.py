@@ -62,13 +62,20 @@ def test_triton_type_without_numpy_counterpart_is_refused():
         from_triton_data_type(pb.TYPE_BF16)
 
 
-@pytest.mark.parametrize("dtype", [np.complex64, np.str_, ">f4", "datetime64[s]"])
+@pytest.mark.parametrize("dtype", [np.complex64, np.str_, "datetime64[s]"])
 def test_unsupported_dtype_is_refused_naming_tensor_and_dtype(dtype):
     with pytest.raises(PyTritonModelConfigError) as info:
         _proto(inputs=[Tensor(name="image", shape=(1,), dtype=dtype)])
 
     assert "'image'" in str(info.value)
-    assert repr(np.dtype(dtype)) in str(info.value)
+    assert repr(np.dtype(Tensor(shape=(1,), dtype=dtype).dtype)) in str(info.value)
+
+
+def test_a_byte_order_is_not_kept_as_published():
+    # Tensor stores the scalar type, so ">f4" declares a (native) float32 tensor.
+    proto = _proto(inputs=[Tensor(name="image", shape=(1,), dtype=">f4")])
+
+    assert proto.input[0].data_type == pb.TYPE_FP32
 
 
 def test_unicode_dtype_error_hints_at_bytes():

@@ -174,7 +174,7 @@ def test_model_warmup_validates_its_fields(kwargs, message):
 
 def test_model_config_takes_a_list_of_warmups_with_distinct_names_or_one():
     one = ModelWarmup()
-    assert ModelConfig().model_warmup == ()
+    assert ModelConfig().model_warmup is None  # the published default
     assert ModelConfig(model_warmup=one).model_warmup == (one,)
     assert ModelConfig(model_warmup=[one, ModelWarmup(name="b")]).model_warmup[1].name == "b"
     with pytest.raises(PyTritonBadParameterError, match="ModelConfig.model_warmup entries need distinct names"):

@@ -30,10 +30,17 @@ def test_ports_default_to_8000_8001_8002_and_follow_the_fields():
     assert (config.effective_http_port, config.effective_grpc_port, config.effective_metrics_port) == (9000, 9001, 9002)
 
 
-def test_config_is_frozen():
+def test_fields_may_be_assigned_and_merge_checks_them_again():
     config = TritonConfig(http_port=9000)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        config.http_port = 9001  # type: ignore[misc]
+    config.http_port = 9001
+    config.log_file = "/tmp/triton.log"
+
+    merged = merge(config, {})
+    assert (merged.http_port, merged.log_file) == (9001, pathlib.Path("/tmp/triton.log"))
+
+    config.grpc_port = 70000
+    with pytest.raises(PyTritonBadParameterError, match="grpc_port"):
+        merge(config, {})
 
 
 def test_repr_shows_only_the_set_fields():
