@@ -46,6 +46,25 @@ def mapping_arg(name: str, value: Mapping[str, Any] | None) -> Mapping[str, Any]
     return value
 
 
+def sequence_args(sequence_id: int | str, sequence_start: bool, sequence_end: bool) -> dict[str, Any]:
+    """tritonclient's ``sequence_id``/``sequence_start``/``sequence_end`` keywords, checked;
+    empty for a request that belongs to no sequence (id 0, Triton's "none")."""
+    if isinstance(sequence_id, bool) or not isinstance(sequence_id, (int, str)) or sequence_id in ("",) or (
+        isinstance(sequence_id, int) and not 0 <= sequence_id < 2**64
+    ):
+        raise PyTritonClientValueError(
+            f"sequence_id must be an integer in 0..2**64-1 or a non-empty string, got {sequence_id!r}"
+        )
+    for name, flag in (("sequence_start", sequence_start), ("sequence_end", sequence_end)):
+        if not isinstance(flag, bool):
+            raise PyTritonClientValueError(f"{name} must be True or False, got {flag!r}")
+    if sequence_id == 0:
+        if sequence_start or sequence_end:
+            raise PyTritonClientValueError("sequence_start and sequence_end need a sequence_id (0 means no sequence)")
+        return {}
+    return {"sequence_id": sequence_id, "sequence_start": sequence_start, "sequence_end": sequence_end}
+
+
 def pool_arg(name: str, value: int | None, minimum: int) -> int | None:
     """A worker or queue count: None, or an integer >= ``minimum``."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):

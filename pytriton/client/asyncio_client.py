@@ -20,7 +20,7 @@ import numpy as np
 import tritonclient.grpc.aio
 import tritonclient.http.aio
 
-from pytriton.client._args import client_args, clone_kwargs, mapping_arg, pool_arg, timeout_arg
+from pytriton.client._args import client_args, clone_kwargs, mapping_arg, pool_arg, sequence_args, timeout_arg
 from pytriton.client.codec import batch_request, concat_batches, sample_request, sample_response, split_batch
 from pytriton.client.core_aio import AsyncTritonCore, new_aio_client, wait_until_ready_async
 from pytriton.client.exceptions import PyTritonClientClosedError
@@ -213,11 +213,15 @@ class AsyncioModelClient(AsyncioModelClientBase):
         *inputs: np.ndarray,
         parameters: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        sequence_id: int | str = 0,
+        sequence_start: bool = False,
+        sequence_end: bool = False,
         **named_inputs: np.ndarray,
     ) -> dict[str, np.ndarray]:
         """Run inference on one sample, as :meth:`ModelClient.infer_sample` does (same arguments and errors)."""
         config = await self._initialized_config()
-        outputs = await self._infer(sample_request(config, inputs, named_inputs), parameters, headers)
+        sequence = sequence_args(sequence_id, sequence_start, sequence_end)
+        outputs = await self._infer(sample_request(config, inputs, named_inputs), parameters, headers, sequence)
         return sample_response(config, outputs)
 
     async def infer_batch(
@@ -225,11 +229,15 @@ class AsyncioModelClient(AsyncioModelClientBase):
         *inputs: np.ndarray,
         parameters: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        sequence_id: int | str = 0,
+        sequence_start: bool = False,
+        sequence_end: bool = False,
         **named_inputs: np.ndarray,
     ) -> dict[str, np.ndarray]:
         """Run inference on a batch, as :meth:`ModelClient.infer_batch` does (same arguments and errors)."""
         config = await self._initialized_config()
-        return await self._infer(batch_request(config, inputs, named_inputs), parameters, headers)
+        sequence = sequence_args(sequence_id, sequence_start, sequence_end)
+        return await self._infer(batch_request(config, inputs, named_inputs), parameters, headers, sequence)
 
     async def infer_batch_chunked(
         self,
@@ -261,6 +269,7 @@ class AsyncioModelClient(AsyncioModelClientBase):
         inputs: dict[str, np.ndarray],
         parameters: Mapping[str, Any] | None,
         headers: Mapping[str, str] | None,
+        sequence: Mapping[str, Any] | None = None,
     ) -> dict[str, np.ndarray]:
         self._check_open()
         return await self._core.infer(
@@ -271,4 +280,5 @@ class AsyncioModelClient(AsyncioModelClientBase):
             headers=mapping_arg("headers", headers),
             timeout_s=self._args.inference_timeout_s,
             request_id=str(next(self._request_ids)),
+            sequence=sequence,
         )

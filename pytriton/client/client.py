@@ -23,7 +23,7 @@ import numpy as np
 import tritonclient.grpc
 import tritonclient.http
 
-from pytriton.client._args import client_args, clone_kwargs, load_args, mapping_arg, timeout_arg
+from pytriton.client._args import client_args, clone_kwargs, load_args, mapping_arg, sequence_args, timeout_arg
 from pytriton.client.codec import batch_request, sample_request, sample_response
 from pytriton.client.core import TritonCore, create_core, wait_until_ready, wait_until_server_ready
 from pytriton.client.exceptions import PyTritonClientClosedError
@@ -287,6 +287,9 @@ class ModelClient(ModelClientBase):
         *inputs: np.ndarray,
         parameters: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        sequence_id: int | str = 0,
+        sequence_start: bool = False,
+        sequence_end: bool = False,
         **named_inputs: np.ndarray,
     ) -> dict[str, np.ndarray]:
         """Run inference on one sample (no batch axis).
@@ -297,6 +300,10 @@ class ModelClient(ModelClientBase):
             *inputs: arrays in the order of the model's inputs.
             parameters: custom request parameters, passed to the model.
             headers: extra HTTP headers or gRPC metadata.
+            sequence_id: for a sequence-batched model, the id of the sequence this request
+                belongs to (an int > 0 or a str); 0 for none.
+            sequence_start: this request starts the sequence.
+            sequence_end: this request ends the sequence.
             **named_inputs: arrays by input name (not together with positional ones).
 
         Returns:
@@ -309,7 +316,8 @@ class ModelClient(ModelClientBase):
             PyTritonClientModelUnavailableError: the model is unknown or the server unreachable.
         """
         config = self._initialized_config()
-        outputs = self._infer(sample_request(config, inputs, named_inputs), parameters, headers)
+        sequence = sequence_args(sequence_id, sequence_start, sequence_end)
+        outputs = self._infer(sample_request(config, inputs, named_inputs), parameters, headers, sequence)
         return sample_response(config, outputs)
 
     def infer_batch(
@@ -317,6 +325,9 @@ class ModelClient(ModelClientBase):
         *inputs: np.ndarray,
         parameters: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        sequence_id: int | str = 0,
+        sequence_start: bool = False,
+        sequence_end: bool = False,
         **named_inputs: np.ndarray,
     ) -> dict[str, np.ndarray]:
         """Run inference on a batch (the first axis of every input).
@@ -328,6 +339,7 @@ class ModelClient(ModelClientBase):
             *inputs: arrays in the order of the model's inputs.
             parameters: custom request parameters, passed to the model.
             headers: extra HTTP headers or gRPC metadata.
+            sequence_id, sequence_start, sequence_end: as for :meth:`infer_sample`.
             **named_inputs: arrays by input name (not together with positional ones).
 
         Returns:
@@ -339,13 +351,15 @@ class ModelClient(ModelClientBase):
             PyTritonClientModelUnavailableError: as for :meth:`infer_sample`.
         """
         config = self._initialized_config()
-        return self._infer(batch_request(config, inputs, named_inputs), parameters, headers)
+        sequence = sequence_args(sequence_id, sequence_start, sequence_end)
+        return self._infer(batch_request(config, inputs, named_inputs), parameters, headers, sequence)
 
     def _infer(
         self,
         inputs: dict[str, np.ndarray],
         parameters: Mapping[str, Any] | None,
         headers: Mapping[str, str] | None,
+        sequence: Mapping[str, Any] | None = None,
     ) -> dict[str, np.ndarray]:
         return self._core.infer(
             self._args.model_name,
@@ -355,4 +369,5 @@ class ModelClient(ModelClientBase):
             headers=mapping_arg("headers", headers),
             timeout_s=self._args.inference_timeout_s,
             request_id=str(next(self._request_ids)),
+            sequence=sequence,
         )

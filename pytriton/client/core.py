@@ -173,6 +173,7 @@ class TritonCore(abc.ABC):
         headers: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
         request_id: str = "",
+        sequence: Mapping[str, Any] | None = None,
     ) -> dict[str, np.ndarray]:
         """Run one inference request.
 
@@ -184,6 +185,7 @@ class TritonCore(abc.ABC):
             headers: extra HTTP headers or gRPC metadata.
             timeout_s: the longest to wait for the answer.
             request_id: the request's id, echoed by the server in its messages.
+            sequence: tritonclient's sequence keywords (`pytriton.client._args.sequence_args`).
 
         Returns:
             Output name to array; BYTES outputs are object arrays of ``bytes``.
@@ -199,6 +201,7 @@ class TritonCore(abc.ABC):
                 headers=self._headers(headers),
                 timeout_s=timeout_s,
                 request_id=request_id,
+                sequence=sequence or {},
             )
             return from_infer_result(result)
 
@@ -357,6 +360,7 @@ class HttpCore(TritonCore):
                 parameters=kwargs["parameters"],
                 headers=kwargs["headers"],
                 timeout=request_timeout_us(kwargs["timeout_s"]),
+                **kwargs["sequence"],
             )
 
     def _open_stream(
@@ -433,6 +437,7 @@ class GrpcCore(TritonCore):
             headers=kwargs["headers"],
             timeout=request_timeout_us(kwargs["timeout_s"]),
             client_timeout=kwargs["timeout_s"],
+            **kwargs["sequence"],
         )
 
     def _open_stream(

@@ -117,6 +117,7 @@ class AsyncTritonCore:
         headers: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
         request_id: str = "",
+        sequence: Mapping[str, Any] | None = None,
     ) -> dict[str, np.ndarray]:
         """Run one inference request; see :meth:`pytriton.client.core.TritonCore.infer`."""
         protocol = tritonclient.grpc if self._grpc else tritonclient.http
@@ -131,6 +132,7 @@ class AsyncTritonCore:
                 parameters=with_deadline(parameters, limit_s, time.time()),
                 headers=with_auth(self._auth, headers),
                 timeout=request_timeout_us(limit_s),
+                **(sequence or {}),
             )
             return from_infer_result(result)
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from pytriton.client._args import client_args, pool_arg, timeout_arg
+from pytriton.client._args import client_args, pool_arg, sequence_args, timeout_arg
 from pytriton.client.client import ModelClient
 from pytriton.client.codec import batch_request, concat_batches, split_batch
 from pytriton.client.exceptions import (
@@ -120,11 +120,20 @@ class FuturesModelClient:
         *inputs: np.ndarray,
         parameters: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        sequence_id: int | str = 0,
+        sequence_start: bool = False,
+        sequence_end: bool = False,
         **named_inputs: np.ndarray,
     ) -> concurrent.futures.Future[dict[str, np.ndarray]]:
-        """Queue :meth:`ModelClient.infer_sample`; the future holds its result or error."""
+        """Queue :meth:`ModelClient.infer_sample`; the future holds its result or error.
+
+        The requests of one sequence must be sent in order: wait for each future before sending
+        the next request of the same ``sequence_id``.
+        """
+        sequence = sequence_args(sequence_id, sequence_start, sequence_end)  # checked in the caller
+        keywords: dict[str, Any] = {**sequence, **named_inputs}
         return self._submit(
-            lambda client: client.infer_sample(*inputs, parameters=parameters, headers=headers, **named_inputs)
+            lambda client: client.infer_sample(*inputs, parameters=parameters, headers=headers, **keywords)
         )
 
     def infer_batch(
@@ -132,11 +141,20 @@ class FuturesModelClient:
         *inputs: np.ndarray,
         parameters: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        sequence_id: int | str = 0,
+        sequence_start: bool = False,
+        sequence_end: bool = False,
         **named_inputs: np.ndarray,
     ) -> concurrent.futures.Future[dict[str, np.ndarray]]:
-        """Queue :meth:`ModelClient.infer_batch`; the future holds its result or error."""
+        """Queue :meth:`ModelClient.infer_batch`; the future holds its result or error.
+
+        The requests of one sequence must be sent in order: wait for each future before sending
+        the next request of the same ``sequence_id``.
+        """
+        sequence = sequence_args(sequence_id, sequence_start, sequence_end)  # checked in the caller
+        keywords: dict[str, Any] = {**sequence, **named_inputs}
         return self._submit(
-            lambda client: client.infer_batch(*inputs, parameters=parameters, headers=headers, **named_inputs)
+            lambda client: client.infer_batch(*inputs, parameters=parameters, headers=headers, **keywords)
         )
 
     def infer_batch_chunked(
@@ -341,7 +359,8 @@ def _infer_chunk(
     headers: Mapping[str, str] | None,
     client: ModelClient,
 ) -> dict[str, np.ndarray]:
-    return client.infer_batch(parameters=parameters, headers=headers, **chunk)
+    named: dict[str, Any] = chunk  # input names; typed loosely as they share the keyword space
+    return client.infer_batch(parameters=parameters, headers=headers, **named)
 
 
 def join_chunk_futures(

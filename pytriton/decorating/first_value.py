@@ -15,7 +15,7 @@ import wrapt
 from pytriton.decorating.common import _requests_arg, _rows_equal
 from pytriton.decorating.shaping import batch, sample
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonValidationError
-from pytriton.worker.request import Request
+from pytriton.worker.request import rebuilt
 
 
 def first_value(
@@ -77,7 +77,7 @@ def first_value(
             )
         requests = _requests_arg("first_value", args, kwargs)
         return wrapped([
-            Request(reduce(request, f" (request {index})"), getattr(request, "parameters", None))
+            rebuilt(request, reduce(request, f" (request {index})"))
             for index, request in enumerate(requests)
         ])
 

@@ -25,7 +25,7 @@ from pytriton.decorating.common import (
     _rows_equal,
 )
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonValidationError
-from pytriton.worker.request import Request
+from pytriton.worker.request import rebuilt
 
 # --- list of requests -> groups of requests ---------------------------------------------------
 
@@ -97,7 +97,7 @@ def group_by_values(*keys: str, pad_fn: PadFn | None = None) -> Callable[[Callab
             if pad_fn is None:
                 return wrapped(group)
             padded = pad_fn([dict(request) for request in group])
-            return wrapped([Request(dict(data), getattr(old, "parameters", None)) for old, data in zip(group, padded)])
+            return wrapped([rebuilt(old, dict(data)) for old, data in zip(group, padded)])
 
         return call
 

@@ -16,7 +16,7 @@ import wrapt
 from pytriton.decorating.common import _as_array, _batch_size, _reject_positional, _requests_arg
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError, PyTritonValidationError
 from pytriton.worker.context import current_context
-from pytriton.worker.request import Request
+from pytriton.worker.request import rebuilt
 from pytriton.worker.results import map_result
 
 
@@ -111,7 +111,7 @@ def fill_optionals(**defaults: np.ndarray) -> Callable[[Callable[..., Any]], Any
             size = _batch_size(request, index, "fill_optionals") if (batching and request) else 1
             for key in missing:
                 data[key] = np.repeat(defaults[key][np.newaxis, ...], size, axis=0) if batching else defaults[key]
-            filled.append(Request(data, getattr(request, "parameters", None)))
+            filled.append(rebuilt(request, data))
         return wrapped(filled)
 
     return wrapper

@@ -33,7 +33,7 @@ import marshal
 import os
 from typing import Any, NamedTuple, Optional, Tuple, Union
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 
 # Keys of the model configuration `parameters` that tell a proxy where its worker is.
 PARAM_ENDPOINT = "pytriton.endpoint"
@@ -119,6 +119,16 @@ class InferBatch(NamedTuple):
     columns: Tuple[TensorColumn, ...]
     segment: str
     stamps: Tuple[int, ...] = ()
+    sequences: Tuple[Tuple[Union[int, str], int], ...] = ()
+    """For a sequence-batched model, each request's ``(sequence id, flags)``: Triton's
+    correlation id (an int or a str, as the client sent it) and request flags (`SEQUENCE_START`,
+    `SEQUENCE_END`); empty for every other model."""
+
+
+SEQUENCE_START = 1
+"""Triton's request flag: the first request of a sequence (``TRITONSERVER_REQUEST_FLAG_SEQUENCE_START``)."""
+SEQUENCE_END = 2
+"""Triton's request flag: the last request of a sequence (``TRITONSERVER_REQUEST_FLAG_SEQUENCE_END``)."""
 
 
 class BatchResult(NamedTuple):

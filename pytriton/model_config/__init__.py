@@ -8,6 +8,7 @@ from pytriton.model_config.common import (
     DynamicBatcher,
     ModelWarmup,
     QueuePolicy,
+    SequenceBatcher,
     TimeoutAction,
     WarmupInput,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "ModelConfig",
     "ModelWarmup",
     "QueuePolicy",
+    "SequenceBatcher",
     "Tensor",
     "TimeoutAction",
     "WarmupInput",

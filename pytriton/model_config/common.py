@@ -192,6 +192,64 @@ class DynamicBatcher:
         return checked
 
 
+_STRATEGIES = ("direct", "oldest")
+
+
+@dataclasses.dataclass
+class SequenceBatcher:
+    """Triton's sequence batcher (``sequence_batching``): the requests of one stateful sequence
+    reach one model instance, in order, each telling the callable its sequence id and whether
+    it starts or ends the sequence (``request.sequence_id``, ``sequence_start``, ``sequence_end``).
+
+    Args:
+        strategy: ``"direct"`` gives each live sequence a batch slot of one instance;
+            ``"oldest"`` batches requests of different sequences (the oldest first), as the
+            dynamic batcher does.
+        max_sequence_idle_microseconds: a sequence with no request for this long is freed; its
+            next request must start it again.
+        max_candidate_sequences: ``"oldest"`` only: sequences that may wait for a batch; None
+            gives enough for ``max_batch_size`` live sequences per instance.
+        max_queue_delay_microseconds: ``"oldest"`` only: how long a request may wait to fill a batch.
+        preferred_batch_size: ``"oldest"`` only: batch sizes Triton tries to form.
+    """
+
+    strategy: str = "direct"
+    max_sequence_idle_microseconds: int = 1_000_000
+    max_candidate_sequences: Optional[int] = None
+    max_queue_delay_microseconds: int = 0
+    preferred_batch_size: Sequence[int] | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        if self.strategy not in _STRATEGIES:
+            raise PyTritonBadParameterError(
+                f"SequenceBatcher.strategy must be one of {', '.join(map(repr, _STRATEGIES))}, got {self.strategy!r}"
+            )
+        set_(self, "max_sequence_idle_microseconds",
+             _check_int("SequenceBatcher.max_sequence_idle_microseconds", self.max_sequence_idle_microseconds, 1))
+        if self.max_candidate_sequences is not None:
+            set_(self, "max_candidate_sequences",
+                 _check_int("SequenceBatcher.max_candidate_sequences", self.max_candidate_sequences, 1))
+        set_(self, "max_queue_delay_microseconds",
+             _check_int("SequenceBatcher.max_queue_delay_microseconds", self.max_queue_delay_microseconds, 0))
+        sizes = self.preferred_batch_size
+        if sizes is not None:
+            if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
+                raise PyTritonBadParameterError(
+                    f"SequenceBatcher.preferred_batch_size must be a list of integers >= 1, got {sizes!r}"
+                )
+            set_(self, "preferred_batch_size",
+                 tuple(_check_int("SequenceBatcher.preferred_batch_size entries", size, 1) for size in sizes))
+        if self.strategy == "direct":
+            for name, unset in (("max_candidate_sequences", None), ("max_queue_delay_microseconds", 0),
+                                ("preferred_batch_size", None)):
+                if getattr(self, name) != unset:
+                    raise PyTritonBadParameterError(
+                        f"SequenceBatcher.{name}={getattr(self, name)!r} applies to strategy='oldest' only, "
+                        "got strategy='direct'"
+                    )
+
+
 def _check_flag(where: str, value: Any) -> bool:
     # The published fields are Optional[bool]: None reads as "not set".
     return False if value is None else _check_bool(where, value)

@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from pytriton.exceptions import PyTritonBadParameterError
-from pytriton.model_config.common import DynamicBatcher, ModelWarmup, _check_bool, _check_int
+from pytriton.model_config.common import DynamicBatcher, ModelWarmup, SequenceBatcher, _check_bool, _check_int
 
 
 @dataclasses.dataclass
@@ -30,7 +30,8 @@ class ModelConfig:
             When False the model is served with ``max_batch_size: 0`` and no dynamic batcher.
         max_batch_size: the largest batch Triton hands to the callable; >= 1 when batching
             (ignored otherwise).
-        batcher: the `DynamicBatcher` options, used only when batching.
+        batcher: the `DynamicBatcher` options (used only when batching), or a `SequenceBatcher`
+            for a stateful model whose requests belong to sequences (with or without batching).
         response_cache: let Triton answer repeated requests from its cache; needs
             ``TritonConfig(response_cache_byte_size=...)`` and cannot be combined with ``decoupled``.
         decoupled: the callable may send any number of responses per request (streaming).
@@ -63,7 +64,7 @@ class ModelConfig:
 
     batching: bool = True
     max_batch_size: int = 4
-    batcher: DynamicBatcher = dataclasses.field(default_factory=DynamicBatcher)
+    batcher: Union[DynamicBatcher, SequenceBatcher] = dataclasses.field(default_factory=DynamicBatcher)
     response_cache: bool = False
     decoupled: bool = False
     model_warmup: Optional[Union[ModelWarmup, Sequence[ModelWarmup]]] = None
@@ -90,8 +91,10 @@ class ModelConfig:
         set_(
             self, "max_batch_size", _check_int("ModelConfig.max_batch_size", self.max_batch_size, 1 if batching else 0)
         )
-        if not isinstance(self.batcher, DynamicBatcher):
-            raise PyTritonBadParameterError(f"ModelConfig.batcher must be a DynamicBatcher, got {self.batcher!r}")
+        if not isinstance(self.batcher, (DynamicBatcher, SequenceBatcher)):
+            raise PyTritonBadParameterError(
+                f"ModelConfig.batcher must be a DynamicBatcher or a SequenceBatcher, got {self.batcher!r}"
+            )
         set_(self, "response_cache", _check_bool("ModelConfig.response_cache", self.response_cache))
         set_(self, "decoupled", _check_bool("ModelConfig.decoupled", self.decoupled))
         set_(self, "model_warmup", self._checked_warmups())
@@ -120,6 +123,18 @@ class ModelConfig:
                 raise PyTritonBadParameterError(
                     f"ModelConfig.{name}={getattr(self, name)!r} cannot be combined with ModelConfig.decoupled=True: "
                     "it applies only to callables that return one response per request"
+                )
+        if isinstance(self.batcher, SequenceBatcher):
+            if self.batcher.strategy == "oldest" and not batching:
+                raise PyTritonBadParameterError(
+                    "ModelConfig.batcher=SequenceBatcher(strategy='oldest') batches requests of several sequences: "
+                    "it needs batching=True (or use strategy='direct')"
+                )
+            if self.isolate_failures:
+                # Calling the callable again on half a batch would run a sequence's step twice.
+                raise PyTritonBadParameterError(
+                    "ModelConfig.isolate_failures=True cannot be combined with a SequenceBatcher: retrying part of "
+                    "a batch would apply a stateful sequence's step twice"
                 )
         if batching:
             for size in self.batcher.preferred_batch_size or ():

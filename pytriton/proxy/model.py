@@ -97,6 +97,11 @@ def _read_requests(requests: List[Any]) -> Tuple[Dict[str, List[Any]], Tuple[str
     return columns, tuple(parameters)
 
 
+def _sequences(requests: List[Any]) -> Tuple[Tuple[Any, int], ...]:
+    """Each request's Triton correlation id and flags (a sequence-batched model's)."""
+    return tuple((request.correlation_id(), request.flags()) for request in requests)
+
+
 def _record_fatal_signals(path: Optional[str]) -> Optional[Any]:
     """Have `faulthandler` write a fatal signal of this stub to `path` (see
     `protocol.fault_trace_path`); the open file stays referenced by the caller."""
@@ -118,6 +123,7 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = _parameters(config)
         self._model_name = args["model_name"]
+        self._sequences = "sequence_batching" in config  # each request then tells its sequence
         self._instance = protocol.instance_index(args["model_instance_name"])  # also the handler's number
         shm_prefix = params[protocol.PARAM_SHM_PREFIX]
         endpoint = protocol.instance_endpoint(params[protocol.PARAM_ENDPOINT], self._instance)
@@ -189,7 +195,22 @@ class TritonPythonModel:
         with self._arena_lock:
             self._last_batch = time.monotonic()
             self._idle_released = False
+            if self._sequences:
+                return self._execute_live(requests)
             return self._execute(requests)
+
+    def _execute_live(self, requests: List[Any]) -> List[Any]:
+        """A sequence model's batch without its null requests, which Triton's direct sequence
+        batcher puts in idle batch slots (correlation id 0): they get an empty answer here and
+        never reach the callable."""
+        live = [index for index, request in enumerate(requests) if request.correlation_id() not in (0, "")]
+        if len(live) == len(requests):
+            return self._execute(requests)
+        responses = [pb_utils.InferenceResponse(output_tensors=[]) for _ in requests]
+        if live:
+            for index, response in zip(live, self._execute([requests[index] for index in live])):
+                responses[index] = response
+        return responses
 
     def _execute(self, requests: List[Any]) -> List[Any]:
         started = time.monotonic_ns() if self._stamps else 0
@@ -200,7 +221,8 @@ class TritonPythonModel:
         self._input_columns = columns  # sized only when the outputs may not fit
         self._batch_id += 1
         stamps = (*self._last_stamps, started, time.monotonic_ns()) if self._stamps else ()
-        header = protocol.encode(protocol.InferBatch(self._batch_id, parameters, columns, segment, stamps))
+        sequences = _sequences(requests) if self._sequences else ()
+        header = protocol.encode(protocol.InferBatch(self._batch_id, parameters, columns, segment, stamps, sequences))
         result, answer = self._round_trip(header, payload, len(requests))
         if result is None:
             self._link.drop()
@@ -286,10 +308,17 @@ class TritonPythonModel:
 
     def _execute_relayed(self, requests: List[Any]) -> None:
         """Send the batch through the relay and return at once; the relay answers each request."""
+        if self._sequences:  # null requests of the sequence batcher's idle slots (see _execute_live)
+            for request in [r for r in requests if r.correlation_id() in (0, "")]:
+                request.get_response_sender().send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            requests = [r for r in requests if r.correlation_id() not in (0, "")]
+            if not requests:
+                return None
         inputs, parameters = _read_requests(requests)
         columns, segment, payload = codec.pack_columns(inputs, len(requests), None)  # inline: batches overlap
         self._batch_id += 1
-        header = protocol.encode(protocol.InferBatch(self._batch_id, parameters, columns, segment))
+        sequences = _sequences(requests) if self._sequences else ()
+        header = protocol.encode(protocol.InferBatch(self._batch_id, parameters, columns, segment, (), sequences))
         senders = [request.get_response_sender() for request in requests]
         assert self._relay is not None
         self._relay.submit(self._batch_id, header, payload, requests, senders)

@@ -17,7 +17,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigError
-from pytriton.model_config.common import QueuePolicy, TimeoutAction
+from pytriton.model_config.common import DynamicBatcher, QueuePolicy, SequenceBatcher, TimeoutAction
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor, resolve_tensor_names
 from pytriton.repository.warmup import warmup_entries
@@ -110,8 +110,24 @@ def _queue_policy(policy: QueuePolicy) -> pb.ModelQueuePolicy:
     )
 
 
+def _fill_sequence_batching(proto: pb.ModelConfig, batcher: SequenceBatcher, max_batch_size: int, count: int) -> None:
+    """Triton's sequence batcher, without control inputs: the proxy reads each request's
+    correlation id and start/end flags from the request itself."""
+    sequences = proto.sequence_batching
+    sequences.SetInParent()
+    sequences.max_sequence_idle_microseconds = batcher.max_sequence_idle_microseconds
+    if batcher.strategy == "direct":
+        sequences.direct.SetInParent()
+        return
+    oldest = sequences.oldest
+    oldest.max_candidate_sequences = batcher.max_candidate_sequences or max(1, max_batch_size) * count
+    oldest.max_queue_delay_microseconds = batcher.max_queue_delay_microseconds
+    oldest.preferred_batch_size.extend(batcher.preferred_batch_size or ())
+
+
 def _fill_dynamic_batching(proto: pb.ModelConfig, config: ModelConfig) -> None:
     batcher = config.batcher
+    assert isinstance(batcher, DynamicBatcher)
     batching = proto.dynamic_batching
     # Present even when every field is default: its presence is what turns Triton's batcher on.
     batching.SetInParent()
@@ -193,7 +209,9 @@ def model_config_proto(
             data_type=to_triton_data_type(np.dtype(tensor.dtype), str(tensor.name)),
             dims=tensor.shape,
         )
-    if config.batching:
+    if isinstance(config.batcher, SequenceBatcher):
+        _fill_sequence_batching(proto, config.batcher, config.max_batch_size if config.batching else 0, int(count))
+    elif config.batching:
         _fill_dynamic_batching(proto, config)
     proto.instance_group.add(count=int(count), kind=pb.ModelInstanceGroup.KIND_CPU)
     if config.response_cache:

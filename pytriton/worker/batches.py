@@ -111,6 +111,8 @@ class BatchCalls:
                 for name in self._bytes_inputs & arrays.keys():
                     arrays[name] = arrays[name].astype(np.bytes_)
             requests.append(Request(arrays, json.loads(parameters) if parameters else {}))
+        for request, (sequence_id, flags) in zip(requests, batch.sequences):
+            request._set_sequence(sequence_id, flags)
         return Requests(requests) if whole is None else Requests(requests, whole, rows, groups)
 
     def _whole(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader) -> Optional[Dict[str, Any]]:

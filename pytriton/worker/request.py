@@ -15,9 +15,12 @@ valid while the callable runs. Copy an array (``array.copy()``) to keep it beyon
 from __future__ import annotations
 
 import itertools
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
+
+from pytriton.ipc.protocol import SEQUENCE_END as _SEQUENCE_END
+from pytriton.ipc.protocol import SEQUENCE_START as _SEQUENCE_START
 
 
 class _Tensors(Dict[str, np.ndarray]):
@@ -43,16 +46,54 @@ class _Tensors(Dict[str, np.ndarray]):
 
 
 class Request(_Tensors):
-    """One inference request: input name -> array (with the batch axis), and its parameters."""
+    """One inference request: input name -> array (with the batch axis), and its parameters.
 
-    __slots__ = ("parameters",)
+    A request to a sequence-batched model (``ModelConfig(batcher=SequenceBatcher(...))``) also
+    tells its sequence: `sequence_id` (an int or a str, as the client sent it), and whether it
+    starts (`sequence_start`) or ends (`sequence_end`) that sequence. Other requests read None,
+    False and False.
+    """
+
+    __slots__ = ("parameters", "_sequence")
 
     def __init__(self, data: Mapping[str, np.ndarray], parameters: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(data)
         self.parameters: Dict[str, Any] = parameters if parameters is not None else {}
 
+    def _set_sequence(self, sequence_id: Union[int, str], flags: int) -> None:
+        # Left unset (a slot never assigned) for stateless requests: nothing added to their path.
+        self._sequence = (sequence_id, flags)
+
+    @property
+    def sequence_id(self) -> Union[int, str, None]:
+        """The id of the sequence this request belongs to; None outside a sequence model."""
+        sequence = getattr(self, "_sequence", None)
+        return None if sequence is None else sequence[0]
+
+    @property
+    def sequence_start(self) -> bool:
+        """Whether this request starts its sequence (the callable should reset its state)."""
+        sequence = getattr(self, "_sequence", None)
+        return sequence is not None and bool(sequence[1] & _SEQUENCE_START)
+
+    @property
+    def sequence_end(self) -> bool:
+        """Whether this request ends its sequence (the callable may drop its state after it)."""
+        sequence = getattr(self, "_sequence", None)
+        return sequence is not None and bool(sequence[1] & _SEQUENCE_END)
+
     def __repr__(self) -> str:
         return f"Request(data={dict.__repr__(self)}, parameters={self.parameters!r})"
+
+
+def rebuilt(old: Any, data: Mapping[str, np.ndarray]) -> Request:
+    """A `Request` of `data` that keeps what `old` (a `Request` or any mapping) says besides its
+    inputs: parameters and sequence. For decorators that hand the callable changed inputs."""
+    request = Request(data, getattr(old, "parameters", None))
+    sequence = getattr(old, "_sequence", None)
+    if sequence is not None:
+        request._sequence = sequence
+    return request
 
 
 class Response(_Tensors):

@@ -1,0 +1,162 @@
+"""Stateful sequences through Triton's sequence batcher (`ModelConfig(batcher=SequenceBatcher(...))`).
+
+A running-total callable keeps its state per sequence in the callable; clients send
+``sequence_id`` / ``sequence_start`` / ``sequence_end``. What must hold: each request tells the
+callable its sequence, the requests of one sequence reach one callable in order (so totals are
+exact under interleaving), and a request outside a live sequence gets a clear error while the
+other sequences go on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Dict, Iterator, List
+
+import numpy as np
+import pytest
+from support import server_config
+
+from pytriton.client import AsyncioModelClient, FuturesModelClient, ModelClient
+from pytriton.client.exceptions import PyTritonClientInferenceServerError
+from pytriton.model_config import ModelConfig, SequenceBatcher, Tensor
+from pytriton.triton import Triton
+
+pytestmark = pytest.mark.functional
+
+TENSORS = {
+    "inputs": [Tensor(name="x", dtype=np.float32, shape=(1,))],
+    "outputs": [Tensor(name="total", dtype=np.float32, shape=(1,)), Tensor(name="calls", dtype=np.int64, shape=(1,))],
+}
+
+
+class RunningTotal:
+    """A plain callable with a total per live sequence; records which sequences it saw."""
+
+    def __init__(self) -> None:
+        self.totals: Dict[object, float] = {}
+        self.seen: set = set()
+        self.batch_sizes: List[int] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, requests):
+        answers = []
+        with self.lock:
+            self.batch_sizes.append(len(requests))
+            for request in requests:
+                key = request.sequence_id
+                self.seen.add(key)
+                if request.sequence_start:
+                    self.totals[key] = 0.0
+                self.totals[key] += float(request["x"].sum())
+                answers.append({"total": np.array([[self.totals[key]]], np.float32),
+                                "calls": np.array([[len(self.batch_sizes)]], np.int64)})
+                if request.sequence_end:
+                    del self.totals[key]
+        return answers
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[dict]:
+    config = server_config()
+    models = {
+        "Direct": [RunningTotal()],
+        "Oldest": [RunningTotal()],
+        "Two": [RunningTotal(), RunningTotal()],
+        "Idle": [RunningTotal()],
+    }
+    batchers = {
+        "Direct": SequenceBatcher(),
+        "Oldest": SequenceBatcher(strategy="oldest", max_queue_delay_microseconds=2000),
+        "Two": SequenceBatcher(),
+        "Idle": SequenceBatcher(max_sequence_idle_microseconds=300_000),
+    }
+    with Triton(config=config) as triton:
+        for name, callables in models.items():
+            triton.bind(name, callables, config=ModelConfig(max_batch_size=8, batcher=batchers[name]), **TENSORS)
+        yield {"models": models, "http": f"http://127.0.0.1:{config.http_port}",
+               "grpc": f"grpc://127.0.0.1:{config.grpc_port}"}
+
+
+def _run_sequence(client: ModelClient, sequence_id, values: List[float]) -> List[float]:
+    totals = []
+    for step, value in enumerate(values):
+        out = client.infer_sample(np.array([value], np.float32), sequence_id=sequence_id,
+                                  sequence_start=step == 0, sequence_end=step == len(values) - 1)
+        totals.append(float(out["total"][0]))
+    return totals
+
+
+@pytest.mark.parametrize("model", ["Direct", "Oldest", "Two"])
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_32_interleaved_sequences_from_8_clients_keep_exact_totals(served, model, protocol):
+    base = 1000 * (1 + ["Direct", "Oldest", "Two"].index(model)) + 100 * ["http", "grpc"].index(protocol)
+    ids = [f"{protocol}-{model}-{n}" if n % 2 else base + n for n in range(32)]  # int and str ids alike, unique
+
+    def client_work(worker: int) -> Dict[object, List[float]]:
+        results = {}
+        with ModelClient(served[protocol], model) as client:
+            for sequence_id in ids[worker::8]:
+                values = [float(worker + 1), 2.0, 3.0, float(len(str(sequence_id)))]
+                results[sequence_id] = (_run_sequence(client, sequence_id, values), values)
+        return results
+
+    with ThreadPoolExecutor(8) as pool:
+        merged: Dict[object, tuple] = {}
+        for part in pool.map(client_work, range(8)):
+            merged.update(part)
+    assert set(merged) == set(ids)
+    for sequence_id, (totals, values) in merged.items():
+        assert totals == list(np.cumsum(values)), sequence_id
+    callables = served["models"][model]
+    assert all(not c.totals for c in callables)  # every sequence ended
+    seen = [c.seen & set(ids) for c in callables]
+    assert set().union(*seen) == set(ids)
+    if model == "Two":  # each sequence stayed on one callable
+        assert not seen[0] & seen[1]
+
+
+def test_the_oldest_strategy_batches_requests_of_several_sequences(served):
+    recorder = served["models"]["Oldest"][0]
+    assert max(recorder.batch_sizes, default=0) > 1
+
+
+def test_futures_and_asyncio_clients_send_sequences(served):
+    import asyncio
+
+    with FuturesModelClient(served["grpc"], "Direct") as client:
+        totals = [
+            client.infer_sample(np.array([v], np.float32), sequence_id="futures", sequence_start=i == 0,
+                                sequence_end=i == 2).result(timeout=30)["total"][0]
+            for i, v in enumerate([1, 2, 3])
+        ]
+    assert totals == [1.0, 3.0, 6.0]
+
+    async def run() -> List[float]:
+        async with AsyncioModelClient(served["http"], "Direct") as client:
+            out = []
+            for i, v in enumerate([4.0, 5.0]):
+                result = await client.infer_batch(np.array([[v]], np.float32), sequence_id=77, sequence_start=i == 0,
+                                                  sequence_end=i == 1)
+                out.append(float(result["total"][0, 0]))
+            return out
+
+    assert asyncio.run(run()) == [4.0, 9.0]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_requests_outside_a_live_sequence_get_a_clear_error_and_others_go_on(served, protocol):
+    with ModelClient(served[protocol], "Idle") as client:
+        first = client.infer_sample(np.array([1.0], np.float32), sequence_id=5, sequence_start=True)
+        assert float(first["total"][0]) == 1
+        no_id = r"model 'Idle' must specify a non-zero or non-empty correlation ID"
+        with pytest.raises(PyTritonClientInferenceServerError, match=no_id):
+            client.infer_sample(np.array([1.0], np.float32))  # no sequence id
+        with pytest.raises(PyTritonClientInferenceServerError, match=r"(?i)START"):
+            client.infer_sample(np.array([1.0], np.float32), sequence_id=6)  # never started
+        time.sleep(0.8)  # past max_sequence_idle_microseconds: sequence 5 is freed
+        with pytest.raises(PyTritonClientInferenceServerError, match=r"(?i)START"):
+            client.infer_sample(np.array([1.0], np.float32), sequence_id=5)
+        assert float(client.infer_sample(np.array([2.0], np.float32), sequence_id=5, sequence_start=True,
+                                         sequence_end=True)["total"][0]) == 2
