@@ -18,6 +18,7 @@ import tritonclient.grpc
 import tritonclient.grpc.aio
 import tritonclient.http
 import tritonclient.http.aio
+from support import HTTP_MODEL_CONFIG as HTTP_FULL
 
 from pytriton.client import (
     AsyncioDecoupledModelClient,
@@ -79,43 +80,6 @@ def test_triton_url_keeps_ipv6_hosts_usable_and_refuses_what_it_cannot_parse():
 # -- the richer model configuration ---------------------------------------------------------------
 
 # As tritonserver 2.51 answers over HTTP (every field, numbers) and gRPC (defaults left out, uint64 as strings).
-HTTP_FULL = {
-    "name": "Echo",
-    "backend": "python",
-    "max_batch_size": 8,
-    "input": [
-        {"name": "x", "data_type": "TYPE_FP32", "dims": [-1], "optional": False},
-        {"name": "mask", "data_type": "TYPE_BOOL", "dims": [-1], "optional": True},
-    ],
-    "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [-1]}],
-    "dynamic_batching": {
-        "preferred_batch_size": [2, 4],
-        "max_queue_delay_microseconds": 100,
-        "preserve_ordering": False,
-        "priority_levels": 2,
-        "default_priority_level": 1,
-        "default_queue_policy": {
-            "timeout_action": "REJECT",
-            "default_timeout_microseconds": 0,
-            "allow_timeout_override": False,
-            "max_queue_size": 5,
-        },
-        "priority_queue_policy": {
-            "2": {
-                "timeout_action": "DELAY",
-                "default_timeout_microseconds": 7,
-                "allow_timeout_override": True,
-                "max_queue_size": 3,
-            }
-        },
-    },
-    "instance_group": [
-        {"name": "Echo_0", "kind": "KIND_CPU", "count": 2, "gpus": []},
-        {"name": "Echo_1", "kind": "KIND_CPU", "count": 1, "gpus": []},
-    ],
-    "response_cache": {"enable": True},
-    "parameters": {"pytriton.protocol": {"string_value": "2"}},
-}
 GRPC_FULL = {
     "config": {
         "name": "Echo",

@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 from google.protobuf import text_format
+from support import HTTP_MODEL_CONFIG as HTTP_FULL
 
 from pytriton.client.model_config import ClientModelConfig, parse_model_config
 from pytriton.exceptions import PyTritonModelConfigError
@@ -21,46 +22,8 @@ from pytriton.model_config.parser import ModelConfigParser
 from pytriton.model_config.triton_model_config import ResponseCache, TensorSpec, TritonModelConfig
 from pytriton.repository.pbtxt import model_config_proto
 
+
 # As tritonserver 2.51 answers GET v2/models/Echo/config (HTTP gives every field, as numbers).
-HTTP_FULL = {
-    "name": "Echo",
-    "backend": "python",
-    "max_batch_size": 8,
-    "input": [
-        {"name": "x", "data_type": "TYPE_FP32", "format": "FORMAT_NONE", "dims": [-1], "optional": False},
-        {"name": "mask", "data_type": "TYPE_BOOL", "format": "FORMAT_NONE", "dims": [-1], "optional": True},
-    ],
-    "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [-1]}],
-    "dynamic_batching": {
-        "preferred_batch_size": [2, 4],
-        "max_queue_delay_microseconds": 100,
-        "preserve_ordering": False,
-        "priority_levels": 2,
-        "default_priority_level": 1,
-        "default_queue_policy": {
-            "timeout_action": "REJECT",
-            "default_timeout_microseconds": 0,
-            "allow_timeout_override": False,
-            "max_queue_size": 5,
-        },
-        "priority_queue_policy": {
-            "2": {
-                "timeout_action": "DELAY",
-                "default_timeout_microseconds": 7,
-                "allow_timeout_override": True,
-                "max_queue_size": 3,
-            }
-        },
-    },
-    "instance_group": [
-        {"name": "Echo_0", "kind": "KIND_CPU", "count": 2, "gpus": []},
-        {"name": "Echo_1", "kind": "KIND_CPU", "count": 1, "gpus": []},
-    ],
-    "response_cache": {"enable": True},
-    "parameters": {"pytriton.protocol": {"string_value": "2"}},
-}
-
-
 def _write_pbtxt(folder, model_name="Written", **kwargs):
     arguments = {
         "model_name": model_name,
