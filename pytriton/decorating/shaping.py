@@ -8,6 +8,7 @@ outputs back to one mapping per request.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -33,19 +34,27 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
     A generator (or async generator) callable yields outputs for the whole batch at each step;
     each step is split the same way. A coroutine's result is split once awaited.
 
+    On a sequence-batched model (``ModelConfig(batcher=SequenceBatcher(...))``), a callable that
+    names ``sequence_id``, ``sequence_start`` or ``sequence_end`` among its parameters gets them
+    as arrays of shape (rows, 1): each row's sequence id (ints or strs, an object array) and
+    whether its request starts or ends the sequence.
+
     Raises:
         PyTritonValidationError: requests with different input names or trailing shapes, or outputs
             that are not arrays with the gathered batch size on axis 0.
     """
     whole = _whole_inputs(args, kwargs)
     if whole is not None:  # the worker's requests, each input of the batch already one array
-        sizes = list(args[0].rows)
+        requests = args[0]
+        sizes = list(requests.rows)
         inputs = {key: array.copy() for key, array in whole.items()}  # writeable, as concatenate makes
     else:
         requests = _requests_arg("batch", args, kwargs)
         if not requests:
             return []
         sizes, inputs = _gather(requests)
+    if getattr(requests[0], "sequence_id", None) is not None:  # a sequence model's requests
+        inputs.update(_sequence_rows(wrapped, requests, sizes))
 
     total = sum(sizes)
 
@@ -62,6 +71,28 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
         return BatchResponses(outputs, sizes)
 
     return map_result(wrapped(**inputs), split)
+
+
+_SEQUENCE_ARGUMENTS = ("sequence_id", "sequence_start", "sequence_end")
+
+
+def _sequence_rows(wrapped: Callable[..., Any], requests: list[Any], sizes: list[int]) -> dict[str, np.ndarray]:
+    """Each row's sequence, for the arguments among `sequence_id`, `sequence_start` and
+    `sequence_end` that the callable names: arrays of shape (rows, 1), the id as the client sent
+    it (an object array of ints or strs), the flags as bools. Rows of one request share them."""
+    try:
+        named = inspect.signature(wrapped).parameters
+    except (TypeError, ValueError):
+        return {}
+    wanted = [name for name in _SEQUENCE_ARGUMENTS if name in named]
+    rows: dict[str, np.ndarray] = {}
+    for name in wanted:
+        values = [getattr(request, name) for request in requests]
+        dtype = object if name == "sequence_id" else bool
+        column = np.empty((sum(sizes), 1), dtype=dtype)
+        column[:, 0] = np.repeat(np.array(values, dtype=dtype), sizes)
+        rows[name] = column
+    return rows
 
 
 def _whole_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

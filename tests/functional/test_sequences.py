@@ -9,6 +9,8 @@ other sequences go on.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,10 +18,11 @@ from typing import Dict, Iterator, List
 
 import numpy as np
 import pytest
-from support import server_config
+from support import http_status, server_config, stub_processes, wait_until
 
 from pytriton.client import AsyncioModelClient, FuturesModelClient, ModelClient
 from pytriton.client.exceptions import PyTritonClientInferenceServerError
+from pytriton.decorators import batch
 from pytriton.model_config import ModelConfig, SequenceBatcher, Tensor
 from pytriton.triton import Triton
 
@@ -57,6 +60,27 @@ class RunningTotal:
         return answers
 
 
+class BatchedTotal:
+    """The same running total under @batch: the sequence arrives as arrays, one row each."""
+
+    def __init__(self) -> None:
+        self.totals: Dict[object, float] = {}
+        self.batch_rows: List[int] = []
+        self.infer = batch(self._infer)
+
+    def _infer(self, x, sequence_id, sequence_start, sequence_end):
+        self.batch_rows.append(len(x))
+        totals = np.empty((len(x), 1), np.float32)
+        for row, (key, start, end) in enumerate(zip(sequence_id[:, 0], sequence_start[:, 0], sequence_end[:, 0])):
+            if start:
+                self.totals[key] = 0.0
+            self.totals[key] += float(x[row, 0])
+            totals[row, 0] = self.totals[key]
+            if end:
+                del self.totals[key]
+        return {"total": totals, "calls": np.full((len(x), 1), len(self.batch_rows), np.int64)}
+
+
 @pytest.fixture(scope="module")
 def served() -> Iterator[dict]:
     config = server_config()
@@ -72,9 +96,13 @@ def served() -> Iterator[dict]:
         "Two": SequenceBatcher(),
         "Idle": SequenceBatcher(max_sequence_idle_microseconds=300_000),
     }
+    batched = BatchedTotal()
     with Triton(config=config) as triton:
         for name, callables in models.items():
             triton.bind(name, callables, config=ModelConfig(max_batch_size=8, batcher=batchers[name]), **TENSORS)
+        oldest = SequenceBatcher(strategy="oldest", max_queue_delay_microseconds=2000)
+        triton.bind("Batched", batched.infer, config=ModelConfig(max_batch_size=8, batcher=oldest), **TENSORS)
+        models["Batched"] = [batched]
         yield {"models": models, "http": f"http://127.0.0.1:{config.http_port}",
                "grpc": f"grpc://127.0.0.1:{config.grpc_port}"}
 
@@ -88,10 +116,10 @@ def _run_sequence(client: ModelClient, sequence_id, values: List[float]) -> List
     return totals
 
 
-@pytest.mark.parametrize("model", ["Direct", "Oldest", "Two"])
+@pytest.mark.parametrize("model", ["Direct", "Oldest", "Two", "Batched"])
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_32_interleaved_sequences_from_8_clients_keep_exact_totals(served, model, protocol):
-    base = 1000 * (1 + ["Direct", "Oldest", "Two"].index(model)) + 100 * ["http", "grpc"].index(protocol)
+    base = 1000 * (1 + ["Direct", "Oldest", "Two", "Batched"].index(model)) + 100 * ["http", "grpc"].index(protocol)
     ids = [f"{protocol}-{model}-{n}" if n % 2 else base + n for n in range(32)]  # int and str ids alike, unique
 
     def client_work(worker: int) -> Dict[object, List[float]]:
@@ -111,6 +139,9 @@ def test_32_interleaved_sequences_from_8_clients_keep_exact_totals(served, model
         assert totals == list(np.cumsum(values)), sequence_id
     callables = served["models"][model]
     assert all(not c.totals for c in callables)  # every sequence ended
+    if model == "Batched":
+        assert max(callables[0].batch_rows) > 1  # rows of several sequences in one call
+        return
     seen = [c.seen & set(ids) for c in callables]
     assert set().union(*seen) == set(ids)
     if model == "Two":  # each sequence stayed on one callable
@@ -153,10 +184,37 @@ def test_requests_outside_a_live_sequence_get_a_clear_error_and_others_go_on(ser
         no_id = r"model 'Idle' must specify a non-zero or non-empty correlation ID"
         with pytest.raises(PyTritonClientInferenceServerError, match=no_id):
             client.infer_sample(np.array([1.0], np.float32))  # no sequence id
-        with pytest.raises(PyTritonClientInferenceServerError, match=r"(?i)START"):
+        unstarted = r"sequence {} to model 'Idle' must specify the START"
+        with pytest.raises(PyTritonClientInferenceServerError, match=unstarted.format(6)):
             client.infer_sample(np.array([1.0], np.float32), sequence_id=6)  # never started
         time.sleep(0.8)  # past max_sequence_idle_microseconds: sequence 5 is freed
-        with pytest.raises(PyTritonClientInferenceServerError, match=r"(?i)START"):
+        with pytest.raises(PyTritonClientInferenceServerError, match=unstarted.format(5)):
             client.infer_sample(np.array([1.0], np.float32), sequence_id=5)
         assert float(client.infer_sample(np.array([2.0], np.float32), sequence_id=5, sequence_start=True,
                                          sequence_end=True)["total"][0]) == 2
+
+
+def test_a_stub_killed_mid_sequence_heals_and_its_sequences_must_start_again():
+    # The sequence's place in Triton's batcher dies with the model instance; the callable (and
+    # its state) lives in this process and survives. The next request of an open sequence gets
+    # Triton's error asking for a START; a sequence started again counts from zero.
+    total = RunningTotal()
+    config = server_config()
+    url = f"http://127.0.0.1:{config.http_port}"
+    with Triton(config=config) as triton:
+        triton.bind("Healing", total, config=ModelConfig(max_batch_size=4, batcher=SequenceBatcher()), **TENSORS)
+        with ModelClient(url, "Healing", inference_timeout_s=20) as client:
+            assert _run_sequence(client, 9, [1.0, 2.0])[-1] == 3.0  # its end not sent: still open
+            stubs = stub_processes("Healing")
+            assert len(stubs) == 1
+            os.kill(stubs[0].pid, signal.SIGKILL)
+            healed = wait_until(lambda: http_status(f"{url}/v2/models/Healing/ready") == 200 and bool(
+                {p.pid for p in stub_processes("Healing")} - {stubs[0].pid}), timeout_s=15)
+            assert healed
+            must_start = r"sequence 9 to model 'Healing' must specify the START flag"
+            with pytest.raises(PyTritonClientInferenceServerError, match=must_start):
+                client.infer_sample(np.array([5.0], np.float32), sequence_id=9)
+            restarted = client.infer_sample(np.array([5.0], np.float32), sequence_id=9, sequence_start=True,
+                                             sequence_end=True)
+            assert float(restarted["total"][0]) == 5.0
+        assert triton.is_alive()
