@@ -123,6 +123,9 @@ class InferBatch(NamedTuple):
     """For a sequence-batched model, each request's ``(sequence id, flags)``: Triton's
     correlation id (an int or a str, as the client sent it) and request flags (`SEQUENCE_START`,
     `SEQUENCE_END`); empty for every other model."""
+    requested: Tuple[Tuple[str, ...], ...] = ()
+    """When some request of the batch asked for only some of the model's outputs: per request,
+    the names it asked for (``()``: all of them); empty when every request wants every output."""
 
 
 SEQUENCE_START = 1

@@ -97,6 +97,17 @@ def _read_requests(requests: List[Any]) -> Tuple[Dict[str, List[Any]], Tuple[str
     return columns, tuple(parameters)
 
 
+def _requested(requests: List[Any], output_count: int) -> Tuple[Tuple[str, ...], ...]:
+    """Per request, the outputs it asked for when fewer than all (``()`` for all); ``()`` when
+    every request wants every output, the usual case, which then costs nothing further."""
+    if output_count < 2:
+        return ()
+    asked = [request.requested_output_names() for request in requests]
+    if all(len(names) >= output_count for names in asked):
+        return ()
+    return tuple(() if len(names) >= output_count else tuple(names) for names in asked)
+
+
 def _sequences(requests: List[Any]) -> Tuple[Tuple[Any, int], ...]:
     """Each request's Triton correlation id and flags (a sequence-batched model's)."""
     return tuple((request.correlation_id(), request.flags()) for request in requests)
@@ -124,6 +135,8 @@ class TritonPythonModel:
         params = _parameters(config)
         self._model_name = args["model_name"]
         self._sequences = "sequence_batching" in config  # each request then tells its sequence
+        # With one output a request cannot ask for fewer; with several, each request says which.
+        self._output_count = len(config.get("output", ()))
         self._instance = protocol.instance_index(args["model_instance_name"])  # also the handler's number
         shm_prefix = params[protocol.PARAM_SHM_PREFIX]
         endpoint = protocol.instance_endpoint(params[protocol.PARAM_ENDPOINT], self._instance)
@@ -222,7 +235,10 @@ class TritonPythonModel:
         self._batch_id += 1
         stamps = (*self._last_stamps, started, time.monotonic_ns()) if self._stamps else ()
         sequences = _sequences(requests) if self._sequences else ()
-        header = protocol.encode(protocol.InferBatch(self._batch_id, parameters, columns, segment, stamps, sequences))
+        requested = _requested(requests, self._output_count)
+        header = protocol.encode(
+            protocol.InferBatch(self._batch_id, parameters, columns, segment, stamps, sequences, requested)
+        )
         result, answer = self._round_trip(header, payload, len(requests))
         if result is None:
             self._link.drop()
@@ -318,7 +334,10 @@ class TritonPythonModel:
         columns, segment, payload = codec.pack_columns(inputs, len(requests), None)  # inline: batches overlap
         self._batch_id += 1
         sequences = _sequences(requests) if self._sequences else ()
-        header = protocol.encode(protocol.InferBatch(self._batch_id, parameters, columns, segment, (), sequences))
+        requested = _requested(requests, self._output_count)
+        header = protocol.encode(
+            protocol.InferBatch(self._batch_id, parameters, columns, segment, (), sequences, requested)
+        )
         senders = [request.get_response_sender() for request in requests]
         assert self._relay is not None
         self._relay.submit(self._batch_id, header, payload, requests, senders)

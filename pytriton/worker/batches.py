@@ -26,7 +26,7 @@ from pytriton.worker.context import TritonContext
 from pytriton.worker.deadline import expired_message, pop_expired
 from pytriton.worker.isolation import isolate
 from pytriton.worker.request import Request, Requests
-from pytriton.worker.responses import Failure, batch_result, per_request, stream_part
+from pytriton.worker.responses import Expected, Failure, batch_result, per_request, stream_part
 from pytriton.worker.timed import ExecutionTimeout, TimedCaller
 
 logger = logging.getLogger("pytriton.worker")
@@ -113,6 +113,9 @@ class BatchCalls:
             requests.append(Request(arrays, json.loads(parameters) if parameters else {}))
         for request, (sequence_id, flags) in zip(requests, batch.sequences):
             request._set_sequence(sequence_id, flags)
+        for request, names in zip(requests, batch.requested):
+            if names:
+                request._requested = names
         return Requests(requests) if whole is None else Requests(requests, whole, rows, groups)
 
     def _whole(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader) -> Optional[Dict[str, Any]]:
@@ -138,11 +141,11 @@ class BatchCalls:
         Returns:
             Per request its batch size (when `strict` checks shapes, else None), and the outcome.
         """
-        batch_sizes: List[Optional[int]] = [None] * len(batch.parameters)
+        batch_sizes = Expected([None] * len(batch.parameters), batch.requested)
         try:
             requests = self.requests(batch, payload, reader)
             if self._strict_sizes:  # before the callable may change the requests
-                batch_sizes = [_batch_size(request) for request in requests]
+                batch_sizes = Expected([_batch_size(request) for request in requests], batch.requested)
         except Exception as exc:  # noqa: BLE001 - a bad batch fails its own requesters only
             error, unrecoverable = self.callable_error(exc)
             return batch_sizes, Failure(error, unrecoverable)

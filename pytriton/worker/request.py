@@ -15,12 +15,13 @@ valid while the callable runs. Copy an array (``array.copy()``) to keep it beyon
 from __future__ import annotations
 
 import itertools
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from pytriton.ipc.protocol import SEQUENCE_END as _SEQUENCE_END
 from pytriton.ipc.protocol import SEQUENCE_START as _SEQUENCE_START
+from pytriton.worker.context import current_context
 
 
 class _Tensors(Dict[str, np.ndarray]):
@@ -54,7 +55,10 @@ class Request(_Tensors):
     False and False.
     """
 
-    __slots__ = ("parameters", "_sequence")
+    __slots__ = ("parameters", "_sequence", "_requested")
+    # Set only for requests that carry them (a slot left unset costs the others nothing).
+    _sequence: Tuple[Union[int, str], int]
+    _requested: Tuple[str, ...]
 
     def __init__(self, data: Mapping[str, np.ndarray], parameters: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(data)
@@ -63,6 +67,17 @@ class Request(_Tensors):
     def _set_sequence(self, sequence_id: Union[int, str], flags: int) -> None:
         # Left unset (a slot never assigned) for stateless requests: nothing added to their path.
         self._sequence = (sequence_id, flags)
+
+    @property
+    def requested_output_names(self) -> Optional[List[str]]:
+        """The outputs this request's client asked for: every declared output when it named none
+        (None outside a served model). A callable may skip computing the others; their entries
+        may be left out of its answer, and pytriton sends only those asked for."""
+        requested = getattr(self, "_requested", None)
+        if requested is not None:
+            return list(requested)
+        context = current_context()
+        return None if context is None else list(context.output_names)
 
     @property
     def sequence_id(self) -> Union[int, str, None]:
@@ -88,11 +103,12 @@ class Request(_Tensors):
 
 def rebuilt(old: Any, data: Mapping[str, np.ndarray]) -> Request:
     """A `Request` of `data` that keeps what `old` (a `Request` or any mapping) says besides its
-    inputs: parameters and sequence. For decorators that hand the callable changed inputs."""
+    inputs: parameters, sequence and requested outputs. For decorators that hand the callable changed inputs."""
     request = Request(data, getattr(old, "parameters", None))
-    sequence = getattr(old, "_sequence", None)
-    if sequence is not None:
-        request._sequence = sequence
+    for slot in ("_sequence", "_requested"):
+        value = getattr(old, slot, None)
+        if value is not None:
+            setattr(request, slot, value)
     return request
 
 

@@ -69,6 +69,21 @@ def _name_mismatch(model: str, request_index: int, names: Sequence[str], missing
             f"{list(names)}{hint}")
 
 
+class Expected(List[Optional[int]]):
+    """Per request of a batch, its batch size (for `strict` shape checks; else None), and in
+    `requested` the outputs each request asked for when some asked for fewer than all."""
+
+    def __init__(self, sizes: List[Optional[int]], requested: Tuple[Tuple[str, ...], ...] = ()) -> None:
+        super().__init__(sizes)
+        self.requested = requested
+
+
+def _asked(batch_sizes: List[Optional[int]], index: int) -> Optional[Tuple[str, ...]]:
+    """The outputs request `index` asked for, or None for all of them."""
+    requested = getattr(batch_sizes, "requested", ())
+    return (requested[index] or None) if requested else None
+
+
 def shape_response(
     context: TritonContext,
     response: Any,
@@ -76,6 +91,7 @@ def shape_response(
     request_index: int,
     batch_size: Optional[int],
     strict: bool,
+    requested: Optional[Tuple[str, ...]] = None,
 ) -> Dict[str, np.ndarray]:
     """The declared outputs of one response, as arrays ready for the wire.
 
@@ -92,11 +108,13 @@ def shape_response(
         request_index: position of the request in the batch, for error messages.
         batch_size: the request's batch size when the model batches, else None.
         strict: refuse (instead of converting) outputs of another dtype, and check shapes.
+        requested: the outputs the request asked for, when fewer than all: the others may be
+            missing from `response` and are not sent.
 
     Raises:
         PyTritonValidationError: naming the model, the output, what came and what was expected.
     """
-    if not strict and isinstance(response, dict):
+    if not strict and isinstance(response, dict) and requested is None:
         # The common case, checked first because it runs for every request of every batch: a dict
         # holding every output as an array of the declared dtype passes through untouched.
         outputs = context.outputs
@@ -119,12 +137,14 @@ def shape_response(
         order = [name for name in context.input_names if name in response]
         keys = order if len(order) == len(response) else list(response)
         response = {name: response[key] for name, key in zip(names, keys)}
-    missing = [name for name in names if name not in response]
+    missing = [name for name in names if name not in response and (requested is None or name in requested)]
     extra = sorted(str(key) for key in response if key not in names)
     if missing or (strict and extra):
         raise PyTritonValidationError(_name_mismatch(model, request_index, names, missing, extra))
     arrays: Dict[str, np.ndarray] = {}
     for tensor in context.outputs:
+        if requested is not None and tensor.name not in requested:
+            continue  # not asked for: not sent
         value = response[tensor.name]
         try:
             array = host_array(value, f"{model}: output '{tensor.name}' of request {request_index}")
@@ -191,7 +211,7 @@ def _shape_all(
         else:
             try:
                 groups.append(shape_response(context, outcome, request_index=index, batch_size=batch_sizes[index],
-                                             strict=strict))
+                                             strict=strict, requested=_asked(batch_sizes, index)))
                 errors.append(None)
             except Exception as exc:  # noqa: BLE001 - one bad response fails that request only
                 logger.warning("%s", exc)
@@ -201,13 +221,15 @@ def _shape_all(
 
 
 def _whole_outputs(
-    context: TritonContext, results: Any, count: int, strict: bool
+    context: TritonContext, results: Any, count: int, strict: bool, batch_sizes: List[Optional[int]]
 ) -> Optional[Dict[str, np.ndarray]]:
     """The declared outputs of a `@batch` answer as whole arrays (every request's rows back to
     back), when they need no per-request look: all numeric, of the declared dtype (cast unless
     `strict`) and, with `strict`, of the declared trailing shape. None sends the answer down the
     per-request checks, which name what is wrong for each request."""
     if type(results) is not BatchResponses or len(results) != count or not context.config.batching:
+        return None
+    if getattr(batch_sizes, "requested", ()):  # some request wants fewer outputs: sent per request
         return None
     whole = results.whole_outputs()
     if whole is None or (strict and len(whole) != len(context.outputs)):  # undeclared ones: refused per request
@@ -240,7 +262,7 @@ def batch_result(
 
     `arena` carries large outputs; None sends everything inline (when answers overlap).
     """
-    whole = _whole_outputs(context, results, count, strict)
+    whole = _whole_outputs(context, results, count, strict, batch_sizes)
     if whole is not None:
         columns, segment, payload = codec.pack_rows(whole, results.rows, arena)
         return protocol.BatchResult(batch_id, (None,) * count, columns, segment), payload
@@ -260,7 +282,7 @@ def stream_part(
 ) -> Tuple[protocol.StreamPart, List[Any]]:
     """The `StreamPart` of one value a streaming callable yielded; always inline (the proxy may
     still be reading the previous part when this one is written)."""
-    whole = _whole_outputs(context, step, count, strict)
+    whole = _whole_outputs(context, step, count, strict, batch_sizes)
     if whole is not None:
         columns, _, payload = codec.pack_rows(whole, step.rows, None)
         return protocol.StreamPart(batch_id, (True,) * count, (None,) * count, columns), payload

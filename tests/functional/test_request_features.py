@@ -1,0 +1,96 @@
+"""What the Python backend tells each request, reaching the callable: the outputs its client
+asked for (`request.requested_output_names`), against the real server over HTTP and gRPC."""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterator, List
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from support import server_config
+
+from pytriton.client import ModelClient
+from pytriton.decorators import batch
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.triton import Triton
+
+pytestmark = pytest.mark.functional
+
+TWO_OUTPUTS = {
+    "inputs": [Tensor(name="x", dtype=np.float32, shape=(2,))],
+    "outputs": [
+        Tensor(name="double", dtype=np.float32, shape=(2,)),
+        Tensor(name="costly", dtype=np.float32, shape=(2,)),
+    ],
+}
+
+
+class Selective:
+    """Computes only the outputs each request asked for; records what it was told."""
+
+    def __init__(self) -> None:
+        self.asked: List[List[str]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, requests):
+        answers = []
+        for request in requests:
+            names = request.requested_output_names
+            with self.lock:
+                self.asked.append(names)
+            answer = {}
+            if "double" in names:
+                answer["double"] = request["x"] * 2
+            if "costly" in names:
+                answer["costly"] = request["x"] + 100
+            answers.append(answer)
+        return answers
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[dict]:
+    config = server_config()
+    selective = Selective()
+    whole = batch(lambda x: {"double": x * 2, "costly": x + 100})
+    with Triton(config=config) as triton:
+        triton.bind("Selective", selective, config=ModelConfig(max_batch_size=4), **TWO_OUTPUTS)
+        triton.bind("Whole", whole, config=ModelConfig(max_batch_size=4), **TWO_OUTPUTS)
+        yield {"selective": selective, "http": f"127.0.0.1:{config.http_port}",
+               "grpc": f"127.0.0.1:{config.grpc_port}"}
+
+
+def _ask_for(served, protocol: str, model: str, outputs: List[str]):
+    module = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(served[protocol])
+    try:
+        data = module.InferInput("x", [1, 2], "FP32")
+        data.set_data_from_numpy(np.array([[1.0, 2.0]], np.float32))
+        result = client.infer(model, [data], outputs=[module.InferRequestedOutput(name) for name in outputs])
+        return {name: result.as_numpy(name) for name in ("double", "costly")}
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_callable_learns_the_requested_outputs_and_only_those_are_sent(served, protocol):
+    selective = served["selective"]
+    before = len(selective.asked)
+    got = _ask_for(served, protocol, "Selective", ["double"])
+    assert selective.asked[before:] == [["double"]]
+    np.testing.assert_array_equal(got["double"], [[2.0, 4.0]])
+    assert got["costly"] is None  # not asked, not computed, not sent
+
+    with ModelClient(f"{protocol}://{served[protocol]}", "Selective") as client:  # asks for nothing in particular
+        both = client.infer_sample(np.array([1.0, 2.0], np.float32))
+    assert selective.asked[-1] == ["double", "costly"]
+    np.testing.assert_array_equal(both["costly"], [101.0, 102.0])
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_batch_callable_answering_every_output_sends_only_those_asked_for(served, protocol):
+    got = _ask_for(served, protocol, "Whole", ["costly"])
+    np.testing.assert_array_equal(got["costly"], [[101.0, 102.0]])
+    assert got["double"] is None
