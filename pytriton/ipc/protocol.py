@@ -178,12 +178,16 @@ class StreamEnd(NamedTuple):
 
 
 class Cancel(NamedTuple):
-    """Proxy -> worker: every requester of the batch has gone; stop producing its responses.
+    """Proxy -> worker: requesters of the batch have gone (cancelled by their clients).
 
-    The worker still answers with `StreamEnd`, which is when the proxy forgets the batch.
+    With `requests` empty, every requester of the batch has gone: a stream stops producing its
+    responses (the worker still answers with `StreamEnd`, which is when the proxy forgets the
+    batch). Otherwise `requests` lists the positions of the requests cancelled so far, which a
+    callable still running may learn through ``request.is_cancelled()``.
     """
 
     batch_id: int
+    requests: Tuple[int, ...] = ()
 
 
 class Stamp:

@@ -17,7 +17,7 @@ import json
 import os
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]  # provided by the stub
 
@@ -29,6 +29,9 @@ from pytriton.proxy.relay import Relay
 from pytriton.proxy.waiting import AnswerWait, spin_window_us
 
 _LIVENESS_CHECK_S = 1.0
+_CANCEL_CHECK_S = 0.1
+"""While a batch runs this long or longer, the proxy looks every so often whether its requests
+were cancelled (and tells the worker); the data channel's receive timeout."""
 """The data channel's receive and send timeout: how often a wait looks whether the worker lives."""
 _RECONNECT_S = 5.0
 """How long a batch waits for a worker to answer again after the last one was found gone."""
@@ -164,7 +167,7 @@ class TritonPythonModel:
         decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
         relayed = decoupled or params.get(protocol.PARAM_RELAYED) == "1"
         try:
-            self._link.connect(timeout_s, Relay.RECEIVE_TIMEOUT_S if relayed else _LIVENESS_CHECK_S)
+            self._link.connect(timeout_s, Relay.RECEIVE_TIMEOUT_S if relayed else _CANCEL_CHECK_S)
         except LinkError as exc:
             self._link.close()
             raise pb_utils.TritonModelException(str(exc)) from None
@@ -199,7 +202,7 @@ class TritonPythonModel:
         """After the worker was found gone: greet whatever worker now serves the endpoint (a
         worker process forked anew). None when one answered, else why the batch fails."""
         try:
-            self._link.connect(_RECONNECT_S, _LIVENESS_CHECK_S)
+            self._link.connect(_RECONNECT_S, _CANCEL_CHECK_S)
         except LinkError as exc:
             return str(exc)
         return None
@@ -239,7 +242,7 @@ class TritonPythonModel:
         header = protocol.encode(
             protocol.InferBatch(self._batch_id, parameters, columns, segment, stamps, sequences, requested)
         )
-        result, answer = self._round_trip(header, payload, len(requests))
+        result, answer = self._round_trip(header, payload, requests)
         if result is None:
             self._link.drop()
             error = pb_utils.TritonError(
@@ -260,29 +263,36 @@ class TritonPythonModel:
         return responses
 
     def _round_trip(
-        self, header: bytes, payload: Sequence[Any], count: int
+        self, header: bytes, payload: Sequence[Any], requests: List[Any]
     ) -> Tuple[Optional[protocol.BatchResult], Any]:
         """Send the batch and wait for its answer; (None, None) when the worker is gone.
 
         Waits as long as the worker lives: a slow callable is the worker's business (it has
         ``execution_timeout_s``); a dead one shows as the connection's end, or at the latest
-        at the next liveness check.
+        at the next liveness check. Every `_CANCEL_CHECK_S` of the wait, requests their clients
+        cancelled are told to the worker (``request.is_cancelled()`` of a running callable).
         """
         channel = self._link.channel
         assert channel is not None
+        count = len(requests)
+        cancelled: Set[int] = set()
         try:
             while True:
                 try:
                     channel.send(header, payload)
                     break
-                except BlockingIOError:  # its queue stayed full for a liveness period
+                except BlockingIOError:  # its queue stayed full for a while
                     if not self._link.worker_alive():
                         return None, None
+            next_liveness = time.monotonic() + _LIVENESS_CHECK_S
             while True:
                 received = self._answer_wait.receive(channel, count)
-                if received is None:  # no answer within the liveness period: is the worker still there?
-                    if not self._link.worker_alive():
-                        return None, None
+                if received is None:  # no answer yet: cancelled requests? is the worker still there?
+                    self._tell_cancelled(channel, requests, cancelled)
+                    if time.monotonic() >= next_liveness:
+                        if not self._link.worker_alive():
+                            return None, None
+                        next_liveness = time.monotonic() + _LIVENESS_CHECK_S
                     continue
                 message = protocol.decode(received[0])
                 if isinstance(message, protocol.BatchResult) and message.batch_id == self._batch_id:
@@ -295,6 +305,17 @@ class TritonPythonModel:
                 # otherwise: a late answer to an abandoned batch
         except ChannelClosed:
             return None, None
+
+    def _tell_cancelled(self, channel: Any, requests: List[Any], cancelled: Set[int]) -> None:
+        """Send the worker the positions of the batch's requests cancelled since the last look."""
+        newly = [index for index, request in enumerate(requests)
+                 if index not in cancelled and request.is_cancelled()]
+        if newly:
+            cancelled.update(newly)
+            try:
+                channel.send(protocol.encode(protocol.Cancel(self._batch_id, tuple(sorted(cancelled)))), ())
+            except BlockingIOError:
+                cancelled.difference_update(newly)  # told at the next look
 
     def _refuse_what_cannot_fit(self, requests: List[Any], result: protocol.BatchResult,
                                 responses: List[Any]) -> List[Any]:

@@ -22,6 +22,7 @@ import numpy as np
 from pytriton.exceptions import PyTritonModelConfigError, PyTritonUnrecoverableError
 from pytriton.ipc import codec, protocol
 from pytriton.ipc.shm import Arena, SegmentReader
+from pytriton.worker.cancellation import CancelProbe, Reader
 from pytriton.worker.context import TritonContext
 from pytriton.worker.deadline import expired_message, pop_expired
 from pytriton.worker.isolation import isolate
@@ -84,6 +85,8 @@ class BatchCalls:
         self._bytes_inputs = {t.name for t in context.inputs if np.dtype(t.dtype).kind == "S"}
         self._batching = bool(context.config.batching)
         self._strict_sizes = strict and self._batching
+        self.probe = CancelProbe()
+        """The cancellations of the batch being served (a handler serves one at a time)."""
 
     def close(self) -> None:
         if self._timed is not None:
@@ -131,12 +134,13 @@ class BatchCalls:
         return whole
 
     def call(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader,
-             marks: Optional[List[int]] = None) -> Tuple[List[Optional[int]], Any]:
+             marks: Optional[List[int]] = None, cancels: Optional[Reader] = None) -> Tuple[List[Optional[int]], Any]:
         """Run the callable on the batch: its result (list, generator, coroutine...) or a `Failure`.
 
         Requests whose deadline passed are answered with an error and left out of the call (for
         plain callables of non-decoupled models, whose answers are one list per batch). `marks`,
-        when given, gets the `protocol.Stamp.DECODED` stamp.
+        when given, gets the `protocol.Stamp.DECODED` stamp. `cancels` reads the proxy's
+        `Cancel` messages for ``request.is_cancelled()`` (None: requests never learn it).
 
         Returns:
             Per request its batch size (when `strict` checks shapes, else None), and the outcome.
@@ -144,6 +148,10 @@ class BatchCalls:
         batch_sizes = Expected([None] * len(batch.parameters), batch.requested)
         try:
             requests = self.requests(batch, payload, reader)
+            probe = self.probe
+            probe.begin(requests, cancels)
+            for request in requests:
+                request._probe = probe
             if self._strict_sizes:  # before the callable may change the requests
                 batch_sizes = Expected([_batch_size(request) for request in requests], batch.requested)
         except Exception as exc:  # noqa: BLE001 - a bad batch fails its own requesters only

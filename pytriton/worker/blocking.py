@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import inspect
 import logging
 import threading
@@ -156,7 +157,8 @@ class BlockingLoop:
         if self._stamp_log is not None:
             marks = [*self._stamp_log.add_previous(batch.stamps), received]
         try:
-            batch_sizes, outcome = calls.call(batch, payload, self.reader, marks)
+            batch_sizes, outcome = calls.call(batch, payload, self.reader, marks,
+                                              functools.partial(self._read_cancels, connection, batch.batch_id))
             if inspect.isgenerator(outcome):
                 self._stream(connection, batch.batch_id, count, outcome, batch_sizes)
                 return
@@ -221,12 +223,17 @@ class BlockingLoop:
         self._endpoint.send(connection, protocol.encode(end))
 
     def _cancelled(self, streaming: Connection, batch_id: int) -> bool:
-        """Read what arrived while streaming: a `Cancel` of this batch, or work kept for later.
+        """Whether every requester of the stream `batch_id` has gone (see `_read_cancels`)."""
+        return self._read_cancels(streaming, batch_id) == ()
 
-        Kept messages are read into memory of their own: the stream's inputs still view the
-        connection's buffer.
+    def _read_cancels(self, current: Connection, batch_id: int) -> Optional[Tuple[int, ...]]:
+        """Read what arrived while a batch runs: `Cancel`s of this batch, or work kept for later.
+
+        Returns the positions of the latest `Cancel` of `batch_id` (``()``: all of them), or
+        None when none arrived. Kept messages are read into memory of their own: the running
+        batch's inputs still view the connection's buffer.
         """
-        cancelled = False
+        cancelled: Optional[Tuple[int, ...]] = None
         while ready := self._endpoint.wait(0):
             for connection in ready:
                 try:
@@ -242,7 +249,8 @@ class BlockingLoop:
                     logger.exception("Model '%s': dropped an unreadable message", self._calls.model_name)
                     continue
                 if isinstance(message, protocol.Cancel):
-                    cancelled = cancelled or (connection is streaming and message.batch_id == batch_id)
+                    if connection is current and message.batch_id == batch_id and cancelled != ():
+                        cancelled = message.requests
                 else:
                     self._backlog.append((connection, *received))
         return cancelled

@@ -18,14 +18,17 @@ def pop_expired(requests: Sequence[Request], now_s: float) -> List[int]:
     """Indices of the requests whose deadline passed by `now_s` (Unix seconds).
 
     The deadline parameter is removed from every request's parameters, so the callable sees only
-    the parameters its client chose. A value that is not a number is ignored (not pytriton's).
+    the parameters its client chose, and kept on the request for `Request.is_cancelled`. A value
+    that is not a number is ignored (not pytriton's).
     """
     expired = []
     now_ms = now_s * 1000
     for index, request in enumerate(requests):
         deadline = request.parameters.pop(DEADLINE_PARAMETER, None)
-        if isinstance(deadline, (int, float)) and not isinstance(deadline, bool) and deadline < now_ms:
-            expired.append(index)
+        if isinstance(deadline, (int, float)) and not isinstance(deadline, bool):
+            request._deadline_ms = deadline  # past it, request.is_cancelled() says True: nobody waits
+            if deadline < now_ms:
+                expired.append(index)
     return expired
 
 

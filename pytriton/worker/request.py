@@ -15,6 +15,7 @@ valid while the callable runs. Copy an array (``array.copy()``) to keep it beyon
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -55,10 +56,13 @@ class Request(_Tensors):
     False and False.
     """
 
-    __slots__ = ("parameters", "_sequence", "_requested")
+    __slots__ = ("parameters", "_sequence", "_requested", "_probe", "_origin", "_deadline_ms")
     # Set only for requests that carry them (a slot left unset costs the others nothing).
     _sequence: Tuple[Union[int, str], int]
     _requested: Tuple[str, ...]
+    _probe: Any  # pytriton.worker.cancellation.CancelProbe of the batch
+    _origin: Any  # the request a decorator rebuilt this one from
+    _deadline_ms: float  # when its pytriton client stops waiting (Unix ms)
 
     def __init__(self, data: Mapping[str, np.ndarray], parameters: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(data)
@@ -67,6 +71,24 @@ class Request(_Tensors):
     def _set_sequence(self, sequence_id: Union[int, str], flags: int) -> None:
         # Left unset (a slot never assigned) for stateless requests: nothing added to their path.
         self._sequence = (sequence_id, flags)
+
+    def is_cancelled(self) -> bool:
+        """Whether the client stopped waiting for this request: it cancelled its call (gRPC), or
+        the inference timeout of a pytriton client passed (over HTTP and gRPC). A long
+        computation may stop early, as nobody will read its answer.
+
+        Live while the callable runs, for callables that return their answers (plain or under
+        decorators): a cancellation is learnt within about a tenth of a second. Async callables
+        and streams are cancelled for you instead (see Streaming).
+        """
+        deadline_ms = getattr(self, "_deadline_ms", None)
+        if deadline_ms is not None and time.time() * 1000 > deadline_ms:
+            return True  # its pytriton client's inference timeout passed: it stopped waiting
+        probe = getattr(self, "_probe", None)
+        if probe is None:
+            origin = getattr(self, "_origin", None)
+            return bool(origin is not None and origin.is_cancelled())
+        return bool(probe.is_cancelled(self))
 
     @property
     def requested_output_names(self) -> Optional[List[str]]:
@@ -109,6 +131,8 @@ def rebuilt(old: Any, data: Mapping[str, np.ndarray]) -> Request:
         value = getattr(old, slot, None)
         if value is not None:
             setattr(request, slot, value)
+    if isinstance(old, Request):
+        request._origin = old  # its cancellation is the old one's
     return request
 
 

@@ -1,18 +1,22 @@
 """What the Python backend tells each request, reaching the callable: the outputs its client
-asked for (`request.requested_output_names`), against the real server over HTTP and gRPC."""
+asked for (`request.requested_output_names`) and whether its client cancelled it while the
+callable runs (`request.is_cancelled()`), against the real server."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from typing import Iterator, List
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from support import server_config
+from support import server_config, wait_until
 
-from pytriton.client import ModelClient
+from pytriton.client import AsyncioModelClient, ModelClient
+from pytriton.client.exceptions import PyTritonClientTimeoutError
 from pytriton.decorators import batch
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton
@@ -94,3 +98,70 @@ def test_a_batch_callable_answering_every_output_sends_only_those_asked_for(serv
     got = _ask_for(served, protocol, "Whole", ["costly"])
     np.testing.assert_array_equal(got["costly"], [[101.0, 102.0]])
     assert got["double"] is None
+
+
+class Patient:
+    """Works up to 10 s on a request unless it is cancelled (x[0] < 0: answers at once);
+    records what `is_cancelled()` said and when it first said True."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.learnt: List[float] = []
+        self.quick_said: List[bool] = []
+
+    def __call__(self, requests):
+        if all(float(request["x"][0, 0]) < 0 for request in requests):
+            self.quick_said.extend(request.is_cancelled() for request in requests)
+        else:
+            self.started.set()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if all(request.is_cancelled() for request in requests):
+                    self.learnt.append(time.monotonic())
+                    break
+                time.sleep(0.01)
+        return [{"double": request["x"] * 2, "costly": request["x"]} for request in requests]
+
+
+def test_a_request_cancelled_by_its_grpc_client_is_seen_by_the_running_callable():
+    patient = Patient()
+    config = server_config()
+    url = f"grpc://127.0.0.1:{config.grpc_port}"
+    with Triton(config=config) as triton:
+        triton.bind("Patient", patient, config=ModelConfig(max_batch_size=4), **TWO_OUTPUTS)
+
+        async def ask_then_cancel() -> float:
+            async with AsyncioModelClient(url, "Patient") as client:
+                await client.model_config
+                task = asyncio.create_task(client.infer_sample(np.array([1.0, 2.0], np.float32)))
+                while not patient.started.is_set():
+                    await asyncio.sleep(0.01)
+                cancelled_at = time.monotonic()
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                return cancelled_at
+
+        cancelled_at = asyncio.run(ask_then_cancel())
+        assert wait_until(lambda: bool(patient.learnt), timeout_s=5), "the callable never learnt the cancellation"
+        assert patient.learnt[0] - cancelled_at < 0.5
+        with ModelClient(url, "Patient", inference_timeout_s=5) as client:  # the model goes on at once
+            answer = client.infer_sample(np.array([-1.0, 2.0], np.float32))
+        assert answer["double"].tolist() == [-2.0, 4.0]
+        assert patient.quick_said == [False]  # a request nobody cancelled
+
+
+def test_a_request_whose_pytriton_client_timed_out_is_cancelled_over_http_too():
+    # Triton reports no cancellation for HTTP; the deadline our clients send says it instead.
+    patient = Patient()
+    config = server_config()
+    url = f"http://127.0.0.1:{config.http_port}"
+    with Triton(config=config) as triton:
+        triton.bind("Patient", patient, config=ModelConfig(max_batch_size=4), **TWO_OUTPUTS)
+        with ModelClient(url, "Patient", inference_timeout_s=0.5) as client:
+            assert client.model_config.max_batch_size == 4  # readiness out of the measured time
+            started = time.monotonic()
+            with pytest.raises(PyTritonClientTimeoutError):
+                client.infer_sample(np.array([1.0, 2.0], np.float32))
+        assert wait_until(lambda: bool(patient.learnt), timeout_s=5), "the callable never learnt it"
+        assert patient.learnt[0] - started < 1.0
