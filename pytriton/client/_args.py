@@ -65,6 +65,19 @@ def sequence_args(sequence_id: int | str, sequence_start: bool, sequence_end: bo
     return {"sequence_id": sequence_id, "sequence_start": sequence_start, "sequence_end": sequence_end}
 
 
+SEQUENCE_KEYS = ("sequence_id", "sequence_start", "sequence_end")
+"""Triton's own request parameters that carry a request's sequence (see `sequence_args`)."""
+
+
+def with_sequence(parameters: Mapping[str, Any] | None, sequence: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The request parameters of a stream, with its sequence among them under Triton's names:
+    the streaming protocols carry a sequence as parameters (each encoder puts them where the
+    protocol wants them)."""
+    if not sequence:
+        return parameters
+    return {**(parameters or {}), **sequence}
+
+
 def pool_arg(name: str, value: int | None, minimum: int) -> int | None:
     """A worker or queue count: None, or an integer >= ``minimum``."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):

@@ -15,6 +15,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor
 
+from pytriton.client._args import SEQUENCE_KEYS
 from pytriton.client.exceptions import PyTritonClientModelDoesntSupportBatchingError, PyTritonClientValueError
 from pytriton.client.model_config import ClientModelConfig
 from pytriton.ipc.protocol import DEADLINE_PARAMETER
@@ -244,6 +245,15 @@ def to_stream_request(
         else:
             request.raw_input_contents.append(np.ascontiguousarray(value).tobytes())
     for key, item in (parameters or {}).items():
+        if key in SEQUENCE_KEYS:  # the request's sequence, checked by `sequence_args`: Triton's own parameters
+            parameter = request.parameters[key]
+            if isinstance(item, bool):
+                parameter.bool_param = item
+            elif isinstance(item, int):
+                parameter.int64_param = item
+            else:
+                parameter.string_param = str(item)
+            continue
         if key in _RESERVED_PARAMETERS or key.startswith(_RESERVED_PARAMETER_PREFIX):
             raise PyTritonClientValueError(f"Parameter {key!r} is reserved by Triton and cannot be given")
         parameter = request.parameters[key]

@@ -34,6 +34,7 @@ import numpy as np
 import tritonclient.grpc
 from tritonclient.utils import InferenceServerException
 
+from pytriton.client._args import SEQUENCE_KEYS
 from pytriton.client._errors import (
     INFER_ACTION,
     STREAM_ACTION,
@@ -158,13 +159,17 @@ class GrpcResponseStream(ResponseStream):
         try:
             with translate_errors(INFER_ACTION, str(url), timeout_s):
                 try:
+                    # tritonclient takes the sequence as keywords, and refuses its names as parameters.
+                    own = {key: value for key, value in (parameters or {}).items() if key not in SEQUENCE_KEYS}
+                    sequence = {key: value for key, value in (parameters or {}).items() if key in SEQUENCE_KEYS}
                     client.async_stream_infer(
                         model_name,
                         to_infer_inputs(tritonclient.grpc, inputs),
                         model_version=model_version,
                         request_id=request_id,
-                        parameters=dict(parameters) if parameters else None,
+                        parameters=own or None,
                         enable_empty_final_response=True,
+                        **sequence,
                     )
                 except InferenceServerException:
                     # A stream the server refused at once (e.g. without the access token): tritonclient

@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from pytriton.client._args import SEQUENCE_KEYS
 from pytriton.client._errors import STREAM_ACTION, stream_error
 from pytriton.client.codec import wire_array
 from pytriton.client.exceptions import PyTritonClientError, PyTritonClientInferenceServerError, PyTritonClientValueError
@@ -269,6 +270,12 @@ def encode_request(
             raise PyTritonClientValueError(f"An input named {name!r} cannot go over HTTP streaming; {_USE_GRPC}")
         body[name] = _json_values(config, specs[name], value)
     if parameters:
+        if any(key in SEQUENCE_KEYS for key in parameters):
+            # Triton 2.51's generate endpoint drops them: the sequence batcher then refuses the request.
+            raise PyTritonClientValueError(
+                f"Model {config.model_name!r}: a sequence (sequence_id, sequence_start, sequence_end) cannot go over "
+                "HTTP streaming, whose endpoint (Triton's generate_stream) does not carry it; use a grpc:// URL"
+            )
         for key, item in parameters.items():
             if not isinstance(key, str) or not isinstance(item, (str, int, float, bool)):
                 raise PyTritonClientValueError(

@@ -20,7 +20,7 @@ from typing import Any, Dict, Generator
 
 import numpy as np
 
-from pytriton.client._args import mapping_arg
+from pytriton.client._args import mapping_arg, sequence_args, with_sequence
 from pytriton.client.client import ModelClientBase
 from pytriton.client.codec import batch_request, sample_request, sample_response
 from pytriton.client.core_stream import ResponseStream
@@ -57,6 +57,9 @@ class DecoupledModelClient(ModelClientBase):
         *inputs: np.ndarray,
         parameters: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        sequence_id: int | str = 0,
+        sequence_start: bool = False,
+        sequence_end: bool = False,
         **named_inputs: np.ndarray,
     ) -> Responses:
         """Send one sample (no batch axis) and iterate over the responses.
@@ -68,6 +71,8 @@ class DecoupledModelClient(ModelClientBase):
             *inputs: arrays in the order of the model's inputs.
             parameters: custom request parameters, passed to the model.
             headers: extra HTTP headers or gRPC metadata.
+            sequence_id, sequence_start, sequence_end: for a sequence-batched model, as for
+                :meth:`ModelClient.infer_sample <pytriton.client.client.ModelClient.infer_sample>`.
             **named_inputs: arrays by input name (not together with positional ones).
 
         Returns:
@@ -85,6 +90,8 @@ class DecoupledModelClient(ModelClientBase):
             PyTritonClientModelUnavailableError: the model is unknown or the server unreachable.
         """
         config = self._initialized_config()
+        sequence = sequence_args(sequence_id, sequence_start, sequence_end)
+        parameters = with_sequence(mapping_arg("parameters", parameters), sequence)
         stream = self._open(sample_request(config, inputs, named_inputs), parameters, headers)
         return self._responses(stream, lambda outputs: sample_response(config, outputs))
 
@@ -93,6 +100,9 @@ class DecoupledModelClient(ModelClientBase):
         *inputs: np.ndarray,
         parameters: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        sequence_id: int | str = 0,
+        sequence_start: bool = False,
+        sequence_end: bool = False,
         **named_inputs: np.ndarray,
     ) -> Responses:
         """Send a batch (the first axis of every input) and iterate over the responses.
@@ -103,6 +113,8 @@ class DecoupledModelClient(ModelClientBase):
             PyTritonClientModelDoesntSupportBatchingError: the model does not batch.
         """
         config = self._initialized_config()
+        sequence = sequence_args(sequence_id, sequence_start, sequence_end)
+        parameters = with_sequence(mapping_arg("parameters", parameters), sequence)
         stream = self._open(batch_request(config, inputs, named_inputs), parameters, headers)
         return self._responses(stream, dict)
 

@@ -16,7 +16,7 @@ from typing import Any, AsyncGenerator, Dict
 
 import numpy as np
 
-from pytriton.client._args import mapping_arg
+from pytriton.client._args import mapping_arg, sequence_args, with_sequence
 from pytriton.client.asyncio_client import AsyncioModelClientBase
 from pytriton.client.codec import batch_request, sample_request, sample_response
 from pytriton.client.core_stream_aio import AsyncResponseStream
@@ -57,12 +57,17 @@ class AsyncioDecoupledModelClient(AsyncioModelClientBase):
         *inputs: np.ndarray,
         parameters: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        sequence_id: int | str = 0,
+        sequence_start: bool = False,
+        sequence_end: bool = False,
         **named_inputs: np.ndarray,
     ) -> AsyncResponses:
         """Send one sample and iterate over the responses, as :meth:`DecoupledModelClient.infer_sample
         <pytriton.client.streaming.DecoupledModelClient.infer_sample>` does (same arguments and errors,
         raised from the iteration).
         """
+        sequence = sequence_args(sequence_id, sequence_start, sequence_end)
+        parameters = with_sequence(mapping_arg("parameters", parameters), sequence)
         return self._responses(
             lambda config: sample_request(config, inputs, named_inputs), sample_response, parameters, headers
         )
@@ -72,11 +77,16 @@ class AsyncioDecoupledModelClient(AsyncioModelClientBase):
         *inputs: np.ndarray,
         parameters: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        sequence_id: int | str = 0,
+        sequence_start: bool = False,
+        sequence_end: bool = False,
         **named_inputs: np.ndarray,
     ) -> AsyncResponses:
         """Send a batch and iterate over the responses, as :meth:`DecoupledModelClient.infer_batch
         <pytriton.client.streaming.DecoupledModelClient.infer_batch>` does.
         """
+        sequence = sequence_args(sequence_id, sequence_start, sequence_end)
+        parameters = with_sequence(mapping_arg("parameters", parameters), sequence)
         return self._responses(
             lambda config: batch_request(config, inputs, named_inputs), _keep_batch, parameters, headers
         )
