@@ -115,10 +115,20 @@ def test_stream_request_asks_for_the_empty_final_response_and_carries_tensors_in
     assert (parameters["s"].string_param, parameters["b"].bool_param) == ("x", True)
 
 
-@pytest.mark.parametrize("key", ["sequence_id", "triton_anything"])
+@pytest.mark.parametrize("key", ["priority", "triton_anything"])
 def test_stream_request_refuses_reserved_parameters(key):
     with pytest.raises(PyTritonClientValueError, match=f"'{key}' is reserved"):
         to_stream_request("M", "", {}, parameters={key: 1})
+
+
+def test_stream_request_carries_a_sequence_as_tritons_own_parameters():
+    # The streaming clients put the checked sequence among the parameters (with_sequence).
+    request = to_stream_request("M", "", {}, parameters={"sequence_id": "s-1", "sequence_start": True, "a": 2})
+    assert request.parameters["sequence_id"].string_param == "s-1"
+    assert request.parameters["sequence_start"].bool_param is True
+    assert request.parameters["a"].int64_param == 2
+    numbered = to_stream_request("M", "", {}, parameters={"sequence_id": 7, "sequence_end": True})
+    assert numbered.parameters["sequence_id"].int64_param == 7
 
 
 def test_final_response_flag():
