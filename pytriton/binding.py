@@ -26,10 +26,12 @@ from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperat
 from pytriton.ipc import protocol
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.model_config.common import rechecked
+from pytriton.model_config.ensemble import EnsembleStep
 from pytriton.model_config.tensor import resolve_tensor_names
+from pytriton.repository.ensemble import EnsemblePlan, ensemble_config_proto, plan_ensemble, step_model
 from pytriton.repository.pbtxt import model_config_proto, to_pbtxt, to_triton_data_type
 from pytriton.repository.warmup import warmup_entries
-from pytriton.repository.writer import remove_model, write_model
+from pytriton.repository.writer import remove_model, write_ensemble, write_model
 from pytriton.server.model_trace import model_trace_settings
 from pytriton.server.workspace import remove_segments
 from pytriton.worker.context import TritonContext
@@ -59,6 +61,8 @@ class ModelDeclaration:
     asynchronous: List[bool]
     trace_settings: Optional[Dict[str, Any]] = None
     """The model's own trace settings (`pytriton.server.model_trace`), sent once it is ready."""
+    ensemble: Optional[EnsemblePlan] = None
+    """For an ensemble (`Triton.bind_ensemble`): its checked steps; it has no callable then."""
 
 
 @dataclasses.dataclass
@@ -143,12 +147,7 @@ class ModelBindings:
             PyTritonInvalidOperationError: `model_name` is already bound here.
             PyTritonModelConfigError: a generator callable on a model that is not decoupled.
         """
-        if not isinstance(model_name, str) or not model_name:
-            raise PyTritonBadParameterError(f"model_name={model_name!r} is invalid: expected a non-empty string")
-        if model_name in self._models:
-            raise PyTritonInvalidOperationError(
-                f"model '{model_name}' is already bound to this {self._owner}; bind each model name once"
-            )
+        self._check_new_name(model_name, model_version)
         infer_funcs: List[InferFunc] = (
             list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]  # type: ignore[list-item]
         )
@@ -156,10 +155,6 @@ class ModelBindings:
             raise PyTritonBadParameterError(
                 f"infer_func of model '{model_name}' must be a callable or a non-empty list of callables, "
                 f"got {infer_func!r}"
-            )
-        if not isinstance(model_version, int) or isinstance(model_version, bool) or model_version < 1:
-            raise PyTritonBadParameterError(
-                f"model_version={model_version!r} of model '{model_name}' is invalid: expected an int >= 1"
             )
         config = config if config is not None else ModelConfig()
         if not isinstance(config, ModelConfig):
@@ -188,6 +183,55 @@ class ModelBindings:
         return ModelDeclaration(
             context, infer_funcs, strict, [is_async_callable(f) for f in infer_funcs], trace_settings
         )
+
+    def _check_new_name(self, model_name: str, model_version: int) -> None:
+        if not isinstance(model_name, str) or not model_name:
+            raise PyTritonBadParameterError(f"model_name={model_name!r} is invalid: expected a non-empty string")
+        if model_name in self._models:
+            raise PyTritonInvalidOperationError(
+                f"model '{model_name}' is already bound to this {self._owner}; bind each model name once"
+            )
+        if not isinstance(model_version, int) or isinstance(model_version, bool) or model_version < 1:
+            raise PyTritonBadParameterError(
+                f"model_version={model_version!r} of model '{model_name}' is invalid: expected an int >= 1"
+            )
+
+    def declare_ensemble(
+        self,
+        model_name: str,
+        steps: Sequence[EnsembleStep],
+        inputs: Optional[Sequence[str]],
+        outputs: Optional[Sequence[str]],
+        model_version: int,
+    ) -> ModelDeclaration:
+        """Check a `bind_ensemble` call against the models bound here; starts and writes nothing.
+
+        Raises:
+            PyTritonBadParameterError: a bad name or version, or a step that does not fit
+                (`pytriton.repository.ensemble.plan_ensemble`).
+            PyTritonInvalidOperationError: `model_name` is already bound here.
+        """
+        self._check_new_name(model_name, model_version)
+        models = {
+            name: step_model(bound.version, bound.declaration.context.inputs, bound.declaration.context.outputs,
+                             bound.declaration.context.config)
+            for name, bound in self._models.items()
+        }
+        plan = plan_ensemble(model_name, steps, models, inputs, outputs)
+        size = plan.max_batch_size
+        config = ModelConfig(batching=size > 0, max_batch_size=max(size, 1), decoupled=plan.decoupled)
+        context = TritonContext(model_name, model_version, plan.inputs, plan.outputs, config)
+        return ModelDeclaration(context, [], False, [], ensemble=plan)
+
+    def start_ensemble(self, declaration: ModelDeclaration, repository: pathlib.Path) -> BoundModel:
+        """Write an ensemble's folder into `repository` and count it among the bound models."""
+        assert declaration.ensemble is not None
+        context = declaration.context
+        write_ensemble(repository, context.model_name, context.model_version,
+                       to_pbtxt(ensemble_config_proto(declaration.ensemble)))
+        bound = BoundModel(declaration, handlers=[])
+        self._models[context.model_name] = bound
+        return bound
 
     def start(
         self,

@@ -33,7 +33,7 @@ from pytriton.exceptions import (
     PyTritonServerStartupError,
 )
 from pytriton.ipc import protocol
-from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
 from pytriton.remote import RemoteTriton
 from pytriton.server.argv import build_argv
 from pytriton.server.checks import enabled_endpoints, probe_port
@@ -214,6 +214,46 @@ class Triton:
                 shm_prefix=workspace.shm_prefix,
                 import_paths=proxy_import_paths(self._distribution()),
             )
+            if running:
+                self._load_bound(model_name)
+
+    def bind_ensemble(
+        self,
+        model_name: str,
+        steps: Sequence[EnsembleStep],
+        inputs: Optional[Sequence[str]] = None,
+        outputs: Optional[Sequence[str]] = None,
+        model_version: int = 1,
+    ) -> None:
+        """Serve a pipeline of models bound here as one model, run step by step inside the server.
+
+        Each `EnsembleStep` names a bound model and maps its tensors to the ensemble's tensors;
+        Triton passes each tensor from the step that writes it to the steps that read it, and
+        the client makes one call. Bind the step models first.
+
+        Args:
+            model_name: the name clients use.
+            steps: the steps, in any order (they run as their tensors allow).
+            inputs: the ensemble's input tensors; None: those a step reads and no step writes.
+            outputs: the tensors it returns; None: those a step writes and no step reads.
+            model_version: the version served.
+
+        Raises:
+            PyTritonBadParameterError: a step names an unknown model or tensor, a tensor's dtype
+                or shape differs between its writer and a reader, the steps form a cycle, or they
+                disagree on batching (see `pytriton.repository.ensemble.plan_ensemble`).
+            PyTritonInvalidOperationError, PyTritonServerError: as for `bind`.
+        """
+        with self._lock:
+            self._raise_if_failed()
+            if self._stopped:
+                raise PyTritonInvalidOperationError("this Triton was stopped; create a new Triton to bind models")
+            declaration = self._bindings.declare_ensemble(model_name, steps, inputs, outputs, model_version)
+            workspace = self._ensure_workspace()
+            running = self._process is not None and self._control is not None
+            if running:
+                self._refuse_foreign_model(model_name)
+            self._bindings.start_ensemble(declaration, workspace.model_repository)
             if running:
                 self._load_bound(model_name)
 

@@ -12,12 +12,14 @@ from pytriton.model_config.common import (
     TimeoutAction,
     WarmupInput,
 )
+from pytriton.model_config.ensemble import EnsembleStep
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
 
 __all__ = [
     "DeviceKind",
     "DynamicBatcher",
+    "EnsembleStep",
     "ModelConfig",
     "ModelWarmup",
     "QueuePolicy",

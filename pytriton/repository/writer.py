@@ -61,5 +61,14 @@ def write_model(
     return folder
 
 
+def write_ensemble(repository: pathlib.Path, model_name: str, model_version: int, config_text: str) -> pathlib.Path:
+    """Write (or replace) an ensemble's folder: its configuration and an empty version folder,
+    which Triton needs although an ensemble has no files of its own."""
+    folder = repository / model_name
+    (folder / str(model_version)).mkdir(parents=True, exist_ok=True)
+    (folder / "config.pbtxt").write_text(config_text)
+    return folder
+
+
 def remove_model(repository: pathlib.Path, model_name: str) -> None:
     shutil.rmtree(repository / model_name, ignore_errors=True)

@@ -25,8 +25,9 @@ _server_log = logging.getLogger("pytriton.server.tritonserver")
 
 _PR_SET_PDEATHSIG = 1
 _ERROR_LINE = re.compile(r"^E\d{4} ")
-# Logged as an error by every CPU-only server at start and stop; it changes nothing.
-_HARMLESS = "CudaDriverHelper has not been initialized"
+# Error lines tritonserver prints on a machine without a usable GPU although nothing fails:
+# its CUDA helper at start, and the CUDA stream each ensemble asks for (it runs without one).
+_HARMLESS = ("CudaDriverHelper has not been initialized", "unable to create stream for")
 # Logged each second of a shutdown (at INFO level, which is on by default) once in-flight
 # inferences are done and the models are being unloaded.
 _LIVE_MODELS = re.compile(r"Found (\d+) live models")
@@ -167,7 +168,7 @@ class ServerProcess:
                 self.live_models = int(live.group(1))
             elif _DRAINED.search(line):
                 self.drained = True
-            harmless = _HARMLESS in line
+            harmless = any(text in line for text in _HARMLESS)
             level = logging.WARNING if _ERROR_LINE.match(line) and not harmless else logging.DEBUG
             _server_log.log(level, "%s", line)
 
