@@ -34,7 +34,7 @@ from pytriton.exceptions import (
     PyTritonInvalidOperationError,
     PyTritonServerError,
 )
-from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
 from pytriton.repository.override import load_override
 from pytriton.server.control import ServerControl, wait_for
 from pytriton.server.distribution import find_distribution, proxy_import_paths
@@ -196,6 +196,50 @@ class RemoteTriton:
                 if self._shared is not None:
                     self._shared.release(model_name)
                 self._bindings.discard(model_name, self._repository)
+                raise
+            if self._running:
+                try:
+                    self._load([model_name])
+                except BaseException:
+                    self._loaded.remove(model_name)
+                    self._forget(model_name)
+                    self._control.forget_failed_model(model_name, MODEL_LOAD_TIMEOUT_S)
+                    raise
+
+    def bind_ensemble(
+        self,
+        model_name: str,
+        steps: Sequence[EnsembleStep],
+        inputs: Optional[Sequence[str]] = None,
+        outputs: Optional[Sequence[str]] = None,
+        model_version: int = 1,
+    ) -> None:
+        """Serve a pipeline of models this process bound as one model (see `Triton.bind_ensemble`)."""
+        with self._lock:
+            if self._stopped:
+                raise PyTritonInvalidOperationError(
+                    "this RemoteTriton was stopped; create a new RemoteTriton to bind models"
+                )
+            declaration = self._bindings.declare_ensemble(model_name, steps, inputs, outputs, model_version)
+            self._reach()
+            if self._shared is None:
+                # Measured with Triton 2.51: an ensemble sent through the repository API looks for
+                # its steps in the server's repository folders, where models sent that way are not.
+                raise PyTritonInvalidOperationError(
+                    f"ensemble '{model_name}' needs the server's model repository: give RemoteTriton the folder "
+                    "it shares with the server (workspace=...); tritonserver cannot load an ensemble whose steps "
+                    "were sent through its repository API"
+                )
+            if self._shared is not None:
+                self._shared.claim(model_name)
+            try:
+                if self._shared is None:
+                    self._check_name_free(model_name)
+                else:
+                    self._check_served(model_name)
+                self._bindings.start_ensemble(declaration, self._workspace.model_repository)
+            except BaseException:
+                self._forget(model_name)
                 raise
             if self._running:
                 try:

@@ -62,10 +62,14 @@ def write_model(
 
 
 def write_ensemble(repository: pathlib.Path, model_name: str, model_version: int, config_text: str) -> pathlib.Path:
-    """Write (or replace) an ensemble's folder: its configuration and an empty version folder,
-    which Triton needs although an ensemble has no files of its own."""
+    """Write (or replace) an ensemble's folder: its configuration and a version folder, which
+    Triton needs although an ensemble has no files of its own. The folder holds a short note: a
+    model sent through the repository API (`RemoteTriton` without a shared folder) brings its
+    version folder only as the files in it, and a load with no file looks for the model on disk."""
     folder = repository / model_name
-    (folder / str(model_version)).mkdir(parents=True, exist_ok=True)
+    version_folder = folder / str(model_version)
+    version_folder.mkdir(parents=True, exist_ok=True)
+    (version_folder / "ENSEMBLE.txt").write_text(f"{model_name}: an ensemble of models bound with pytriton\n")
     (folder / "config.pbtxt").write_text(config_text)
     return folder
 

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from support import server_config
 
-from pytriton.client import AsyncioModelClient, FuturesModelClient, ModelClient
+from pytriton.client import AsyncioModelClient, DecoupledModelClient, FuturesModelClient, ModelClient
 from pytriton.client.exceptions import PyTritonClientInferenceServerError
 from pytriton.decorators import batch
-from pytriton.exceptions import PyTritonBadParameterError
+from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError
 from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
-from pytriton.triton import Triton
+from pytriton.triton import RemoteTriton, Triton
 
 pytestmark = pytest.mark.functional
 
@@ -61,8 +61,7 @@ TEXTS = np.array([[b"hello"], [b"ab"]], dtype=object)
 def served() -> Iterator[dict]:
     config = server_config()
     with Triton(config=config) as triton:
-        for name, (func, inputs, outputs) in STEPS.items():
-            triton.bind(name, func, inputs=inputs, outputs=outputs, config=ModelConfig(max_batch_size=8))
+        _bind_steps(triton)
         triton.bind_ensemble("Pipeline", [EnsembleStep("Format"), EnsembleStep("Tokenize"), EnsembleStep("Score")])
         yield {"triton": triton, "config": config, "http": f"http://127.0.0.1:{config.http_port}",
                "grpc": f"grpc://127.0.0.1:{config.grpc_port}"}
@@ -125,3 +124,46 @@ def test_a_step_that_does_not_fit_is_refused_at_bind_ensemble(served):
         triton.bind_ensemble("Bad", [EnsembleStep("Tokenize"), EnsembleStep("Nope")])
     with pytest.raises(PyTritonBadParameterError, match=r"ensemble tensor 'codes' has dtype int64 in step 0"):
         triton.bind_ensemble("Bad", [EnsembleStep("Tokenize"), EnsembleStep("Format", inputs={"score": "codes"})])
+
+
+def _bind_steps(triton, version: int = 1) -> None:
+    for name, (func, inputs, outputs) in STEPS.items():
+        triton.bind(name, func, inputs=inputs, outputs=outputs, config=ModelConfig(max_batch_size=8),
+                    model_version=version)
+
+
+def test_a_remote_triton_without_a_shared_folder_refuses_an_ensemble_clearly():
+    # Triton 2.51 looks for an ensemble's steps in its repository folders; steps sent through the
+    # repository API are not there. (With a shared folder it works: tests/functional/test_remote.py.)
+    config = server_config()
+    url = f"http://127.0.0.1:{config.http_port}"
+    with Triton(config=config) as triton:
+        remote = RemoteTriton(url, access_token=triton.get_access_token())
+        try:
+            _bind_steps(remote)
+            with pytest.raises(PyTritonInvalidOperationError, match=r"needs the server's model repository"):
+                remote.bind_ensemble("RemotePipeline", [EnsembleStep(name) for name in STEPS])
+            remote.connect()  # the steps themselves serve
+            with ModelClient(url, "Tokenize") as client:
+                assert client.infer_batch(text=TEXTS)["codes"].shape == (2, 4)
+        finally:
+            remote.stop()
+
+
+def spell(requests):
+    """Decoupled: one response per code of each request's row, then the end."""
+    codes = [r["codes"] for r in requests]
+    for index in range(4):
+        yield [{"code": c[:, index:index + 1]} for c in codes]
+
+
+def test_an_ensemble_whose_last_step_streams_streams_to_the_client():
+    config = server_config()
+    with Triton(config=config) as triton:
+        _bind_steps(triton)
+        triton.bind("Spell", spell, inputs=[CODES], outputs=[Tensor(name="code", dtype=np.int64, shape=(1,))],
+                    config=ModelConfig(max_batch_size=8, decoupled=True))
+        triton.bind_ensemble("Spelled", [EnsembleStep("Tokenize"), EnsembleStep("Spell")])
+        with DecoupledModelClient(f"grpc://127.0.0.1:{config.grpc_port}", "Spelled") as client:
+            codes = [int(r["code"][0]) for r in client.infer_sample(text=np.array([b"abc"], dtype=object))]
+        assert codes == [97, 98, 99, 0]

@@ -38,7 +38,7 @@ from pytriton.exceptions import (
     PyTritonServerError,
     PyTritonUnrecoverableError,
 )
-from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
 from pytriton.server.distribution import assemble_backends, find_distribution, server_environment
 from pytriton.triton import RemoteTriton
 
@@ -58,7 +58,7 @@ BINDER = textwrap.dedent(
     import sys
     import numpy as np
     from pytriton.decorators import batch
-    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
     from pytriton.triton import RemoteTriton
 
     url, workspace, name, kind, value = sys.argv[1:6]
@@ -348,6 +348,24 @@ def test_url_and_token_are_checked(server):
                                                   rf"\(waited 0.5 s\); start it first, with --model-repository="):
         with RemoteTriton(f"http://127.0.0.1:{port}", workspace=server.workspace, connect_timeout_s=0.5):
             pass  # entering connects
+
+
+def test_an_ensemble_of_remote_models_with_versions_through_a_shared_folder(server):
+    double = batch(lambda INPUT_1: {"OUTPUT_1": INPUT_1 * 2})
+    plus = batch(lambda INPUT_1: {"OUTPUT_1": INPUT_1 + 0.5})
+    with RemoteTriton(server.url, workspace=server.workspace) as triton:
+        triton.bind("Double", double, model_version=2, **F32)
+        triton.bind("Plus", plus, **F32)
+        triton.bind_ensemble(
+            "DoubleThenPlus",
+            [EnsembleStep("Double", outputs={"OUTPUT_1": "doubled"}, model_version=2),
+             EnsembleStep("Plus", inputs={"INPUT_1": "doubled"})],
+            model_version=4,
+        )
+        with ModelClient(server.url, "DoubleThenPlus", model_version="4") as client:
+            result = client.infer_sample(INPUT_1=np.array([1.0, 3.0], np.float32))
+        assert result["OUTPUT_1"].tolist() == [2.5, 6.5]
+    assert server.status("/v2/models/DoubleThenPlus/ready") != 200  # unloaded with the others
 
 
 def test_is_alive_before_connect_says_whether_the_server_at_the_url_is_live(server):
