@@ -230,13 +230,9 @@ class RemoteTriton:
                     "it shares with the server (workspace=...); tritonserver cannot load an ensemble whose steps "
                     "were sent through its repository API"
                 )
-            if self._shared is not None:
-                self._shared.claim(model_name)
+            self._shared.claim(model_name)
             try:
-                if self._shared is None:
-                    self._check_name_free(model_name)
-                else:
-                    self._check_served(model_name)
+                self._check_served(model_name)
                 self._bindings.start_ensemble(declaration, self._workspace.model_repository)
             except BaseException:
                 self._forget(model_name)

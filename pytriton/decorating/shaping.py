@@ -37,7 +37,8 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
     On a sequence-batched model (``ModelConfig(batcher=SequenceBatcher(...))``), a callable that
     names ``sequence_id``, ``sequence_start`` or ``sequence_end`` among its parameters gets them
     as arrays of shape (rows, 1): each row's sequence id (ints or strs, an object array) and
-    whether its request starts or ends the sequence.
+    whether its request starts or ends the sequence. A callable that names ``is_cancelled`` gets
+    a function to call while it works: each row's ``request.is_cancelled()``, shape (rows, 1).
 
     Raises:
         PyTritonValidationError: requests with different input names or trailing shapes, or outputs
@@ -55,6 +56,8 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
         sizes, inputs = _gather(requests)
     if getattr(requests[0], "sequence_id", None) is not None:  # a sequence model's requests
         inputs.update(_sequence_rows(wrapped, requests, sizes))
+    if _names_parameter(wrapped, "is_cancelled"):
+        inputs["is_cancelled"] = _cancelled_rows(requests, sizes)
 
     total = sum(sizes)
 
@@ -71,6 +74,24 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
         return BatchResponses(outputs, sizes)
 
     return map_result(wrapped(**inputs), split)
+
+
+def _names_parameter(wrapped: Callable[..., Any], name: str) -> bool:
+    try:
+        return name in inspect.signature(wrapped).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _cancelled_rows(requests: list[Any], sizes: list[int]) -> Callable[[], np.ndarray]:
+    """For a callable that names `is_cancelled`: a function it may call while it works, giving
+    each row's ``request.is_cancelled()`` as a bool array of shape (rows, 1)."""
+
+    def is_cancelled() -> np.ndarray:
+        flags = [bool(getattr(request, "is_cancelled", lambda: False)()) for request in requests]
+        return np.repeat(np.array(flags, dtype=bool), sizes).reshape(-1, 1)
+
+    return is_cancelled
 
 
 _SEQUENCE_ARGUMENTS = ("sequence_id", "sequence_start", "sequence_end")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import urllib.request
 from typing import Iterator
 
@@ -110,12 +111,20 @@ def test_each_step_counts_its_executions(served):
             stats = json.loads(response.read())["model_stats"]
         return {entry["name"]: entry["inference_stats"]["success"]["count"] for entry in stats}
 
-    before = counts()
+    def metrics() -> dict:
+        url = f"http://127.0.0.1:{served['config'].metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        found = re.findall(r'^nv_inference_request_success\{model="(\w+)",version="1"\} (\d+)', text, re.M)
+        return {name: int(count) for name, count in found}
+
+    before, scraped = counts(), metrics()
     with ModelClient(served["http"], "Pipeline") as client:
         client.infer_batch(text=TEXTS)
-    after = counts()
+    after, rescraped = counts(), metrics()
     for name in ("Pipeline", "Tokenize", "Score", "Format"):
         assert after[name] == before[name] + 1, (name, before, after)
+        assert rescraped[name] == scraped.get(name, 0) + 1, (name, scraped, rescraped)
 
 
 def test_a_step_that_does_not_fit_is_refused_at_bind_ensemble(served):

@@ -165,3 +165,42 @@ def test_a_request_whose_pytriton_client_timed_out_is_cancelled_over_http_too():
                 client.infer_sample(np.array([1.0, 2.0], np.float32))
         assert wait_until(lambda: bool(patient.learnt), timeout_s=5), "the callable never learnt it"
         assert patient.learnt[0] - started < 1.0
+
+
+def test_a_batch_callable_that_names_is_cancelled_sees_its_rows_cancelled():
+    learnt: List[float] = []
+    started = threading.Event()
+
+    @batch
+    def patient(x, is_cancelled):
+        started.set()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            cancelled = is_cancelled()
+            assert cancelled.shape == (len(x), 1)
+            if cancelled.all():
+                learnt.append(time.monotonic())
+                break
+            time.sleep(0.01)
+        return {"double": x * 2, "costly": x}
+
+    config = server_config()
+    url = f"grpc://127.0.0.1:{config.grpc_port}"
+    with Triton(config=config) as triton:
+        triton.bind("BatchPatient", patient, config=ModelConfig(max_batch_size=4), **TWO_OUTPUTS)
+
+        async def ask_then_cancel() -> float:
+            async with AsyncioModelClient(url, "BatchPatient") as client:
+                await client.model_config
+                task = asyncio.create_task(client.infer_batch(np.ones((2, 2), np.float32)))
+                while not started.is_set():
+                    await asyncio.sleep(0.01)
+                cancelled_at = time.monotonic()
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                return cancelled_at
+
+        cancelled_at = asyncio.run(ask_then_cancel())
+        assert wait_until(lambda: bool(learnt), timeout_s=5), "the @batch callable never learnt the cancellation"
+        assert learnt[0] - cancelled_at < 0.5
