@@ -29,6 +29,8 @@ from pytriton.proxy.relay import Relay
 from pytriton.proxy.waiting import AnswerWait, spin_window_us
 
 _LIVENESS_CHECK_S = 1.0
+_QUEUED_CANCEL_CHECK_S = 0.05
+"""Batches of a model usually this slow or slower are checked for requests cancelled in the queue."""
 _CANCEL_CHECK_S = 0.1
 """While a batch runs this long or longer, the proxy looks every so often whether its requests
 were cancelled (and tells the worker); the data channel's receive timeout."""
@@ -154,6 +156,7 @@ class TritonPythonModel:
         self._arena = Arena(lambda generation: protocol.segment_name(shm_prefix, self._instance, "in", generation))
         self._reader = SegmentReader()
         self._batch_id = 0
+        self._typical_batch_s = 0.0  # running average of a batch's round trip to the worker
         self._arena_lock = threading.Lock()  # held through each batch; the idle watch takes it only when free
         self._last_batch = time.monotonic()
         self._idle_released = True
@@ -211,22 +214,42 @@ class TritonPythonModel:
         with self._arena_lock:
             self._last_batch = time.monotonic()
             self._idle_released = False
-            if self._sequences:
-                return self._execute_live(requests)
-            return self._execute(requests)
+            if not self._sequences and self._typical_batch_s < _QUEUED_CANCEL_CHECK_S:
+                return self._execute(requests)
+            skipped = self._skipped(requests)
+            if not skipped:
+                return self._execute(requests)
+            responses = [skipped.get(index) for index in range(len(requests))]
+            live = [index for index in range(len(requests)) if index not in skipped]
+            if live:
+                for index, response in zip(live, self._execute([requests[index] for index in live])):
+                    responses[index] = response
+            return responses
 
-    def _execute_live(self, requests: List[Any]) -> List[Any]:
-        """A sequence model's batch without its null requests, which Triton's direct sequence
-        batcher puts in idle batch slots (correlation id 0): they get an empty answer here and
-        never reach the callable."""
-        live = [index for index, request in enumerate(requests) if request.correlation_id() not in (0, "")]
-        if len(live) == len(requests):
-            return self._execute(requests)
-        responses = [pb_utils.InferenceResponse(output_tensors=[]) for _ in requests]
-        if live:
-            for index, response in zip(live, self._execute([requests[index] for index in live])):
-                responses[index] = response
-        return responses
+    def _skipped(self, requests: List[Any]) -> Dict[int, Any]:
+        """The requests answered here without reaching the callable, with their answers.
+
+        - The null requests Triton's direct sequence batcher puts in idle batch slots
+          (correlation id 0): an empty answer.
+        - For a model whose batches take `_QUEUED_CANCEL_CHECK_S` or more, the requests their
+          clients cancelled while they waited in Triton's queue (Triton 2.51 still hands them
+          over): a cancelled error. Asking costs the stub a round trip to the server per request,
+          nothing next to such a batch, too much for a fast one.
+        """
+        skipped: Dict[int, Any] = {}
+        if self._sequences:
+            for index, request in enumerate(requests):
+                if request.correlation_id() in (0, ""):
+                    skipped[index] = pb_utils.InferenceResponse(output_tensors=[])
+        if self._typical_batch_s >= _QUEUED_CANCEL_CHECK_S:
+            for index, request in enumerate(requests):
+                if index not in skipped and request.is_cancelled():
+                    error = pb_utils.TritonError(
+                        f"Model '{self._model_name}': the request was cancelled while it waited",
+                        getattr(pb_utils.TritonError, "CANCELLED", 0),
+                    )
+                    skipped[index] = pb_utils.InferenceResponse(error=error)
+        return skipped
 
     def _execute(self, requests: List[Any]) -> List[Any]:
         started = time.monotonic_ns() if self._stamps else 0
@@ -242,7 +265,9 @@ class TritonPythonModel:
         header = protocol.encode(
             protocol.InferBatch(self._batch_id, parameters, columns, segment, stamps, sequences, requested)
         )
+        sent = time.monotonic()
         result, answer = self._round_trip(header, payload, requests)
+        self._typical_batch_s += (time.monotonic() - sent - self._typical_batch_s) / 8
         if result is None:
             self._link.drop()
             error = pb_utils.TritonError(

@@ -204,3 +204,33 @@ def test_a_batch_callable_that_names_is_cancelled_sees_its_rows_cancelled():
         cancelled_at = asyncio.run(ask_then_cancel())
         assert wait_until(lambda: bool(learnt), timeout_s=5), "the @batch callable never learnt the cancellation"
         assert learnt[0] - cancelled_at < 0.5
+
+
+def test_a_request_cancelled_while_queued_behind_a_slow_batch_never_reaches_the_callable():
+    # Triton 2.51 hands over requests cancelled in its queue; the proxy of a slow model drops them.
+    seen: List[float] = []
+
+    def slow(requests):
+        seen.extend(float(request["x"][0, 0]) for request in requests)
+        time.sleep(1.0)
+        return [{"double": request["x"] * 2, "costly": request["x"]} for request in requests]
+
+    config = server_config()
+    url = f"grpc://127.0.0.1:{config.grpc_port}"
+    with Triton(config=config) as triton:
+        triton.bind("Slow", slow, config=ModelConfig(max_batch_size=1), **TWO_OUTPUTS)
+
+        async def run() -> None:
+            async with AsyncioModelClient(url, "Slow") as client:
+                await client.model_config
+                first = asyncio.create_task(client.infer_sample(np.array([1.0, 1.0], np.float32)))
+                await asyncio.sleep(0.3)  # the first runs; the second waits in Triton's queue
+                second = asyncio.create_task(client.infer_sample(np.array([2.0, 2.0], np.float32)))
+                await asyncio.sleep(0.2)
+                second.cancel()
+                await first
+
+        asyncio.run(run())
+        with ModelClient(url, "Slow", inference_timeout_s=10) as client:  # and the model goes on
+            assert client.infer_sample(np.array([3.0, 3.0], np.float32))["double"].tolist() == [6.0, 6.0]
+    assert seen == [1.0, 3.0]
