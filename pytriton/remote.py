@@ -198,13 +198,7 @@ class RemoteTriton:
                 self._bindings.discard(model_name, self._repository)
                 raise
             if self._running:
-                try:
-                    self._load([model_name])
-                except BaseException:
-                    self._loaded.remove(model_name)
-                    self._forget(model_name)
-                    self._control.forget_failed_model(model_name, MODEL_LOAD_TIMEOUT_S)
-                    raise
+                self._load_or_forget(model_name)
 
     def bind_ensemble(
         self,
@@ -238,13 +232,17 @@ class RemoteTriton:
                 self._forget(model_name)
                 raise
             if self._running:
-                try:
-                    self._load([model_name])
-                except BaseException:
-                    self._loaded.remove(model_name)
-                    self._forget(model_name)
-                    self._control.forget_failed_model(model_name, MODEL_LOAD_TIMEOUT_S)
-                    raise
+                self._load_or_forget(model_name)
+
+    def _load_or_forget(self, model_name: str) -> None:
+        """Load a model bound while connected; on failure, undo the bind and say why."""
+        try:
+            self._load([model_name])
+        except BaseException:
+            self._loaded.remove(model_name)
+            self._forget(model_name)
+            self._control.forget_failed_model(model_name, MODEL_LOAD_TIMEOUT_S)
+            raise
 
     def _forget(self, model_name: str) -> None:
         """Undo a bind: its handlers, its folder, its claim."""

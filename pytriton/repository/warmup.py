@@ -87,6 +87,33 @@ def _user_file(where: str, tensor: Tensor, spec: WarmupInput) -> pathlib.Path:
     return path
 
 
+def _npy_sample(where: str, given: str, shape: Tuple[int, ...]) -> np.ndarray:
+    """The one sample a ``.npy`` data file holds, as the published PyTriton reads such files: the
+    sample itself, or rows of it. Triton's warm-up sends one sample to every request of the
+    batch, so rows that differ are refused, naming the file."""
+    path = pathlib.Path(given).expanduser().absolute()
+    try:
+        array: np.ndarray = np.asarray(np.load(path, allow_pickle=False))
+    except (OSError, ValueError) as exc:
+        raise PyTritonModelConfigError(
+            f"{where}: input_data_file {given!r} is not a readable .npy file ({exc})"
+        ) from exc
+    if array.shape == shape:
+        return array
+    if array.ndim == len(shape) + 1 and array.shape[1:] == shape and len(array):
+        if all(np.array_equal(row, array[0]) for row in array[1:]):
+            first: np.ndarray = array[0]
+            return first
+        raise PyTritonModelConfigError(
+            f"{where}: input_data_file {given!r} holds {len(array)} different rows; Triton's warm-up sends one sample "
+            f"to every request of the batch: give one sample of shape {shape}, or one ModelWarmup per row"
+        )
+    raise PyTritonModelConfigError(
+        f"{where}: input_data_file {given!r} holds an array of shape {array.shape}; expected one sample of shape "
+        f"{shape} (or rows of it)"
+    )
+
+
 def _declared_input(
     where: str, tensor: Tensor, spec: WarmupInput, entry: Any, file_name: str, files: Dict[str, WarmupFile]
 ) -> None:
@@ -97,7 +124,10 @@ def _declared_input(
         raise PyTritonModelConfigError(f"{where} has dtype {dtype}; the model's input has dtype {declared}")
     _check_shape(where, tensor, shape)
     entry.dims.extend(shape)
-    if spec.input_data_file is not None:
+    if spec.input_data_file is not None and spec.input_data_file.lower().endswith(".npy"):
+        files[file_name] = _sample_payload(where, tensor, _npy_sample(where, spec.input_data_file, shape))
+        entry.input_data_file = file_name
+    elif spec.input_data_file is not None:
         files[file_name] = _user_file(where, tensor, spec)
         entry.input_data_file = file_name
     elif spec.random_data:

@@ -181,13 +181,24 @@ class ServerProcess:
 
     def output_tail(self, lines: int = 30) -> str:
         """The last lines the server printed, for error messages."""
+        self._settle()
         return "\n".join(list(self._lines)[-lines:])
 
     def output(self) -> List[str]:
+        self._settle()
         return list(self._lines)
+
+    def _settle(self) -> None:
+        """Once the server has exited, its last lines may still be on their way through the pipe:
+        give the reader a moment to take them in (it ends at the pipe's end), or an error message
+        would miss the very line that says why."""
+        reader = self._reader
+        if self.returncode is not None and reader is not None and reader is not threading.current_thread():
+            reader.join(1.0)
 
     def report(self) -> str:
         """The errors the server logged (``E<date>`` lines), then its last lines: for error messages."""
+        self._settle()
         errors = [line for line in self._lines if _ERROR_LINE.match(line)]
         parts = []
         if errors:

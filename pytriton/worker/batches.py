@@ -148,10 +148,11 @@ class BatchCalls:
         batch_sizes = Expected([None] * len(batch.parameters), batch.requested)
         try:
             requests = self.requests(batch, payload, reader)
-            probe = self.probe
-            probe.begin(requests, cancels)
-            for request in requests:
-                request._probe = probe
+            if cancels is not None:  # the handler reads cancellations while this batch runs
+                probe = self.probe
+                probe.begin(requests, cancels)
+                for request in requests:
+                    request._probe = probe
             if self._strict_sizes:  # before the callable may change the requests
                 batch_sizes = Expected([_batch_size(request) for request in requests], batch.requested)
         except Exception as exc:  # noqa: BLE001 - a bad batch fails its own requesters only

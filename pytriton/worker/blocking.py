@@ -148,6 +148,7 @@ class BlockingLoop:
                 self._serve_batch(connection, message, payload, received)
             finally:
                 self._in_flight.value -= 1
+                self._calls.probe.end()
         # a Cancel for a batch that already ended needs nothing
 
     def _serve_batch(self, connection: Connection, batch: protocol.InferBatch, payload: Any, received: int) -> None:

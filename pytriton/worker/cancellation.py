@@ -40,6 +40,11 @@ class CancelProbe:
         self._all = False
         self._next_read = 0.0
 
+    def end(self) -> None:
+        """The batch is answered: let go of its requests, whose arrays may view shared memory
+        that the handler unmaps once idle."""
+        self.begin((), None)
+
     def is_cancelled(self, request: Any) -> bool:
         """Whether `request` (or the request it was rebuilt from) was cancelled by its client."""
         self._refresh()

@@ -100,6 +100,20 @@ def test_a_batch_callable_answering_every_output_sends_only_those_asked_for(serv
     assert got["double"] is None
 
 
+async def _ask_then_cancel(url: str, model: str, started: threading.Event, batch_of: np.ndarray) -> float:
+    """Send a batch from an asyncio task, cancel the task once the callable started; when."""
+    async with AsyncioModelClient(url, model) as client:
+        await client.model_config
+        task = asyncio.create_task(client.infer_batch(batch_of))
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        cancelled_at = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return cancelled_at
+
+
 class Patient:
     """Works up to 10 s on a request unless it is cancelled (x[0] < 0: answers at once);
     records what `is_cancelled()` said and when it first said True."""
@@ -130,19 +144,8 @@ def test_a_request_cancelled_by_its_grpc_client_is_seen_by_the_running_callable(
     with Triton(config=config) as triton:
         triton.bind("Patient", patient, config=ModelConfig(max_batch_size=4), **TWO_OUTPUTS)
 
-        async def ask_then_cancel() -> float:
-            async with AsyncioModelClient(url, "Patient") as client:
-                await client.model_config
-                task = asyncio.create_task(client.infer_sample(np.array([1.0, 2.0], np.float32)))
-                while not patient.started.is_set():
-                    await asyncio.sleep(0.01)
-                cancelled_at = time.monotonic()
-                task.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await task
-                return cancelled_at
-
-        cancelled_at = asyncio.run(ask_then_cancel())
+        one_row = np.array([[1.0, 2.0]], np.float32)
+        cancelled_at = asyncio.run(_ask_then_cancel(url, "Patient", patient.started, one_row))
         assert wait_until(lambda: bool(patient.learnt), timeout_s=5), "the callable never learnt the cancellation"
         assert patient.learnt[0] - cancelled_at < 0.5
         with ModelClient(url, "Patient", inference_timeout_s=5) as client:  # the model goes on at once
@@ -189,19 +192,7 @@ def test_a_batch_callable_that_names_is_cancelled_sees_its_rows_cancelled():
     with Triton(config=config) as triton:
         triton.bind("BatchPatient", patient, config=ModelConfig(max_batch_size=4), **TWO_OUTPUTS)
 
-        async def ask_then_cancel() -> float:
-            async with AsyncioModelClient(url, "BatchPatient") as client:
-                await client.model_config
-                task = asyncio.create_task(client.infer_batch(np.ones((2, 2), np.float32)))
-                while not started.is_set():
-                    await asyncio.sleep(0.01)
-                cancelled_at = time.monotonic()
-                task.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await task
-                return cancelled_at
-
-        cancelled_at = asyncio.run(ask_then_cancel())
+        cancelled_at = asyncio.run(_ask_then_cancel(url, "BatchPatient", started, np.ones((2, 2), np.float32)))
         assert wait_until(lambda: bool(learnt), timeout_s=5), "the @batch callable never learnt the cancellation"
         assert learnt[0] - cancelled_at < 0.5
 

@@ -157,6 +157,32 @@ def test_a_data_file_shorter_than_one_sample_is_refused(tmp_path):
         entries(ModelConfig(model_warmup=[warmup]))
 
 
+def test_a_npy_data_file_is_read_as_the_published_library_reads_it(tmp_path):
+    # The published PyTriton loads .npy files with np.load; the raw file would send its header as data.
+    sample = np.array([[-1, -100]], np.int64)
+    for name, stored in (("one.npy", sample), ("rows.npy", np.stack([sample, sample, sample]))):
+        np.save(tmp_path / name, stored)
+        spec = WarmupInput(np.int64, (1, 2), input_data_file=tmp_path / name)
+        warmup = ModelWarmup(batch_size=3, inputs={"ids": spec})
+        messages, files = entries(ModelConfig(model_warmup=[warmup]))
+        entry = messages[0].inputs["ids"]
+        assert files[entry.input_data_file] == sample.tobytes() and list(entry.dims) == [1, 2]
+
+
+def test_a_npy_data_file_with_different_rows_or_another_shape_is_refused(tmp_path):
+    np.save(tmp_path / "rows.npy", np.array([[[1, 2]], [[3, 4]]], np.int64))
+    np.save(tmp_path / "wide.npy", np.zeros((1, 3), np.int64))
+    (tmp_path / "broken.npy").write_bytes(b"not numpy")
+    for name, message in (("rows.npy", r"holds 2 different rows; Triton's warm-up sends one sample"),
+                          ("wide.npy", r"holds an array of shape \(1, 3\); expected one sample of shape \(1, 2\)"),
+                          ("broken.npy", r"is not a readable .npy file")):
+        spec = WarmupInput(np.int64, (1, 2), input_data_file=tmp_path / name)
+        warmup = ModelWarmup(batch_size=2, inputs={"ids": spec})
+        with pytest.raises(PyTritonModelConfigError, match=message) as info:
+            entries(ModelConfig(model_warmup=[warmup]))
+        assert "'ids'" in str(info.value) and name in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
