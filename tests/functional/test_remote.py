@@ -370,10 +370,14 @@ def test_an_ensemble_of_remote_models_with_versions_through_a_shared_folder(serv
 
 def test_is_alive_before_connect_says_whether_the_server_at_the_url_is_live(server):
     # As the published RemoteTriton: a caller may poll is_alive() before it connects.
-    assert RemoteTriton(server.url, workspace=server.workspace).is_alive()
-    assert RemoteTriton(server.grpc_url, workspace=server.workspace).is_alive()
     port = free_ports(1)[0]
-    assert not RemoteTriton(f"http://127.0.0.1:{port}", workspace=server.workspace).is_alive()
+    for url, alive in ((server.url, True), (server.grpc_url, True), (f"http://127.0.0.1:{port}", False)):
+        triton = RemoteTriton(url, workspace=server.workspace)
+        try:
+            assert triton.is_alive() is alive, url
+        finally:
+            assert triton.stop() is False  # never connected; its session folder goes all the same
+    assert not list((server.workspace / "sockets").glob(f"pytriton-{os.getpid()}-*"))
 
 
 def test_a_binding_process_started_before_the_server_waits_for_it():
