@@ -30,7 +30,7 @@ from pytriton.model_config.ensemble import EnsembleStep
 from pytriton.model_config.tensor import resolve_tensor_names
 from pytriton.repository.ensemble import EnsemblePlan, ensemble_config_proto, plan_ensemble, step_model
 from pytriton.repository.pbtxt import model_config_proto, to_pbtxt, to_triton_data_type
-from pytriton.repository.warmup import warmup_entries
+from pytriton.repository.warmup import local_warmups, warmup_entries
 from pytriton.repository.writer import remove_model, write_ensemble, write_model
 from pytriton.server.model_trace import model_trace_settings
 from pytriton.server.workspace import remove_segments
@@ -40,6 +40,7 @@ from pytriton.worker.instance import Instance
 from pytriton.worker.process_instance import ProcessInstance, check_forkable
 from pytriton.worker.request import Request
 from pytriton.worker.stamps import stamps_folder
+from pytriton.worker.warmup import run_local_warmups
 
 logger = logging.getLogger("pytriton.triton")
 
@@ -279,6 +280,8 @@ class ModelBindings:
         config_text = to_pbtxt(proto)
         if self._zmq is None:
             self._zmq = zmq.Context()
+        # Warm-ups Triton cannot send run here, before the handlers (and any fork) start.
+        run_local_warmups(context, declaration.infer_funcs, local_warmups(model_name, context.inputs, config))
         bound = BoundModel(declaration, handlers=[], shm_prefix=model_shm_prefix)
         self._models[model_name] = bound  # registered first, so stop_handlers() finds whatever started
         try:

@@ -10,6 +10,7 @@ Inputs a warm-up leaves out are ``zero_data``, with every variable axis of lengt
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pathlib
 import struct
@@ -87,10 +88,9 @@ def _user_file(where: str, tensor: Tensor, spec: WarmupInput) -> pathlib.Path:
     return path
 
 
-def _npy_sample(where: str, given: str, shape: Tuple[int, ...]) -> np.ndarray:
-    """The one sample a ``.npy`` data file holds, as the published PyTriton reads such files: the
-    sample itself, or rows of it. Triton's warm-up sends one sample to every request of the
-    batch, so rows that differ are refused, naming the file."""
+def _npy_array(where: str, given: str, shape: Tuple[int, ...]) -> np.ndarray:
+    """The array a ``.npy`` data file holds: one sample, or rows of samples (as the published
+    PyTriton reads such files)."""
     path = pathlib.Path(given).expanduser().absolute()
     try:
         array: np.ndarray = np.asarray(np.load(path, allow_pickle=False))
@@ -98,20 +98,26 @@ def _npy_sample(where: str, given: str, shape: Tuple[int, ...]) -> np.ndarray:
         raise PyTritonModelConfigError(
             f"{where}: input_data_file {given!r} is not a readable .npy file ({exc})"
         ) from exc
+    rows = array.ndim == len(shape) + 1 and array.shape[1:] == shape and len(array) > 0
+    if array.shape != shape and not rows:
+        raise PyTritonModelConfigError(
+            f"{where}: input_data_file {given!r} holds an array of shape {array.shape}; expected one sample of "
+            f"shape {shape} (or rows of it)"
+        )
+    return array
+
+
+def _distinct_rows(array: np.ndarray, shape: Tuple[int, ...]) -> bool:
+    return array.shape != shape and not all(np.array_equal(row, array[0]) for row in array[1:])
+
+
+def _npy_sample(where: str, given: str, shape: Tuple[int, ...]) -> np.ndarray:
+    """The one sample of a ``.npy`` data file of one sample or of equal rows."""
+    array = _npy_array(where, given, shape)
     if array.shape == shape:
         return array
-    if array.ndim == len(shape) + 1 and array.shape[1:] == shape and len(array):
-        if all(np.array_equal(row, array[0]) for row in array[1:]):
-            first: np.ndarray = array[0]
-            return first
-        raise PyTritonModelConfigError(
-            f"{where}: input_data_file {given!r} holds {len(array)} different rows; Triton's warm-up sends one sample "
-            f"to every request of the batch: give one sample of shape {shape}, or one ModelWarmup per row"
-        )
-    raise PyTritonModelConfigError(
-        f"{where}: input_data_file {given!r} holds an array of shape {array.shape}; expected one sample of shape "
-        f"{shape} (or rows of it)"
-    )
+    first: np.ndarray = array[0]
+    return first
 
 
 def _declared_input(
@@ -193,4 +199,109 @@ def warmup_entries(
                 entry.dims.extend(value.shape)
                 entry.input_data_file = file_name
         messages.append(message)
+    if _runs_locally(model_name, inputs, config):
+        return [], {}  # pytriton runs them itself (`local_warmups`), all of them, in their order
     return messages, files
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalWarmup:
+    """A warm-up pytriton runs itself, before the model loads: `count` calls of each of the
+    model's callables with one request of these `inputs` (batch axis first for a batching model)."""
+
+    name: str
+    count: int
+    inputs: Dict[str, np.ndarray]
+
+
+def _runs_locally(model_name: str, inputs: Sequence[Tensor], config: ModelConfig) -> bool:
+    """Whether a warm-up gives a ``.npy`` file of different rows: Triton's own warm-up sends one
+    sample to every request of its batch, so such a batch can only be sent by pytriton itself
+    (as the published PyTriton sends every warm-up)."""
+    by_name = {str(tensor.name): tensor for tensor in inputs}
+    for warmup in cast(Tuple[ModelWarmup, ...], config.model_warmup or ()):
+        for name, value in (warmup.inputs or {}).items():
+            if isinstance(value, WarmupInput) and str(value.input_data_file or "").lower().endswith(".npy"):
+                shape = tuple(value.shape)
+                array = _npy_array(_where(model_name, warmup, by_name[name]), str(value.input_data_file), shape)
+                if _distinct_rows(array, shape):
+                    return True
+    return False
+
+
+def local_warmups(model_name: str, inputs: Sequence[Tensor], config: ModelConfig) -> List[LocalWarmup]:
+    """The warm-ups pytriton runs itself, in their order; empty when Triton runs them (the usual
+    case, see `warmup_entries`, which checks them either way and must have been called first).
+
+    The data follows the published PyTriton: a ``.npy`` file of rows gives the batch its rows
+    (repeated or cut to `batch_size`), a sample (array, raw file or ``.npy``) is repeated for
+    every row, ``zero_data`` is zeros, ``random_data`` random numbers (integers 0..99, floats in
+    [0, 1)); inputs left out are zeros, with every variable axis of length 1, optional ones are
+    left out.
+    """
+    if not _runs_locally(model_name, inputs, config):
+        return []
+    plans = []
+    for warmup in cast(Tuple[ModelWarmup, ...], config.model_warmup or ()):
+        rows = warmup.batch_size if config.batching else 0
+        given = dict(warmup.inputs or {})
+        arrays: Dict[str, np.ndarray] = {}
+        for tensor in inputs:
+            name = str(tensor.name)
+            value = given.get(name)
+            if value is None and tensor.optional:
+                continue
+            arrays[name] = _local_input(_where(model_name, warmup, tensor), tensor, value, rows)
+        plans.append(LocalWarmup(warmup.name, warmup.count, arrays))
+    return plans
+
+
+def _local_input(where: str, tensor: Tensor, value: Any, rows: int) -> np.ndarray:
+    """One input of a local warm-up: `rows` rows (0: no batch axis)."""
+    dtype = np.dtype(tensor.dtype)
+    if not isinstance(value, WarmupInput):
+        sample = np.zeros(tuple(1 if dim == -1 else dim for dim in tensor.shape), dtype) if value is None else value
+        return _repeated(np.asarray(sample, dtype=object if dtype.kind in "SO" else dtype), rows)
+    shape = tuple(value.shape)
+    target = object if dtype.kind in "SO" else dtype
+    path = str(value.input_data_file or "")
+    if path.lower().endswith(".npy"):
+        array = _npy_array(where, path, shape).astype(target)
+        if array.shape == shape:
+            return _repeated(array, rows)
+        if not rows:
+            return np.asarray(array[0])
+        return np.resize(array, (rows, *shape))  # repeated in turn, or cut, to `rows`
+    if path:
+        sample = _raw_sample(where, pathlib.Path(path).expanduser().absolute(), dtype, shape)
+    elif value.random_data and dtype.kind in "iu":
+        sample = np.random.randint(0, 100, size=shape).astype(dtype)
+    elif value.random_data and dtype.kind == "f":
+        sample = np.random.random(shape).astype(dtype)
+    elif value.random_data and dtype.kind == "b":
+        sample = np.random.randint(0, 2, size=shape).astype(bool)
+    elif dtype.kind in "SO":
+        sample = np.full(shape, b"", dtype=object)  # Triton sends bytes as empty items, random or not
+    else:
+        sample = np.zeros(shape, dtype)
+    return _repeated(sample, rows)
+
+
+def _raw_sample(where: str, path: pathlib.Path, dtype: np.dtype, shape: Tuple[int, ...]) -> np.ndarray:
+    """One sample read from a raw data file, as Triton would read it."""
+    data = path.read_bytes()
+    count = math.prod(shape)
+    if dtype.kind not in "SO":
+        return np.frombuffer(data[: count * dtype.itemsize], dtype=dtype).reshape(shape).copy()
+    items, offset = [], 0
+    for _ in range(count):
+        if offset + 4 > len(data):
+            raise PyTritonModelConfigError(f"{where}: input_data_file {str(path)!r} holds fewer than {count} items")
+        (size,) = struct.unpack_from("<I", data, offset)
+        items.append(data[offset + 4: offset + 4 + size])
+        offset += 4 + size
+    return np.array(items, dtype=object).reshape(shape)
+
+
+def _repeated(sample: np.ndarray, rows: int) -> np.ndarray:
+    return np.repeat(sample[np.newaxis, ...], rows, axis=0) if rows else sample.copy()

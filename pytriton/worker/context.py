@@ -49,3 +49,8 @@ def current_context() -> Optional[TritonContext]:
 def set_current_context(context: Optional[TritonContext]) -> contextvars.Token[Optional[TritonContext]]:
     """Set the context for this thread (the worker does it; tests may too)."""
     return _current.set(context)
+
+
+def reset_current_context(token: contextvars.Token[Optional[TritonContext]]) -> None:
+    """Undo a `set_current_context` (for code that borrows the thread, such as a warm-up at bind)."""
+    _current.reset(token)

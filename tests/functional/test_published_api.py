@@ -163,3 +163,24 @@ def test_a_config_built_then_assigned_is_served_as_assigned(served):
     config.max_batch_size = "16"  # a bad assigned value is refused at bind, naming model and field
     with pytest.raises(PyTritonBadParameterError, match=r"config of model 'Assigned2': ModelConfig.max_batch_size"):
         triton.bind("Assigned2", record, inputs=SCALE["inputs"], outputs=SCALE["outputs"], config=config)
+
+
+def test_a_warmup_of_different_rows_from_a_npy_file_reaches_the_callable_before_it_serves(served, tmp_path):
+    # As the published library reads such a file: the batch's rows, as they are (upstream's
+    # L0_warmup_functionality relies on it); Triton's own warm-up would repeat one sample.
+    rows = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    np.save(tmp_path / "rows.npy", rows)
+    seen: List[np.ndarray] = []
+
+    def record(requests: List[Request]) -> List[Response]:
+        seen.extend(request["x"].copy() for request in requests)
+        return [Response(data={"y": r["x"], "kind": np.array([[b"w"]] * r["x"].shape[0])}) for r in requests]
+
+    warmup = ModelWarmup(name="rows", batch_size=2, count=2,
+                         inputs={"x": WarmupInput(np.float32, (2,), input_data_file=str(tmp_path / "rows.npy"))})
+    inputs = [Tensor(name="x", dtype=np.float32, shape=(2,))]
+    served["triton"].bind("Rows", record, inputs=inputs, outputs=SCALE["outputs"],
+                          config=ModelConfig(max_batch_size=4, model_warmup=[warmup]))
+    assert [array.tolist() for array in seen] == [rows.tolist(), rows.tolist()]  # count=2, before bind returned
+    with ModelClient(f"http://127.0.0.1:{served['config'].http_port}", "Rows") as client:
+        assert client.infer_sample(x=np.array([5.0, 6.0], np.float32))["y"].tolist() == [5.0, 6.0]

@@ -15,7 +15,7 @@ from pytriton import model_config
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigError
 from pytriton.model_config import ModelConfig, ModelWarmup, Tensor, WarmupInput, common
 from pytriton.repository.pbtxt import model_config_proto, to_pbtxt, to_triton_data_type
-from pytriton.repository.warmup import warmup_entries
+from pytriton.repository.warmup import local_warmups, warmup_entries
 
 INPUTS = (
     Tensor(name="ids", dtype=np.int64, shape=(-1, 2)),
@@ -169,12 +169,27 @@ def test_a_npy_data_file_is_read_as_the_published_library_reads_it(tmp_path):
         assert files[entry.input_data_file] == sample.tobytes() and list(entry.dims) == [1, 2]
 
 
-def test_a_npy_data_file_with_different_rows_or_another_shape_is_refused(tmp_path):
-    np.save(tmp_path / "rows.npy", np.array([[[1, 2]], [[3, 4]]], np.int64))
+def test_a_npy_file_of_different_rows_makes_pytriton_run_every_warmup_itself(tmp_path):
+    # Triton's warm-up repeats one sample; rows that differ are sent by pytriton (as published).
+    rows = np.array([[[1, 2]], [[3, 4]]], np.int64)
+    np.save(tmp_path / "rows.npy", rows)
+    first = ModelWarmup(name="zeros", batch_size=1, inputs={"ids": WarmupInput(np.int64, (1, 2), zero_data=True)})
+    second = ModelWarmup(name="rows", batch_size=3, count=2,
+                         inputs={"ids": WarmupInput(np.int64, (1, 2), input_data_file=tmp_path / "rows.npy")})
+    config = ModelConfig(max_batch_size=4, model_warmup=[first, second])
+    assert entries(config) == ([], {})  # none for Triton
+    plans = local_warmups("M", INPUTS, config)
+    assert [(plan.name, plan.count) for plan in plans] == [("zeros", 1), ("rows", 2)]  # all, in order
+    assert plans[0].inputs["ids"].tolist() == [[[0, 0]]] and plans[0].inputs["text"].tolist() == [[b""]]
+    assert plans[1].inputs["ids"].tolist() == [[[1, 2]], [[3, 4]], [[1, 2]]]  # repeated to the batch
+    assert "mask" not in plans[1].inputs  # optional and not given
+    assert local_warmups("M", INPUTS, ModelConfig(model_warmup=[first])) == []  # Triton runs that one
+
+
+def test_a_npy_data_file_of_another_shape_or_unreadable_is_refused(tmp_path):
     np.save(tmp_path / "wide.npy", np.zeros((1, 3), np.int64))
     (tmp_path / "broken.npy").write_bytes(b"not numpy")
-    for name, message in (("rows.npy", r"holds 2 different rows; Triton's warm-up sends one sample"),
-                          ("wide.npy", r"holds an array of shape \(1, 3\); expected one sample of shape \(1, 2\)"),
+    for name, message in (("wide.npy", r"holds an array of shape \(1, 3\); expected one sample of shape \(1, 2\)"),
                           ("broken.npy", r"is not a readable .npy file")):
         spec = WarmupInput(np.int64, (1, 2), input_data_file=tmp_path / name)
         warmup = ModelWarmup(batch_size=2, inputs={"ids": spec})
