@@ -184,3 +184,21 @@ def test_a_warmup_of_different_rows_from_a_npy_file_reaches_the_callable_before_
     assert [array.tolist() for array in seen] == [rows.tolist(), rows.tolist()]  # count=2, before bind returned
     with ModelClient(f"http://127.0.0.1:{served['config'].http_port}", "Rows") as client:
         assert client.infer_sample(x=np.array([5.0, 6.0], np.float32))["y"].tolist() == [5.0, 6.0]
+
+
+def test_the_published_config_names_read_what_the_server_serves(served):
+    # pytriton.model_config.parser.ModelConfigParser / triton_model_config.TritonModelConfig, as
+    # published code uses them: on the server's JSON, and on the config.pbtxt the server loaded.
+    from pytriton.model_config.parser import ModelConfigParser
+    from pytriton.model_config.triton_model_config import TritonModelConfig
+
+    url = f"http://127.0.0.1:{served['config'].http_port}/v2/models/Scale/config"
+    request = urllib.request.Request(url, headers={"triton-access-token": served["triton"].get_access_token()})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        from_server = ModelConfigParser.from_dict(json.loads(response.read()))
+    assert isinstance(from_server, TritonModelConfig)
+    assert (from_server.model_name, from_server.max_batch_size) == ("Scale", 8)
+    assert [spec.name for spec in from_server.inputs] == ["x"]
+    assert [spec.name for spec in from_server.outputs] == ["y", "kind"]
+    with ModelClient(f"http://127.0.0.1:{served['config'].http_port}", "Scale") as client:
+        assert client.model_config == from_server  # the clients' config is the same class and value
