@@ -252,8 +252,11 @@ class ModelBindings:
             shm_prefix: prefix of every shared-memory segment of the facade.
             import_paths: folders the generated model.py puts on the stub's ``sys.path``.
 
-        On failure, the handlers started so far are stopped and the model is not bound.
+        On failure, the handlers started so far are stopped and the model is not bound. An
+        ensemble has no handlers: only its folder is written (`start_ensemble`).
         """
+        if declaration.ensemble is not None:
+            return self.start_ensemble(declaration, repository)
         context = declaration.context
         model_name, model_version, config = context.model_name, context.model_version, context.config
         key = protocol.model_key(model_name, model_version)

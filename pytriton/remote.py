@@ -167,10 +167,7 @@ class RemoteTriton:
                 or fails to load the model (with its reason).
         """
         with self._lock:
-            if self._stopped:
-                raise PyTritonInvalidOperationError(
-                    "this RemoteTriton was stopped; create a new RemoteTriton to bind models"
-                )
+            self._check_can_bind()
             declaration = self._bindings.declare(
                 model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config
             )
@@ -210,10 +207,7 @@ class RemoteTriton:
     ) -> None:
         """Serve a pipeline of models this process bound as one model (see `Triton.bind_ensemble`)."""
         with self._lock:
-            if self._stopped:
-                raise PyTritonInvalidOperationError(
-                    "this RemoteTriton was stopped; create a new RemoteTriton to bind models"
-                )
+            self._check_can_bind()
             declaration = self._bindings.declare_ensemble(model_name, steps, inputs, outputs, model_version)
             self._reach()
             if self._shared is None:
@@ -233,6 +227,12 @@ class RemoteTriton:
                 raise
             if self._running:
                 self._load_or_forget(model_name)
+
+    def _check_can_bind(self) -> None:
+        if self._stopped:
+            raise PyTritonInvalidOperationError(
+                "this RemoteTriton was stopped; create a new RemoteTriton to bind models"
+            )
 
     def _load_or_forget(self, model_name: str) -> None:
         """Load a model bound while connected; on failure, undo the bind and say why."""

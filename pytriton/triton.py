@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any, Callable, List, NoReturn, Optional, Sequence, Union
 
-from pytriton.binding import InferFunc, ModelBindings, SignalWatch, block_until_signal
+from pytriton.binding import InferFunc, ModelBindings, ModelDeclaration, SignalWatch, block_until_signal
 from pytriton.constants import DEFAULT_TRITON_STARTUP_TIMEOUT_S as STARTUP_TIMEOUT_S
 from pytriton.exceptions import (
     PyTritonBadParameterError,
@@ -192,9 +192,7 @@ class Triton:
             PyTritonServerError: the running server failed to load the model (its reason).
         """
         with self._lock:
-            self._raise_if_failed()
-            if self._stopped:
-                raise PyTritonInvalidOperationError("this Triton was stopped; create a new Triton to bind models")
+            self._check_can_bind()
             declaration = self._bindings.declare(
                 model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config
             )
@@ -203,19 +201,7 @@ class Triton:
                     f"trace_config of model '{model_name}' needs the server to write traces to a file: "
                     "Triton(config=TritonConfig(trace_config=['triton,file=/path/trace.json']))"
                 )
-            workspace = self._ensure_workspace()
-            running = self._process is not None and self._control is not None
-            if running:
-                self._refuse_foreign_model(model_name)
-            self._bindings.start(
-                declaration,
-                repository=workspace.model_repository,
-                sockets=workspace.sockets,
-                shm_prefix=workspace.shm_prefix,
-                import_paths=proxy_import_paths(self._distribution()),
-            )
-            if running:
-                self._load_bound(model_name)
+            self._add(declaration)
 
     def bind_ensemble(
         self,
@@ -245,17 +231,31 @@ class Triton:
             PyTritonInvalidOperationError, PyTritonServerError: as for `bind`.
         """
         with self._lock:
-            self._raise_if_failed()
-            if self._stopped:
-                raise PyTritonInvalidOperationError("this Triton was stopped; create a new Triton to bind models")
-            declaration = self._bindings.declare_ensemble(model_name, steps, inputs, outputs, model_version)
-            workspace = self._ensure_workspace()
-            running = self._process is not None and self._control is not None
-            if running:
-                self._refuse_foreign_model(model_name)
-            self._bindings.start_ensemble(declaration, workspace.model_repository)
-            if running:
-                self._load_bound(model_name)
+            self._check_can_bind()
+            self._add(self._bindings.declare_ensemble(model_name, steps, inputs, outputs, model_version))
+
+    def _check_can_bind(self) -> None:
+        self._raise_if_failed()
+        if self._stopped:
+            raise PyTritonInvalidOperationError("this Triton was stopped; create a new Triton to bind models")
+
+    def _add(self, declaration: ModelDeclaration) -> None:
+        """Start a checked model (its handlers, its folder in the repository) and, when the
+        server runs, load it at once."""
+        model_name = declaration.context.model_name
+        workspace = self._ensure_workspace()
+        running = self._process is not None and self._control is not None
+        if running:
+            self._refuse_foreign_model(model_name)
+        self._bindings.start(
+            declaration,
+            repository=workspace.model_repository,
+            sockets=workspace.sockets,
+            shm_prefix=workspace.shm_prefix,
+            import_paths=proxy_import_paths(self._distribution()),
+        )
+        if running:
+            self._load_bound(model_name)
 
     def _refuse_foreign_model(self, model_name: str) -> None:
         """A model another process sent to this server (not in its repository) would be replaced."""

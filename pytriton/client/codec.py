@@ -70,7 +70,7 @@ def _check_dtypes(config: ClientModelConfig, inputs: Mapping[str, np.ndarray]) -
     an array of another dtype than the model's (Triton converts nothing), saying how to fix it."""
     if not config.inputs:
         return  # a configuration without tensors (given by the user): the server decides
-    specs = {spec.name: spec for spec in config.inputs}
+    specs = config.input_specs
     for name, value in inputs.items():
         spec = specs.get(name)
         if spec is None:
@@ -118,7 +118,7 @@ def sample_request(
     inputs = map_inputs(config, positional, named)
     if not config.batching:
         return inputs
-    specs = {spec.name: spec for spec in config.inputs}
+    specs = config.input_specs
     for name, value in inputs.items():
         spec = specs.get(name)
         if spec is not None and value.ndim == len(spec.shape) + 1:

@@ -258,7 +258,7 @@ def encode_request(
         PyTritonClientValueError: an input the model lacks, or one the endpoint cannot carry
             (see the module's docstring), or a parameter of another type.
     """
-    specs = {spec.name: spec for spec in config.inputs}
+    specs = config.input_specs
     body: dict[str, Any] = {}
     for name, value in inputs.items():
         if name not in specs:

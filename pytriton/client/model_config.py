@@ -15,6 +15,7 @@ and any Triton model is described, not only pytriton's.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Mapping
 from typing import Any, Dict, Optional, Union
@@ -92,6 +93,11 @@ class ClientModelConfig:
     instance_group: Dict[InstanceKind, Optional[int]] = dataclasses.field(default_factory=dict)
     backend_parameters: Dict[str, str] = dataclasses.field(default_factory=dict)
     backend: str = ""
+
+    @functools.cached_property
+    def input_specs(self) -> Dict[str, TensorSpec]:
+        """Input name -> its `TensorSpec`; built once, as every request looks its inputs up here."""
+        return {spec.name: spec for spec in self.inputs}
 
     @property
     def batching(self) -> bool:

@@ -8,6 +8,7 @@ outputs back to one mapping per request.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Callable, Mapping
 
@@ -54,9 +55,10 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
         if not requests:
             return []
         sizes, inputs = _gather(requests)
+    named = _parameter_names(wrapped)
     if getattr(requests[0], "sequence_id", None) is not None:  # a sequence model's requests
-        inputs.update(_sequence_rows(wrapped, requests, sizes))
-    if _names_parameter(wrapped, "is_cancelled"):
+        inputs.update(_sequence_rows(named, requests, sizes))
+    if "is_cancelled" in named:
         inputs["is_cancelled"] = _cancelled_rows(requests, sizes)
 
     total = sum(sizes)
@@ -76,11 +78,23 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
     return map_result(wrapped(**inputs), split)
 
 
-def _names_parameter(wrapped: Callable[..., Any], name: str) -> bool:
+@functools.lru_cache(maxsize=256)
+def _signature_names(wrapped: Callable[..., Any]) -> frozenset[str]:
+    return frozenset(inspect.signature(wrapped).parameters)
+
+
+def _parameter_names(wrapped: Callable[..., Any]) -> frozenset[str]:
+    """The names of the callable's parameters, looked up once per callable: a signature costs
+    tens of microseconds, too much to pay on every batch."""
     try:
-        return name in inspect.signature(wrapped).parameters
-    except (TypeError, ValueError):
-        return False
+        return _signature_names(wrapped)
+    except TypeError:  # an unhashable callable: looked up each time
+        try:
+            return frozenset(inspect.signature(wrapped).parameters)
+        except (TypeError, ValueError):
+            return frozenset()
+    except ValueError:  # no signature to read
+        return frozenset()
 
 
 def _cancelled_rows(requests: list[Any], sizes: list[int]) -> Callable[[], np.ndarray]:
@@ -97,17 +111,12 @@ def _cancelled_rows(requests: list[Any], sizes: list[int]) -> Callable[[], np.nd
 _SEQUENCE_ARGUMENTS = ("sequence_id", "sequence_start", "sequence_end")
 
 
-def _sequence_rows(wrapped: Callable[..., Any], requests: list[Any], sizes: list[int]) -> dict[str, np.ndarray]:
+def _sequence_rows(named: frozenset[str], requests: list[Any], sizes: list[int]) -> dict[str, np.ndarray]:
     """Each row's sequence, for the arguments among `sequence_id`, `sequence_start` and
     `sequence_end` that the callable names: arrays of shape (rows, 1), the id as the client sent
     it (an object array of ints or strs), the flags as bools. Rows of one request share them."""
-    try:
-        named = inspect.signature(wrapped).parameters
-    except (TypeError, ValueError):
-        return {}
-    wanted = [name for name in _SEQUENCE_ARGUMENTS if name in named]
     rows: dict[str, np.ndarray] = {}
-    for name in wanted:
+    for name in (name for name in _SEQUENCE_ARGUMENTS if name in named):
         values = [getattr(request, name) for request in requests]
         dtype = object if name == "sequence_id" else bool
         column = np.empty((sum(sizes), 1), dtype=dtype)

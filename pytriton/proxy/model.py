@@ -29,12 +29,12 @@ from pytriton.proxy.relay import Relay
 from pytriton.proxy.waiting import AnswerWait, spin_window_us
 
 _LIVENESS_CHECK_S = 1.0
+"""How often a wait for the worker's answer looks whether the worker lives."""
+_CANCEL_CHECK_S = 0.1
+"""The data channel's receive and send timeout: how often a wait for the worker's answer looks
+whether the batch's requests were cancelled (and tells the worker)."""
 _QUEUED_CANCEL_CHECK_S = 0.05
 """Batches of a model usually this slow or slower are checked for requests cancelled in the queue."""
-_CANCEL_CHECK_S = 0.1
-"""While a batch runs this long or longer, the proxy looks every so often whether its requests
-were cancelled (and tells the worker); the data channel's receive timeout."""
-"""The data channel's receive and send timeout: how often a wait looks whether the worker lives."""
 _RECONNECT_S = 5.0
 """How long a batch waits for a worker to answer again after the last one was found gone."""
 _PARENT_CHECK_S = 0.5
@@ -113,6 +113,12 @@ def _requested(requests: List[Any], output_count: int) -> Tuple[Tuple[str, ...],
     return tuple(() if len(names) >= output_count else tuple(names) for names in asked)
 
 
+def _is_null(request: Any) -> bool:
+    """A null request of Triton's direct sequence batcher, which fills idle batch slots with them
+    (correlation id 0): it is answered in the proxy and never reaches the callable."""
+    return request.correlation_id() in (0, "")
+
+
 def _sequences(requests: List[Any]) -> Tuple[Tuple[Any, int], ...]:
     """Each request's Triton correlation id and flags (a sequence-batched model's)."""
     return tuple((request.correlation_id(), request.flags()) for request in requests)
@@ -156,7 +162,6 @@ class TritonPythonModel:
         self._arena = Arena(lambda generation: protocol.segment_name(shm_prefix, self._instance, "in", generation))
         self._reader = SegmentReader()
         self._batch_id = 0
-        self._typical_batch_s = 0.0  # running average of a batch's round trip to the worker
         self._arena_lock = threading.Lock()  # held through each batch; the idle watch takes it only when free
         self._last_batch = time.monotonic()
         self._idle_released = True
@@ -214,7 +219,7 @@ class TritonPythonModel:
         with self._arena_lock:
             self._last_batch = time.monotonic()
             self._idle_released = False
-            if not self._sequences and self._typical_batch_s < _QUEUED_CANCEL_CHECK_S:
+            if not self._sequences and self._answer_wait.typical_s < _QUEUED_CANCEL_CHECK_S:
                 return self._execute(requests)
             skipped = self._skipped(requests)
             if not skipped:
@@ -239,9 +244,9 @@ class TritonPythonModel:
         skipped: Dict[int, Any] = {}
         if self._sequences:
             for index, request in enumerate(requests):
-                if request.correlation_id() in (0, ""):
+                if _is_null(request):
                     skipped[index] = pb_utils.InferenceResponse(output_tensors=[])
-        if self._typical_batch_s >= _QUEUED_CANCEL_CHECK_S:
+        if self._answer_wait.typical_s >= _QUEUED_CANCEL_CHECK_S:
             for index, request in enumerate(requests):
                 if index not in skipped and request.is_cancelled():
                     error = pb_utils.TritonError(
@@ -265,9 +270,7 @@ class TritonPythonModel:
         header = protocol.encode(
             protocol.InferBatch(self._batch_id, parameters, columns, segment, stamps, sequences, requested)
         )
-        sent = time.monotonic()
         result, answer = self._round_trip(header, payload, requests)
-        self._typical_batch_s += (time.monotonic() - sent - self._typical_batch_s) / 8
         if result is None:
             self._link.drop()
             error = pb_utils.TritonError(
@@ -301,6 +304,7 @@ class TritonPythonModel:
         assert channel is not None
         count = len(requests)
         cancelled: Set[int] = set()
+        sent = time.perf_counter()
         try:
             while True:
                 try:
@@ -311,7 +315,7 @@ class TritonPythonModel:
                         return None, None
             next_liveness = time.monotonic() + _LIVENESS_CHECK_S
             while True:
-                received = self._answer_wait.receive(channel, count)
+                received = self._answer_wait.receive(channel, count, sent)
                 if received is None:  # no answer yet: cancelled requests? is the worker still there?
                     self._tell_cancelled(channel, requests, cancelled)
                     if time.monotonic() >= next_liveness:
@@ -370,12 +374,16 @@ class TritonPythonModel:
 
     def _execute_relayed(self, requests: List[Any]) -> None:
         """Send the batch through the relay and return at once; the relay answers each request."""
-        if self._sequences:  # null requests of the sequence batcher's idle slots (see _execute_live)
-            for request in [r for r in requests if r.correlation_id() in (0, "")]:
-                request.get_response_sender().send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            requests = [r for r in requests if r.correlation_id() not in (0, "")]
-            if not requests:
+        if self._sequences:
+            live = []
+            for request in requests:
+                if _is_null(request):
+                    request.get_response_sender().send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                else:
+                    live.append(request)
+            if not live:
                 return None
+            requests = live
         inputs, parameters = _read_requests(requests)
         columns, segment, payload = codec.pack_columns(inputs, len(requests), None)  # inline: batches overlap
         self._batch_id += 1

@@ -35,15 +35,20 @@ class AnswerWait:
     def __init__(self, window_us: float) -> None:
         self._window_s = max(0.0, window_us) / 1e6
         self.typical_s = 0.0
-        """Running average of how long answers took (seconds)."""
+        """Running average of how long answers took, from the batch's send (seconds)."""
 
-    def receive(self, channel: Channel, requests: int = 1) -> Optional[Tuple[memoryview, memoryview]]:
+    def receive(
+        self, channel: Channel, requests: int = 1, since: Optional[float] = None
+    ) -> Optional[Tuple[memoryview, memoryview]]:
         """The next message, as `Channel.receive` gives it (None: the receive timeout passed).
 
         Args:
             requests: how many requests the awaited batch holds (only a batch of one spins).
+            since: when the awaited batch was sent (``time.perf_counter``), so that an answer
+                waited for across several receive timeouts counts its whole wait; now if None.
         """
         started = time.perf_counter()
+        since = started if since is None else since
         received = None
         if requests == 1 and self._window_s and self.typical_s < self._window_s:
             deadline = started + self._window_s
@@ -52,7 +57,7 @@ class AnswerWait:
         if received is None:
             received = channel.receive()
         if received is not None:
-            self.typical_s += (time.perf_counter() - started - self.typical_s) * _AVERAGE_WEIGHT
+            self.typical_s += (time.perf_counter() - since - self.typical_s) * _AVERAGE_WEIGHT
         return received
 
 

@@ -11,6 +11,7 @@ Inputs a warm-up leaves out are ``zero_data``, with every variable axis of lengt
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import pathlib
 import struct
@@ -93,7 +94,8 @@ def _npy_array(where: str, given: str, shape: Tuple[int, ...]) -> np.ndarray:
     PyTriton reads such files)."""
     path = pathlib.Path(given).expanduser().absolute()
     try:
-        array: np.ndarray = np.asarray(np.load(path, allow_pickle=False))
+        stat = path.stat()
+        array = _load_npy(str(path), stat.st_mtime_ns, stat.st_size)
     except (OSError, ValueError) as exc:
         raise PyTritonModelConfigError(
             f"{where}: input_data_file {given!r} is not a readable .npy file ({exc})"
@@ -104,6 +106,15 @@ def _npy_array(where: str, given: str, shape: Tuple[int, ...]) -> np.ndarray:
             f"{where}: input_data_file {given!r} holds an array of shape {array.shape}; expected one sample of "
             f"shape {shape} (or rows of it)"
         )
+    return array
+
+
+@functools.lru_cache(maxsize=2)
+def _load_npy(path: str, mtime_ns: int, size: int) -> np.ndarray:
+    """A ``.npy`` file's array, read-only. One `bind` looks at a file several times (its checks,
+    Triton's entries, pytriton's own warm-up); the file is read once, while it stays unchanged."""
+    array: np.ndarray = np.asarray(np.load(path, allow_pickle=False))
+    array.flags.writeable = False
     return array
 
 

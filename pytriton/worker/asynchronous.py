@@ -29,7 +29,7 @@ from pytriton.ipc.shm import SegmentReader
 from pytriton.worker.batches import BatchCalls, NotDecoupled
 from pytriton.worker.context import set_current_context
 from pytriton.worker.endpoint import Connection, HandlerEndpoint
-from pytriton.worker.responses import Failure
+from pytriton.worker.responses import Expected, Failure
 
 logger = logging.getLogger("pytriton.worker")
 
@@ -46,7 +46,7 @@ async def finish(
     batch_id: int,
     count: int,
     outcome: Any,
-    batch_sizes: List[Optional[int]],
+    batch_sizes: Expected,
     ending_streams: threading.Event,
     on_unrecoverable: Callable[[str], None],
 ) -> None:

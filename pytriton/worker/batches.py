@@ -134,7 +134,7 @@ class BatchCalls:
         return whole
 
     def call(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader,
-             marks: Optional[List[int]] = None, cancels: Optional[Reader] = None) -> Tuple[List[Optional[int]], Any]:
+             marks: Optional[List[int]] = None, cancels: Optional[Reader] = None) -> Tuple[Expected, Any]:
         """Run the callable on the batch: its result (list, generator, coroutine...) or a `Failure`.
 
         Requests whose deadline passed are answered with an error and left out of the call (for
@@ -237,13 +237,13 @@ class BatchCalls:
         return f"Model '{self.model_name}': the server is stopping; the stream was cut short"
 
     def result(
-        self, batch_id: int, count: int, results: Any, batch_sizes: List[Optional[int]], arena: Optional[Arena]
+        self, batch_id: int, count: int, results: Any, batch_sizes: Expected, arena: Optional[Arena]
     ) -> Tuple[protocol.BatchResult, List[Any]]:
         """The `BatchResult` of a batch and its payload; large outputs in `arena` (None: inline)."""
         return batch_result(self.context, batch_id, count, results, batch_sizes, self.strict, arena)
 
     def part(
-        self, batch_id: int, count: int, step: Any, batch_sizes: List[Optional[int]]
+        self, batch_id: int, count: int, step: Any, batch_sizes: Expected
     ) -> Tuple[protocol.StreamPart, List[Any]]:
         """The `StreamPart` of one step of a streaming callable, and its payload."""
         return stream_part(self.context, batch_id, count, step, batch_sizes, self.strict)

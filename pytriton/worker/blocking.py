@@ -34,6 +34,7 @@ from pytriton.worker.asynchronous import finish
 from pytriton.worker.batches import BatchCalls, NotDecoupled
 from pytriton.worker.context import set_current_context
 from pytriton.worker.endpoint import Connection, HandlerEndpoint
+from pytriton.worker.responses import Expected
 from pytriton.worker.stamps import StampLog
 
 logger = logging.getLogger("pytriton.worker")
@@ -178,7 +179,7 @@ class BlockingLoop:
         self._endpoint.send(connection, protocol.encode(result), answer)
 
     def _run_coroutine(self, connection: Connection, batch_id: int, count: int, outcome: Any,
-                       batch_sizes: List[Optional[int]]) -> None:
+                       batch_sizes: Expected) -> None:
         """Run a coroutine found at call time to its end here; batches of this instance then do not overlap."""
         if self._private_loop is None:
             self._private_loop = asyncio.new_event_loop()
@@ -193,7 +194,7 @@ class BlockingLoop:
 
     def _stream(
         self, connection: Connection, batch_id: int, count: int, generator: Generator[Any, Any, Any],
-        batch_sizes: List[Optional[int]],
+        batch_sizes: Expected,
     ) -> None:
         """Send each value the generator yields as a `StreamPart`, then a `StreamEnd`."""
         calls = self._calls

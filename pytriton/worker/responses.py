@@ -77,11 +77,9 @@ class Expected(List[Optional[int]]):
         super().__init__(sizes)
         self.requested = requested
 
-
-def _asked(batch_sizes: List[Optional[int]], index: int) -> Optional[Tuple[str, ...]]:
-    """The outputs request `index` asked for, or None for all of them."""
-    requested = getattr(batch_sizes, "requested", ())
-    return (requested[index] or None) if requested else None
+    def asked(self, index: int) -> Optional[Tuple[str, ...]]:
+        """The outputs request `index` asked for, or None for all of them."""
+        return (self.requested[index] or None) if self.requested else None
 
 
 def shape_response(
@@ -194,7 +192,7 @@ def per_request(context: TritonContext, count: int, results: Any, what: str = "r
 
 
 def _shape_all(
-    context: TritonContext, outcomes: List[Any], batch_sizes: List[Optional[int]], strict: bool
+    context: TritonContext, outcomes: List[Any], batch_sizes: Expected, strict: bool
 ) -> Tuple[List[Dict[str, np.ndarray]], List[Optional[str]], List[bool]]:
     """Per request: its arrays, its error (or None), and whether it has a response at all."""
     groups: List[Dict[str, np.ndarray]] = []
@@ -211,7 +209,7 @@ def _shape_all(
         else:
             try:
                 groups.append(shape_response(context, outcome, request_index=index, batch_size=batch_sizes[index],
-                                             strict=strict, requested=_asked(batch_sizes, index)))
+                                             strict=strict, requested=batch_sizes.asked(index)))
                 errors.append(None)
             except Exception as exc:  # noqa: BLE001 - one bad response fails that request only
                 logger.warning("%s", exc)
@@ -221,7 +219,7 @@ def _shape_all(
 
 
 def _whole_outputs(
-    context: TritonContext, results: Any, count: int, strict: bool, batch_sizes: List[Optional[int]]
+    context: TritonContext, results: Any, count: int, strict: bool, batch_sizes: Expected
 ) -> Optional[Dict[str, np.ndarray]]:
     """The declared outputs of a `@batch` answer as whole arrays (every request's rows back to
     back), when they need no per-request look: all numeric, of the declared dtype (cast unless
@@ -229,7 +227,7 @@ def _whole_outputs(
     per-request checks, which name what is wrong for each request."""
     if type(results) is not BatchResponses or len(results) != count or not context.config.batching:
         return None
-    if getattr(batch_sizes, "requested", ()):  # some request wants fewer outputs: sent per request
+    if batch_sizes.requested:  # some request wants fewer outputs: sent per request
         return None
     whole = results.whole_outputs()
     if whole is None or (strict and len(whole) != len(context.outputs)):  # undeclared ones: refused per request
@@ -254,7 +252,7 @@ def batch_result(
     batch_id: int,
     count: int,
     results: Any,
-    batch_sizes: List[Optional[int]],
+    batch_sizes: Expected,
     strict: bool,
     arena: Optional[Arena],
 ) -> Tuple[protocol.BatchResult, List[Any]]:
@@ -278,7 +276,7 @@ def batch_result(
 
 
 def stream_part(
-    context: TritonContext, batch_id: int, count: int, step: Any, batch_sizes: List[Optional[int]], strict: bool
+    context: TritonContext, batch_id: int, count: int, step: Any, batch_sizes: Expected, strict: bool
 ) -> Tuple[protocol.StreamPart, List[Any]]:
     """The `StreamPart` of one value a streaming callable yielded; always inline (the proxy may
     still be reading the previous part when this one is written)."""

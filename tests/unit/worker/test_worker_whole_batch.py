@@ -18,7 +18,7 @@ from pytriton.model_config import ModelConfig, Tensor
 from pytriton.worker.batches import BatchCalls
 from pytriton.worker.context import TritonContext, set_current_context
 from pytriton.worker.request import BatchResponses, Requests
-from pytriton.worker.responses import batch_result
+from pytriton.worker.responses import Expected, batch_result
 
 INPUTS = (Tensor(name="a", shape=(-1,), dtype=np.float32), Tensor(name="b", shape=(2,), dtype=np.int64))
 OUTPUTS = (Tensor(name="y", shape=(-1,), dtype=np.float32), Tensor(name="n", shape=(2,), dtype=np.int64))
@@ -102,8 +102,8 @@ def test_batch_takes_the_whole_inputs_and_answers_like_the_per_request_path(read
         for name in ("y", "n"):
             np.testing.assert_array_equal(f[name], s[name])
 
-    result, parts = batch_result(context, 1, 3, fast, [None] * 3, False, None)
-    per_request, _ = batch_result(context, 1, 3, [dict(r) for r in fast], [None] * 3, False, None)
+    result, parts = batch_result(context, 1, 3, fast, Expected([None] * 3), False, None)
+    per_request, _ = batch_result(context, 1, 3, [dict(r) for r in fast], Expected([None] * 3), False, None)
     payload = memoryview(b"".join(memoryview(p).cast("B") for p in parts)).toreadonly()
     answers = codec.unpack(result.columns, result.segment, payload, reader, 3)
     assert result.errors == per_request.errors == (None,) * 3
@@ -138,7 +138,7 @@ def test_a_response_changed_after_batch_goes_the_per_request_way(reader):
     answers = model(calls.requests(wire, payload, reader))
     answers[2]["y"] = np.zeros((2, 4), np.float32)
     assert answers.whole_outputs() is None
-    result, parts = batch_result(context, 1, 3, answers, [None] * 3, False, None)
+    result, parts = batch_result(context, 1, 3, answers, Expected([None] * 3), False, None)
     payload = memoryview(b"".join(memoryview(p).cast("B") for p in parts)).toreadonly()
     np.testing.assert_array_equal(codec.unpack(result.columns, "", payload, reader, 3)[2]["y"], np.zeros((2, 4)))
 
@@ -152,12 +152,12 @@ def test_strict_mismatches_leave_the_whole_path_and_fail_each_request_by_name(re
     calls = _calls(context, model, strict=True)
     wire, payload = _wire(_groups())
     answers = model(calls.requests(wire, payload, reader))
-    result, _ = batch_result(context, 1, 3, answers, [1, 3, 2], True, None)
+    result, _ = batch_result(context, 1, 3, answers, Expected([1, 3, 2]), True, None)
     assert result.errors[1] == "Model 'whole': output 'y' of request 1 has dtype float64; expected float32"
     # not strict: cast once, for the whole batch
-    result, _ = batch_result(context, 1, 3, answers, [None] * 3, False, None)
+    result, _ = batch_result(context, 1, 3, answers, Expected([None] * 3), False, None)
     assert result.errors == (None,) * 3 and result.columns[0].dtype == "<f4"
     # strict shape: the declared trailing shape (3,) does not fit rows of 4
     answers = batch(lambda a, b: {"y": a, "n": b})(calls.requests(wire, payload, reader))
-    result, _ = batch_result(_context(strict_shapes=(3,)), 1, 3, answers, [1, 3, 2], True, None)
+    result, _ = batch_result(_context(strict_shapes=(3,)), 1, 3, answers, Expected([1, 3, 2]), True, None)
     assert "output 'y' of request 0 has shape (1, 4); expected (1, 3)" in result.errors[0]
