@@ -30,6 +30,10 @@ VALUE_SETS: Dict[str, Dict[str, Any]] = {
     "gpu": {"gpu": {"enabled": True, "count": 2}, "nodeSelector": {"nvidia.com/gpu.present": "true"}},
     "hpa": {"autoscaling": {"hpa": {"enabled": True}}, "serviceMonitor": {"enabled": True}},
     "keda": {"autoscaling": {"keda": {"enabled": True}}, "serviceMonitor": {"enabled": True}},
+    # The optional signal, with a Prometheus that scrapes the pods by a configuration of its own.
+    "keda-ratio-external-scrape": {
+        "autoscaling": {"keda": {"enabled": True}, "signal": "queueRatio", "externalScrape": True},
+    },
     "token": {"accessToken": {"enabled": True, "value": "s3cr3t-token"}, "service": {"headless": True}},
     "token-existing-secret": {"accessToken": {"enabled": True, "existingSecret": "team-token", "secretKey": "tok"}},
     "sleep-action": {"lifecycle": {"preStopAction": "sleep", "preStopSleepSeconds": 5}},
@@ -59,16 +63,16 @@ def kubernetes_validate():
     return utils
 
 
-def render_manifests(values: Optional[Dict[str, Any]] = None) -> Dict[str, str]:
+def render_manifests(values: Optional[Dict[str, Any]] = None, release: str = RELEASE) -> Dict[str, str]:
     """Template path -> rendered text, as `helm template demo deploy/helm/pytriton -n serving` gives."""
     chart = helm().Chart.load(CHART)
-    return chart.render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    return chart.render(values or {}, name=release, namespace=NAMESPACE, is_install=True)
 
 
-def render(values: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
-    """Every Kubernetes object the chart renders with `values`."""
+def render(values: Optional[Dict[str, Any]] = None, release: str = RELEASE) -> List[Dict[str, Any]]:
+    """Every Kubernetes object the chart renders with `values` for the release named `release`."""
     objects = []
-    for path, text in sorted(render_manifests(values).items()):
+    for path, text in sorted(render_manifests(values, release).items()):
         if not path.endswith(".yaml"):
             continue  # NOTES.txt
         objects.extend(document for document in yaml.safe_load_all(text) if document)
@@ -99,14 +103,16 @@ def probe_paths(values: Optional[Dict[str, Any]] = None) -> Dict[str, str]:
     return {kind: container[f"{kind}Probe"]["httpGet"]["path"] for kind in ("startup", "readiness", "liveness")}
 
 
-def adapter_rule() -> Dict[str, Any]:
-    """The prometheus-adapter rule the chart README documents (its first ```yaml block after the marker)."""
+def adapter_rule(metric: str) -> Dict[str, Any]:
+    """The prometheus-adapter rule serving `metric`, from the chart README (first ```yaml block after the marker)."""
     text = CHART_README.read_text()
     marker = text.index("<!-- adapter-rule -->")
     block = re.search(r"```yaml\n(.*?)```", text[marker:], re.S)
     assert block, "no ```yaml block after <!-- adapter-rule --> in the chart README"
     document = yaml.safe_load(block.group(1))
-    return document["rules"]["custom"][0]
+    found = [rule for rule in document["rules"]["custom"] if rule["name"]["as"] == metric]
+    assert len(found) == 1, f"expected one adapter rule serving {metric} in the chart README, found {len(found)}"
+    return found[0]
 
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}

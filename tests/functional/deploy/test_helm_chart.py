@@ -66,6 +66,7 @@ def test_every_value_set_renders_the_objects_it_asks_for():
     assert kinds["defaults"] == base
     assert kinds["hpa"] == sorted(base + ["HorizontalPodAutoscaler", "ServiceMonitor"])
     assert kinds["keda"] == sorted(base + ["ScaledObject", "ServiceMonitor"])
+    assert kinds["keda-ratio-external-scrape"] == sorted(base + ["ScaledObject"])
     assert kinds["token"] == sorted(base + ["Secret", "Service"])  # and the headless Service
     assert kinds["token-existing-secret"] == base  # the user's Secret is not rendered
 
@@ -473,35 +474,179 @@ def test_network_policy_takes_the_monitoring_selector_from_values():
 # --- autoscaling ------------------------------------------------------------------------------
 
 
-def test_hpa_scales_on_the_ratio_the_adapter_rule_serves():
+HPA_ON = {"autoscaling": {"hpa": {"enabled": True}}, "serviceMonitor": {"enabled": True}}
+KEDA_ON = {"autoscaling": {"keda": {"enabled": True}}, "serviceMonitor": {"enabled": True}}
+RATIO = {"autoscaling": {"signal": "queueRatio"}}
+
+
+def _merged(*layers):
+    """Value layers merged key by key, later ones winning (as repeated `-f` files are)."""
+    merged = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = _merged(merged[key], value)
+            else:
+                merged[key] = value
+    return merged
+
+
+def test_hpa_scales_on_the_requests_in_the_server_by_default():
     objects = render(VALUE_SETS["hpa"])
     hpa = only(objects, "HorizontalPodAutoscaler")
     assert hpa["apiVersion"] == "autoscaling/v2"
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": FULLNAME}
     [metric] = hpa["spec"]["metrics"]
     assert metric["type"] == "Pods"
+    assert metric["pods"]["metric"]["name"] == "pytriton_requests_in_server"
+    assert metric["pods"]["target"] == {"type": "AverageValue", "averageValue": "4"}
+    rule = adapter_rule("pytriton_requests_in_server")
+    assert rule["resources"]["overrides"] == {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}
+    assert rule["seriesQuery"] == 'nv_inference_request_duration_us{namespace!="",pod!=""}'
+    query = rule["metricsQuery"]
+    # Little's law: the summed request time per second over 1e6 is the average in the server.
+    assert query == "sum(rate(nv_inference_request_duration_us{<<.LabelMatchers>>}[1m])) by (<<.GroupBy>>) / 1e6"
+    assert "replicas" not in only(objects, "Deployment")["spec"], "the HPA owns the replica count"
+
+
+def test_the_queue_ratio_stays_an_option_with_its_own_target_and_rule():
+    hpa = only(render(_merged(VALUE_SETS["hpa"], RATIO)), "HorizontalPodAutoscaler")
+    [metric] = hpa["spec"]["metrics"]
+    assert metric["pods"]["metric"]["name"] == "pytriton_queue_compute_ratio"
     assert metric["pods"]["target"] == {"type": "AverageValue", "averageValue": "0.5"}
-    rule = adapter_rule()
-    assert metric["pods"]["metric"]["name"] == rule["name"]["as"]
+    rule = adapter_rule("pytriton_queue_compute_ratio")
     assert rule["resources"]["overrides"]["pod"] == {"resource": "pod"}
     query = rule["metricsQuery"]
     assert "rate(nv_inference_queue_duration_us{<<.LabelMatchers>>}" in query
     assert "rate(nv_inference_compute_infer_duration_us{<<.LabelMatchers>>}" in query
     assert query.index("nv_inference_queue_duration_us") < query.index("/") < query.index("compute_infer")
     assert query.count("(") == query.count(")")
-    assert "replicas" not in only(objects, "Deployment")["spec"], "the HPA owns the replica count"
+    chosen = _merged(VALUE_SETS["hpa"], {"autoscaling": {"signal": "requests", "requests": {"target": "2500m"}}})
+    [metric] = only(render(chosen), "HorizontalPodAutoscaler")["spec"]["metrics"]
+    assert metric["pods"]["target"]["averageValue"] == "2500m"
 
 
-def test_keda_queries_the_same_ratio():
+def test_an_unknown_signal_a_bad_target_and_renamed_values_are_refused():
+    with pytest.raises(helm().HelmRenderError, match='autoscaling.signal="cpu": choose "requests"'):
+        render(_merged(VALUE_SETS["hpa"], {"autoscaling": {"signal": "cpu"}}))
+    with pytest.raises(helm().HelmRenderError, match='autoscaling.requests.target="four"'):
+        render(_merged(VALUE_SETS["keda"], {"autoscaling": {"requests": {"target": "four"}}}))
+    with pytest.raises(helm().HelmRenderError, match="autoscaling.targetRatio was replaced by autoscaling.queueRatio"):
+        render({"autoscaling": {"targetRatio": "0.5"}})
+    with pytest.raises(helm().HelmRenderError, match="replaced by autoscaling.behavior.scaleDown"):
+        render({"autoscaling": {"scaleDownStabilizationSeconds": 300}})
+    with pytest.raises(helm().HelmRenderError, match="autoscaling.hpa.metricName was replaced"):
+        render({"autoscaling": {"hpa": {"metricName": "x"}}})
+
+
+def _behavior_policies(behavior):
+    return {
+        direction: (
+            behavior[direction]["stabilizationWindowSeconds"],
+            behavior[direction]["selectPolicy"],
+            sorted((p["type"], p["value"], p["periodSeconds"]) for p in behavior[direction]["policies"]),
+        )
+        for direction in behavior
+    }
+
+
+def test_the_hpa_and_kedas_hpa_limit_both_directions():
+    expected = {
+        "scaleUp": (0, "Max", [("Percent", 100, 60), ("Pods", 4, 60)]),
+        "scaleDown": (300, "Max", [("Percent", 25, 60), ("Pods", 1, 60)]),
+    }
+    hpa = only(render(VALUE_SETS["hpa"]), "HorizontalPodAutoscaler")
+    assert _behavior_policies(hpa["spec"]["behavior"]) == expected
     scaled = only(render(VALUE_SETS["keda"]), "ScaledObject")
-    [trigger] = scaled["spec"]["triggers"]
-    query = trigger["metadata"]["query"]
+    assert _behavior_policies(scaled["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]) == expected
+    slower = {"behavior": {"scaleUp": {"pods": 2, "percent": 50, "periodSeconds": 120}}}
+    hpa = only(render(_merged(VALUE_SETS["hpa"], {"autoscaling": slower})), "HorizontalPodAutoscaler")
+    slower_up = (0, "Max", [("Percent", 50, 120), ("Pods", 2, 120)])
+    assert _behavior_policies(hpa["spec"]["behavior"])["scaleUp"] == slower_up
+    with pytest.raises(helm().HelmRenderError, match="autoscaling.behavior.scaleDown.pods=0: must be at least 1"):
+        render(_merged(VALUE_SETS["hpa"], {"autoscaling": {"behavior": {"scaleDown": {"pods": 0}}}}))
+
+
+def test_autoscaling_with_nothing_scraping_the_pods_is_refused():
+    for autoscaler in ("hpa", "keda"):
+        alone = {"autoscaling": {autoscaler: {"enabled": True}}}
+        refusal = f"autoscaling.{autoscaler}.enabled=true, but nothing scrapes"
+        with pytest.raises(helm().HelmRenderError, match=refusal) as caught:
+            render(alone)
+        # The message says what to set.
+        assert "serviceMonitor.enabled=true" in str(caught.value)
+        assert "autoscaling.externalScrape=true" in str(caught.value)
+        # Rendered when the chart's ServiceMonitor scrapes the pods ...
+        kinds = {o["kind"] for o in render(_merged(alone, {"serviceMonitor": {"enabled": True}}))}
+        assert "ServiceMonitor" in kinds and kinds & {"HorizontalPodAutoscaler", "ScaledObject"}
+        # ... or when the values say another scrape configuration does.
+        kinds = {o["kind"] for o in render(_merged(alone, {"autoscaling": {"externalScrape": True}}))}
+        assert "ServiceMonitor" not in kinds and kinds & {"HorizontalPodAutoscaler", "ScaledObject"}
+    # Without an autoscaler nothing needs a scrape.
+    assert "ServiceMonitor" not in {o["kind"] for o in render()}
+
+
+def _keda_query(values, release=RELEASE):
+    [trigger] = only(render(values, release), "ScaledObject")["spec"]["triggers"]
+    assert trigger["type"] == "prometheus" and trigger["metricType"] == "AverageValue"
+    return trigger["metadata"]
+
+
+def _pod_patterns(query):
+    """The regular expressions of the query's `pod=~` matchers (PromQL anchors them at both ends)."""
+    patterns = set(re.findall(r'pod=~"([^"\\]*)"', query))
+    assert len(patterns) == 1, query
+    assert query.count("pod=~") == query.count(f'namespace="{NAMESPACE}",pod=~'), query
+    return patterns.pop()
+
+
+def test_keda_queries_the_requests_in_the_server_by_default_and_the_ratio_as_an_option():
+    metadata = _keda_query(VALUE_SETS["keda"])
+    selector = f'namespace="{NAMESPACE}",pod=~"{FULLNAME}-[a-z0-9]+-[a-z0-9]{{5}}"'
+    assert metadata["query"] == f"sum(rate(nv_inference_request_duration_us{{{selector}}}[1m])) / 1e6"
+    assert metadata["threshold"] == "4"
+
+    metadata = _keda_query(VALUE_SETS["keda-ratio-external-scrape"])
+    query = metadata["query"]
     assert query.count("(") == query.count(")")
-    selector = f'namespace="{NAMESPACE}",pod=~"{FULLNAME}-.*"'
     assert f"rate(nv_inference_queue_duration_us{{{selector}}}[1m])" in query
     assert f"rate(nv_inference_compute_infer_duration_us{{{selector}}}[1m])" in query
     assert "clamp_min(" in query and "sum by (pod)" in query
-    assert trigger["metricType"] == "AverageValue" and trigger["metadata"]["threshold"] == "0.5"
+    assert metadata["threshold"] == "0.5"
+
+
+@pytest.mark.parametrize(
+    "short, long",
+    [("demo", "demo-pytriton-canary"), ("a-pytriton", "a-pytriton-b"), ("demo", "demo-pytriton-2")],
+)
+def test_each_keda_query_selects_its_own_release_pods_only(short, long):
+    # `short`'s fullname is a prefix of `long`'s; Deployment pods are <fullname>-<hash>-<5 chars>.
+    fullnames, patterns = {}, {}
+    for release in (short, long):
+        fullnames[release] = only(render(VALUE_SETS["keda"], release), "Deployment")["metadata"]["name"]
+        for values in (VALUE_SETS["keda"], VALUE_SETS["keda-ratio-external-scrape"]):
+            pattern = _pod_patterns(_keda_query(values, release)["query"])
+            assert patterns.setdefault(release, pattern) == pattern
+    assert fullnames[long].startswith(fullnames[short] + "-"), fullnames
+
+    def pods(fullname):
+        samples = (("7d9f8c6b5", "x2k4q"), ("5c7b9d4f8b", "bcdfg"), ("64f5", "zz9q2"))
+        return [f"{fullname}-{template_hash}-{suffix}" for template_hash, suffix in samples]
+
+    for release, other in ((short, long), (long, short)):
+        for pod in pods(fullnames[release]):
+            assert re.fullmatch(patterns[release], pod), (patterns[release], pod)
+        for pod in pods(fullnames[other]):
+            assert not re.fullmatch(patterns[release], pod), (patterns[release], pod)
+    # The negative control: the prefix match the chart used before counts the longer release's pods.
+    assert all(re.fullmatch(f"{fullnames[short]}-.*", pod) for pod in pods(fullnames[long]))
+
+
+def test_keda_refuses_a_fullname_kubernetes_would_shorten_in_pod_names():
+    longest = "r" * (46 - len("-pytriton"))
+    assert only(render(VALUE_SETS["keda"], longest), "ScaledObject")["metadata"]["name"] == longest + "-pytriton"
+    with pytest.raises(helm().HelmRenderError, match="choose a shorter release name"):
+        render(VALUE_SETS["keda"], longest + "r")
 
 
 def test_both_autoscalers_at_once_are_refused():

@@ -1,7 +1,7 @@
-"""The autoscaling metric against a real server: the queue-to-compute ratio rises under load and falls back.
+"""The optional autoscaling signal against a real server: the queue-to-compute ratio rises under load and falls back.
 
-The chart's HPA (through the prometheus-adapter rule in deploy/helm/pytriton/README.md) and its
-KEDA trigger scale on, per pod,
+With autoscaling.signal=queueRatio, the chart's HPA (through the prometheus-adapter rule in
+deploy/helm/pytriton/README.md) and its KEDA trigger scale on, per pod,
 
     sum(rate(nv_inference_queue_duration_us)) / clamp_min(sum(rate(nv_inference_compute_infer_duration_us)), 1)
 
@@ -63,7 +63,7 @@ def queue_compute_ratio(before, after) -> float:
 
 
 def test_the_rule_computes_the_ratio_measured_here():
-    rule = adapter_rule()["metricsQuery"]
+    rule = adapter_rule("pytriton_queue_compute_ratio")["metricsQuery"]
     numerator, denominator = rule.split("\n/\n") if "\n/\n" in rule else rule.split(" / ")
     assert QUEUE in numerator and COMPUTE in denominator and "clamp_min(" in denominator and ", 1)" in denominator
 

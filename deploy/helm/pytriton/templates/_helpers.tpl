@@ -81,10 +81,83 @@ Call with (dict "name" "<value path>" "value" <quantity>).
 {{- end }}
 {{- end }}
 
+{{/* The chosen autoscaling signal's settings: (dict "target" ... "metricName" ...). */}}
+{{- define "pytriton.autoscaling.signal" -}}
+{{- $signal := .Values.autoscaling.signal }}
+{{- if not (has $signal (list "requests" "queueRatio")) }}
+{{- fail (printf "autoscaling.signal=%q: choose \"requests\" (requests in the server per pod) or \"queueRatio\" (queue-to-compute ratio)" (toString $signal)) }}
+{{- end }}
+{{- toYaml (get .Values.autoscaling $signal) }}
+{{- end }}
+
+{{/* The target of the chosen signal, as a quoted Kubernetes quantity. */}}
+{{- define "pytriton.autoscaling.target" -}}
+{{- $settings := include "pytriton.autoscaling.signal" . | fromYaml }}
+{{- $target := toString $settings.target }}
+{{- if not (regexMatch "^[0-9]+(\\.[0-9]+)?m?$" $target) }}
+{{- fail (printf "autoscaling.%s.target=%q: expected a positive number such as \"4\" or \"0.5\"" .Values.autoscaling.signal $target) }}
+{{- end }}
+{{- $target | quote }}
+{{- end }}
+
+{{/*
+The release's own pods in a PromQL selector. A Deployment's pods are named
+<fullname>-<pod-template hash>-<5 characters>, each part without "-", so the pattern matches
+exactly those: another release whose name starts with this one's has more "-" parts after it.
+Kubernetes shortens names beyond 58 characters before the 5, hence the length check.
+*/}}
+{{- define "pytriton.keda.podSelector" -}}
+{{- $fullname := include "pytriton.fullname" . }}
+{{- if gt (len $fullname) 46 }}
+{{- fail (printf "autoscaling.keda selects this release's pods by name, and Kubernetes shortens the names of pods whose Deployment name (%q, %d characters) is longer than 46: choose a shorter release name" $fullname (len $fullname)) }}
+{{- end }}
+{{- printf "namespace=%q,pod=~%q" .Release.Namespace (printf "%s-[a-z0-9]+-[a-z0-9]{5}" $fullname) }}
+{{- end }}
+
+{{/* The HPA's behavior block, from autoscaling.behavior (also used by KEDA's HPA). */}}
+{{- define "pytriton.autoscaling.behavior" -}}
+{{- range $direction := list "scaleUp" "scaleDown" }}
+{{- $chosen := get $.Values.autoscaling.behavior $direction }}
+{{ $direction }}:
+  stabilizationWindowSeconds: {{ int $chosen.stabilizationWindowSeconds }}
+  selectPolicy: Max
+  policies:
+    - type: Pods
+      value: {{ int $chosen.pods }}
+      periodSeconds: {{ int $chosen.periodSeconds }}
+    - type: Percent
+      value: {{ int $chosen.percent }}
+      periodSeconds: {{ int $chosen.periodSeconds }}
+{{- end }}
+{{- end }}
+
 {{/* Checks of values that span several objects; rendered (as nothing) by the Deployment. */}}
 {{- define "pytriton.checks" -}}
-{{- if and .Values.autoscaling.hpa.enabled .Values.autoscaling.keda.enabled }}
+{{- $autoscaling := .Values.autoscaling }}
+{{- if and $autoscaling.hpa.enabled $autoscaling.keda.enabled }}
 {{- fail "autoscaling.hpa.enabled and autoscaling.keda.enabled are both true: choose one, since KEDA creates its own HorizontalPodAutoscaler for the same Deployment" }}
+{{- end }}
+{{- range $old, $new := dict "targetRatio" "autoscaling.queueRatio.target (with autoscaling.signal=queueRatio)" "scaleDownStabilizationSeconds" "autoscaling.behavior.scaleDown.stabilizationWindowSeconds" }}
+{{- if hasKey $autoscaling $old }}
+{{- fail (printf "autoscaling.%s was replaced by %s" $old $new) }}
+{{- end }}
+{{- end }}
+{{- if hasKey $autoscaling.hpa "metricName" }}
+{{- fail "autoscaling.hpa.metricName was replaced by autoscaling.requests.metricName and autoscaling.queueRatio.metricName" }}
+{{- end }}
+{{- if or $autoscaling.hpa.enabled $autoscaling.keda.enabled }}
+{{- if not (or .Values.serviceMonitor.enabled $autoscaling.externalScrape) }}
+{{- fail (printf "autoscaling.%s.enabled=true, but nothing scrapes the pods' metrics, so the autoscaler would never get a value: set serviceMonitor.enabled=true (Prometheus operator), or autoscaling.externalScrape=true if another scrape configuration already collects the metrics port with namespace and pod labels" (ternary "hpa" "keda" (and $autoscaling.hpa.enabled true))) }}
+{{- end }}
+{{- $_ := include "pytriton.autoscaling.target" . }}
+{{- range $direction := list "scaleUp" "scaleDown" }}
+{{- $chosen := get $autoscaling.behavior $direction }}
+{{- range $field := list "pods" "percent" "periodSeconds" }}
+{{- if lt (int (get $chosen $field)) 1 }}
+{{- fail (printf "autoscaling.behavior.%s.%s=%v: must be at least 1" $direction $field (get $chosen $field)) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- range $name, $_ := .Values.triton.config }}
 {{- if has (upper $name) (list "HTTP_PORT" "GRPC_PORT" "METRICS_PORT" "EXIT_TIMEOUT_SECS") }}
