@@ -40,6 +40,7 @@ from pytriton.worker.instance import Instance
 from pytriton.worker.process_instance import ProcessInstance, check_forkable
 from pytriton.worker.request import Request
 from pytriton.worker.stamps import stamps_folder
+from pytriton.worker.tracing import TraceExport
 from pytriton.worker.warmup import run_local_warmups
 
 logger = logging.getLogger("pytriton.triton")
@@ -94,6 +95,10 @@ class ModelBindings:
         self._on_unrecoverable = on_unrecoverable
         self._models: Dict[str, BoundModel] = {}
         self._zmq: Optional[zmq.Context[zmq.Socket[bytes]]] = None
+        self.model_parameters: Dict[str, str] = {}
+        """Parameters every model's proxy gets from the server's configuration (metrics off, tracing)."""
+        self.tracing: Optional[TraceExport] = None
+        """Where the workers export their spans when the server traces with OpenTelemetry (else None)."""
 
     def __contains__(self, model_name: object) -> bool:
         return model_name in self._models
@@ -258,6 +263,8 @@ class ModelBindings:
         if declaration.ensemble is not None:
             return self.start_ensemble(declaration, repository)
         context = declaration.context
+        if self.tracing is not None:  # the handlers continue the requests' traces
+            context = dataclasses.replace(context, tracing=self.tracing)
         model_name, model_version, config = context.model_name, context.model_version, context.config
         key = protocol.model_key(model_name, model_version)
         endpoint = protocol.ipc_endpoint(sockets / key)
@@ -278,6 +285,7 @@ class ModelBindings:
                 **({protocol.PARAM_RELAYED: "1"} if any(declaration.asynchronous) else {}),
                 **({protocol.PARAM_STAMPS: "1"} if stamps_folder() and not relayed else {}),
                 **({protocol.PARAM_SPIN_US: spin} if (spin := os.environ.get(SPIN_ENV)) else {}),
+                **self.model_parameters,
             },
         )
         config_text = to_pbtxt(proto)

@@ -55,3 +55,7 @@ PYTRITON_HOME = pytriton_home()
 
 Nothing in this library writes there today: it is exported because published PyTriton code
 reads it (e.g. to find or clear a cache)."""
+
+METRICS_PERIOD_ENV = "PYTRITON_METRICS_PERIOD_S"
+"""Environment variable: how often (seconds, default 1) each model's proxy brings the worker's
+metrics to Triton's ``/metrics`` port (`pytriton.proxy.metrics`)."""

@@ -25,6 +25,7 @@ from typing import Any, Callable, List, NoReturn, Optional, Sequence, Union
 
 from pytriton.binding import InferFunc, ModelBindings, ModelDeclaration, SignalWatch, block_until_signal
 from pytriton.constants import DEFAULT_TRITON_STARTUP_TIMEOUT_S as STARTUP_TIMEOUT_S
+from pytriton.constants import METRICS_PERIOD_ENV
 from pytriton.exceptions import (
     PyTritonBadParameterError,
     PyTritonInvalidOperationError,
@@ -65,6 +66,8 @@ from pytriton.server.security import (
 from pytriton.server.supervisor import InstanceView, RestartBudget, Supervisor, reap_adopted
 from pytriton.server.vertex_ai import check_vertex_ai_models
 from pytriton.server.workspace import Workspace, kill_server_processes, sweep_stale
+from pytriton.worker.tracing import export_settings
+from pytriton.worker.tracing import shutdown as shutdown_tracing
 
 __all__ = [
     "DEFAULT_PROTECTED_ENDPOINTS",
@@ -122,6 +125,14 @@ class Triton:
         self._workspace_path = pathlib.Path(workspace) if workspace is not None else None
         self._workspace: Optional[Workspace] = None
         self._bindings = ModelBindings("Triton", self._on_unrecoverable)
+        if self._config.allow_metrics is False:  # no /metrics port: the proxies export nothing
+            self._bindings.model_parameters[protocol.PARAM_METRICS] = "0"
+        if period := os.environ.get(METRICS_PERIOD_ENV):
+            self._bindings.model_parameters[protocol.PARAM_METRICS_PERIOD_S] = period
+        self._tracing = export_settings(self._config.trace_config)
+        if self._tracing is not None:  # Triton traces with OpenTelemetry: pytriton continues the traces
+            self._bindings.tracing = self._tracing
+            self._bindings.model_parameters[protocol.PARAM_TRACING] = "1"
         self._process: Optional[ServerProcess] = None
         self._control: Optional[ServerControl] = None
         self._lock = threading.RLock()
@@ -196,10 +207,12 @@ class Triton:
             declaration = self._bindings.declare(
                 model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config
             )
-            if declaration.trace_settings is not None and not self._has_trace_file():
+            if declaration.trace_settings is not None and not self._has_trace_file() and self._tracing is None:
                 raise PyTritonBadParameterError(
-                    f"trace_config of model '{model_name}' needs the server to write traces to a file: "
-                    "Triton(config=TritonConfig(trace_config=['triton,file=/path/trace.json']))"
+                    f"trace_config of model '{model_name}' needs the server to write traces to a file, "
+                    "Triton(config=TritonConfig(trace_config=['triton,file=/path/trace.json'])), or to trace with "
+                    "OpenTelemetry, TritonConfig(trace_config=['mode=opentelemetry', "
+                    "'opentelemetry,url=http://collector:4318/v1/traces'])"
                 )
             self._add(declaration)
 
@@ -572,6 +585,8 @@ class Triton:
             if self._control is not None:
                 self._control.close()
             self._bindings.stop_handlers()
+            if self._tracing is not None:
+                shutdown_tracing(self._tracing)  # the workers' last spans go to the collector
             if self._workspace is not None:
                 self._workspace.cleanup()
             if self._process is not None:
@@ -592,8 +607,9 @@ class Triton:
         cut_after = exit_timeout * 0.8
         cut = threading.Event()
         supervisor, process = self._supervisor, self._process
-        # Triton writes a trace file, and flushes a log file, only at the end of its own shutdown.
-        writes_files = bool(self._config.log_file) or self._has_trace_file()
+        # Triton writes a trace file, and flushes a log file, only at the end of its own shutdown;
+        # it exports the OpenTelemetry spans it still holds then too.
+        writes_files = bool(self._config.log_file) or self._has_trace_file() or self._tracing is not None
         # Relayed answers (streams, async callables) travel after Triton counted the request done:
         # the workers must be idle too, and for a moment, so their last answer reaches the client.
         settle_s = _RELAYED_SETTLE_S if self._bindings.relays() else 0.0

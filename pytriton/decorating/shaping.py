@@ -41,6 +41,11 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
     whether its request starts or ends the sequence. A callable that names ``is_cancelled`` gets
     a function to call while it works: each row's ``request.is_cancelled()``, shape (rows, 1).
 
+    When the server traces with OpenTelemetry, a callable that names ``spans`` gets a list with
+    each request's span (`Request.span`; None for a request Triton did not sample), to parent its
+    own spans: one entry per request (a span belongs to a request, not to a row), in the order of
+    the requests' rows in the batch.
+
     Raises:
         PyTritonValidationError: requests with different input names or trailing shapes, or outputs
             that are not arrays with the gathered batch size on axis 0.
@@ -60,6 +65,8 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
         inputs.update(_sequence_rows(named, requests, sizes))
     if "is_cancelled" in named:
         inputs["is_cancelled"] = _cancelled_rows(requests, sizes)
+    if "spans" in named:  # the requests' OpenTelemetry spans (None: not traced), in the batch's order
+        inputs["spans"] = [getattr(request, "span", None) for request in requests]
 
     total = sum(sizes)
 

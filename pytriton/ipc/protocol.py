@@ -18,7 +18,9 @@ sockets in a 0700 workspace folder, and `marshal` costs a fifth of `pickle` (0.4
 
 Exchanges on the data channel: per batch either `InferBatch` -> `BatchResult` (one answer), or,
 for a decoupled model, `InferBatch` -> any number of `StreamPart` -> `StreamEnd`, with `Cancel`
-from the proxy when every requester of the batch has gone. Version 4 moved the batches from
+from the proxy when every requester of the batch has gone. On the control channel, a proxy
+asks its handler for the model's metrics (`MetricsPoll` -> `MetricsReport`) about once a
+second, off the batches' path. Version 6 added the metrics and the trace contexts. Version 4 moved the batches from
 ZeroMQ to the data channel, added the timing stamps (`Stamp`) and fed each handler from
 one Triton instance (version 3 had two, "lanes").
 
@@ -33,7 +35,7 @@ import marshal
 import os
 from typing import Any, NamedTuple, Optional, Tuple, Union
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 
 # Keys of the model configuration `parameters` that tell a proxy where its worker is.
 PARAM_ENDPOINT = "pytriton.endpoint"
@@ -50,6 +52,13 @@ PARAM_SPIN_US = "pytriton.spin_us"
 """How long a proxy polls for its answer before it sleeps (see `pytriton.proxy.waiting`)."""
 PARAM_STAMPS = "pytriton.stamps"
 """``"1"`` when the proxy records the timing stamps of every batch (see `Stamp`); absent otherwise."""
+PARAM_METRICS = "pytriton.metrics"
+"""``"0"`` when the proxy exports no metrics to Triton's ``/metrics`` (metrics are off); absent otherwise."""
+PARAM_METRICS_PERIOD_S = "pytriton.metrics_period_s"
+"""How often the proxy asks its worker for the model's metrics and updates Triton's families."""
+PARAM_TRACING = "pytriton.tracing"
+"""``"1"`` when Triton traces with OpenTelemetry: the proxy then sends each request's trace
+context (`InferBatch.traces`); absent otherwise."""
 
 DEADLINE_PARAMETER = "pytriton_deadline_ms"
 """Request parameter by which pytriton's clients send their deadline to the worker: the Unix time,
@@ -126,6 +135,12 @@ class InferBatch(NamedTuple):
     requested: Tuple[Tuple[str, ...], ...] = ()
     """When some request of the batch asked for only some of the model's outputs: per request,
     the names it asked for (``()``: all of them); empty when every request wants every output."""
+    sent_ns: int = 0
+    """The proxy's `time.monotonic_ns` as it sends the batch (one clock on one host): the worker
+    measures from it how long the batch waited on its side of the hop before the callable ran."""
+    traces: Tuple[str, ...] = ()
+    """When Triton traces with OpenTelemetry: per request, its W3C ``traceparent`` ("" when the
+    request is not sampled); empty otherwise."""
 
 
 SEQUENCE_START = 1
@@ -217,8 +232,32 @@ class Stamp:
     COUNT = 8
 
 
-Message = Union[Hello, Welcome, InferBatch, BatchResult, StreamPart, StreamEnd, Cancel]
-_MESSAGE_TYPES: Tuple[Any, ...] = (Hello, Welcome, InferBatch, BatchResult, StreamPart, StreamEnd, Cancel)
+class MetricsPoll(NamedTuple):
+    """Proxy -> worker, on the control channel: the model's metrics, please (see `MetricsReport`)."""
+
+    instance: int
+
+
+class MetricsReport(NamedTuple):
+    """Worker -> proxy, on the control channel: the cumulative values of the instance's metrics.
+
+    `families` holds ``(name, help, kind, buckets, series)`` per family, `kind` one of
+    ``"counter"``, ``"gauge"``, ``"histogram"``; `series` holds ``(labels, value)`` with
+    `labels` a tuple of ``(name, value)`` pairs and, for a histogram, `value` the tuple
+    ``(bucket counts..., sum, count)`` (counts per bucket, not cumulative; the last bucket is
+    +Inf). The proxy turns the growth since its last report into Triton metric updates.
+    `worker_pid` names the process that keeps the values: when it changes (a worker process
+    forked anew), the values started again from zero.
+    """
+
+    families: Tuple[Tuple[str, str, str, Tuple[float, ...], Tuple[Tuple[Tuple[Tuple[str, str], ...], Any], ...]], ...]
+    worker_pid: int = 0
+
+
+Message = Union[Hello, Welcome, InferBatch, BatchResult, StreamPart, StreamEnd, Cancel, MetricsPoll, MetricsReport]
+_MESSAGE_TYPES: Tuple[Any, ...] = (
+    Hello, Welcome, InferBatch, BatchResult, StreamPart, StreamEnd, Cancel, MetricsPoll, MetricsReport
+)
 _KINDS = {message_type: kind for kind, message_type in enumerate(_MESSAGE_TYPES)}
 _COLUMNS_AT = {InferBatch: 3, BatchResult: 3, StreamPart: 4}
 """Where a message's columns sit in its encoded tuple (after the kind number)."""

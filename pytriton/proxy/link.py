@@ -95,6 +95,11 @@ class Link:
             f"(worker pid {self.worker_pid}, alive: {pid_alive(self.worker_pid)})"
         )
 
+    @property
+    def zmq_context(self) -> Any:
+        """The proxy's ZeroMQ context (its metrics thread has a socket of its own in it)."""
+        return self._zmq
+
     def worker_alive(self) -> bool:
         return pid_alive(self.worker_pid)
 

@@ -25,6 +25,8 @@ from pytriton.ipc import codec, protocol, shm
 from pytriton.ipc.channel import ChannelClosed
 from pytriton.ipc.shm import Arena, SegmentReader
 from pytriton.proxy.link import Link, LinkError
+from pytriton.proxy.metrics import PERIOD_S as METRICS_PERIOD_S
+from pytriton.proxy.metrics import MetricsExporter
 from pytriton.proxy.relay import Relay
 from pytriton.proxy.waiting import AnswerWait, spin_window_us
 
@@ -124,6 +126,25 @@ def _sequences(requests: List[Any]) -> Tuple[Tuple[Any, int], ...]:
     return tuple((request.correlation_id(), request.flags()) for request in requests)
 
 
+def _traces(requests: List[Any]) -> Tuple[str, ...]:
+    """Each request's W3C ``traceparent`` ("" when Triton did not sample it), or ``()`` when none
+    was sampled: what the worker continues the traces from (`protocol.InferBatch.traces`).
+
+    In OpenTelemetry mode the Python backend gives a sampled request's context as JSON text
+    holding the ``traceparent`` of Triton's span; an unsampled request has none.
+    """
+    traces = []
+    for request in requests:
+        try:
+            text = request.trace().get_context()
+            context = json.loads(text) if text else None
+        except (AttributeError, ValueError):  # an older stub, or a context that is not JSON
+            context = None
+        traceparent = context.get("traceparent") if isinstance(context, dict) else None
+        traces.append(traceparent if isinstance(traceparent, str) else "")
+    return tuple(traces) if any(traces) else ()
+
+
 def _record_fatal_signals(path: Optional[str]) -> Optional[Any]:
     """Have `faulthandler` write a fatal signal of this stub to `path` (see
     `protocol.fault_trace_path`); the open file stays referenced by the caller."""
@@ -167,6 +188,7 @@ class TritonPythonModel:
         self._idle_released = True
         self._closing = threading.Event()
         self._stamps = params.get(protocol.PARAM_STAMPS) == "1"
+        self._tracing = params.get(protocol.PARAM_TRACING) == "1"  # each request's trace context then goes along
         self._answer_wait = AnswerWait(spin_window_us(params.get(protocol.PARAM_SPIN_US)))
         self._last_stamps: Tuple[int, ...] = ()  # the previous batch's record, sent with the next batch
         timeout_s = float(params.get(protocol.PARAM_HANDSHAKE_TIMEOUT_S, "60"))
@@ -180,6 +202,15 @@ class TritonPythonModel:
             self._link.close()
             raise pb_utils.TritonModelException(str(exc)) from None
         self._relay: Optional[Relay] = None
+        self._in_flight = 0  # requests sent to the worker and not answered (non-relayed models)
+        self._metrics: Optional[MetricsExporter] = None
+        if params.get(protocol.PARAM_METRICS) != "0":
+            labels = (("model", self._model_name), ("version", str(args.get("model_version", ""))),
+                      ("instance", str(self._instance)))
+            self._metrics = MetricsExporter(
+                pb_utils, self._link.zmq_context, endpoint, self._instance, labels, self._requests_in_flight,
+                float(params.get(protocol.PARAM_METRICS_PERIOD_S) or METRICS_PERIOD_S),
+            )
         if relayed:
             # A plain generator streams one batch at a time in the worker: holding the next batch in
             # Triton's queue until then lets the batcher gather the requests that arrive meanwhile.
@@ -189,6 +220,9 @@ class TritonPythonModel:
             self.execute = self._execute_relayed  # type: ignore[method-assign,assignment]
         else:
             threading.Thread(target=self._release_when_idle, name="pytriton-idle-arena", daemon=True).start()
+
+    def _requests_in_flight(self) -> int:
+        return self._relay.open_requests() if self._relay is not None else self._in_flight
 
     def _release_when_idle(self) -> None:
         """After `shm.IDLE_RELEASE_S` without a batch, give the input arena back and unmap the
@@ -268,9 +302,14 @@ class TritonPythonModel:
         sequences = _sequences(requests) if self._sequences else ()
         requested = _requested(requests, self._output_count)
         header = protocol.encode(
-            protocol.InferBatch(self._batch_id, parameters, columns, segment, stamps, sequences, requested)
+            protocol.InferBatch(self._batch_id, parameters, columns, segment, stamps, sequences, requested,
+                                sent_ns=time.monotonic_ns(), traces=_traces(requests) if self._tracing else ())
         )
-        result, answer = self._round_trip(header, payload, requests)
+        self._in_flight = len(requests)
+        try:
+            result, answer = self._round_trip(header, payload, requests)
+        finally:
+            self._in_flight = 0
         if result is None:
             self._link.drop()
             error = pb_utils.TritonError(
@@ -390,7 +429,8 @@ class TritonPythonModel:
         sequences = _sequences(requests) if self._sequences else ()
         requested = _requested(requests, self._output_count)
         header = protocol.encode(
-            protocol.InferBatch(self._batch_id, parameters, columns, segment, (), sequences, requested)
+            protocol.InferBatch(self._batch_id, parameters, columns, segment, (), sequences, requested,
+                                sent_ns=time.monotonic_ns(), traces=_traces(requests) if self._tracing else ())
         )
         senders = [request.get_response_sender() for request in requests]
         assert self._relay is not None
@@ -399,6 +439,8 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self._closing.set()
+        if self._metrics is not None:  # its socket goes before the link ends the ZeroMQ context
+            self._metrics.close()
         if self._relay is not None:
             self._relay.close()
         self._link.close()

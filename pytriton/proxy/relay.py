@@ -206,6 +206,12 @@ class Relay:
                     batch.open[index] = False
             self._forget(message.batch_id)
 
+    def open_requests(self) -> int:
+        """How many requests of the batches in flight are not answered in full (a metric)."""
+        with self._lock:
+            batches = list(self._pending.values())
+        return sum(sum(batch.open) for batch in batches)
+
     def _forget(self, batch_id: int) -> None:
         """Drop a batch answered in full; the next batch may go (`one_at_a_time`)."""
         with self._lock:

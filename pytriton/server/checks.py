@@ -24,6 +24,7 @@ import ast
 import dataclasses
 import enum
 import errno
+import importlib.util
 import os
 import pathlib
 import platform
@@ -34,6 +35,7 @@ import subprocess
 import sysconfig
 import tempfile
 import time
+import urllib.parse
 import warnings
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -386,10 +388,11 @@ def port_owners(ports: Sequence[int]) -> Dict[int, str]:
     return owners
 
 
-# The TritonConfig fields a serving script may set that decide which ports a server takes.
+# The TritonConfig fields a serving script may set that decide which ports a server takes (and
+# where its traces go, for the metrics and tracing check).
 _PORT_FIELDS = ("http_port", "grpc_port", "metrics_port", "http_address", "grpc_address", "metrics_address",
                 "allow_http", "allow_grpc", "allow_metrics", "allow_vertex_ai", "vertex_ai_port", "allow_sagemaker",
-                "sagemaker_port")
+                "sagemaker_port", "trace_config")
 
 
 def config_from_script(source: str) -> Tuple[Dict[str, Any], List[str]]:
@@ -479,6 +482,80 @@ def check_ports(environ: Mapping[str, str] = os.environ, script: Optional[pathli
     return judge_ports(probes, source, port_owners(busy) if busy else None)
 
 
+# --- metrics and tracing ----------------------------------------------------------------------
+
+
+def _trace_settings(items: Sequence[str]) -> Dict[str, str]:
+    """``--trace-config`` items as ``{"mode": ..., "opentelemetry,url": ..., "file": ...}``."""
+    settings: Dict[str, str] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        settings[key.replace("triton,", "")] = value
+    return settings
+
+
+def judge_observability(metrics_port: Optional[int], trace_items: Sequence[str], telemetry_installed: bool,
+                        collector_error: Optional[str]) -> CheckResult:
+    """Where the metrics go (None: metrics off) and whether traces reach a collector.
+
+    `collector_error`: why the OpenTelemetry collector's address refused a connection (None: it
+    accepted one, or none is configured).
+    """
+    name = "metrics, tracing"
+    parts = [f"metrics on port {metrics_port} (Triton's nv_* and pytriton_* families)" if metrics_port is not None
+             else "metrics off (allow_metrics=False)"]
+    settings = _trace_settings(trace_items)
+    mode = settings.get("mode", "triton" if trace_items else "")
+    if not trace_items:
+        parts.append("tracing off (no trace_config)")
+        return CheckResult(name, Verdict.PASS, "; ".join(parts))
+    if mode != "opentelemetry":
+        parts.append(f"tracing to the file {settings.get('file', '(none given)')} (mode {mode})")
+        return CheckResult(name, Verdict.PASS, "; ".join(parts))
+    url = settings.get("opentelemetry,url", "http://localhost:4318/v1/traces")
+    parts.append(f"OpenTelemetry traces to {url}")
+    if not telemetry_installed:
+        return CheckResult(name, Verdict.WARN, "; ".join(parts) + ": Triton exports its spans, but the OpenTelemetry "
+                           "packages are missing, so the hop and the callable get no spans",
+                           "pip install 'pytriton[telemetry]'")
+    if collector_error is not None:
+        return CheckResult(name, Verdict.WARN,
+                           "; ".join(parts) + f": the collector does not answer ({collector_error})",
+                           "start the collector, or correct 'opentelemetry,url=' in trace_config")
+    return CheckResult(name, Verdict.PASS, "; ".join(parts) + " (the collector accepts connections)")
+
+
+def check_observability(environ: Mapping[str, str] = os.environ, script: Optional[pathlib.Path] = None,
+                        timeout_s: float = 2.0) -> CheckResult:
+    """Metrics and tracing as a `Triton()` in this environment (and `script`'s TritonConfig) would have them."""
+    explicit: Optional[TritonConfig] = None
+    if script is not None:
+        try:
+            fields, _ = config_from_script(script.read_text())
+            explicit = TritonConfig(**fields) if fields else None
+        except (OSError, SyntaxError, PyTritonError, TypeError):
+            explicit = None  # the ports check says why
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config = merge(explicit, environ)
+    except PyTritonError as exc:
+        return CheckResult("metrics, tracing", Verdict.FAIL, exc.message, f"correct the {ENV_PREFIX}* variable")
+    items = list(config.trace_config or ())
+    settings = _trace_settings(items)
+    collector_error = None
+    if settings.get("mode") == "opentelemetry":
+        url = urllib.parse.urlsplit(settings.get("opentelemetry,url", "http://localhost:4318/v1/traces"))
+        try:
+            socket.create_connection((url.hostname or "localhost", url.port or 4318), timeout_s).close()
+        except OSError as exc:
+            collector_error = f"{url.hostname}:{url.port or 4318}: {exc.strerror or exc}"
+    installed = importlib.util.find_spec("opentelemetry") is not None and importlib.util.find_spec(
+        "opentelemetry.sdk") is not None
+    port = config.effective_metrics_port if config.allow_metrics is not False else None
+    return judge_observability(port, items, installed, collector_error)
+
+
 # --- the workspace --------------------------------------------------------------------------
 
 
@@ -550,6 +627,6 @@ def run_checks(build: bool = False, timeout_s: float = SERVER_START_TIMEOUT_S,
             results.append(CheckResult(name, Verdict.FAIL, "not checked: there is no usable server tree",
                                        "fix the 'server tree' check first"))
     if not build:
-        results.extend([check_shm(), check_ports(script=script)])
+        results.extend([check_shm(), check_ports(script=script), check_observability(script=script)])
     results.append(check_workspace())
     return results

@@ -19,6 +19,7 @@ import functools
 import inspect
 import logging
 import threading
+import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import zmq
@@ -26,7 +27,9 @@ import zmq
 from pytriton.ipc import protocol
 from pytriton.ipc.channel import ChannelClosed
 from pytriton.ipc.shm import SegmentReader
-from pytriton.worker.batches import BatchCalls, NotDecoupled
+from pytriton.metrics import set_current_registry
+from pytriton.worker import tracing
+from pytriton.worker.batches import BatchCalls, NotDecoupled, runs_on
 from pytriton.worker.context import set_current_context
 from pytriton.worker.endpoint import Connection, HandlerEndpoint
 from pytriton.worker.responses import Expected, Failure
@@ -51,6 +54,8 @@ async def finish(
     on_unrecoverable: Callable[[str], None],
 ) -> None:
     """Await a coroutine, or run an async generator (or a plain outcome), and send the answer."""
+    started = time.perf_counter()
+    measured = runs_on(outcome)  # a plain outcome was measured when the callable returned it
     if not calls.decoupled and (inspect.isasyncgen(outcome) or inspect.isgenerator(outcome)):
         outcome = Failure(calls.not_decoupled_message())
     if not calls.decoupled:
@@ -58,9 +63,12 @@ async def finish(
             try:
                 outcome = await outcome
             except asyncio.CancelledError:
+                calls.measures.batch_done(started)
                 raise
             except Exception as exc:  # noqa: BLE001
                 outcome = Failure(calls.callable_error(exc)[0])
+        if measured:
+            calls.measures.batch_done(started, count if isinstance(outcome, Failure) else 0)
         if isinstance(outcome, Failure):
             send(protocol.BatchResult(batch_id, (outcome.message,) * count, (), ""), [])
             return
@@ -71,6 +79,7 @@ async def finish(
         return
     errors: Tuple[Optional[str], ...] = (None,) * count
     unrecoverable = False
+    failed = 0
     try:
         if isinstance(outcome, Failure):
             raise NotDecoupled(outcome.message)
@@ -95,6 +104,9 @@ async def finish(
     except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
         error, unrecoverable = calls.callable_error(exc)
         errors = (error,) * count
+        failed = count
+    if measured:
+        calls.measures.batch_done(started, failed)
     if unrecoverable:
         on_unrecoverable(calls.model_name)
     send(protocol.StreamEnd(batch_id, errors, unrecoverable), [])
@@ -128,6 +140,7 @@ class AsyncLoop:
 
     def run(self) -> None:
         set_current_context(self._calls.context)
+        set_current_registry(self._calls.measures.registry)  # the callable's own metrics go there
         loop = asyncio.new_event_loop()
         try:
             loop.run_until_complete(self._serve())
@@ -226,5 +239,8 @@ class AsyncLoop:
             end: Any = (protocol.StreamEnd(batch.batch_id, (error,) * count) if calls.decoupled
                         else protocol.BatchResult(batch.batch_id, (error,) * count, (), ""))
             send(end, [])
+        finally:
+            if batch.traces:  # the answer went (or the batch was cancelled): its spans end
+                tracing.end()
 
 

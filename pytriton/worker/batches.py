@@ -22,10 +22,12 @@ import numpy as np
 from pytriton.exceptions import PyTritonModelConfigError, PyTritonUnrecoverableError
 from pytriton.ipc import codec, protocol
 from pytriton.ipc.shm import Arena, SegmentReader
+from pytriton.worker import tracing
 from pytriton.worker.cancellation import CancelProbe, Reader
 from pytriton.worker.context import TritonContext
 from pytriton.worker.deadline import expired_message, pop_expired
 from pytriton.worker.isolation import isolate
+from pytriton.worker.measures import Measures
 from pytriton.worker.request import Request, Requests
 from pytriton.worker.responses import Expected, Failure, batch_result, per_request, stream_part
 from pytriton.worker.timed import ExecutionTimeout, TimedCaller
@@ -47,6 +49,7 @@ class BatchCalls:
         strict: validate output dtypes and shapes.
         asynchronous: the callable is a coroutine or async generator function.
         stopping: set when the handler stops (a timed call stops waiting).
+        measures: where the instance's own metrics are recorded.
 
     Raises:
         PyTritonModelConfigError: ``isolate_failures`` or ``execution_timeout_s`` asked of an
@@ -61,8 +64,10 @@ class BatchCalls:
         strict: bool,
         asynchronous: bool,
         stopping: Any,
+        measures: Measures,
     ) -> None:
         self.context = context
+        self.measures = measures
         self.model_name = context.model_name
         self.strict = strict
         self.asynchronous = asynchronous
@@ -85,6 +90,8 @@ class BatchCalls:
         self._bytes_inputs = {t.name for t in context.inputs if np.dtype(t.dtype).kind == "S"}
         self._batching = bool(context.config.batching)
         self._strict_sizes = strict and self._batching
+        self._traced = context.tracing is not None
+        """The server traces with OpenTelemetry: batches may carry trace contexts (`tracing`)."""
         self.probe = CancelProbe()
         """The cancellations of the batch being served (a handler serves one at a time)."""
 
@@ -119,6 +126,8 @@ class BatchCalls:
         for request, names in zip(requests, batch.requested):
             if names:
                 request._requested = names
+        if batch.traces:  # Triton traces with OpenTelemetry: the sampled requests get their spans
+            tracing.begin(self.context.tracing, batch.traces, batch.sent_ns, requests)
         return Requests(requests) if whole is None else Requests(requests, whole, rows, groups)
 
     def _whole(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader) -> Optional[Dict[str, Any]]:
@@ -161,15 +170,23 @@ class BatchCalls:
         if marks is not None:
             marks.append(time.monotonic_ns())
         expired = pop_expired(requests, time.time())
+        measures = self.measures
         if not expired or self.decoupled or self.asynchronous:
-            return batch_sizes, self.call_requests(requests)
+            started = measures.batch_started(len(requests), batch.sent_ns, 0)
+            outcome = self.call_requests(requests)
+            if not runs_on(outcome):  # else the loop that runs it to its end tells when it is done
+                measures.batch_done(started, len(requests) if isinstance(outcome, Failure) else 0)
+            return batch_sizes, outcome
         answers: List[Any] = [Failure(expired_message(self.model_name))] * len(requests)
         live = [index for index in range(len(requests)) if index not in set(expired)]
         logger.debug("Model '%s': %d of %d requests expired before the call", self.model_name, len(expired),
                      len(requests))
+        started = measures.batch_started(len(live), batch.sent_ns, len(expired))
         if live:
             outcome = self.call_requests([requests[index] for index in live])
-            for index, entry in zip(live, per_request(self.context, len(live), outcome)):
+            measures.batch_done(started, len(live) if isinstance(outcome, Failure) else 0)
+            entries = per_request(self.context, len(live), outcome)
+            for index, entry in zip(live, entries):
                 answers[index] = entry
         return batch_sizes, answers
 
@@ -179,7 +196,7 @@ class BatchCalls:
             return self._run_callable(requests)
         except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
             if not (self._isolate_failures and len(requests) > 1 and _may_split(exc) and not _must_stop(exc)):
-                error, unrecoverable = self.callable_error(exc)
+                error, unrecoverable = self.callable_error(exc, requests)
                 return Failure(error, unrecoverable)
             failed = exc
         # Outside the except block, so the retries' errors do not chain (and log) this one.
@@ -201,7 +218,8 @@ class BatchCalls:
         for indices, answer, failure in isolate(len(requests), call, error, may_split=_may_split,
                                                  must_stop=_must_stop):
             if failure is not None:
-                entries: List[Any] = [Failure(*self.callable_error(failure))] * len(indices)
+                part = [requests[i] for i in indices]
+                entries: List[Any] = [Failure(*self.callable_error(failure, part))] * len(indices)
             else:
                 if inspect.iscoroutine(answer):
                     answer.close()  # a plain callable returned an awaitable for a part only: not awaited
@@ -209,13 +227,18 @@ class BatchCalls:
             for index, entry in zip(indices, entries):
                 answers[index] = entry
         failed = sum(1 for answer in answers if isinstance(answer, Failure))
+        self.measures.callable_failed(failed)  # the batch counts as done, without errors, in `call`
         logger.warning("Model '%s': %d of %d requests failed on their own (%d extra calls)", self.model_name,
                        failed, len(requests), calls[0])
         return answers
 
-    def callable_error(self, exc: Exception) -> Tuple[str, bool]:
-        """The message a requester gets for the callable's exception, and whether it is unrecoverable."""
+    def callable_error(self, exc: Exception, requests: Optional[Sequence[Request]] = None) -> Tuple[str, bool]:
+        """The message a requester gets for the callable's exception, and whether it is unrecoverable.
+
+        `requests`: those it raised for, when only some of the batch's (their spans say so)."""
         model = self.model_name
+        if self._traced:
+            tracing.failed(exc, requests)
         if isinstance(exc, (NotDecoupled, ExecutionTimeout)):  # already logged where it happened
             return str(exc), False
         if isinstance(exc, PyTritonUnrecoverableError):
@@ -240,6 +263,8 @@ class BatchCalls:
         self, batch_id: int, count: int, results: Any, batch_sizes: Expected, arena: Optional[Arena]
     ) -> Tuple[protocol.BatchResult, List[Any]]:
         """The `BatchResult` of a batch and its payload; large outputs in `arena` (None: inline)."""
+        if self._traced:  # the callable's answers are in: its span ends here
+            tracing.called()
         return batch_result(self.context, batch_id, count, results, batch_sizes, self.strict, arena)
 
     def part(
@@ -247,6 +272,11 @@ class BatchCalls:
     ) -> Tuple[protocol.StreamPart, List[Any]]:
         """The `StreamPart` of one step of a streaming callable, and its payload."""
         return stream_part(self.context, batch_id, count, step, batch_sizes, self.strict)
+
+
+def runs_on(outcome: Any) -> bool:
+    """Whether the callable's work goes on after it returned `outcome` (a generator or a coroutine)."""
+    return inspect.isgenerator(outcome) or inspect.iscoroutine(outcome) or inspect.isasyncgen(outcome)
 
 
 def _may_split(exc: Exception) -> bool:

@@ -30,6 +30,8 @@ from typing import Any, Callable, Deque, Generator, List, Optional, Tuple
 from pytriton.ipc import protocol
 from pytriton.ipc.channel import ChannelClosed
 from pytriton.ipc.shm import IDLE_RELEASE_S, Arena, SegmentReader
+from pytriton.metrics import set_current_registry
+from pytriton.worker import tracing
 from pytriton.worker.asynchronous import finish
 from pytriton.worker.batches import BatchCalls, NotDecoupled
 from pytriton.worker.context import set_current_context
@@ -92,6 +94,7 @@ class BlockingLoop:
 
     def run(self) -> None:
         set_current_context(self._calls.context)
+        set_current_registry(self._calls.measures.registry)  # the callable's own metrics go there
         endpoint = self._endpoint
         while not self._stop.is_set():
             if self._backlog:
@@ -150,6 +153,8 @@ class BlockingLoop:
             finally:
                 self._in_flight.value -= 1
                 self._calls.probe.end()
+                if message.traces:  # the answer went: the batch's spans end
+                    tracing.end()
         # a Cancel for a batch that already ended needs nothing
 
     def _serve_batch(self, connection: Connection, batch: protocol.InferBatch, payload: Any, received: int) -> None:
@@ -200,6 +205,8 @@ class BlockingLoop:
         calls = self._calls
         errors: Tuple[Optional[str], ...] = (None,) * count
         unrecoverable = False
+        started = time.perf_counter()
+        failed = 0
         try:
             if not calls.decoupled:
                 raise NotDecoupled(calls.not_decoupled_message())
@@ -207,6 +214,7 @@ class BlockingLoop:
                 part, payload = calls.part(batch_id, count, step, batch_sizes)
                 if not self._endpoint.send(connection, protocol.encode(part), payload):
                     generator.close()  # its proxy is gone: nobody reads the rest
+                    calls.measures.batch_done(started)
                     return
                 if self._ending_streams.is_set():
                     generator.close()  # runs the generator's finally blocks now
@@ -219,6 +227,8 @@ class BlockingLoop:
         except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
             error, unrecoverable = calls.callable_error(exc)
             errors = (error,) * count
+            failed = count
+        calls.measures.batch_done(started, failed)
         if unrecoverable:
             self._on_unrecoverable(calls.model_name)
         end = protocol.StreamEnd(batch_id, errors, unrecoverable)

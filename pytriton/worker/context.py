@@ -21,6 +21,9 @@ class TritonContext:
     inputs: Tuple[Any, ...]  # pytriton.model_config.Tensor, names resolved
     outputs: Tuple[Any, ...]  # pytriton.model_config.Tensor, names resolved
     config: Any  # pytriton.model_config.ModelConfig
+    tracing: Any = dataclasses.field(default=None, repr=False, compare=False)
+    """Where the worker exports its spans (`pytriton.worker.tracing.TraceExport`) when the server
+    traces with OpenTelemetry; None otherwise. Set by the facade that serves the model."""
 
     @functools.cached_property
     def input_names(self) -> Tuple[str, ...]:

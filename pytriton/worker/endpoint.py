@@ -45,6 +45,8 @@ class HandlerEndpoint:
         model_name: for log messages.
         on_proxy_replaced: called when a proxy of another process greets than the one before (a
             stub that replaces a dead one reuses its segment names, so mappings of the old must go).
+        metrics_report: the instance's metrics, as a `protocol.MetricsReport` carries them (a
+            `protocol.MetricsPoll` asks for them).
     """
 
     def __init__(
@@ -54,10 +56,12 @@ class HandlerEndpoint:
         instance: int,
         model_name: str,
         on_proxy_replaced: Callable[[], None] = lambda: None,
+        metrics_report: Callable[[], Any] = tuple,
     ) -> None:
         self._instance = instance
         self._model_name = model_name
         self._on_proxy_replaced = on_proxy_replaced
+        self._metrics_report = metrics_report
         self.control = zmq_context.socket(zmq.ROUTER)
         self.control.setsockopt(zmq.LINGER, 0)
         self.control.bind(endpoint)
@@ -100,7 +104,7 @@ class HandlerEndpoint:
         return ready
 
     def answer_greetings(self) -> None:
-        """Answer every `Hello` waiting on the control socket."""
+        """Answer every `Hello` and `MetricsPoll` waiting on the control socket."""
         while True:
             try:
                 identity, header = self.control.recv_multipart(zmq.NOBLOCK)
@@ -115,6 +119,9 @@ class HandlerEndpoint:
                 continue
             if isinstance(message, protocol.Hello):
                 self.control.send_multipart([identity, protocol.encode(self._welcome(message))])
+            elif isinstance(message, protocol.MetricsPoll):
+                report = protocol.MetricsReport(self._metrics_report(), os.getpid())
+                self.control.send_multipart([identity, protocol.encode(report)])
 
     def _welcome(self, hello: protocol.Hello) -> protocol.Welcome:
         error = None

@@ -17,12 +17,14 @@ from typing import Any, Callable, List, Optional, Union
 
 import zmq
 
+from pytriton.metrics import Registry
 from pytriton.worker.asynchronous import AsyncLoop
 from pytriton.worker.batches import BatchCalls
 from pytriton.worker.blocking import BlockingLoop
 from pytriton.worker.context import TritonContext
 from pytriton.worker.endpoint import HandlerEndpoint
 from pytriton.worker.instance import Instance
+from pytriton.worker.measures import Measures
 from pytriton.worker.request import Request
 from pytriton.worker.stamps import StampLog, stamps_folder
 
@@ -80,6 +82,8 @@ class InstanceHandler:
         in_flight: an object whose ``value`` the handler keeps at the number of batches it
             serves (a ``multiprocessing.Value`` shared with the parent, for a process instance);
             a private counter by default.
+        worker_restarts: for a process instance, how many of its worker processes died before
+            this one (a metric, `pytriton.worker.measures`).
 
     Raises:
         PyTritonModelConfigError: ``isolate_failures`` or ``execution_timeout_s`` asked of an
@@ -100,13 +104,16 @@ class InstanceHandler:
         asynchronous: bool = False,
         pipelined: bool = True,
         in_flight: Optional[Any] = None,
+        worker_restarts: int = 0,
     ) -> None:
         self._stop = threading.Event()
         self._in_flight = in_flight if in_flight is not None else _Count()
         self._ending_streams = threading.Event()
-        self._calls = BatchCalls(context, infer_func, instance, strict, asynchronous, self._stop)
+        self._measures = Measures(Registry(context.model_name, context.model_version, instance), worker_restarts)
+        self._calls = BatchCalls(context, infer_func, instance, strict, asynchronous, self._stop, self._measures)
         self._endpoint = HandlerEndpoint(zmq_context, endpoint, instance, context.model_name,
-                                         on_proxy_replaced=self._proxy_replaced)
+                                         on_proxy_replaced=self._proxy_replaced,
+                                         metrics_report=self._measures.registry.report)
         self._loop: Union[BlockingLoop, AsyncLoop]
         if asynchronous:
             self._loop = AsyncLoop(self._endpoint, self._calls, stop=self._stop, ending_streams=self._ending_streams,
@@ -133,6 +140,7 @@ class InstanceHandler:
     def _proxy_replaced(self) -> None:
         # A new stub replaces a dead one and reuses its segment names: drop the old mappings.
         self._loop.reader.close()
+        self._measures.stub_replaced()
 
     def start(self) -> None:
         self._thread.start()

@@ -44,6 +44,7 @@ import zmq
 from pytriton.exceptions import PyTritonModelConfigError
 from pytriton.ipc import protocol
 from pytriton.ipc.shm import SHM_DIR
+from pytriton.worker import tracing
 from pytriton.worker.context import TritonContext
 from pytriton.worker.handler import InstanceHandler
 from pytriton.worker.request import Request
@@ -305,7 +306,7 @@ class ProcessInstance:
             pid = os.fork()
         if pid == 0:  # the child: never returns
             parent_end.close()
-            _child_main(self._spec, shm_prefix, child_end, parent_pid)
+            _child_main(self._spec, shm_prefix, child_end, parent_pid, self._incarnation - 1)
         child_end.close()
         child = _Child(pid, parent_end, shm_prefix)
         self._child = child
@@ -435,19 +436,26 @@ def _remove_segments(prefix: str) -> None:
 # --- the child's side ---------------------------------------------------------------------------
 
 
-def _child_main(spec: _Spec, shm_prefix: str, conn: multiprocessing.connection.Connection, parent_pid: int) -> None:
-    """Run in the forked child: serve until told to stop or the parent is gone; never returns."""
+def _child_main(spec: _Spec, shm_prefix: str, conn: multiprocessing.connection.Connection, parent_pid: int,
+                restarts: int) -> None:
+    """Run in the forked child: serve until told to stop or the parent is gone; never returns.
+
+    `restarts` counts the children of this instance that died before this one.
+    """
     code = 1
     try:
         _die_with_parent(parent_pid)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's Python handlers are not ours
         signal.set_wakeup_fd(-1)  # an asyncio loop of the parent set one: its pipe is the parent's
-        code = _ChildRuntime(spec, shm_prefix, conn).run()
+        code = _ChildRuntime(spec, shm_prefix, conn, restarts).run()
     except BaseException:  # logged, then the exit code says it
         logger.exception("Model '%s' instance %d: the worker process failed", spec.context.model_name, spec.instance)
     finally:
-        os._exit(code)
+        try:
+            tracing.shutdown()  # export this process's last spans: os._exit runs no exit hooks
+        finally:
+            os._exit(code)
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -468,8 +476,10 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 class _ChildRuntime:
-    def __init__(self, spec: _Spec, shm_prefix: str, conn: multiprocessing.connection.Connection) -> None:
+    def __init__(self, spec: _Spec, shm_prefix: str, conn: multiprocessing.connection.Connection,
+                 restarts: int) -> None:
         self._spec = spec
+        self._restarts = restarts
         self._shm_prefix = shm_prefix
         self._conn = conn
         self._send_lock = threading.Lock()
@@ -498,6 +508,7 @@ class _ChildRuntime:
                 strict=spec.strict,
                 zmq_context=zmq_context,
                 on_unrecoverable=self._unrecoverable,
+                worker_restarts=self._restarts,
                 **spec.options,
             )
         except Exception as exc:  # noqa: BLE001 - the parent raises it from start()

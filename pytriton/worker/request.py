@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, ContextManager, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -56,13 +56,14 @@ class Request(_Tensors):
     False and False.
     """
 
-    __slots__ = ("parameters", "_sequence", "_requested", "_probe", "_origin", "_deadline_ms")
+    __slots__ = ("parameters", "_sequence", "_requested", "_probe", "_origin", "_deadline_ms", "_tracing")
     # Set only for requests that carry them (a slot left unset costs the others nothing).
     _sequence: Tuple[Union[int, str], int]
     _requested: Tuple[str, ...]
     _probe: Any  # pytriton.worker.cancellation.CancelProbe of the batch
     _origin: Any  # the request a decorator rebuilt this one from
     _deadline_ms: float  # when its pytriton client stops waiting (Unix ms)
+    _tracing: Tuple[Any, Any]  # its OpenTelemetry span and the tracer that made it (sampled requests only)
 
     def __init__(self, data: Mapping[str, np.ndarray], parameters: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(data)
@@ -119,15 +120,36 @@ class Request(_Tensors):
         sequence = getattr(self, "_sequence", None)
         return sequence is not None and bool(sequence[1] & _SEQUENCE_END)
 
+    @property
+    def span(self) -> Any:
+        """This request's OpenTelemetry span (the ``callable`` span of its trace), or None.
+
+        Set when the server traces with OpenTelemetry (``TritonConfig(trace_config=
+        ["mode=opentelemetry", ...])``), Triton sampled this request and the OpenTelemetry SDK is
+        installed (``pytriton[telemetry]``). Use it as the parent of your own spans:
+        ``with opentelemetry.trace.use_span(request.span, end_on_exit=False): ...``.
+        """
+        tracing = getattr(self, "_tracing", None)
+        return None if tracing is None else tracing[0]
+
+    def traced_span(self, span_name: str) -> ContextManager[Any]:
+        """A context manager giving a span named `span_name` below this request's `span`, current
+        while the block runs (so spans started inside nest below it too), exported with the
+        request's trace. When the request has no span it gives None and records nothing, so the
+        same code runs with tracing on or off."""
+        from pytriton.worker.tracing import child_span
+
+        return child_span(getattr(self, "_tracing", None), span_name)
+
     def __repr__(self) -> str:
         return f"Request(data={dict.__repr__(self)}, parameters={self.parameters!r})"
 
 
 def rebuilt(old: Any, data: Mapping[str, np.ndarray]) -> Request:
     """A `Request` of `data` that keeps what `old` (a `Request` or any mapping) says besides its
-    inputs: parameters, sequence and requested outputs. For decorators that hand the callable changed inputs."""
+    inputs: parameters, sequence, requested outputs and span. For decorators that hand the callable changed inputs."""
     request = Request(data, getattr(old, "parameters", None))
-    for slot in ("_sequence", "_requested"):
+    for slot in ("_sequence", "_requested", "_tracing"):
         value = getattr(old, slot, None)
         if value is not None:
             setattr(request, slot, value)

@@ -10,6 +10,7 @@ What an abandoned call returns later is dropped.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import logging
 import queue
@@ -38,7 +39,10 @@ class _Executor:
         self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.outbox: queue.SimpleQueue[Tuple[bool, Any]] = queue.SimpleQueue()
         self.abandoned = False
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)  # daemon: it may never return
+        # Made on the handler's thread: the call sees what that thread set (such as the registry of
+        # the instance's metrics, `pytriton.metrics`).
+        inherited = contextvars.copy_context()
+        self.thread = threading.Thread(target=inherited.run, args=(self._run,), name=name, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:

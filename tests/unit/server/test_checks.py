@@ -216,3 +216,38 @@ def test_the_versions_line_names_the_library_the_server_and_python(tmp_path):
     assert server_version(tmp_path) == "2.52.0"
     (tmp_path / "TRITON_VERSION").unlink()
     assert server_version(tmp_path) is None
+
+
+# --- metrics and tracing ----------------------------------------------------------------------
+
+
+def test_observability_says_where_metrics_and_traces_go():
+    from pytriton.server.checks import judge_observability
+
+    off = judge_observability(None, [], True, None)
+    assert off.verdict is Verdict.PASS and "metrics off" in off.detail and "tracing off" in off.detail
+    file = judge_observability(8002, ["triton,file=/tmp/t.json", "rate=1"], False, None)
+    assert file.verdict is Verdict.PASS and "port 8002" in file.detail and "/tmp/t.json" in file.detail
+    otel = ["mode=opentelemetry", "opentelemetry,url=http://collector:4318/v1/traces?x=1"]
+    fine = judge_observability(8002, otel, True, None)
+    assert fine.verdict is Verdict.PASS and "http://collector:4318/v1/traces?x=1" in fine.detail
+    missing = judge_observability(8002, otel, False, None)
+    assert missing.verdict is Verdict.WARN and "pytriton[telemetry]" in missing.remedy
+    down = judge_observability(8002, otel, True, "collector:4318: Connection refused")
+    assert down.verdict is Verdict.WARN and "Connection refused" in down.detail
+
+
+def test_observability_check_tries_the_collector(monkeypatch):
+    import socket
+
+    from pytriton.server.checks import check_observability
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        items = f"mode=opentelemetry;opentelemetry,url=http://127.0.0.1:{port}/v1/traces"
+        reached = check_observability({"PYTRITON_TRITON_CONFIG_TRACE_CONFIG": items})
+    refused = check_observability({"PYTRITON_TRITON_CONFIG_TRACE_CONFIG": items})
+    assert "does not answer" not in reached.detail, reached
+    assert refused.verdict is Verdict.WARN and "does not answer" in refused.detail, refused

@@ -14,9 +14,11 @@ import pytest
 from pytriton.decorators import batch
 from pytriton.ipc import codec, protocol
 from pytriton.ipc.shm import SegmentReader
+from pytriton.metrics import Registry
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.worker.batches import BatchCalls
 from pytriton.worker.context import TritonContext, set_current_context
+from pytriton.worker.measures import Measures
 from pytriton.worker.request import BatchResponses, Requests
 from pytriton.worker.responses import Expected, batch_result
 
@@ -50,7 +52,7 @@ def reader():
 
 def _calls(context, func, strict=False):
     set_current_context(context)
-    return BatchCalls(context, func, 0, strict, False, threading.Event())
+    return BatchCalls(context, func, 0, strict, False, threading.Event(), Measures(Registry("m", 1, 0)))
 
 
 def test_gathered_views_a_column_as_one_array_and_refuses_uneven_ones(reader):

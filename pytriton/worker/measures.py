@@ -1,0 +1,92 @@
+"""pytriton's own metric families of one model instance, measured on the worker's side of the hop.
+
+Triton sees the proxy model's queue and compute time; what happens behind the proxy is measured
+here, in the process that runs the callable, as in-memory counters that the proxy brings to
+Triton's ``/metrics`` port (see `pytriton.metrics` and `pytriton.proxy.metrics`). Updating them
+costs a few additions per batch. The proxy adds ``pytriton_requests_in_flight`` itself: it
+knows what it sent and has no answer for.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pytriton.metrics import COUNTER, GAUGE, HISTOGRAM, Definition, Registry, observe
+
+_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_WAIT_SECONDS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+CALLABLE_SECONDS = Definition(
+    "pytriton_callable_seconds", "Time the inference callable (with its decorators) took per batch; for a "
+    "streaming callable, until its last response", HISTOGRAM, (), _SECONDS)
+BATCH_SIZE = Definition(
+    "pytriton_batch_size", "Requests per batch handed to the inference callable", HISTOGRAM, (), _SIZES)
+BATCH_WAIT_SECONDS = Definition(
+    "pytriton_batch_wait_seconds", "Time from the proxy sending a batch to the inference callable starting on it "
+    "(the hop, and any wait for the worker)", HISTOGRAM, (), _WAIT_SECONDS)
+DEADLINE_DROPPED = Definition(
+    "pytriton_deadline_dropped_requests_total", "Requests answered with an error without calling the inference "
+    "callable, because their client's deadline had passed", COUNTER, ())
+CALLABLE_ERRORS = Definition(
+    "pytriton_callable_errors_total", "Requests answered with an error the inference callable raised", COUNTER, ())
+STUB_RESTARTS = Definition(
+    "pytriton_stub_restarts_total", "Times a new Triton stub process took over this instance from an earlier one "
+    "(a heal after a stub died, or a reload of the model)", COUNTER, ())
+WORKER_RESTARTS = Definition(
+    "pytriton_worker_restarts_total", "Times the worker process of a process instance was forked anew after "
+    "the one before died", COUNTER, ())
+REQUESTS_IN_FLIGHT = Definition(
+    "pytriton_requests_in_flight", "Requests sent to the inference callable and not answered yet (set by the "
+    "proxy)", GAUGE, ())
+"""Its series lives in the proxy, not in a `Registry`; defined here with the others."""
+
+FAMILIES = (CALLABLE_SECONDS, BATCH_SIZE, BATCH_WAIT_SECONDS, DEADLINE_DROPPED, CALLABLE_ERRORS, STUB_RESTARTS,
+            WORKER_RESTARTS, REQUESTS_IN_FLIGHT)
+
+
+class Measures:
+    """The handler's own series, kept at hand so a batch updates them without a lookup.
+
+    Args:
+        registry: the instance's registry (the callable's own metrics go there too).
+        worker_restarts: how many worker processes of this instance died before this one.
+    """
+
+    __slots__ = ("registry", "_callable", "_sizes", "_wait", "_dropped", "_errors", "_stub_restarts")
+
+    def __init__(self, registry: Registry, worker_restarts: int = 0) -> None:
+        self.registry = registry
+        self._callable = registry.series(CALLABLE_SECONDS)
+        self._sizes = registry.series(BATCH_SIZE)
+        self._wait = registry.series(BATCH_WAIT_SECONDS)
+        self._dropped = registry.series(DEADLINE_DROPPED)
+        self._errors = registry.series(CALLABLE_ERRORS)
+        self._stub_restarts = registry.series(STUB_RESTARTS)
+        registry.series(WORKER_RESTARTS)[0] = float(worker_restarts)
+
+    def batch_started(self, size: int, sent_ns: int, dropped: int) -> float:
+        """A batch of `size` requests reaches the callable (`dropped` more expired before it); the
+        start time to give `batch_done`. `sent_ns` is the proxy's send time (0: unknown)."""
+        now = time.perf_counter()
+        if sent_ns:
+            observe(BATCH_WAIT_SECONDS, self._wait, max(0.0, (time.monotonic_ns() - sent_ns) / 1e9))
+        if size:
+            observe(BATCH_SIZE, self._sizes, size)
+        if dropped:
+            self._dropped[0] += dropped
+        return now
+
+    def batch_done(self, started: float, failed: int = 0) -> None:
+        """The callable is done with a batch started at `started`; `failed` requests got its error."""
+        observe(CALLABLE_SECONDS, self._callable, time.perf_counter() - started)
+        if failed:
+            self._errors[0] += failed
+
+    def callable_failed(self, count: int) -> None:
+        """`count` requests of a batch got the callable's error (found by calling it on parts)."""
+        self._errors[0] += count
+
+    def stub_replaced(self) -> None:
+        self._stub_restarts[0] += 1
+
