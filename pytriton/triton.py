@@ -55,6 +55,7 @@ from pytriton.server.lifecycle import (
 )
 from pytriton.server.preflight import warn_if_shm_small
 from pytriton.server.process import ServerProcess
+from pytriton.server.readiness import GATE_MODEL, ReadinessGate
 from pytriton.server.security import (
     DEFAULT_PROTECTED_ENDPOINTS,
     TRITON_ACCESS_HEADER,
@@ -140,6 +141,7 @@ class Triton:
         self._unrecoverable: Optional[str] = None
         self._fatal: Optional[PyTritonServerError] = None
         self._supervisor: Optional[Supervisor] = None
+        self._gate: Optional[ReadinessGate] = None  # holds a server started without models not ready
         self._hurry = threading.Event()  # a second signal during the drain: stop at once
         self._start_interrupted: Callable[[], bool] = lambda: False  # a signal came while starting
         self._in_serve = False
@@ -256,10 +258,15 @@ class Triton:
         """Start a checked model (its handlers, its folder in the repository) and, when the
         server runs, load it at once."""
         model_name = declaration.context.model_name
+        if model_name == GATE_MODEL:
+            raise PyTritonBadParameterError(f"model name '{model_name}' is pytriton's own (its readiness gate); "
+                                            "choose another name")
         workspace = self._ensure_workspace()
         running = self._process is not None and self._control is not None
         if running:
             self._refuse_foreign_model(model_name)
+        if self._gate is not None:
+            self._gate.hold()  # a bind before it opened: the server stays not ready through this one too
         self._bindings.start(
             declaration,
             repository=workspace.model_repository,
@@ -268,7 +275,11 @@ class Triton:
             import_paths=proxy_import_paths(self._distribution()),
         )
         if running:
-            self._load_bound(model_name)
+            try:
+                self._load_bound(model_name)
+            finally:
+                if self._gate is not None:  # loaded or failed, this bind is over
+                    self._gate.open_soon()  # unless another bind follows at once
 
     def _refuse_foreign_model(self, model_name: str) -> None:
         """A model another process sent to this server (not in its repository) would be replaced."""
@@ -365,6 +376,8 @@ class Triton:
             if self._stopped:
                 raise PyTritonInvalidOperationError("this Triton was stopped; create a new Triton to run again")
             if self._process is not None:
+                if self._gate is not None:
+                    self._gate.open(wait=True)  # run() or serve() after the binds: ready once they are
                 return
             workspace = self._ensure_workspace()
             config = self._config
@@ -395,8 +408,13 @@ class Triton:
             self._process = process
             process.start()
             deadline = time.monotonic() + STARTUP_TIMEOUT_S
+            started = self._control.is_ready
+            if not self._bindings.names():  # started on entering `with`: not ready until models are bound
+                self._gate = ReadinessGate(self._control, workspace.sockets / "readiness-gate.open")
+                self._gate.close(deadline, process.is_running)
+                started = self._gate.holding
             try:
-                if not wait_for(self._control.is_ready, deadline, self._starting(process)):
+                if not wait_for(started, deadline, self._starting(process)):
                     if self._start_interrupted():
                         return  # serve() saw a signal: it stops what was started
                     raise PyTritonServerStartupError(self._startup_failure(process))
@@ -571,6 +589,8 @@ class Triton:
             atexit.unregister(self.stop)
             if self._supervisor is not None:
                 self._supervisor.stop()  # the server's exit and its stubs' are no news from here on
+            if self._gate is not None:
+                self._gate.open()  # Triton's shutdown would wait for a model still loading
             if self._process is not None:
                 exit_timeout = self._config.exit_timeout_secs
                 exit_timeout = exit_timeout if exit_timeout is not None else _TRITON_DEFAULT_EXIT_TIMEOUT_S

@@ -25,9 +25,12 @@ _server_log = logging.getLogger("pytriton.server.tritonserver")
 
 _PR_SET_PDEATHSIG = 1
 _ERROR_LINE = re.compile(r"^E\d{4} ")
-# Error lines tritonserver prints on a machine without a usable GPU although nothing fails:
-# its CUDA helper at start, and the CUDA stream each ensemble asks for (it runs without one).
-_HARMLESS = ("CudaDriverHelper has not been initialized", "unable to create stream for")
+# Error lines tritonserver prints although nothing fails: on a machine without a usable GPU, its
+# CUDA helper at start and the CUDA stream each ensemble asks for (it runs without one); and for
+# each model loaded from a configuration sent with the load call (the readiness gate, a failed
+# load's placeholder), a modification time it has no file to take from.
+_HARMLESS = ("CudaDriverHelper has not been initialized", "unable to create stream for",
+             "Failed to set config modification time: model_config_content_name_ is empty")
 # Logged each second of a shutdown (at INFO level, which is on by default) once in-flight
 # inferences are done and the models are being unloaded.
 _LIVE_MODELS = re.compile(r"Found (\d+) live models")

@@ -73,12 +73,14 @@ def test_entering_with_starts_the_server_and_each_bind_serves_at_once_without_ru
     url = f"http://127.0.0.1:{config.http_port}"
     with Triton(config=config) as triton:
         assert triton.is_connected()
-        assert _status(url, "/v2/health/ready") == 200  # no model yet, already serving
+        assert _status(url, "/v2/health/live") == 200  # serving,
+        assert _status(url, "/v2/health/ready") == 400  # but not ready without a model (the readiness gate)
         triton.bind("AddOne", _adder(1.0), **F32)
         assert _infer(url, "AddOne", 1.0) == 2.0  # no run(): the bind loaded it
         triton.bind("AddTwo", _adder(2.0), **F32)
         assert _infer(url, "AddTwo", 1.0) == 3.0
-        triton.run()  # only checks readiness now
+        triton.run()  # opens the gate: ready now that the script's models are
+        assert _status(url, "/v2/health/ready") == 200
         assert triton.is_connected() and _infer(url, "AddOne", 5.0) == 6.0
     assert not triton.is_connected()
     assert _status(url, "/v2/health/live") == -1
@@ -232,6 +234,7 @@ def test_a_local_triton_refuses_a_name_a_remote_process_serves_on_it():
     config = server_config()
     url = f"http://127.0.0.1:{config.http_port}"
     with Triton(config=config) as triton:
+        triton.run()  # the owner serves what other processes bind: ready without models of its own
         with RemoteTriton(url, access_token=triton.get_access_token()) as remote:
             remote.bind("Shared", _adder(1.0), **F32)
             with pytest.raises(PyTritonInvalidOperationError, match="'Shared' is already served"):
