@@ -340,6 +340,13 @@ class ModelBindings:
         """Whether no handler serves a batch (no callable running, no stream open)."""
         return all(handler.idle() for model in self._models.values() for handler in model.handlers)
 
+    def longest_queue_delay_s(self) -> float:
+        """The longest time a model's batcher may hold a request while an instance is free
+        (``max_queue_delay_microseconds``): past it, a queued request reaches a worker."""
+        delays = [getattr(model.declaration.context.config.batcher, "max_queue_delay_microseconds", 0) or 0
+                  for model in self._models.values()]
+        return max(delays, default=0) / 1e6
+
     def relays(self) -> bool:
         """Whether some model's proxies relay (decoupled models, async callables): their answers
         travel after Triton's `execute` returned, so Triton's count of requests in flight misses them."""

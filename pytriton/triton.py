@@ -633,6 +633,11 @@ class Triton:
         # Relayed answers (streams, async callables) travel after Triton counted the request done:
         # the workers must be idle too, and for a moment, so their last answer reaches the client.
         settle_s = _RELAYED_SETTLE_S if self._bindings.relays() else 0.0
+        # While Triton waits for its HTTP connections to close, idle keep-alive ones included (up to
+        # the exit timeout), it says nothing of the requests in flight: the workers must then be
+        # idle for longer than a batcher may hold a request while an instance is free, and long
+        # enough for a request being read to reach its model.
+        connections_settle_s = max(_CONNECTIONS_SETTLE_S, self._bindings.longest_queue_delay_s() + 0.05)
         idle_since: List[float] = []
 
         def poll(waited: float) -> bool:
@@ -642,13 +647,15 @@ class Triton:
             if self._hurry.is_set():
                 logger.warning("Second signal during the drain: stopping tritonserver at once")
                 return True
-            if process is not None and process.drained and not writes_files:
+            if process is not None and (process.drained or process.waits_for_connections) and not writes_files:
+                needed = settle_s if process.drained else connections_settle_s
                 if not self._bindings.idle():
                     idle_since.clear()
                 elif not idle_since:
                     idle_since.append(waited)
-                elif waited - idle_since[0] >= settle_s:
-                    logger.debug("No inference in flight any more; stopping tritonserver without its unloading")
+                elif waited - idle_since[0] >= needed:
+                    logger.debug("No inference in flight any more; stopping tritonserver without its unloading"
+                                 "%s", "" if process.drained else " (idle HTTP connections were still open)")
                     return True
             stuck = supervisor.stuck_versions if supervisor is not None else 0
             live = process.live_models if process is not None else None
@@ -662,6 +669,8 @@ class Triton:
 
 
 _RELAYED_SETTLE_S = 0.2
+_CONNECTIONS_SETTLE_S = 0.5
+"""How long the workers must be idle to end a drain while Triton still waits for HTTP connections."""
 """How long the workers of relayed models stay idle before a stop ends tritonserver itself."""
 
 

@@ -36,6 +36,9 @@ _HARMLESS = ("CudaDriverHelper has not been initialized", "unable to create stre
 _LIVE_MODELS = re.compile(r"Found (\d+) live models")
 # Logged once a shutdown found no inference in flight any more; what follows is only unloading.
 _DRAINED = re.compile(r"Found 0 model versions that have in-flight inferences")
+# Logged each second of a shutdown while HTTP connections stay open: Triton waits for every one
+# to close, idle keep-alive connections too, until its exit timeout.
+_HTTP_CONNECTIONS = re.compile(r"Found \d+ HTTP service connections")
 
 
 _STOP_POLL_S = 0.02
@@ -115,6 +118,8 @@ class ServerProcess:
         """During a shutdown: how many model versions the server still waits for (from its log)."""
         self.drained = False
         """During a shutdown: the server has reported that no inference is in flight (from its log)."""
+        self.waits_for_connections = False
+        """During a shutdown: the server waits for HTTP connections to close (from its log)."""
 
     @property
     def pid(self) -> Optional[int]:
@@ -171,6 +176,8 @@ class ServerProcess:
                 self.live_models = int(live.group(1))
             elif _DRAINED.search(line):
                 self.drained = True
+            elif _HTTP_CONNECTIONS.search(line):
+                self.waits_for_connections = True
             harmless = any(text in line for text in _HARMLESS)
             level = logging.WARNING if _ERROR_LINE.match(line) and not harmless else logging.DEBUG
             _server_log.log(level, "%s", line)
