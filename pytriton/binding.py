@@ -405,6 +405,41 @@ class SignalWatch:
         self._previous.clear()
 
 
+class TerminationScope:
+    """Inside ``with Triton()``, SIGTERM ends the script the way Ctrl+C does: an exception from the
+    line the script was running, so the ``with`` block stops the server and cleans up.
+
+    Python's default for SIGTERM kills the process at once, leaving the server, its stubs and their
+    shared memory behind (and a script running as PID 1 ignores the signal altogether). So, from
+    the main thread and where the script has not set a SIGTERM handler of its own, a handler
+    raises ``SystemExit(143)`` (128 + 15: the exit status of a process ended by SIGTERM) wherever
+    the script is: between two `bind` calls, in its own code before `serve()`. During pytriton's
+    own waits (`run()`, a `bind`'s load, `serve()`), `SignalWatch` takes the signal instead and
+    stops cleanly from there. SIGINT keeps Python's behaviour: ``KeyboardInterrupt``.
+    """
+
+    EXIT_STATUS = 128 + signal.SIGTERM
+
+    def __init__(self) -> None:
+        self._installed = False
+
+    @staticmethod
+    def _terminate(signum: int, _frame: Any) -> None:
+        raise SystemExit(TerminationScope.EXIT_STATUS)
+
+    def enter(self) -> None:
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
+                signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, self._terminate)
+            self._installed = True
+
+    def exit(self) -> None:
+        if self._installed and threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGTERM) == self._terminate:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            self._installed = False
+
+
 def block_until_signal(
     is_alive: Callable[[], bool], wake: threading.Event, period_s: float, watch: Optional[SignalWatch] = None
 ) -> Optional[int]:

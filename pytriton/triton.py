@@ -23,7 +23,14 @@ import threading
 import time
 from typing import Any, Callable, List, NoReturn, Optional, Sequence, Union
 
-from pytriton.binding import InferFunc, ModelBindings, ModelDeclaration, SignalWatch, block_until_signal
+from pytriton.binding import (
+    InferFunc,
+    ModelBindings,
+    ModelDeclaration,
+    SignalWatch,
+    TerminationScope,
+    block_until_signal,
+)
 from pytriton.constants import DEFAULT_TRITON_STARTUP_TIMEOUT_S as STARTUP_TIMEOUT_S
 from pytriton.constants import METRICS_PERIOD_ENV
 from pytriton.exceptions import (
@@ -142,6 +149,7 @@ class Triton:
         self._fatal: Optional[PyTritonServerError] = None
         self._supervisor: Optional[Supervisor] = None
         self._gate: Optional[ReadinessGate] = None  # holds a server started without models not ready
+        self._termination = TerminationScope()
         self._hurry = threading.Event()  # a second signal during the drain: stop at once
         self._start_interrupted: Callable[[], bool] = lambda: False  # a signal came while starting
         self._in_serve = False
@@ -150,13 +158,25 @@ class Triton:
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> Triton:
-        """Start the server, unless the lifecycle policy waits for `run()` or `serve()`."""
-        if self._policy.launch_triton_on_startup:
-            self.run()
+        """Start the server, unless the lifecycle policy waits for `run()` or `serve()`.
+
+        Inside the block, SIGTERM stops the server and ends the script cleanly wherever it is
+        (`TerminationScope`); SIGINT raises ``KeyboardInterrupt`` as usual, which does the same.
+        """
+        self._termination.enter()
+        try:
+            if self._policy.launch_triton_on_startup:
+                self.run()
+        except BaseException:
+            self._termination.exit()
+            raise
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        self.stop()
+        try:
+            self.stop()
+        finally:
+            self._termination.exit()
 
     def get_access_token(self) -> Optional[str]:
         """The token that opens this server's restricted APIs (header ``triton-access-token``).
@@ -408,7 +428,8 @@ class Triton:
             self._process = process
             process.start()
             deadline = time.monotonic() + STARTUP_TIMEOUT_S
-            started = self._control.is_ready
+            control = self._control
+            started: Callable[[], bool] = lambda: control.is_ready()  # noqa: E731
             if not self._bindings.names():  # started on entering `with`: not ready until models are bound
                 self._gate = ReadinessGate(self._control, workspace.sockets / "readiness-gate.open")
                 self._gate.close(deadline, process.is_running)
