@@ -340,6 +340,20 @@ class ModelBindings:
         """Whether no handler serves a batch (no callable running, no stream open)."""
         return all(handler.idle() for model in self._models.values() for handler in model.handlers)
 
+    def hung(self, now: float) -> List[Tuple[str, int, Instance, float, float]]:
+        """``(model, instance number, instance, seconds busy, hang_timeout_s)`` of every instance
+        whose oldest batch has run past its model's ``ModelConfig.hang_timeout_s``, at `now`."""
+        found = []
+        for name, model in list(self._models.items()):
+            limit = getattr(model.declaration.context.config, "hang_timeout_s", None)
+            if limit is None:
+                continue
+            for index, handler in enumerate(model.handlers):
+                busy = handler.busy_for(now)
+                if busy > limit:
+                    found.append((name, index, handler, busy, limit))
+        return found
+
     def longest_queue_delay_s(self) -> float:
         """The longest time a model's batcher may hold a request while an instance is free
         (``max_queue_delay_microseconds``): past it, a queued request reaches a worker."""

@@ -10,7 +10,8 @@
     ├── PyTritonServerError                the tritonserver process cannot start, serve or stop
     │   ├── PyTritonServerStartupError     it could not start (port in use, binary or libpython missing)
     │   ├── PyTritonServerCrashedError     it died while serving (killed, crashed); carries its exit status
-    │   └── PyTritonModelRestartLimitError a model's instances kept dying; the model was given up
+    │   ├── PyTritonModelRestartLimitError a model's instances kept dying; the model was given up
+    │   └── PyTritonModelHangError         a callable stuck past hang_timeout_s on a thread; the server stopped
     ├── PyTritonUnrecoverableError         raised by a callable: the server shuts down
     ├── PyTritonRuntimeError               an error that fits none of the branches above
     └── pytriton.client.exceptions.PyTritonClientError  (client side, see that module)
@@ -76,6 +77,12 @@ class PyTritonModelRestartLimitError(PyTritonServerError):
     ``ModelConfig.max_restarts`` times within ``ModelConfig.restart_window_s`` the model is given
     up, the server stops and `Triton.serve()` raises this.
     """
+
+
+class PyTritonModelHangError(PyTritonServerError):
+    """A model's callable ran a batch past the model's ``ModelConfig.hang_timeout_s`` on a thread
+    that nothing can free; the server was stopped, so that the process can be restarted. The
+    callable's stack at that moment is in the log."""
 
 
 class PyTritonUnrecoverableError(PyTritonError):

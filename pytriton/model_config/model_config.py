@@ -50,6 +50,14 @@ class ModelConfig:
         execution_timeout_s: seconds a call of the callable may take (None: no limit). A call
             still running then is abandoned: its requesters get an error and the instance goes
             on serving on a fresh thread. Not for decoupled or async models.
+        hang_timeout_s: seconds after which a batch still in the callable counts as hung (None:
+            never; streams count until their last response). A hung callable in a worker process
+            (``process_instances``) is dumped (its stack goes to the log) and killed, and a fresh
+            process serves on; one on a thread of your process cannot be freed, so its stack is
+            logged and the server stops: readiness and liveness fail and `serve()` raises
+            `PyTritonModelHangError`, so the orchestrator restarts the process. Unlike
+            ``execution_timeout_s``, which abandons the call and serves on, this is for callables
+            that hold what the next calls need (a lock, a wedged CUDA call).
         process_instances: run each model instance in a worker process forked from yours,
             instead of a thread of your process. Threads share one GIL, so a callable that
             spends its time in Python code serves one batch at a time however many instances
@@ -73,6 +81,7 @@ class ModelConfig:
     isolate_failures: bool = False
     execution_timeout_s: Optional[float] = None
     process_instances: bool = False
+    hang_timeout_s: Optional[float] = None
     # Last, so positional calls of the fields above keep working; out of repr and eq because it
     # always reads back as None (kept None so that dataclasses.replace() does not pass it again).
     warmup: Optional[Union[ModelWarmup, Sequence[ModelWarmup]]] = dataclasses.field(
@@ -113,8 +122,9 @@ class ModelConfig:
                 "Triton's response cache does not support decoupled models"
             )
         set_(self, "isolate_failures", _check_bool("ModelConfig.isolate_failures", self.isolate_failures))
-        set_(self, "execution_timeout_s", _check_timeout_s(self.execution_timeout_s))
+        set_(self, "execution_timeout_s", _check_timeout_s(self.execution_timeout_s, "execution_timeout_s"))
         set_(self, "process_instances", _check_bool("ModelConfig.process_instances", self.process_instances))
+        set_(self, "hang_timeout_s", _check_timeout_s(self.hang_timeout_s, "hang_timeout_s"))
         for name, on in (("isolate_failures", self.isolate_failures),
                          ("execution_timeout_s", self.execution_timeout_s is not None)):
             if on and self.decoupled:
@@ -174,13 +184,13 @@ class ModelConfig:
         return tuple(warmups)
 
 
-def _check_timeout_s(value: Any) -> Optional[float]:
-    """`execution_timeout_s` as a float, or None; a clear error for anything but a positive finite number."""
+def _check_timeout_s(value: Any, name: str) -> Optional[float]:
+    """A time limit field as a float, or None; a clear error for anything but a positive finite number."""
     if value is None:
         return None
     is_number = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
     if not is_number or not math.isfinite(value) or value <= 0:
         raise PyTritonBadParameterError(
-            f"ModelConfig.execution_timeout_s must be None (no limit) or a positive number of seconds, got {value!r}"
+            f"ModelConfig.{name} must be None (no limit) or a positive number of seconds, got {value!r}"
         )
     return float(value)

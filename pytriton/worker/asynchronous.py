@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import io
 import logging
 import threading
 import time
@@ -127,9 +128,12 @@ class AsyncLoop:
         ending_streams: threading.Event,
         on_unrecoverable: Callable[[str], None],
         in_flight: Any,
+        busy_since: Any,
     ) -> None:
         self._endpoint = endpoint
         self._in_flight = in_flight
+        self._busy_since = busy_since
+        self._started: Dict[Tuple[int, int], float] = {}  # each batch's start, for `busy_since`
         self._calls = calls
         self._stop = stop
         self._ending_streams = ending_streams
@@ -205,6 +209,8 @@ class AsyncLoop:
             task = asyncio.ensure_future(self._serve_batch(connection, message, payload))
             self._tasks[key] = task
             self._in_flight.value += 1
+            self._started[key] = time.monotonic()
+            self._busy_since.value = min(self._started.values())
             task.add_done_callback(functools.partial(self._forget_task, key))
         elif isinstance(message, protocol.Cancel) and key in self._tasks:
             self._tasks[key].cancel()
@@ -212,6 +218,20 @@ class AsyncLoop:
     def _forget_task(self, key: Tuple[int, int], _task: Any) -> None:
         self._tasks.pop(key, None)
         self._in_flight.value -= 1
+        self._started.pop(key, None)
+        self._busy_since.value = min(self._started.values(), default=0.0)
+
+    def oldest_task_stack(self) -> str:
+        """Where the longest-running batch's coroutine waits ("" when none runs)."""
+        if not self._started:
+            return ""
+        key = min(self._started, key=self._started.__getitem__)
+        task = self._tasks.get(key)
+        if task is None:
+            return ""
+        text = io.StringIO()
+        task.print_stack(file=text)
+        return text.getvalue()
 
     def _forget(self, connection: Connection) -> None:
         fd = connection.channel.fileno()

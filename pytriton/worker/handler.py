@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 import threading
+import traceback
 from typing import Any, Callable, List, Optional, Union
 
 import zmq
@@ -50,6 +52,15 @@ def is_generator_callable(func: Callable[..., Any]) -> bool:
     return False
 
 
+class _Clock:
+    """A plain float with the ``value`` of a shared one (see `busy_since`)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+
 class _Count:
     """A plain counter with the ``value`` of a ``multiprocessing.Value``."""
 
@@ -84,6 +95,8 @@ class InstanceHandler:
             a private counter by default.
         worker_restarts: for a process instance, how many of its worker processes died before
             this one (a metric, `pytriton.worker.measures`).
+        busy_since: an object whose ``value`` the handler keeps at the `time.monotonic` start of
+            the oldest batch it serves (0.0: none), shared with the parent for a process instance.
 
     Raises:
         PyTritonModelConfigError: ``isolate_failures`` or ``execution_timeout_s`` asked of an
@@ -105,9 +118,11 @@ class InstanceHandler:
         pipelined: bool = True,
         in_flight: Optional[Any] = None,
         worker_restarts: int = 0,
+        busy_since: Optional[Any] = None,
     ) -> None:
         self._stop = threading.Event()
         self._in_flight = in_flight if in_flight is not None else _Count()
+        self._busy_since = busy_since if busy_since is not None else _Clock()
         self._ending_streams = threading.Event()
         self._measures = Measures(Registry(context.model_name, context.model_version, instance), worker_restarts)
         self._calls = BatchCalls(context, infer_func, instance, strict, asynchronous, self._stop, self._measures)
@@ -117,7 +132,8 @@ class InstanceHandler:
         self._loop: Union[BlockingLoop, AsyncLoop]
         if asynchronous:
             self._loop = AsyncLoop(self._endpoint, self._calls, stop=self._stop, ending_streams=self._ending_streams,
-                                   on_unrecoverable=on_unrecoverable, in_flight=self._in_flight)
+                                   on_unrecoverable=on_unrecoverable, in_flight=self._in_flight,
+                                   busy_since=self._busy_since)
         else:
             folder = stamps_folder()
             decoupled = self._calls.decoupled
@@ -127,6 +143,7 @@ class InstanceHandler:
                 on_unrecoverable=on_unrecoverable,
                 stamp_log=StampLog(folder, context.model_name, instance) if folder and not decoupled else None,
                 in_flight=self._in_flight,
+                busy_since=self._busy_since,
             )
         self._released = False
         self._thread = threading.Thread(target=self._loop.run, name=f"pytriton-{context.model_name}-{instance}",
@@ -152,6 +169,25 @@ class InstanceHandler:
     def idle(self) -> bool:
         """Whether no batch is being served: no callable running, no stream open."""
         return self._in_flight.value == 0
+
+    def busy_for(self, now: float) -> float:
+        """How long the oldest batch being served has been at it (0.0 when idle), at `now`
+        (`time.monotonic`)."""
+        since = self._busy_since.value
+        return now - since if since else 0.0
+
+    def stuck_stack(self) -> str:
+        """Where the handler's thread is now (and, for an async callable, where its oldest batch
+        waits): for the log of a hung callable."""
+        frames = sys._current_frames().get(self._thread.ident or -1)
+        text = "".join(traceback.format_stack(frames)) if frames is not None else ""
+        if isinstance(self._loop, AsyncLoop):
+            text += self._loop.oldest_task_stack()
+        return text or "(the handler's thread is not running)"
+
+    def free_stuck(self) -> bool:
+        """Free a hung callable: impossible for a thread of this process (False)."""
+        return False
 
     def end_streams(self) -> None:
         """Cut the streams in flight short (the server is stopping): each gets an error and its end.

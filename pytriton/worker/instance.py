@@ -30,6 +30,15 @@ class Instance(Protocol):
     def idle(self) -> bool:
         """Whether no batch is being served (no callable running, no stream open) right now."""
 
+    def busy_for(self, now: float) -> float:
+        """How long (seconds, at `time.monotonic` `now`) the oldest batch being served has run; 0.0 when idle."""
+
+    def stuck_stack(self) -> str:
+        """Where a hung callable is: its stack, or where it was written (for the log)."""
+
+    def free_stuck(self) -> bool:
+        """End a hung callable if it can be ended (a worker process is killed and forked anew)."""
+
     def end_streams(self) -> None:
         """Cut the streams in flight short: the server is stopping."""
 

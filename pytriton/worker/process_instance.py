@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import faulthandler
 import logging
 import mmap
 import multiprocessing
@@ -57,6 +58,9 @@ _POLL_S = 0.05
 """How often each side looks at the pipe (and the parent at the child's exit status)."""
 _PARENT_CHECK_S = 0.5
 _ACK_TIMEOUT_S = 5.0
+_DUMP_SIGNAL = signal.SIGUSR1
+"""Asks a worker process to write its threads' stacks to stderr (`faulthandler`)."""
+_DUMP_WAIT_S = 0.3
 _KILL_GRACE_S = 2.0
 """How long past the `stop` timeout a child gets to end before it is killed."""
 _QUICK_DEATH_S = 1.0
@@ -167,7 +171,8 @@ class ProcessInstance:
         **options: Any,
     ) -> None:
         self._in_flight = _SharedCount()
-        options = {**options, "in_flight": self._in_flight}
+        self._busy_since = _SharedFloat()
+        options = {**options, "in_flight": self._in_flight, "busy_since": self._busy_since}
         self._spec = _Spec(context, infer_func, endpoint, instance, shm_prefix, strict, options)
         self._on_unrecoverable = on_unrecoverable
         self._name = f"model '{context.model_name}' instance {instance}"
@@ -216,6 +221,34 @@ class ProcessInstance:
     def idle(self) -> bool:
         """Whether the child serves no batch (it counts them in memory shared across the fork)."""
         return self._in_flight.value == 0
+
+    def busy_for(self, now: float) -> float:
+        """How long the child's oldest batch has been served (see `InstanceHandler.busy_for`)."""
+        since = self._busy_since.value
+        return now - since if since else 0.0
+
+    def stuck_stack(self) -> str:
+        """Ask the child to write its threads' stacks to its stderr (the log of your process)."""
+        child = self._child
+        if child is None or child.status is not None:
+            return "(no worker process)"
+        try:
+            os.kill(child.pid, _DUMP_SIGNAL)
+        except ProcessLookupError:
+            return "(the worker process is gone)"
+        time.sleep(_DUMP_WAIT_S)  # faulthandler writes from the child's signal handler
+        return f"(the worker process, pid {child.pid}, wrote the stacks of its threads to its stderr above)"
+
+    def free_stuck(self) -> bool:
+        """Kill the child serving a hung callable; the watcher forks a fresh one (True)."""
+        child = self._child
+        if child is None or child.status is not None:
+            return False
+        try:
+            os.kill(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return True
 
     def end_streams(self) -> None:
         """Cut the child's streams in flight short (see `InstanceHandler.end_streams`)."""
@@ -374,6 +407,7 @@ class ProcessInstance:
         """Remove what a dead child left: its pipe, its socket file, its output segments."""
         child.conn.close()
         self._in_flight.value = 0  # the batches it was serving died with it
+        self._busy_since.value = 0.0
         if self._socket_path is not None:
             for path in (self._socket_path, protocol.data_socket_path(self._socket_path)):
                 try:
@@ -397,6 +431,22 @@ class _SharedCount:
     @value.setter
     def value(self, value: int) -> None:
         self._int.value = value
+
+
+class _SharedFloat:
+    """A float in an anonymous shared mapping: written by the forked child, read by the parent."""
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, ctypes.sizeof(ctypes.c_double))
+        self._float = ctypes.c_double.from_buffer(self._map)
+
+    @property
+    def value(self) -> float:
+        return float(self._float.value)
+
+    @value.setter
+    def value(self, value: float) -> None:
+        self._float.value = value
 
 
 def _describe(status: Optional[int]) -> str:
@@ -445,6 +495,7 @@ def _child_main(spec: _Spec, shm_prefix: str, conn: multiprocessing.connection.C
     code = 1
     try:
         _die_with_parent(parent_pid)
+        faulthandler.register(_DUMP_SIGNAL, all_threads=True)  # a hung callable's stacks, on the parent's request
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's Python handlers are not ours
         signal.set_wakeup_fd(-1)  # an asyncio loop of the parent set one: its pipe is the parent's
