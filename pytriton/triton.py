@@ -70,6 +70,7 @@ from pytriton.server.security import (
     TRITON_ACCESS_HEADER,
     VALID_TRITON_ENDPOINTS,
     TritonSecurityConfig,
+    check_unguarded_endpoints,
     resolve_access_token,
     restricted_config,
 )
@@ -131,6 +132,7 @@ class Triton:
                 f"security_config={security_config!r} is invalid: expected a TritonSecurityConfig or None"
             )
         self._security = security
+        check_unguarded_endpoints(self._config, security)
         self._access_token = resolve_access_token(security)
         self._workspace_path = pathlib.Path(workspace) if workspace is not None else None
         self._workspace: Optional[Workspace] = None

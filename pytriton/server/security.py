@@ -93,6 +93,11 @@ class TritonSecurityConfig:
             (``shared-memory``, ``model-repository``, ``statistics``, ``trace``, ``logging``);
             an empty list: nothing is restricted. Stored as a tuple in Triton's order, the
             default filled in.
+        allow_unguarded_endpoints: confirm that the SageMaker and Vertex AI endpoints
+            (`TritonConfig.allow_sagemaker`, `allow_vertex_ai`) may run although they do not check
+            the token: Triton 2.51 applies ``restricted_endpoints`` to its HTTP and gRPC
+            endpoints only. Without it, a server with restricted endpoints and either of those
+            endpoints on is refused (`check_unguarded_endpoints`).
 
     The token is left out of `repr`, so that logging the config does not leak it. Two configs
     built without a token hold different tokens, so one config is one token: build the config
@@ -101,6 +106,7 @@ class TritonSecurityConfig:
 
     access_token: Optional[str] = dataclasses.field(default=None, repr=False)
     restricted_endpoints: Optional[Sequence[str]] = None
+    allow_unguarded_endpoints: bool = False
 
     def __post_init__(self) -> None:
         """Validate both fields, fill in the default endpoints and settle the token."""
@@ -113,6 +119,11 @@ class TritonSecurityConfig:
             )
         endpoints = _checked_endpoints(self.restricted_endpoints)
         object.__setattr__(self, "restricted_endpoints", endpoints)
+        if not isinstance(self.allow_unguarded_endpoints, bool):
+            raise PyTritonBadParameterError(
+                f"TritonSecurityConfig.allow_unguarded_endpoints={self.allow_unguarded_endpoints!r} is invalid: "
+                "expected True or False"
+            )
         if token is None:
             object.__setattr__(self, "access_token", _default_token(os.environ, needed=bool(endpoints)))
 
@@ -201,6 +212,34 @@ def restriction_items(
         )
     items = user + ((f"{','.join(ours)}:{ACCESS_TOKEN_HEADER}={access_token}",) if ours else ())
     return items or None
+
+
+def check_unguarded_endpoints(config: TritonConfig, security: TritonSecurityConfig) -> None:
+    """Refuse the SageMaker and Vertex AI endpoints while APIs are restricted, unless confirmed.
+
+    Triton 2.51 checks the access token on its HTTP and gRPC endpoints only: requests to the
+    SageMaker endpoint (inference, and in multi-model mode the loading and unloading of models)
+    and to the Vertex AI endpoint (inference) reach the server without it, so turning one on
+    quietly opens what ``restricted_endpoints`` closes elsewhere.
+
+    Raises:
+        PyTritonBadParameterError: one of them is on, some API is restricted, and
+            ``allow_unguarded_endpoints`` was not set.
+    """
+    opened = [(name, port) for name, on, port in (
+        ("SageMaker", config.allow_sagemaker, config.effective_sagemaker_port),
+        ("Vertex AI", config.allow_vertex_ai, config.effective_vertex_ai_port),
+    ) if on]
+    restricted = security.effective_restricted_endpoints
+    if not opened or not restricted or security.allow_unguarded_endpoints:
+        return
+    names = " and ".join(f"the {name} endpoint (port {port})" for name, port in opened)
+    raise PyTritonBadParameterError(
+        f"TritonConfig turns on {names}, which Triton 2.51 serves without the access-token check that "
+        f"TritonSecurityConfig(restricted_endpoints={list(restricted)!r}) asks for on HTTP and gRPC: requests there "
+        "need no token. Keep that port private (a NetworkPolicy, no Service) and confirm with "
+        "TritonSecurityConfig(allow_unguarded_endpoints=True), or restrict nothing (restricted_endpoints=[])"
+    )
 
 
 def restricted_config(

@@ -23,7 +23,7 @@ from pytriton.client.auth import create_auth_headers, extract_access_token_from_
 from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.model_config import ModelConfig, ModelWarmup, Tensor, WarmupInput
 from pytriton.proxy.types import Request, Response
-from pytriton.triton import RemoteTriton, Triton
+from pytriton.triton import RemoteTriton, Triton, TritonSecurityConfig
 
 pytestmark = pytest.mark.functional
 
@@ -64,7 +64,8 @@ def served() -> Iterator[dict]:
         allow_sagemaker=True,
         sagemaker_port=sagemaker_port,
     )
-    with Triton(config=config) as triton:
+    # The SageMaker endpoint does not check the access token: confirmed (see test_unguarded_endpoints).
+    with Triton(config=config, security_config=TritonSecurityConfig(allow_unguarded_endpoints=True)) as triton:
         triton.bind("Scale", scale, **SCALE)
         yield {"triton": triton, "config": config, "sagemaker_port": sagemaker_port}
 
@@ -126,6 +127,7 @@ def test_stop_says_whether_this_call_stopped_the_server():
     config = server_config()
     url = f"http://127.0.0.1:{config.http_port}"
     with Triton(config=config) as triton:
+        triton.run()  # the owner serves what another process binds: ready without models of its own
         remote = RemoteTriton(url, access_token=triton.get_access_token())
         remote.bind("Remote", scale, **SCALE)
         remote.connect()
