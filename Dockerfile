@@ -21,7 +21,13 @@
 # Debian 12 (glibc 2.36; the bundled tritonserver needs >= 2.35) with CPython 3.11 built with a
 # shared libpython, which Triton's Python-backend stub embeds. Both stages use the same image,
 # so the wheel's stub NumPy is built for the Python that runs it.
-ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
+# Pinned by digest as well as tag: the tag is rebuilt with Debian's updates, the digest names one
+# build, so two builds of one commit start from the same files. The digest is the tag's
+# multi-platform index (Docker picks the linux/amd64 image from it). To move to a newer build or
+# another tag, take the "Digest:" line of
+#   docker buildx imagetools inspect python:3.11.13-slim-bookworm
+# and replace both parts below (tests/functional/deploy/test_dockerfile.py checks the form).
+ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm@sha256:86adf8dbadc3d6e82ee5dd2c74bec2e1c2467cdad47886280501df722372d2e1
 
 # ---- stage 1: the wheel ---------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS wheel

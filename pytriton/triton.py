@@ -435,7 +435,8 @@ class Triton:
             control = self._control
             started: Callable[[], bool] = lambda: control.is_ready()  # noqa: E731
             if not self._bindings.names():  # started on entering `with`: not ready until models are bound
-                self._gate = ReadinessGate(self._control, workspace.sockets / "readiness-gate.open")
+                self._gate = ReadinessGate(self._control, workspace.sockets / "readiness-gate.open",
+                                           proxy_import_paths(distribution))
                 self._gate.close(deadline, process.is_running)
                 started = self._gate.holding
             try:

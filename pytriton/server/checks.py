@@ -338,6 +338,80 @@ def check_shm() -> CheckResult:
     return judge_shm(usage.total, usage.free, os.access(SHM_DIR, os.W_OK | os.X_OK))
 
 
+# --- runtime only: the GPU ------------------------------------------------------------------
+
+GPU_DRIVER_NEEDED = "560.35.03"
+"""The least Linux driver for CUDA 12.6 Update 2, whose runtime (libcudart 12.6.77) the bundled
+tritonserver carries: NVIDIA's CUDA Toolkit release notes, "CUDA Toolkit and Corresponding Driver
+Versions". Older data-center drivers (R535 >= 535.86) run it with NVIDIA's forward-compatibility
+package (cuda-compat) only."""
+
+NO_GPU = "no GPU seen (torch absent or no CUDA)"
+
+
+def parse_nvidia_smi(text: str) -> List[Tuple[str, str]]:
+    """(driver version, device name) per line of
+    ``nvidia-smi --query-gpu=driver_version,name --format=csv,noheader``."""
+    found = []
+    for line in text.splitlines():
+        driver, comma, name = line.partition(",")
+        if comma and re.fullmatch(r"\d+(\.\d+)+", driver.strip()):
+            found.append((driver.strip(), name.strip()))
+    return found
+
+
+def judge_gpu(devices: Sequence[str], driver: Optional[str], cuda_runtime: Optional[str]) -> CheckResult:
+    """PASS without a GPU (nothing to check) and with a driver that runs CUDA 12.6; WARN when the
+    driver is older than `GPU_DRIVER_NEEDED` or unknown. `devices`: the names torch sees;
+    `driver`: the NVIDIA driver version ("560.35.03"); `cuda_runtime`: torch's CUDA version."""
+    name = "gpu"
+    if not devices:
+        return CheckResult(name, Verdict.PASS, NO_GPU)
+    counted = {device: list(devices).count(device) for device in devices}
+    seen = ", ".join(f"{count} x {device}" if count > 1 else device for device, count in counted.items())
+    runtime = f"CUDA runtime {cuda_runtime} (torch)" if cuda_runtime else "CUDA runtime unknown"
+    needed = GPU_DRIVER_NEEDED
+    if not driver:
+        return CheckResult(name, Verdict.WARN, f"{seen}; {runtime}; the NVIDIA driver's version is unknown "
+                           "(no nvidia-smi)", f"check that the node's driver is >= {needed} (CUDA 12.6)")
+    detail = f"{seen}; driver {driver}; {runtime}"
+    if tuple(map(int, re.findall(r"\d+", driver))) < tuple(map(int, needed.split("."))):
+        return CheckResult(name, Verdict.WARN,
+                           f"{detail}; the bundled tritonserver's CUDA 12.6 runtime needs driver >= {needed}, "
+                           "so its GPU features (CUDA shared memory, GPU metrics) may fail; torch runs on "
+                           "the CUDA it brings",
+                           f"upgrade the node's NVIDIA driver to >= {needed}, or on a data-center GPU with "
+                           "driver R535 (>= 535.86) install NVIDIA's CUDA forward-compatibility package")
+    return CheckResult(name, Verdict.PASS, detail)
+
+
+def check_gpu(timeout_s: float = 10.0) -> CheckResult:
+    """The GPUs torch sees, the driver (from nvidia-smi) and torch's CUDA runtime, when torch sees CUDA."""
+    if importlib.util.find_spec("torch") is None:
+        return judge_gpu([], None, None)
+    try:
+        import torch  # optional: imported only here, and only when installed
+
+        if not torch.cuda.is_available():
+            return judge_gpu([], None, None)
+        devices = [torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())]
+        runtime = torch.version.cuda
+    except (ImportError, OSError, RuntimeError) as exc:  # a broken torch or CUDA install: said, not raised
+        return CheckResult("gpu", Verdict.WARN, f"torch could not query CUDA: {exc}",
+                           "check the torch install and the node's NVIDIA driver")
+    driver = None
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            answer = subprocess.run([smi, "--query-gpu=driver_version,name", "--format=csv,noheader"],
+                                    capture_output=True, text=True, timeout=timeout_s)
+            rows = parse_nvidia_smi(answer.stdout)
+            driver = rows[0][0] if rows else None
+        except (OSError, subprocess.SubprocessError):
+            driver = None
+    return judge_gpu(devices, driver, runtime)
+
+
 PortProbe = Tuple[str, Optional[str], int, Optional[int]]
 """(TritonConfig field, address, port, errno of a failed bind or None)."""
 
@@ -627,6 +701,6 @@ def run_checks(build: bool = False, timeout_s: float = SERVER_START_TIMEOUT_S,
             results.append(CheckResult(name, Verdict.FAIL, "not checked: there is no usable server tree",
                                        "fix the 'server tree' check first"))
     if not build:
-        results.extend([check_shm(), check_ports(script=script), check_observability(script=script)])
+        results.extend([check_shm(), check_gpu(), check_ports(script=script), check_observability(script=script)])
     results.append(check_workspace())
     return results

@@ -31,7 +31,7 @@ import logging
 import pathlib
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from pytriton.exceptions import PyTritonServerError
 
@@ -46,11 +46,18 @@ _HOLD_S = 7 * 24 * 3600.0
 _OPEN_WAIT_S = 10.0
 
 
-def gate_model_py(release_path: str) -> bytes:
-    """The gate's model.py: ``initialize`` returns once `release_path` exists (or the server is gone)."""
+def gate_model_py(release_path: str, import_paths: Sequence[str] = ()) -> bytes:
+    """The gate's model.py: ``initialize`` returns once `release_path` exists (or the server is gone).
+
+    `import_paths` go first on the stub's path, as for the proxy's model.py: the stub imports
+    Triton's ``triton_python_backend_utils`` after this file, and that needs NumPy.
+    """
     return (
         '"""pytriton\'s readiness gate: while this model loads, the server reports not ready."""\n'
-        "import os\nimport time\n\n\n"
+        "import os\nimport sys\nimport time\n\n"
+        f"for _path in reversed({list(import_paths)!r}):\n"
+        "    if _path not in sys.path:\n"
+        "        sys.path.insert(0, _path)\n\n\n"
         "class TritonPythonModel:\n"
         "    def initialize(self, args):\n"
         "        server = os.getppid()\n"
@@ -78,11 +85,13 @@ class ReadinessGate:
     Args:
         control: the server's `ServerControl`.
         release_path: the file whose creation opens the gate (in the server's private workspace).
+        import_paths: the folders the stub imports NumPy from (`distribution.proxy_import_paths`).
     """
 
-    def __init__(self, control: Any, release_path: pathlib.Path) -> None:
+    def __init__(self, control: Any, release_path: pathlib.Path, import_paths: Sequence[str] = ()) -> None:
         self._control = control
         self._release_path = release_path
+        self._import_paths = tuple(import_paths)
         self._thread: Optional[threading.Thread] = None
         self._timer: Optional[threading.Timer] = None
         self._lock = threading.Lock()
@@ -121,12 +130,14 @@ class ReadinessGate:
                 return
             time.sleep(0.002)
         try:
-            files = {"1/model.py": gate_model_py(str(self._release_path))}
+            files = {"1/model.py": gate_model_py(str(self._release_path), self._import_paths)}
             self._control.load_model(GATE_MODEL, _HOLD_S, gate_config(), files)
         except PyTritonServerError as exc:
             if not self._opened:
                 logger.warning("pytriton's readiness gate failed (%s): the server may report ready before its models "
                                "are loaded", exc)
+            # A failed load would keep a strict server unready for good: clear its record.
+            self._control.forget_failed_model(GATE_MODEL, _OPEN_WAIT_S)
         finally:
             self._loaded.set()
 

@@ -16,8 +16,8 @@ from support import free_ports
 pytestmark = pytest.mark.functional
 
 ALL_CHECKS = ["glibc", "libpython", "server tree", "stub libraries", "stub numpy", "server start", "/dev/shm",
-              "ports", "workspace"]
-RUNTIME_ONLY = ["/dev/shm", "ports"]
+              "gpu", "ports", "metrics, tracing", "workspace"]
+RUNTIME_ONLY = ["/dev/shm", "gpu", "ports", "metrics, tracing"]
 
 
 def run_check(*args: str, env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:

@@ -10,6 +10,7 @@ against none, and the image's program (examples/serve.py) serving, healthy and s
 from __future__ import annotations
 
 import fnmatch
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -24,6 +25,9 @@ from typing import Dict, List
 import numpy as np
 import pytest
 from dockerfile_parse import DockerfileParser
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 from support import free_ports, our_leftovers, server_config, wait_until
 
 from pytriton.client import ModelClient
@@ -85,10 +89,27 @@ def test_two_stages_on_one_pinned_debian_base(parser):
     assert parser.is_multistage and len(stages(parser)) == 2
     images = parser.parent_images  # the ARG default resolved
     assert len(set(images)) == 1, images
-    name, _, tag = images[-1].partition(":")
+    name, _, tag = images[-1].split("@")[0].partition(":")  # the digest: the test below
     assert name == "python" and tag != "latest"
     # A full Python version and the Debian release (bookworm: glibc 2.36, >= the server's 2.35).
     assert re.fullmatch(r"3\.\d+\.\d+-slim-bookworm", tag), tag
+
+
+def test_every_base_image_is_pinned_by_digest_with_a_note_on_updating_it(parser):
+    # A tag is rebuilt with each Debian update; the digest names one build of it.
+    images = parser.parent_images
+    assert len(images) == len(stages(parser)) == 2
+    for image in images:
+        assert re.fullmatch(r"[a-z0-9./-]+:[A-Za-z0-9_.-]+@sha256:[0-9a-f]{64}", image), image
+    # The FROM lines take the pinned ARG (none names an image of its own, unpinned).
+    for instruction in parser.structure:
+        if instruction["instruction"] == "FROM":
+            assert instruction["value"].split()[0] == "${PYTHON_IMAGE}", instruction["value"]
+    tag = images[0].split("@")[0]
+    assert f"docker buildx imagetools inspect {tag}" in DOCKERFILE.read_text(), "say how the digest is updated"
+    # The negative control: the same check refuses a tag alone and a short digest.
+    for unpinned in (tag, tag + "@sha256:" + "0" * 63):
+        assert not re.fullmatch(r"[a-z0-9./-]+:[A-Za-z0-9_.-]+@sha256:[0-9a-f]{64}", unpinned)
 
 
 def test_the_final_stage_runs_as_a_numeric_non_root_user(parser):
@@ -166,18 +187,46 @@ def test_what_the_build_copies_exists_and_is_not_ignored(parser):
         assert not [p for p in ignored for prefix in prefixes if fnmatch.fnmatch(prefix, p)], source
 
 
-def test_every_dependency_is_pinned_for_the_image():
-    tomllib = pytest.importorskip("tomllib")
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    pins = {}
+def _constraints() -> Dict[str, str]:
+    """docker/constraints.txt: canonical package name -> pinned version."""
+    pins: Dict[str, str] = {}
     for line in (ROOT / "docker" / "constraints.txt").read_text().splitlines():
         if line.strip() and not line.startswith("#"):
-            name, version = line.split("==")
-            pins[name.lower()] = version
-            assert re.fullmatch(r"[0-9][0-9A-Za-z.]*", version), line
-    for requirement in project["dependencies"]:
-        name = re.split(r"[\[<>=;! ]", requirement)[0].lower().replace("_", "-")
+            requirement = Requirement(line)
+            [specifier] = requirement.specifier
+            assert specifier.operator == "==" and not requirement.marker, line
+            assert re.fullmatch(r"[0-9][0-9A-Za-z.]*", specifier.version), line
+            name = canonicalize_name(requirement.name)
+            assert name not in pins, f"{name} is pinned twice"
+            pins[name] = specifier.version
+    return pins
+
+
+def test_every_dependency_is_pinned_for_the_image_in_step_with_pyproject():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = _constraints()
+    for line in project["dependencies"]:
+        requirement = Requirement(line)
+        name = canonicalize_name(requirement.name)
         assert name in pins, f"{name} is not pinned in docker/constraints.txt"
+        # The pin must be a version pyproject.toml allows, or pip refuses the image's install.
+        assert requirement.specifier.contains(pins[name], prereleases=True), (
+            f"docker/constraints.txt pins {name}=={pins[name]}, outside pyproject.toml's {requirement}")
+    # The pins are what this environment, which passes the test suite, has installed.
+    for name in (canonicalize_name(Requirement(line).name) for line in project["dependencies"]):
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        assert Version(installed) == Version(pins[name]), f"{name}: {installed} installed, {pins[name]} pinned"
+
+
+def test_the_constraints_check_catches_a_pin_outside_the_specifier():
+    # The negative control of the check above.
+    assert not Requirement("numpy<2").specifier.contains("2.4.6")
+    assert Requirement("numpy>=1.24").specifier.contains("2.4.6")
+    assert canonicalize_name("typing_inspect") == canonicalize_name("typing-inspect")
 
 
 def _healthy(argv: List[str], port: int) -> int:

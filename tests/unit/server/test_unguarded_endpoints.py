@@ -13,7 +13,8 @@ def test_an_unguarded_endpoint_with_restricted_apis_is_refused_naming_the_way_ou
     config = TritonConfig(**{field: True})
     with pytest.raises(PyTritonBadParameterError, match="without the access-token check") as caught:
         check_unguarded_endpoints(config, TritonSecurityConfig())
-    assert "allow_unguarded_endpoints=True" in caught.value.message and "restricted_endpoints=[]" in caught.value.message
+    assert "allow_unguarded_endpoints=True" in caught.value.message
+    assert "restricted_endpoints=[]" in caught.value.message
     check_unguarded_endpoints(config, TritonSecurityConfig(allow_unguarded_endpoints=True))
     check_unguarded_endpoints(config, TritonSecurityConfig(restricted_endpoints=[]))
 

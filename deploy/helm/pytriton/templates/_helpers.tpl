@@ -48,19 +48,26 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
-A memory quantity in MiB (rounded down), for the chart's own checks. Accepts the binary
-suffixes Ki, Mi, Gi, Ti and plain bytes; other spellings are refused with the value named.
-Call with (dict "name" "<value path>" "value" <quantity>).
+A Kubernetes quantity in bytes (a float), for the chart's own checks. Follows Kubernetes'
+quantity grammar (k8s.io/apimachinery resource.Quantity): a number (1, 1.5, .5, 1.) with at
+most one suffix: binary Ki Mi Gi Ti Pi Ei, decimal n u m k M G T P E, or an exponent e<int> /
+E<int> (1e3). Negative quantities and other spellings ("1.5GB", "1 Gi") are refused with the
+value named. Call with (dict "name" "<value path>" "value" <quantity>).
 */}}
-{{- define "pytriton.mebibytes" -}}
+{{- define "pytriton.quantity" -}}
 {{- $text := toString .value }}
-{{- if regexMatch "^[0-9]+Ki$" $text }}{{ div (trimSuffix "Ki" $text | atoi) 1024 }}
-{{- else if regexMatch "^[0-9]+Mi$" $text }}{{ trimSuffix "Mi" $text | atoi }}
-{{- else if regexMatch "^[0-9]+Gi$" $text }}{{ mul (trimSuffix "Gi" $text | atoi) 1024 }}
-{{- else if regexMatch "^[0-9]+Ti$" $text }}{{ mul (trimSuffix "Ti" $text | atoi) 1048576 }}
-{{- else if regexMatch "^[0-9]+$" $text }}{{ div (atoi $text) 1048576 }}
+{{- $grammar := "^\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$" }}
+{{- if not (regexMatch $grammar $text) }}
+{{- fail (printf "%s=%q is not a Kubernetes quantity: expected a number with an optional suffix (Ki, Mi, Gi, Ti, Pi, Ei; n, u, m, k, M, G, T, P, E; or an exponent such as e3), e.g. 512Mi, 1.5Gi, 16G" .name $text) }}
+{{- end }}
+{{- $number := regexReplaceAll $grammar $text "${1}" }}
+{{- $suffix := regexReplaceAll $grammar $text "${3}" }}
+{{- $factors := dict "" 1.0 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 "n" 1e-9 "u" 1e-6 "m" 1e-3 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 }}
+{{- if hasKey $factors $suffix }}
+{{- mulf (float64 $number) (get $factors $suffix) }}
 {{- else }}
-{{- fail (printf "%s=%q: expected a whole number with Ki, Mi, Gi or Ti (or plain bytes), so that the chart can check the memory budget" .name $text) }}
+{{- /* An exponent: Go's float parser reads "1.5e3" as it stands. */}}
+{{- float64 (printf "%s%s" $number $suffix) }}
 {{- end }}
 {{- end }}
 
@@ -168,13 +175,42 @@ Kubernetes shortens names beyond 58 characters before the 5, hence the length ch
 {{- if not $limit }}
 {{- fail "resources.limits.memory is required: /dev/shm is memory-backed and counts against it" }}
 {{- end }}
-{{- $shm := include "pytriton.mebibytes" (dict "name" "shm.sizeLimit" "value" .Values.shm.sizeLimit) | int }}
-{{- $beyond := include "pytriton.mebibytes" (dict "name" "memoryBeyondShm" "value" .Values.memoryBeyondShm) | int }}
-{{- $limitMi := include "pytriton.mebibytes" (dict "name" "resources.limits.memory" "value" $limit) | int }}
-{{- if lt $limitMi (add $shm $beyond) }}
-{{- fail (printf "resources.limits.memory=%s is too small: it must hold shm.sizeLimit (%s, memory-backed) + memoryBeyondShm (%s) = %dMi" $limit .Values.shm.sizeLimit .Values.memoryBeyondShm (add $shm $beyond)) }}
+{{- $shm := include "pytriton.quantity" (dict "name" "shm.sizeLimit" "value" .Values.shm.sizeLimit) | float64 }}
+{{- $beyond := include "pytriton.quantity" (dict "name" "memoryBeyondShm" "value" .Values.memoryBeyondShm) | float64 }}
+{{- $limitBytes := include "pytriton.quantity" (dict "name" "resources.limits.memory" "value" $limit) | float64 }}
+{{- if lt $limitBytes (addf $shm $beyond) }}
+{{- fail (printf "resources.limits.memory=%v is too small: it must hold shm.sizeLimit (%v, memory-backed) + memoryBeyondShm (%v) = %.0fMi" $limit .Values.shm.sizeLimit .Values.memoryBeyondShm (ceil (divf (addf $shm $beyond) 1048576))) }}
+{{- end }}
+{{- range $name, $value := .Values.triton.config }}
+{{- if and (eq (upper $name) "ALLOW_HTTP") (has (lower (toString $value)) (list "false" "0" "no" "off")) }}
+{{- fail (printf "triton.config.%s=%v switches HTTP off, but the startup, readiness and liveness probes (and helm test) ask Triton's HTTP health endpoints: keep HTTP on (inference may still go through gRPC only, by what your clients use)" $name $value) }}
+{{- end }}
+{{- end }}
+{{- $policy := .Values.networkPolicy }}
+{{- if and $policy.enabled (not $policy.metricsNamespaces) (not $policy.metricsNamespaceSelector) }}
+{{- if or .Values.serviceMonitor.enabled $autoscaling.hpa.enabled $autoscaling.keda.enabled }}
+{{- fail (printf "networkPolicy.metricsNamespaces is empty (and no metricsNamespaceSelector), so the NetworkPolicy lets nothing reach the metrics port, but %s needs Prometheus to scrape it: name Prometheus' namespace in networkPolicy.metricsNamespaces" (ternary "serviceMonitor.enabled=true" "the autoscaler" .Values.serviceMonitor.enabled)) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.helmTest.enabled .Values.helmTest.input (not .Values.helmTest.model) }}
+{{- fail "helmTest.input is set but helmTest.model is empty: name the model the request is for" }}
 {{- end }}
 {{- if and .Values.accessToken.enabled (not .Values.accessToken.existingSecret) (not .Values.accessToken.value) }}
 {{- fail "accessToken.enabled=true needs accessToken.existingSecret (a Secret you manage) or accessToken.value" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The Deployment's strategy: the one in values, else with GPUs no surge (a surge pod would wait
+for a GPU a full pool does not have, and the rollout would stall), else Kubernetes' default.
+*/}}
+{{- define "pytriton.strategy" -}}
+{{- if .Values.strategy }}
+{{- toYaml .Values.strategy }}
+{{- else if .Values.gpu.enabled }}
+type: RollingUpdate
+rollingUpdate:
+  maxSurge: 0
+  maxUnavailable: 1
 {{- end }}
 {{- end }}
