@@ -34,6 +34,8 @@ _HARMLESS = ("CudaDriverHelper has not been initialized", "unable to create stre
 # Logged each second of a shutdown (at INFO level, which is on by default) once in-flight
 # inferences are done and the models are being unloaded.
 _LIVE_MODELS = re.compile(r"Found (\d+) live models")
+_SETTLE_S = 5.0
+"""How long an exited server's last lines may take to reach the reader (see `ServerProcess._settle`)."""
 # Logged once a shutdown found no inference in flight any more; what follows is only unloading.
 _DRAINED = re.compile(r"Found 0 model versions that have in-flight inferences")
 # Logged each second of a shutdown while HTTP connections stay open: Triton waits for every one
@@ -201,10 +203,12 @@ class ServerProcess:
     def _settle(self) -> None:
         """Once the server has exited, its last lines may still be on their way through the pipe:
         give the reader a moment to take them in (it ends at the pipe's end), or an error message
-        would miss the very line that says why."""
+        would miss the very line that says why. The reader ends at the pipe's end, which comes with
+        the exit unless a process the server started still holds the pipe: that is what the limit
+        is for, and it is generous, since a loaded machine may be slow to run the reader."""
         reader = self._reader
         if self.returncode is not None and reader is not None and reader is not threading.current_thread():
-            reader.join(1.0)
+            reader.join(_SETTLE_S)
 
     def report(self) -> str:
         """The errors the server logged (``E<date>`` lines), then its last lines: for error messages."""
