@@ -36,6 +36,7 @@ import sysconfig
 import tempfile
 import time
 import urllib.parse
+import urllib.request
 import warnings
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -270,6 +271,22 @@ def _free_port() -> int:
         return port
 
 
+def _scrape_metrics(port: int, deadline: float) -> Optional[str]:
+    """None once ``/metrics`` on `port` answers with Triton's families (it opens last), else why not."""
+    why = "no answer"
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+                if b"nv_" in response.read():
+                    return None
+                why = "an answer without Triton's nv_* families"
+        except OSError as exc:
+            why = str(exc)
+        if time.monotonic() > deadline:
+            return why
+        time.sleep(0.1)
+
+
 def check_server_start(distribution: ServerDistribution, timeout_s: float) -> CheckResult:
     """Start tritonserver on an empty explicit model repository and free ports until it is ready."""
     name = "server start"
@@ -290,7 +307,13 @@ def check_server_start(distribution: ServerDistribution, timeout_s: float) -> Ch
         control.close()
         elapsed = time.monotonic() - started
         if ready:
-            return CheckResult(name, Verdict.PASS, f"{distribution.binary.name} ready in {elapsed:.1f} s")
+            detail = f"{distribution.binary.name} ready in {elapsed:.1f} s"
+            scraped = _scrape_metrics(metrics, started + timeout_s)
+            if scraped is not None:
+                return CheckResult(name, Verdict.WARN, f"{detail}, but its metrics port did not answer: {scraped}",
+                                   "metrics (Triton's and pytriton's) will be missing: look for another process "
+                                   "on the metrics port, or a firewall on 127.0.0.1")
+            return CheckResult(name, Verdict.PASS, f"{detail}; its metrics port answers")
         if process.is_running():
             why = f"it did not become ready within {timeout_s:.0f} s"
         else:
