@@ -15,9 +15,8 @@ must have a right answer before the fault), then applies one fault, the rounds c
 * ``term_under_load``: SIGTERM the user process under load. Expected: it drains, exits 0, nothing left.
 * ``term_during_load``: SIGTERM the user process once its tritonserver runs and a stub is up but
   before its models report ready (the lanes are already trying). Expected: it ends within 30 s;
-  exit 0 or -15 (pytriton cleaned up, then the signal's default action), nothing left after
-  the next start's sweep; as PID 1 (SIGTERM's default action is to be ignored), a non-zero exit
-  saying the load was interrupted by signal 15.
+  exit 0 or 143 (inside `with Triton()` pytriton cleans up, then SIGTERM ends the script with
+  `SystemExit(143)`, PID 1 or not), nothing left.
 
 When each check happens (the legend printed with the table repeats it):
 
@@ -418,16 +417,9 @@ class Matrix:
             return
         round_.outcome = f"exit {exit_words(round_.exit_code)} {phase}"
         # The models load in bind() inside `with Triton()` (the default policy): pytriton stops and
-        # cleans up, then lets SIGTERM take its default action (-15); as PID 1 that action is to
-        # ignore it, so bind() raises 'loading model ... was interrupted by signal 15' instead.
-        if round_.exit_code == -signal.SIGTERM:
-            round_.leaves_for_sweep = True  # if the signal met Python's default action, no cleanup ran
-        elif round_.pid1 and round_.exit_code != 0:
-            if "was interrupted by signal 15" not in script.log_tail():
-                round_.fail(f"SIGTERM during model load as PID 1: exit {exit_words(round_.exit_code)} without "
-                            f"the interruption's message:\n{script.log_tail()}")
-        elif round_.exit_code != 0:
-            round_.fail(f"SIGTERM during model load: expected exit 0 or -15, got {exit_words(round_.exit_code)}")
+        # cleans up, then SIGTERM ends the script with SystemExit(143), as PID 1 too.
+        if round_.exit_code not in (0, 128 + signal.SIGTERM):
+            round_.fail(f"SIGTERM during model load: expected exit 0 or 143, got {exit_words(round_.exit_code)}")
 
     # -- after the round ------------------------------------------------------------------------------
 

@@ -147,6 +147,7 @@ def test_a_remote_triton_without_a_shared_folder_refuses_an_ensemble_clearly():
     config = server_config()
     url = f"http://127.0.0.1:{config.http_port}"
     with Triton(config=config) as triton:
+        triton.run()  # the owner serves what another process binds: ready without models of its own
         remote = RemoteTriton(url, access_token=triton.get_access_token())
         try:
             _bind_steps(remote)

@@ -89,7 +89,7 @@ def _ask_in_background(url: str, value: float) -> dict:
 def test_a_callable_stuck_on_a_thread_stops_the_server_and_serve_exits_non_zero(tmp_path):
     process, url = _start(tmp_path, processes=False)
     try:
-        assert _status(f"http://{url}/v2/health/ready") == 200
+        assert wait_until(lambda: _status(f"http://{url}/v2/health/ready") == 200, 10.0), "never ready"
         _ask_in_background(url, -1.0)
         asked = time.monotonic()
         assert wait_until(lambda: _status(f"http://{url}/v2/health/ready") != 200, 10.0), "readiness never fell"
