@@ -130,6 +130,21 @@ def stub_processes(model_name: str, root_pid: int = None) -> list:
     return found
 
 
+def forked_children() -> list:
+    """Our live children that run this very program: the worker processes forked from us."""
+    import psutil
+
+    me = psutil.Process()
+    found = []
+    for child in me.children():
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and child.cmdline() == me.cmdline():
+                found.append(child.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
 def wait_until(condition, timeout_s: float, interval_s: float = 0.05):
     """Poll `condition` until it returns a truthy value (returned) or `timeout_s` passes (None)."""
     import time

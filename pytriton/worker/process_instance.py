@@ -170,8 +170,8 @@ class ProcessInstance:
         on_unrecoverable: Callable[[str], None],
         **options: Any,
     ) -> None:
-        self._in_flight = _SharedCount()
-        self._busy_since = _SharedFloat()
+        self._in_flight = _Shared(ctypes.c_long)
+        self._busy_since = _Shared(ctypes.c_double)
         options = {**options, "in_flight": self._in_flight, "busy_since": self._busy_since}
         self._spec = _Spec(context, infer_func, endpoint, instance, shm_prefix, strict, options)
         self._on_unrecoverable = on_unrecoverable
@@ -220,7 +220,7 @@ class ProcessInstance:
 
     def idle(self) -> bool:
         """Whether the child serves no batch (it counts them in memory shared across the fork)."""
-        return self._in_flight.value == 0
+        return bool(self._in_flight.value == 0)
 
     def busy_for(self, now: float) -> float:
         """How long the child's oldest batch has been served (see `InstanceHandler.busy_for`)."""
@@ -417,36 +417,24 @@ class ProcessInstance:
         _remove_segments(protocol.segment_name(child.shm_prefix, self._spec.instance, "out", 0)[:-1])
 
 
-class _SharedCount:
-    """An integer in an anonymous shared mapping: written by the forked child, read by the parent."""
+class _Shared:
+    """A number in an anonymous shared mapping: written by the forked child, read by the parent.
 
-    def __init__(self) -> None:
-        self._map = mmap.mmap(-1, ctypes.sizeof(ctypes.c_long))
-        self._int = ctypes.c_long.from_buffer(self._map)
+    Args:
+        ctype: its C type (``ctypes.c_long`` for a count, ``ctypes.c_double`` for a time).
+    """
 
-    @property
-    def value(self) -> int:
-        return int(self._int.value)
-
-    @value.setter
-    def value(self, value: int) -> None:
-        self._int.value = value
-
-
-class _SharedFloat:
-    """A float in an anonymous shared mapping: written by the forked child, read by the parent."""
-
-    def __init__(self) -> None:
-        self._map = mmap.mmap(-1, ctypes.sizeof(ctypes.c_double))
-        self._float = ctypes.c_double.from_buffer(self._map)
+    def __init__(self, ctype: Any) -> None:
+        self._map = mmap.mmap(-1, ctypes.sizeof(ctype))
+        self._number = ctype.from_buffer(self._map)
 
     @property
-    def value(self) -> float:
-        return float(self._float.value)
+    def value(self) -> Any:
+        return self._number.value
 
     @value.setter
-    def value(self, value: float) -> None:
-        self._float.value = value
+    def value(self, value: Any) -> None:
+        self._number.value = value
 
 
 def _describe(status: Optional[int]) -> str:

@@ -17,10 +17,9 @@ import urllib.request
 from typing import Dict, Iterator, Tuple
 
 import numpy as np
-import psutil
 import pytest
 import tritonclient.http as httpclient
-from support import http_status, running_triton, server_config, stub_processes, wait_until
+from support import forked_children, http_status, running_triton, server_config, stub_processes, wait_until
 
 from pytriton.client import DecoupledModelClient, ModelClient
 from pytriton.client.exceptions import PyTritonClientInferenceServerError
@@ -260,19 +259,6 @@ def test_recording_outside_a_callable_and_bad_definitions_are_refused():
         Counter("mine_total", "x", labelnames=("model",))
 
 
-def _forked_children() -> list:
-    """Our live children that run this very program: the worker processes forked from us."""
-    me = psutil.Process()
-    found = []
-    for child in me.children():
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE and child.cmdline() == me.cmdline():
-                found.append(child.pid)
-        except psutil.NoSuchProcess:
-            pass
-    return found
-
-
 def _kill_stub(model: str) -> set:
     stubs = stub_processes(model)
     assert stubs, f"no stub of {model}"
@@ -283,7 +269,7 @@ def _kill_stub(model: str) -> set:
 
 def test_a_healed_stub_and_a_reforked_worker_are_counted_and_counts_continue(monkeypatch):
     monkeypatch.setenv(METRICS_PERIOD_ENV, "0.2")
-    earlier = set(_forked_children())  # another test's server may have its own
+    earlier = set(forked_children())  # another test's server may have its own
     with running_triton() as triton:
         triton.bind("Healed", batch(lambda x: {"y": x}), X, Y, config=ModelConfig(max_batch_size=8))
         triton.bind("Forked", in_process, X, Y, config=ModelConfig(max_batch_size=8, process_instances=True))
@@ -306,10 +292,10 @@ def test_a_healed_stub_and_a_reforked_worker_are_counted_and_counts_continue(mon
         assert wait_until(lambda: http_status(ready) == 200, 15.0), "the stub was not healed"
         send("Healed", 5)
 
-        workers = [pid for pid in _forked_children() if pid not in earlier]
+        workers = [pid for pid in forked_children() if pid not in earlier]
         assert len(workers) == 1
         os.kill(workers[0], signal.SIGKILL)
-        assert wait_until(lambda: [pid for pid in _forked_children() if pid not in earlier and pid != workers[0]], 10.0)
+        assert wait_until(lambda: [pid for pid in forked_children() if pid not in earlier and pid != workers[0]], 10.0)
         deadline = time.monotonic() + 15
         while True:  # the first request may reach the dead worker's proxy link and fail; the next ones succeed
             try:

@@ -18,7 +18,7 @@ import time
 import numpy as np
 import psutil
 import pytest
-from support import grpc_url, http_url, our_leftovers, server_config, shm_entries, wait_until
+from support import forked_children, grpc_url, http_url, our_leftovers, server_config, shm_entries, wait_until
 
 from pytriton.client import DecoupledModelClient, FuturesModelClient, ModelClient
 from pytriton.client.exceptions import PyTritonClientInferenceServerError
@@ -33,19 +33,6 @@ pytestmark = pytest.mark.functional
 X_IN = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
 PID_OUT = [Tensor(name="pid", dtype=np.int64, shape=(1,))]
 PROCESS = ModelConfig(batching=False, process_instances=True)
-
-
-def forked_children() -> list:
-    """Our live children that run this very program: the worker processes forked from us."""
-    me = psutil.Process()
-    found = []
-    for child in me.children():
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE and child.cmdline() == me.cmdline():
-                found.append(child.pid)
-        except psutil.NoSuchProcess:
-            pass
-    return found
 
 
 def whoami(requests):

@@ -9,13 +9,11 @@ import subprocess
 import sys
 import textwrap
 import time
-import urllib.error
-import urllib.request
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from support import free_ports
+from support import free_ports, http_status
 
 from pytriton.client import ModelClient
 from pytriton.decorators import batch
@@ -58,13 +56,8 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _status(url: str) -> int:
-    try:
-        return urllib.request.urlopen(url, timeout=1).status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0  # not listening yet
+def _status(url: str):
+    return http_status(url, timeout_s=1.0)  # an int, or the error's name when nothing answers yet
 
 
 def _grpc_ready(client) -> bool:

@@ -10,12 +10,10 @@ import sys
 import textwrap
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import numpy as np
 import pytest
-from support import free_ports, wait_until
+from support import free_ports, http_status, wait_until
 
 from pytriton.client import ModelClient
 
@@ -51,13 +49,8 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _status(url: str) -> int:
-    try:
-        return urllib.request.urlopen(url, timeout=1).status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0
+def _status(url: str):
+    return http_status(url, timeout_s=1.0)  # an int, or the error's name when nothing answers yet
 
 
 def _start(tmp_path, processes: bool):
