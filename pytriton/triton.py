@@ -16,13 +16,12 @@ import contextlib
 import errno
 import functools
 import logging
-import math
 import os
 import pathlib
 import signal
 import threading
 import time
-from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, NoReturn, Optional, Sequence, Union
 
 from pytriton.binding import (
     InferFunc,
@@ -56,6 +55,7 @@ from pytriton.server.distribution import (
     proxy_import_paths,
     server_environment,
 )
+from pytriton.server.hangs import HangWatch
 from pytriton.server.lifecycle import (
     DefaultTritonLifecyclePolicy,
     TritonLifecyclePolicy,
@@ -460,9 +460,9 @@ class Triton:
                 server_id=workspace.server_id,
                 tidy=workspace.restrict_segments,
                 fault_traces=lambda pid: protocol.fault_trace_path(str(workspace.sockets), pid),
+                hang_check=HangWatch(self._bindings.hung, self._hurry.set, self._on_fatal).check,
             )
             self._supervisor.start()
-            threading.Thread(target=self._watch_hangs, name="pytriton-hang-watch", daemon=True).start()
             logger.info("Triton Inference Server is ready (pid %s)", process.pid)
 
     def connect(self) -> None:
@@ -587,32 +587,6 @@ class Triton:
         return (process is not None and process.is_running() and self._unrecoverable is None
                 and self._fatal is None and not self._stopped)
 
-    def _watch_hangs(self) -> None:
-        """Find callables stuck past their model's ``hang_timeout_s``: log where they are, kill a
-        worker process that runs one (a fresh one is forked), or stop the server when a thread of
-        this process runs it (nothing can free it; the orchestrator restarts the process)."""
-        freed: Dict[Tuple[str, int], float] = {}  # a killed worker process is noticed within a moment
-        while not self._stopped and self._fatal is None:
-            time.sleep(_HANG_CHECK_S)
-            now = time.monotonic()
-            for name, index, handler, busy, limit in self._bindings.hung(now):
-                if now - freed.get((name, index), -math.inf) < _HANG_FREE_WAIT_S:
-                    continue
-                where = handler.stuck_stack()
-                if handler.free_stuck():
-                    freed[(name, index)] = now
-                    logger.error("Model '%s' instance %d: the inference callable has served one batch for %.1f s, past "
-                                 "ModelConfig.hang_timeout_s=%g; killing its worker process (a fresh one takes "
-                                 "over) %s", name, index, busy, limit, where)
-                    continue
-                message = (f"Model '{name}' instance {index}: the inference callable has served one batch for "
-                           f"{busy:.1f} s, past ModelConfig.hang_timeout_s={limit:g}, on a thread of this process "
-                           "that nothing can free; stopping the server so that the process can be restarted")
-                logger.error("%s. The callable's thread is here:\n%s", message, where)
-                self._hurry.set()  # the hung call never ends: no drain waits for it
-                self._on_fatal(PyTritonModelHangError(message))
-                return
-
     def _on_fatal(self, error: PyTritonServerError) -> None:
         """From the supervisor: the server died, or a model spent its restart budget (or hung)."""
         self._fatal = error
@@ -620,7 +594,7 @@ class Triton:
         if isinstance(error, (PyTritonModelRestartLimitError, PyTritonModelHangError)):
             # Like an unrecoverable error: a server that cannot serve one of its models stops, so
             # that its health endpoints stop answering and an orchestrator restarts the process.
-            threading.Thread(target=self.stop, name="pytriton-restart-limit-stop", daemon=True).start()
+            threading.Thread(target=self.stop, name="pytriton-fatal-stop", daemon=True).start()
 
     def _on_unrecoverable(self, model_name: str) -> None:
         self._unrecoverable = model_name
@@ -722,13 +696,9 @@ class Triton:
 
 
 _RELAYED_SETTLE_S = 0.2
-_HANG_CHECK_S = 0.5
-"""How often the callables are checked against their model's ``hang_timeout_s``."""
-_HANG_FREE_WAIT_S = 5.0
-"""How long a killed worker process has to be noticed before its instance is checked again."""
+"""How long the workers of relayed models stay idle before a stop ends tritonserver itself."""
 _CONNECTIONS_SETTLE_S = 0.5
 """How long the workers must be idle to end a drain while Triton still waits for HTTP connections."""
-"""How long the workers of relayed models stay idle before a stop ends tritonserver itself."""
 
 
 def _grpc_tls(config: TritonConfig) -> Optional[GrpcTls]:

@@ -62,6 +62,7 @@ from pytriton.server.distribution import (
 from pytriton.server.preflight import SHM_FLOOR_BYTES, shm_warning
 from pytriton.server.process import ServerProcess
 from pytriton.server.workspace import Workspace
+from pytriton.worker.tracing import export_settings
 
 GLIBC_NEEDED = (2, 35)
 """The bundled server comes from a ``manylinux_2_35`` wheel: its binaries need this glibc."""
@@ -551,6 +552,29 @@ def probe_port(address: Optional[str], port: int) -> Optional[int]:
     return None
 
 
+def _script_config(script: pathlib.Path) -> Tuple[Optional[TritonConfig], Dict[str, Any], List[str]]:
+    """The ``TritonConfig`` of the fields `script` sets as literals (None: none), those fields, and
+    those it computes (see `config_from_script`).
+
+    Raises:
+        OSError, SyntaxError, PyTritonError, TypeError: the script cannot be read, or its values
+            are no valid config.
+    """
+    fields, computed = config_from_script(script.read_text())
+    return (TritonConfig(**fields) if fields else None), fields, computed
+
+
+def _merged(explicit: Optional[TritonConfig], environ: Mapping[str, str]) -> TritonConfig:
+    """`explicit` completed from the ``PYTRITON_TRITON_CONFIG_*`` variables, as `Triton()` does.
+
+    Raises:
+        PyTritonError: a variable holds a wrong value.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # unknown variables: Triton() itself warns about them
+        return merge(explicit, environ)
+
+
 def check_ports(environ: Mapping[str, str] = os.environ, script: Optional[pathlib.Path] = None) -> CheckResult:
     """The ports a `Triton()` started in this environment would take (``PYTRITON_TRITON_CONFIG_*``),
     with the ones `script` sets in its ``TritonConfig(...)`` taking precedence, as in the script."""
@@ -559,8 +583,7 @@ def check_ports(environ: Mapping[str, str] = os.environ, script: Optional[pathli
         source = "the defaults and PYTRITON_TRITON_CONFIG_* only; give the serving script to check its own ports"
     else:
         try:
-            fields, computed = config_from_script(script.read_text())
-            explicit = TritonConfig(**fields) if fields else None
+            explicit, fields, computed = _script_config(script)
         except (OSError, SyntaxError, PyTritonError, TypeError) as exc:
             return CheckResult("ports", Verdict.FAIL, f"cannot read the ports of {script}: {exc}",
                                "give the serving script's path (a Python file)")
@@ -569,9 +592,7 @@ def check_ports(environ: Mapping[str, str] = os.environ, script: Optional[pathli
         if computed:
             source += f"; {', '.join(computed)} computed in code, taken from the environment here"
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # unknown variables: Triton() itself warns about them
-            config = merge(explicit, environ)
+        config = _merged(explicit, environ)
     except PyTritonError as exc:
         return CheckResult("ports", Verdict.FAIL, exc.message, f"correct the {ENV_PREFIX}* variable")
     probes = [(field, address, port, probe_port(address, port)) for field, address, port in enabled_endpoints(config)]
@@ -582,13 +603,13 @@ def check_ports(environ: Mapping[str, str] = os.environ, script: Optional[pathli
 # --- metrics and tracing ----------------------------------------------------------------------
 
 
-def _trace_settings(items: Sequence[str]) -> Dict[str, str]:
-    """``--trace-config`` items as ``{"mode": ..., "opentelemetry,url": ..., "file": ...}``."""
-    settings: Dict[str, str] = {}
+def _trace_setting(items: Sequence[str], name: str) -> Optional[str]:
+    """The value of Triton's trace setting `name` (``mode``, ``file``) among ``--trace-config`` items."""
     for item in items:
         key, _, value = item.partition("=")
-        settings[key.replace("triton,", "")] = value
-    return settings
+        if key.removeprefix("triton,").strip() == name:
+            return value.strip()
+    return None
 
 
 def judge_observability(metrics_port: Optional[int], trace_items: Sequence[str], telemetry_installed: bool,
@@ -601,16 +622,15 @@ def judge_observability(metrics_port: Optional[int], trace_items: Sequence[str],
     name = "metrics, tracing"
     parts = [f"metrics on port {metrics_port} (Triton's nv_* and pytriton_* families)" if metrics_port is not None
              else "metrics off (allow_metrics=False)"]
-    settings = _trace_settings(trace_items)
-    mode = settings.get("mode", "triton" if trace_items else "")
     if not trace_items:
         parts.append("tracing off (no trace_config)")
         return CheckResult(name, Verdict.PASS, "; ".join(parts))
-    if mode != "opentelemetry":
-        parts.append(f"tracing to the file {settings.get('file', '(none given)')} (mode {mode})")
+    export = export_settings(trace_items)  # what the worker itself reads of them
+    if export is None:
+        mode = _trace_setting(trace_items, "mode") or "triton"
+        parts.append(f"tracing to the file {_trace_setting(trace_items, 'file') or '(none given)'} (mode {mode})")
         return CheckResult(name, Verdict.PASS, "; ".join(parts))
-    url = settings.get("opentelemetry,url", "http://localhost:4318/v1/traces")
-    parts.append(f"OpenTelemetry traces to {url}")
+    parts.append(f"OpenTelemetry traces to {export.url}")
     if not telemetry_installed:
         return CheckResult(name, Verdict.WARN, "; ".join(parts) + ": Triton exports its spans, but the OpenTelemetry "
                            "packages are missing, so the hop and the callable get no spans",
@@ -628,21 +648,18 @@ def check_observability(environ: Mapping[str, str] = os.environ, script: Optiona
     explicit: Optional[TritonConfig] = None
     if script is not None:
         try:
-            fields, _ = config_from_script(script.read_text())
-            explicit = TritonConfig(**fields) if fields else None
+            explicit = _script_config(script)[0]
         except (OSError, SyntaxError, PyTritonError, TypeError):
             explicit = None  # the ports check says why
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            config = merge(explicit, environ)
+        config = _merged(explicit, environ)
     except PyTritonError as exc:
         return CheckResult("metrics, tracing", Verdict.FAIL, exc.message, f"correct the {ENV_PREFIX}* variable")
     items = list(config.trace_config or ())
-    settings = _trace_settings(items)
+    export = export_settings(items)
     collector_error = None
-    if settings.get("mode") == "opentelemetry":
-        url = urllib.parse.urlsplit(settings.get("opentelemetry,url", "http://localhost:4318/v1/traces"))
+    if export is not None:
+        url = urllib.parse.urlsplit(export.url)
         try:
             socket.create_connection((url.hostname or "localhost", url.port or 4318), timeout_s).close()
         except OSError as exc:

@@ -203,6 +203,8 @@ class Supervisor:
         tidy: called about once a second: makes the shared-memory regions of models loaded by
             other means (a client's model-control call, a `RemoteTriton`) private too.
         fault_traces: the path of a stub's fault trace by its pid (`protocol.fault_trace_path`).
+        hang_check: called each round: acts on callables stuck past their model's
+            ``hang_timeout_s`` (`pytriton.server.hangs.HangWatch`).
     """
 
     def __init__(
@@ -219,6 +221,7 @@ class Supervisor:
         period_s: float = WATCH_PERIOD_S,
         tidy: Optional[Callable[[], object]] = None,
         fault_traces: Optional[Callable[[int], Optional[str]]] = None,
+        hang_check: Optional[Callable[[], object]] = None,
     ) -> None:
         self._process = process
         self._control = control
@@ -231,6 +234,7 @@ class Supervisor:
         self._period_s = period_s
         self._tidy = tidy
         self._fault_traces = fault_traces
+        self._hang_check = hang_check
         self._tidy_every = max(1, round(TIDY_PERIOD_S / period_s))
         self._stubs: Dict[int, _Stub] = {}
         self._buried: Set[int] = set()  # dead stubs already acted on
@@ -276,6 +280,8 @@ class Supervisor:
                     self._server_died()
                     return
                 self._check_instances()
+                if self._hang_check is not None:
+                    self._hang_check()
                 if self._tidy is not None and rounds % self._tidy_every == 0:
                     self._tidy()
             except Exception:

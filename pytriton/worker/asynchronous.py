@@ -116,7 +116,8 @@ async def finish(
 class AsyncLoop:
     """Serves one handler's proxies from an asyncio loop in one thread (see the module docstring).
 
-    `in_flight`'s ``value`` counts the batches being served (see `InstanceHandler.idle`).
+    `busy_since`'s ``value`` is the start of the oldest batch being served, 0.0 for none (see
+    `InstanceHandler.idle` and `InstanceHandler.busy_for`).
     """
 
     def __init__(
@@ -127,11 +128,9 @@ class AsyncLoop:
         stop: threading.Event,
         ending_streams: threading.Event,
         on_unrecoverable: Callable[[str], None],
-        in_flight: Any,
         busy_since: Any,
     ) -> None:
         self._endpoint = endpoint
-        self._in_flight = in_flight
         self._busy_since = busy_since
         self._started: Dict[Tuple[int, int], float] = {}  # each batch's start, for `busy_since`
         self._calls = calls
@@ -208,7 +207,6 @@ class AsyncLoop:
         if isinstance(message, protocol.InferBatch):
             task = asyncio.ensure_future(self._serve_batch(connection, message, payload))
             self._tasks[key] = task
-            self._in_flight.value += 1
             self._started[key] = time.monotonic()
             self._busy_since.value = min(self._started.values())
             task.add_done_callback(functools.partial(self._forget_task, key))
@@ -217,7 +215,6 @@ class AsyncLoop:
 
     def _forget_task(self, key: Tuple[int, int], _task: Any) -> None:
         self._tasks.pop(key, None)
-        self._in_flight.value -= 1
         self._started.pop(key, None)
         self._busy_since.value = min(self._started.values(), default=0.0)
 

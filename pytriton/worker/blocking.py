@@ -57,9 +57,8 @@ class BlockingLoop:
         ending_streams: set to cut the streams in flight short.
         on_unrecoverable: called before the answer goes when the callable declared the model dead.
         stamp_log: where the batches' timing stamps go (None: not recorded).
-        in_flight: its ``value`` counts the batches being served (see `InstanceHandler.idle`).
-        busy_since: its ``value`` is the `time.monotonic` start of the batch being served (0.0:
-            none; see `InstanceHandler.busy_for`).
+        busy_since: set to the `time.monotonic` start of the batch being served (0.0: none): what
+            `InstanceHandler.idle` and `InstanceHandler.busy_for` read.
     """
 
     def __init__(
@@ -74,11 +73,9 @@ class BlockingLoop:
         ending_streams: threading.Event,
         on_unrecoverable: Callable[[str], None],
         stamp_log: Optional[StampLog],
-        in_flight: Any,
         busy_since: Any,
     ) -> None:
         self._endpoint = endpoint
-        self._in_flight = in_flight
         self._busy_since = busy_since
         self._calls = calls
         self._shm_prefix = shm_prefix
@@ -151,13 +148,11 @@ class BlockingLoop:
             logger.exception("Model '%s': dropped an unreadable message", self._calls.model_name)
             return
         if isinstance(message, protocol.InferBatch):
-            self._in_flight.value += 1
             self._busy_since.value = time.monotonic()
             try:
                 self._serve_batch(connection, message, payload, received)
             finally:
                 self._busy_since.value = 0.0
-                self._in_flight.value -= 1
                 self._calls.probe.end()
                 if message.traces:  # the answer went: the batch's spans end
                     tracing.end()

@@ -25,7 +25,7 @@ from pytriton.worker.batches import BatchCalls
 from pytriton.worker.blocking import BlockingLoop
 from pytriton.worker.context import TritonContext
 from pytriton.worker.endpoint import HandlerEndpoint
-from pytriton.worker.instance import Instance
+from pytriton.worker.instance import BusySince, Instance
 from pytriton.worker.measures import Measures
 from pytriton.worker.request import Request
 from pytriton.worker.stamps import StampLog, stamps_folder
@@ -52,24 +52,6 @@ def is_generator_callable(func: Callable[..., Any]) -> bool:
     return False
 
 
-class _Clock:
-    """A plain float with the ``value`` of a shared one (see `busy_since`)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0.0
-
-
-class _Count:
-    """A plain counter with the ``value`` of a ``multiprocessing.Value``."""
-
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0
-
-
 class InstanceHandler:
     """Serves model instance `instance` of one model with one inference callable, in this process.
 
@@ -90,13 +72,10 @@ class InstanceHandler:
             answer before it sends another batch: large outputs then travel in an arena. False
             when the proxies relay (some callable of the model is async), so their batches
             overlap: outputs then go inline.
-        in_flight: an object whose ``value`` the handler keeps at the number of batches it
-            serves (a ``multiprocessing.Value`` shared with the parent, for a process instance);
-            a private counter by default.
         worker_restarts: for a process instance, how many of its worker processes died before
             this one (a metric, `pytriton.worker.measures`).
-        busy_since: an object whose ``value`` the handler keeps at the `time.monotonic` start of
-            the oldest batch it serves (0.0: none), shared with the parent for a process instance.
+        busy_since: where the handler keeps the start of the oldest batch it serves (given by the
+            parent of a process instance, which reads it; a fresh one by default).
 
     Raises:
         PyTritonModelConfigError: ``isolate_failures`` or ``execution_timeout_s`` asked of an
@@ -116,13 +95,11 @@ class InstanceHandler:
         on_unrecoverable: Callable[[str], None],
         asynchronous: bool = False,
         pipelined: bool = True,
-        in_flight: Optional[Any] = None,
         worker_restarts: int = 0,
-        busy_since: Optional[Any] = None,
+        busy_since: Optional[BusySince] = None,
     ) -> None:
         self._stop = threading.Event()
-        self._in_flight = in_flight if in_flight is not None else _Count()
-        self._busy_since = busy_since if busy_since is not None else _Clock()
+        self._busy_since = busy_since if busy_since is not None else BusySince()
         self._ending_streams = threading.Event()
         self._measures = Measures(Registry(context.model_name, context.model_version, instance), worker_restarts)
         self._calls = BatchCalls(context, infer_func, instance, strict, asynchronous, self._stop, self._measures)
@@ -132,8 +109,7 @@ class InstanceHandler:
         self._loop: Union[BlockingLoop, AsyncLoop]
         if asynchronous:
             self._loop = AsyncLoop(self._endpoint, self._calls, stop=self._stop, ending_streams=self._ending_streams,
-                                   on_unrecoverable=on_unrecoverable, in_flight=self._in_flight,
-                                   busy_since=self._busy_since)
+                                   on_unrecoverable=on_unrecoverable, busy_since=self._busy_since)
         else:
             folder = stamps_folder()
             decoupled = self._calls.decoupled
@@ -142,7 +118,6 @@ class InstanceHandler:
                 use_arenas=pipelined and not decoupled, stop=self._stop, ending_streams=self._ending_streams,
                 on_unrecoverable=on_unrecoverable,
                 stamp_log=StampLog(folder, context.model_name, instance) if folder and not decoupled else None,
-                in_flight=self._in_flight,
                 busy_since=self._busy_since,
             )
         self._released = False
@@ -168,13 +143,12 @@ class InstanceHandler:
 
     def idle(self) -> bool:
         """Whether no batch is being served: no callable running, no stream open."""
-        return self._in_flight.value == 0
+        return self._busy_since.idle()
 
     def busy_for(self, now: float) -> float:
         """How long the oldest batch being served has been at it (0.0 when idle), at `now`
         (`time.monotonic`)."""
-        since = self._busy_since.value
-        return now - since if since else 0.0
+        return self._busy_since.busy_for(now)
 
     def stuck_stack(self) -> str:
         """Where the handler's thread is now (and, for an async callable, where its oldest batch

@@ -7,6 +7,8 @@ bindings and the supervisor see both through this one interface.
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 from typing import Optional, Protocol
 
 
@@ -44,3 +46,35 @@ class Instance(Protocol):
 
     def stop(self, timeout_s: float = 5.0) -> bool:
         """Stop serving and release sockets and shared memory; False if a callable still runs."""
+
+
+class BusySince:
+    """When the oldest batch an instance serves began (`time.monotonic`; 0.0 while it serves none).
+
+    The loops set it as batches begin and end; whether the instance is idle and how long its
+    oldest batch has run follow from it. It lives in an anonymous shared mapping, so a worker
+    process forked from the user's writes it and the parent reads it.
+    """
+
+    __slots__ = ("_map", "_since")
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, ctypes.sizeof(ctypes.c_double))
+        self._since = ctypes.c_double.from_buffer(self._map)
+
+    @property
+    def value(self) -> float:
+        return float(self._since.value)
+
+    @value.setter
+    def value(self, started: float) -> None:
+        self._since.value = started
+
+    def idle(self) -> bool:
+        """Whether no batch is being served."""
+        return self._since.value == 0.0
+
+    def busy_for(self, now: float) -> float:
+        """How long the oldest batch has been served at `now` (0.0 when idle)."""
+        since = self._since.value
+        return now - since if since else 0.0

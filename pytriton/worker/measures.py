@@ -3,15 +3,15 @@
 Triton sees the proxy model's queue and compute time; what happens behind the proxy is measured
 here, in the process that runs the callable, as in-memory counters that the proxy brings to
 Triton's ``/metrics`` port (see `pytriton.metrics` and `pytriton.proxy.metrics`). Updating them
-costs a few additions per batch. The proxy adds ``pytriton_requests_in_flight`` itself: it
-knows what it sent and has no answer for.
+costs a few additions per batch. ``pytriton_requests_in_flight`` is the proxy's own
+(`pytriton.proxy.metrics`): it knows what it sent and has no answer for.
 """
 
 from __future__ import annotations
 
 import time
 
-from pytriton.metrics import COUNTER, GAUGE, HISTOGRAM, Definition, Registry, observe
+from pytriton.metrics import COUNTER, HISTOGRAM, Definition, Registry, observe
 
 _SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _WAIT_SECONDS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -36,13 +36,6 @@ STUB_RESTARTS = Definition(
 WORKER_RESTARTS = Definition(
     "pytriton_worker_restarts_total", "Times the worker process of a process instance was forked anew after "
     "the one before died", COUNTER, ())
-REQUESTS_IN_FLIGHT = Definition(
-    "pytriton_requests_in_flight", "Requests sent to the inference callable and not answered yet (set by the "
-    "proxy)", GAUGE, ())
-"""Its series lives in the proxy, not in a `Registry`; defined here with the others."""
-
-FAMILIES = (CALLABLE_SECONDS, BATCH_SIZE, BATCH_WAIT_SECONDS, DEADLINE_DROPPED, CALLABLE_ERRORS, STUB_RESTARTS,
-            WORKER_RESTARTS, REQUESTS_IN_FLIGHT)
 
 
 class Measures:

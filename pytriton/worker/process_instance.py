@@ -28,7 +28,6 @@ import ctypes
 import dataclasses
 import faulthandler
 import logging
-import mmap
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -48,6 +47,7 @@ from pytriton.ipc.shm import SHM_DIR
 from pytriton.worker import tracing
 from pytriton.worker.context import TritonContext
 from pytriton.worker.handler import InstanceHandler
+from pytriton.worker.instance import BusySince
 from pytriton.worker.request import Request
 
 logger = logging.getLogger("pytriton.worker")
@@ -170,9 +170,8 @@ class ProcessInstance:
         on_unrecoverable: Callable[[str], None],
         **options: Any,
     ) -> None:
-        self._in_flight = _Shared(ctypes.c_long)
-        self._busy_since = _Shared(ctypes.c_double)
-        options = {**options, "in_flight": self._in_flight, "busy_since": self._busy_since}
+        self._busy_since = BusySince()  # in memory shared across the fork: the child writes, this reads
+        options = {**options, "busy_since": self._busy_since}
         self._spec = _Spec(context, infer_func, endpoint, instance, shm_prefix, strict, options)
         self._on_unrecoverable = on_unrecoverable
         self._name = f"model '{context.model_name}' instance {instance}"
@@ -219,13 +218,12 @@ class ProcessInstance:
         return self._thread.is_alive() and not self._stopping.is_set()
 
     def idle(self) -> bool:
-        """Whether the child serves no batch (it counts them in memory shared across the fork)."""
-        return bool(self._in_flight.value == 0)
+        """Whether the child serves no batch."""
+        return self._busy_since.idle()
 
     def busy_for(self, now: float) -> float:
         """How long the child's oldest batch has been served (see `InstanceHandler.busy_for`)."""
-        since = self._busy_since.value
-        return now - since if since else 0.0
+        return self._busy_since.busy_for(now)
 
     def stuck_stack(self) -> str:
         """Ask the child to write its threads' stacks to its stderr (the log of your process)."""
@@ -406,8 +404,7 @@ class ProcessInstance:
     def _bury(self, child: _Child) -> None:
         """Remove what a dead child left: its pipe, its socket file, its output segments."""
         child.conn.close()
-        self._in_flight.value = 0  # the batches it was serving died with it
-        self._busy_since.value = 0.0
+        self._busy_since.value = 0.0  # the batches it was serving died with it
         if self._socket_path is not None:
             for path in (self._socket_path, protocol.data_socket_path(self._socket_path)):
                 try:
@@ -415,26 +412,6 @@ class ProcessInstance:
                 except FileNotFoundError:
                     pass
         _remove_segments(protocol.segment_name(child.shm_prefix, self._spec.instance, "out", 0)[:-1])
-
-
-class _Shared:
-    """A number in an anonymous shared mapping: written by the forked child, read by the parent.
-
-    Args:
-        ctype: its C type (``ctypes.c_long`` for a count, ``ctypes.c_double`` for a time).
-    """
-
-    def __init__(self, ctype: Any) -> None:
-        self._map = mmap.mmap(-1, ctypes.sizeof(ctype))
-        self._number = ctype.from_buffer(self._map)
-
-    @property
-    def value(self) -> Any:
-        return self._number.value
-
-    @value.setter
-    def value(self, value: Any) -> None:
-        self._number.value = value
 
 
 def _describe(status: Optional[int]) -> str:
