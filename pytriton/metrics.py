@@ -193,6 +193,10 @@ class _Metric:
     def name(self) -> str:
         return self._definition.name
 
+    def labels(self, *values: Any, **named: Any) -> _Child:
+        """The series with these label values (by position, or by name)."""
+        return _Child(self._definition, self._values(values, named))
+
     def _values(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> Tuple[str, ...]:
         names = self._definition.labelnames
         if args and kwargs:
@@ -274,10 +278,6 @@ class Counter(_Metric):
 
     _kind = COUNTER
 
-    def labels(self, *values: Any, **named: Any) -> _Child:
-        """The series with these label values (by position, or by name)."""
-        return _Child(self._definition, self._values(values, named))
-
     def inc(self, amount: float = 1.0) -> None:
         """Add `amount` (>= 0) to the series without labels."""
         _increment(self._definition, self._own_series(), amount)
@@ -287,10 +287,6 @@ class Gauge(_Metric):
     """A value that goes up and down (a cache's size, items in a queue): Prometheus' gauge."""
 
     _kind = GAUGE
-
-    def labels(self, *values: Any, **named: Any) -> _Child:
-        """The series with these label values (by position, or by name)."""
-        return _Child(self._definition, self._values(values, named))
 
     def set(self, value: float) -> None:
         self._own_series()[0] = float(value)
@@ -321,10 +317,6 @@ class Histogram(_Metric):
                 f"histogram '{name}': buckets {list(bounds)} must be one or more increasing numbers"
             )
         super().__init__(name, documentation, labelnames, bounds)
-
-    def labels(self, *values: Any, **named: Any) -> _Child:
-        """The series with these label values (by position, or by name)."""
-        return _Child(self._definition, self._values(values, named))
 
     def observe(self, value: float) -> None:
         observe(self._definition, self._own_series(), float(value))

@@ -219,12 +219,9 @@ class ServerControl:
 
         Best effort, called while another error is on its way to the user: a refusal is logged.
         """
-        config = json.dumps({"name": name, "backend": "python", "max_batch_size": 0,
-                             "input": [{"name": "x", "data_type": "TYPE_BOOL", "dims": [1]}],
-                             "output": [{"name": "y", "data_type": "TYPE_BOOL", "dims": [1]}]})
         placeholder = b"class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
         try:
-            self.load_model(name, timeout_s, config, {"1/model.py": placeholder})
+            self.load_model(name, timeout_s, placeholder_config(name), {"1/model.py": placeholder})
             self.unload_model(name, timeout_s)
         except PyTritonServerError as exc:
             logger.warning("model '%s' failed to load, and the server may report not ready until a model of that "
@@ -310,6 +307,17 @@ class ServerControl:
         if self._grpc_client is not None:
             self._grpc_client.close()
             self._grpc_client = None
+
+
+def placeholder_config(name: str, **fields: Any) -> str:
+    """The configuration (JSON, as a load call sends it) of a Python model named `name` that exists
+    only to be loaded (one bool in, one out), with `fields` added."""
+    return json.dumps({
+        "name": name, "backend": "python", "max_batch_size": 0,
+        "input": [{"name": "x", "data_type": "TYPE_BOOL", "dims": [1]}],
+        "output": [{"name": "y", "data_type": "TYPE_BOOL", "dims": [1]}],
+        **fields,
+    })
 
 
 def accepts_connections(address: Optional[str], port: int, timeout_s: float = 0.5) -> bool:

@@ -26,7 +26,6 @@ another process owns, and leaves its readiness to that process.
 
 from __future__ import annotations
 
-import json
 import logging
 import pathlib
 import threading
@@ -34,6 +33,7 @@ import time
 from typing import Any, Callable, Optional, Sequence
 
 from pytriton.exceptions import PyTritonServerError
+from pytriton.server.control import placeholder_config
 
 logger = logging.getLogger("pytriton.server")
 
@@ -68,17 +68,6 @@ def gate_model_py(release_path: str, import_paths: Sequence[str] = ()) -> bytes:
     ).encode()
 
 
-def gate_config() -> str:
-    """The gate's configuration, sent with its load call (JSON): the gate has no folder in the
-    repository, so Triton neither loads it at start nor lists it in the repository index."""
-    return json.dumps({
-        "name": GATE_MODEL, "backend": "python", "max_batch_size": 0,
-        "input": [{"name": "x", "data_type": "TYPE_BOOL", "dims": [1]}],
-        "output": [{"name": "y", "data_type": "TYPE_BOOL", "dims": [1]}],
-        "instance_group": [{"kind": "KIND_CPU", "count": 1}],
-    })
-
-
 class ReadinessGate:
     """Holds one started server not ready until `open` (see the module docstring).
 
@@ -97,11 +86,6 @@ class ReadinessGate:
         self._lock = threading.Lock()
         self._opened = False
         self._loaded = threading.Event()  # the gate's load call returned: it no longer holds readiness
-
-    @property
-    def closed(self) -> bool:
-        """Whether the gate holds the server not ready now."""
-        return self._thread is not None and not self._opened
 
     def close(self, deadline: float, alive: Callable[[], bool]) -> None:
         """Load the gate as soon as the starting server answers (from a thread of its own).
@@ -130,8 +114,11 @@ class ReadinessGate:
                 return
             time.sleep(0.002)
         try:
+            # Sent with its load call, with no folder in the repository: Triton neither loads it at
+            # start nor lists it in the repository index. One instance, on the CPU, GPU or not.
+            config = placeholder_config(GATE_MODEL, instance_group=[{"kind": "KIND_CPU", "count": 1}])
             files = {"1/model.py": gate_model_py(str(self._release_path), self._import_paths)}
-            self._control.load_model(GATE_MODEL, _HOLD_S, gate_config(), files)
+            self._control.load_model(GATE_MODEL, _HOLD_S, config, files)
         except PyTritonServerError as exc:
             if not self._opened:
                 logger.warning("pytriton's readiness gate failed (%s): the server may report ready before its models "
