@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import psutil
 import pytest
@@ -66,6 +67,7 @@ def _run(tmp_path, signum: int, wrapper=()) -> tuple:
         line = process.stdout.readline()
         assert line, process.stderr.read()[-3000:]
         info = json.loads(line)
+        time.sleep(0.5)  # past the print, into the script's own sleep
         target = process.pid
         if wrapper:  # signal the script itself, PID 1 of its namespace, not unshare
             children = psutil.Process(process.pid).children(recursive=True)
