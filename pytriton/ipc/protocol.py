@@ -35,7 +35,7 @@ import marshal
 import os
 from typing import Any, NamedTuple, Optional, Tuple, Union
 
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 
 # Keys of the model configuration `parameters` that tell a proxy where its worker is.
 PARAM_ENDPOINT = "pytriton.endpoint"
@@ -233,9 +233,13 @@ class Stamp:
 
 
 class MetricsPoll(NamedTuple):
-    """Proxy -> worker, on the control channel: the model's metrics, please (see `MetricsReport`)."""
+    """Proxy -> worker, on the control channel: the model's metrics, please (see `MetricsReport`).
+
+    `proxy_pid` is the asking stub's pid: only the stub that greeted the handler last exports.
+    """
 
     instance: int
+    proxy_pid: int = 0
 
 
 class MetricsReport(NamedTuple):
@@ -247,11 +251,14 @@ class MetricsReport(NamedTuple):
     ``(bucket counts..., sum, count)`` (counts per bucket, not cumulative; the last bucket is
     +Inf). The proxy turns the growth since its last report into Triton metric updates.
     `worker_pid` names the process that keeps the values: when it changes (a worker process
-    forked anew), the values started again from zero.
+    forked anew), the values started again from zero. `superseded` (with no families) answers a
+    stub that another stub of the same instance has replaced (a reload starts the new stub before
+    the old one ends): two exporters would each add the same growth to the same Triton series.
     """
 
     families: Tuple[Tuple[str, str, str, Tuple[float, ...], Tuple[Tuple[Tuple[Tuple[str, str], ...], Any], ...]], ...]
     worker_pid: int = 0
+    superseded: bool = False
 
 
 Message = Union[Hello, Welcome, InferBatch, BatchResult, StreamPart, StreamEnd, Cancel, MetricsPoll, MetricsReport]

@@ -22,16 +22,30 @@ counter families of those names, so ``histogram_quantile`` and heat maps work un
 Counters continue where an earlier stub of the instance left them: the first time a series is
 seen, Triton's current value (what a dead stub pushed, if Triton kept it) is the starting point.
 When the worker's values restart (a report from another worker process: one forked anew), its
-new values are added on top.
+new values are added on top. Only the stub that greeted the worker last exports: a reload
+starts the new stub before the old one ends, and the worker answers the old one's polls with
+`protocol.MetricsReport.superseded`, which ends its thread.
+
+Why Triton's metric objects are never deleted: Triton (2.51) hands two metric objects with the
+same family and labels one shared Prometheus series, and deleting either one frees that series
+under the other. A reload or a heal starts the new stub, whose objects carry the same labels,
+before the old stub is finalized; the old stub's deletions then freed the series the new stub
+went on updating, and the server's heap was corrupted (seen as tritonserver hung in its own
+abort handler, answering nothing, after `load_model` calls). So `close` keeps the objects alive
+for the rest of the stub's life, interpreter shutdown included: the stub never sends a delete,
+and the series live on for the next stub of the instance (whose counters continue from them).
+After a model is unloaded for good its series stay on ``/metrics`` with their last values.
 
 Imports only the standard library, zmq and `pytriton.ipc`, like the rest of the proxy.
 """
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import logging
 import math
+import os
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -106,7 +120,7 @@ class MetricsExporter:
     def __init__(self, pb_utils: Any, zmq_context: Any, endpoint: str, instance: int, labels: Labels,
                  in_flight: Callable[[], int], period_s: float = PERIOD_S) -> None:
         self._pb = pb_utils
-        self._poll = protocol.encode(protocol.MetricsPoll(instance))
+        self._poll = protocol.encode(protocol.MetricsPoll(instance, os.getpid()))
         self._labels = labels
         self._in_flight = in_flight
         self._period_s = period_s
@@ -134,6 +148,9 @@ class MetricsExporter:
                     if self._socket.poll(int(min(left, 0.1) * 1000)):
                         message = protocol.decode(self._socket.recv())
                         if isinstance(message, protocol.MetricsReport):
+                            if message.superseded:
+                                logger.debug("pytriton metrics: a newer stub exports this instance's metrics")
+                                return
                             self.apply(message)
                             asked = -math.inf  # answered: ask again at the next period
             except zmq.ZMQError:
@@ -193,10 +210,18 @@ class MetricsExporter:
     def close(self) -> None:
         """Stop the thread and close its socket (before the proxy's ZeroMQ context ends).
 
-        Triton's metric objects go before their families, as the stub requires.
+        Triton's metric and family objects are kept, never deleted (see the module's docstring).
         """
         self._closing.set()
         self._thread.join(2 * self._period_s + 1.0)
         self._socket.close(linger=0)
-        self._series.clear()
-        self._families.clear()
+        keep_forever((self._families, self._series))
+
+
+def keep_forever(objects: Any) -> None:
+    """Give `objects` a reference that is never dropped, so not even interpreter shutdown frees them.
+
+    A module-level list would not do: shutdown clears modules, and freeing a Python backend metric
+    object sends Triton the delete this must avoid.
+    """
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(objects))

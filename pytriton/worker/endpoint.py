@@ -120,7 +120,10 @@ class HandlerEndpoint:
             if isinstance(message, protocol.Hello):
                 self.control.send_multipart([identity, protocol.encode(self._welcome(message))])
             elif isinstance(message, protocol.MetricsPoll):
-                report = protocol.MetricsReport(self._metrics_report(), os.getpid())
+                if message.proxy_pid and self.proxy_pid is not None and message.proxy_pid != self.proxy_pid:
+                    report = protocol.MetricsReport((), os.getpid(), superseded=True)
+                else:
+                    report = protocol.MetricsReport(self._metrics_report(), os.getpid())
                 self.control.send_multipart([identity, protocol.encode(report)])
 
     def _welcome(self, hello: protocol.Hello) -> protocol.Welcome:

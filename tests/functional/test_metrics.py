@@ -8,6 +8,7 @@ agree with the time the callable measured itself within 10 %.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -324,3 +325,38 @@ def test_metrics_off_serves_without_exporting():
         url = f"127.0.0.1:{triton._config.http_port}"
         with ModelClient(url, "Quiet") as client:
             np.testing.assert_allclose(client.infer_sample(x=np.ones(2, np.float32))["y"], [2, 2])
+
+
+def test_reloads_keep_the_server_answering_and_counts_continue(monkeypatch):
+    """A reload starts the new stub, whose metric series carry the old stub's labels, before the old
+    one ends. Deleting the old stub's metric objects then freed the series the new stub updated and
+    corrupted tritonserver's heap (it stopped answering); the counts must also go on across reloads."""
+    monkeypatch.setenv(METRICS_PERIOD_ENV, "0.05")
+    with running_triton() as triton:
+        triton.bind("Reloaded", batch(lambda x: {"y": x}), X, Y, config=ModelConfig(max_batch_size=8))
+        triton.run()
+        config = triton._config
+        url = f"127.0.0.1:{config.http_port}"
+        raw = httpclient.InferenceServerClient(url)
+        try:
+            declared = raw.get_model_config("Reloaded")
+        finally:
+            raw.close()
+        sent = 0
+        with ModelClient(url, "Reloaded", inference_timeout_s=20, access_token=triton.get_access_token()) as client:
+            for round_ in range(8):
+                for _ in range(3):
+                    client.infer_sample(x=np.ones(2, np.float32))
+                    sent += 1
+                time.sleep(0.15)  # a metrics period or more: the stub has its series when the next one starts
+                # A new configuration: Triton starts a new stub.
+                declared["dynamic_batching"] = {"max_queue_delay_microseconds": 100 + round_}
+                client.load_model(config=json.dumps(declared))
+                ready = http_status(f"http://{url}/v2/health/ready", timeout_s=5)
+                assert ready == 200, f"no answer after reload {round_}: {ready}"
+            client.infer_sample(x=np.ones(2, np.float32))
+            sent += 1
+        after = _settled(config.metrics_port, lambda s: value(s, "pytriton_callable_seconds_count", "Reloaded") == sent)
+        assert value(after, "pytriton_batch_size_sum", "Reloaded") == sent
+        # Counted once per reload, although each old stub still polled while its successor exported.
+        assert value(after, "pytriton_stub_restarts_total", "Reloaded") == 8
