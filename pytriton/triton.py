@@ -460,6 +460,7 @@ class Triton:
                 server_id=workspace.server_id,
                 tidy=workspace.restrict_segments,
                 fault_traces=lambda pid: protocol.fault_trace_path(str(workspace.sockets), pid),
+                inflight_ledgers=lambda pid: protocol.inflight_ledger_path(str(workspace.sockets), pid),
                 hang_check=HangWatch(self._bindings.hung, self._hurry.set, self._on_fatal).check,
             )
             self._supervisor.start()

@@ -21,6 +21,7 @@ from pytriton.client.exceptions import (
     PyTritonClientModelDoesntSupportBatchingError,
     PyTritonClientModelUnavailableError,
     PyTritonClientQueueFullError,
+    PyTritonClientRequestLostError,
     PyTritonClientTimeoutError,
     PyTritonClientValueError,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "PyTritonClientModelDoesntSupportBatchingError",
     "PyTritonClientModelUnavailableError",
     "PyTritonClientQueueFullError",
+    "PyTritonClientRequestLostError",
     "PyTritonClientTimeoutError",
     "PyTritonClientValueError",
     "TensorSpec",

@@ -10,7 +10,7 @@ is :class:`~pytriton.client.client.ModelClient` with ``await``: the same argumen
 from __future__ import annotations
 
 import asyncio
-import itertools
+import functools
 import time
 from collections.abc import Awaitable, Mapping
 from types import ModuleType
@@ -24,6 +24,7 @@ from pytriton.client._args import client_args, clone_kwargs, mapping_arg, pool_a
 from pytriton.client.codec import batch_request, concat_batches, sample_request, sample_response, split_batch
 from pytriton.client.core_aio import AsyncTritonCore, new_aio_client, wait_until_ready_async
 from pytriton.client.exceptions import PyTritonClientClosedError
+from pytriton.client.lost import Lookout, RequestIds, is_relayed, watched
 from pytriton.client.model_config import ClientModelConfig, check_decoupled
 from pytriton.client.url import parse_url
 
@@ -83,7 +84,8 @@ class AsyncioModelClientBase:
         self._model_config = model_config
         self._ready_checked = not ensure_model_is_ready
         self._init_lock: asyncio.Lock | None = None  # made in the loop: before 3.10 a Lock binds one
-        self._request_ids = itertools.count()
+        self._request_ids = RequestIds()
+        self._lookout = Lookout(model_name)
         self._closed = False
         self._core = AsyncTritonCore(self._args.url, self._args.inference_timeout_s, self._args.access_token)
 
@@ -173,6 +175,10 @@ class AsyncioModelClientBase:
         if self._closed:
             args = self._args
             raise PyTritonClientClosedError(f"The asyncio client of model {args.model_name!r} at {args.url} is closed")
+
+    async def _read_config(self, timeout_s: float) -> ClientModelConfig:
+        """The model's configuration as the server has it now (not the one kept)."""
+        return await self._core.get_model_config(self._args.model_name, self._args.model_version, timeout_s=timeout_s)
 
     async def _initialized_config(self) -> ClientModelConfig:
         self._check_open()
@@ -272,13 +278,18 @@ class AsyncioModelClient(AsyncioModelClientBase):
         sequence: Mapping[str, Any] | None = None,
     ) -> dict[str, np.ndarray]:
         self._check_open()
-        return await self._core.infer(
+        request_id = self._request_ids()
+        call = self._core.infer(
             self._args.model_name,
             self._args.model_version,
             inputs,
             parameters=mapping_arg("parameters", parameters),
             headers=mapping_arg("headers", headers),
             timeout_s=self._args.inference_timeout_s,
-            request_id=str(next(self._request_ids)),
+            request_id=request_id,
             sequence=sequence,
         )
+        if self._model_config is None or not is_relayed(self._model_config):
+            return await call
+        look = functools.partial(self._lookout.check_async, request_id, self._read_config)
+        return await watched(call, look, self._args.inference_timeout_s)

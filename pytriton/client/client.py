@@ -13,7 +13,7 @@ each refuses the kind of model it cannot serve when the configuration is read.
 
 from __future__ import annotations
 
-import itertools
+import functools
 import time
 from collections.abc import Mapping
 from types import ModuleType
@@ -27,6 +27,7 @@ from pytriton.client._args import client_args, clone_kwargs, load_args, mapping_
 from pytriton.client.codec import batch_request, sample_request, sample_response
 from pytriton.client.core import TritonCore, create_core, wait_until_ready, wait_until_server_ready
 from pytriton.client.exceptions import PyTritonClientClosedError
+from pytriton.client.lost import Lookout, RequestIds, is_relayed
 from pytriton.client.model_config import ClientModelConfig, check_decoupled
 from pytriton.client.utils import TritonSyncClient
 from pytriton.client.utils import create_client_from_url as _create_client_from_url
@@ -93,7 +94,8 @@ class ModelClientBase:
         self._model_config = model_config
         self._given_config = model_config
         self._ready_checked = not ensure_model_is_ready
-        self._request_ids = itertools.count()
+        self._request_ids = RequestIds()
+        self._lookout = Lookout(model_name)
         self._closed = False
         self._core: TritonCore = create_core(self._args.url, self._args.inference_timeout_s, self._args.access_token)
         if not lazy_init:
@@ -251,6 +253,10 @@ class ModelClientBase:
         # A configuration read from the server may have changed with the load; one the user gave stays.
         self._model_config = self._given_config
 
+    def _read_config(self, timeout_s: float) -> ClientModelConfig:
+        """The model's configuration as the server has it now (not the one kept)."""
+        return self._core.get_model_config(self._args.model_name, self._args.model_version, timeout_s=timeout_s)
+
     def _initialized_config(self) -> ClientModelConfig:
         self._check_open()
         if self._model_config is not None and self._ready_checked:
@@ -361,6 +367,10 @@ class ModelClient(ModelClientBase):
         headers: Mapping[str, str] | None,
         sequence: Mapping[str, Any] | None = None,
     ) -> dict[str, np.ndarray]:
+        request_id = self._request_ids()
+        look = None
+        if self._model_config is not None and is_relayed(self._model_config):
+            look = functools.partial(self._lookout.check, request_id, self._read_config)
         return self._core.infer(
             self._args.model_name,
             self._args.model_version,
@@ -368,6 +378,7 @@ class ModelClient(ModelClientBase):
             parameters=mapping_arg("parameters", parameters),
             headers=mapping_arg("headers", headers),
             timeout_s=self._args.inference_timeout_s,
-            request_id=str(next(self._request_ids)),
+            request_id=request_id,
             sequence=sequence,
+            look=look,
         )

@@ -22,10 +22,11 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Generator, Iterator, Mapping
-from typing import Any, List, Union
+from typing import Any, Callable, List, Union
 
 import numpy as np
 import tritonclient.grpc
@@ -55,6 +56,7 @@ from pytriton.client.generate import (
 )
 from pytriton.client.model_config import ClientModelConfig, parse_model_config
 from pytriton.client.url import TritonUrl
+from pytriton.client.watched import WatchedHttp, grpc_infer_watched
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -174,6 +176,7 @@ class TritonCore(abc.ABC):
         timeout_s: float | None = None,
         request_id: str = "",
         sequence: Mapping[str, Any] | None = None,
+        look: Callable[[], None] | None = None,
     ) -> dict[str, np.ndarray]:
         """Run one inference request.
 
@@ -186,6 +189,8 @@ class TritonCore(abc.ABC):
             timeout_s: the longest to wait for the answer.
             request_id: the request's id, echoed by the server in its messages.
             sequence: tritonclient's sequence keywords (`pytriton.client._args.sequence_args`).
+            look: for a relayed model, called between slices of the wait; it raises to end the
+                request (`pytriton.client.lost`).
 
         Returns:
             Output name to array; BYTES outputs are object arrays of ``bytes``.
@@ -193,7 +198,8 @@ class TritonCore(abc.ABC):
         timeout_s = self._timeout(timeout_s)
         with translate_errors(INFER_ACTION, str(self.url), timeout_s):
             # tritonclient adds its own headers into the dict it is given: never hand it the user's.
-            result = self._infer(
+            send = self._infer if look is None else functools.partial(self._infer_watched, look=look)
+            result = send(
                 model_name,
                 model_version,
                 inputs,
@@ -282,6 +288,11 @@ class TritonCore(abc.ABC):
     def _infer(self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any) -> Any: ...
 
     @abc.abstractmethod
+    def _infer_watched(
+        self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any
+    ) -> Any: ...
+
+    @abc.abstractmethod
     def _open_stream(
         self,
         model_name: str,
@@ -299,6 +310,7 @@ class HttpCore(TritonCore):
         """See :class:`TritonCore`; the long-lived client uses ``default_timeout_s`` for its sockets."""
         super().__init__(url, default_timeout_s, access_token)
         self._client = self._new_client(default_timeout_s)
+        self._watched: WatchedHttp | None = None
 
     def _new_client(self, timeout_s: float) -> tritonclient.http.InferenceServerClient:
         return tritonclient.http.InferenceServerClient(
@@ -363,6 +375,13 @@ class HttpCore(TritonCore):
                 **kwargs["sequence"],
             )
 
+    def _infer_watched(
+        self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any
+    ) -> Any:
+        if self._watched is None:
+            self._watched = WatchedHttp(self.url)
+        return self._watched.infer(model_name, model_version, inputs, **kwargs)
+
     def _open_stream(
         self,
         model_name: str,
@@ -372,7 +391,7 @@ class HttpCore(TritonCore):
         **kwargs: Any,
     ) -> ResponseStream:
         check_streamable(config)
-        body = encode_request(config, inputs, kwargs["parameters"])
+        body = encode_request(config, inputs, kwargs["parameters"], kwargs.get("request_id", ""))
         return HttpResponseStream(
             self.url,
             model_name,
@@ -386,6 +405,8 @@ class HttpCore(TritonCore):
     def close(self) -> None:
         """Close the long-lived HTTP connection pool."""
         self._client.close()
+        if self._watched is not None:
+            self._watched.close()
 
 
 class GrpcCore(TritonCore):
@@ -439,6 +460,11 @@ class GrpcCore(TritonCore):
             client_timeout=kwargs["timeout_s"],
             **kwargs["sequence"],
         )
+
+    def _infer_watched(
+        self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any
+    ) -> Any:
+        return grpc_infer_watched(self._client, model_name, model_version, inputs, **kwargs)
 
     def _open_stream(
         self,

@@ -25,10 +25,11 @@ import http.client
 import json
 import logging
 import queue
+import select
 import socket
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import tritonclient.grpc
@@ -47,6 +48,7 @@ from pytriton.client._errors import (
 from pytriton.client.codec import from_infer_result, is_final_response, to_infer_inputs
 from pytriton.client.exceptions import PyTritonClientError
 from pytriton.client.generate import ResponseDecoder
+from pytriton.client.lost import wait_slices
 from pytriton.client.url import TritonUrl
 
 _LOGGER = logging.getLogger(__name__)
@@ -83,8 +85,12 @@ class ResponseStream(StreamBase):
     """The responses of one request to a decoupled model, read one at a time.
 
     Not thread safe. Once it has ended (final response, error, timeout or :meth:`cancel`),
-    :meth:`next_response` returns None.
+    :meth:`next_response` returns None. When :attr:`look` is set, each wait for a response is
+    cut in slices (`pytriton.client.lost.wait_slices`) and `look` is called between two: it
+    raises to end the request (its instance died, `pytriton.client.lost`).
     """
+
+    look: Callable[[], None] | None = None
 
     def next_response(self, timeout_s: float) -> dict[str, np.ndarray] | None:
         """The outputs of the next response, or None once the request's final response has come.
@@ -192,10 +198,7 @@ class GrpcResponseStream(ResponseStream):
     def _next(self, timeout_s: float) -> dict[str, np.ndarray] | None:
         deadline = time.monotonic() + timeout_s
         while not self._final_seen:
-            try:
-                result, error = self._responses.get(timeout=max(deadline - time.monotonic(), 0.0))
-            except queue.Empty:
-                raise next_response_timeout(self.model_name, str(self.url), timeout_s) from None
+            result, error = self._get(deadline, timeout_s)
             if error is not None:
                 translated = stream_error(error, action=STREAM_ACTION, url=str(self.url), timeout_s=timeout_s)
                 raise hint_missing_token(translated, self._token_sent) from error
@@ -205,6 +208,19 @@ class GrpcResponseStream(ResponseStream):
                 with translate_errors(STREAM_ACTION, str(self.url), timeout_s):
                     return from_infer_result(result)
         return None
+
+    def _get(self, deadline: float, timeout_s: float) -> tuple[Any, Any]:
+        left = max(deadline - time.monotonic(), 0.0)
+        try:
+            if self.look is None:
+                return self._responses.get(timeout=left)
+            for wait_s in wait_slices(left):
+                with contextlib.suppress(queue.Empty):
+                    return self._responses.get(timeout=wait_s)
+                self.look()
+        except queue.Empty:
+            pass
+        raise next_response_timeout(self.model_name, str(self.url), timeout_s)
 
     def _close(self) -> None:
         # Cancelling also ends a completed call at once, where a polite stop would wait for the server.
@@ -252,6 +268,7 @@ class HttpResponseStream(ResponseStream):
         self._pending: collections.deque[dict[str, np.ndarray] | PyTritonClientError] = collections.deque()
         self._connection = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout_s)
         self._response: http.client.HTTPResponse | None = None
+        self._chunks: ChunkedDecoder | None = None
         request_headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **(headers or {})}
         try:
             with translate_errors(INFER_ACTION, str(url), timeout_s):
@@ -288,9 +305,50 @@ class HttpResponseStream(ResponseStream):
         return item
 
     def _read(self, deadline: float, timeout_s: float) -> bytes:
+        """The next bytes of the answer's body (de-chunked), b"" at its end.
+
+        A chunked body (Triton's event stream) is read from the socket itself and de-chunked by
+        `ChunkedDecoder`, so that a wait can be cut in slices with `look` between two: a read of
+        ``http.client``'s stopped by a timeout inside a chunk's head would spoil the response.
+        """
         response, sock = self._response, self._connection.sock
+        if response is None or sock is None:
+            raise next_response_timeout(self.model_name, str(self.url), timeout_s)
+        if not response.chunked:
+            return self._read_plain(response, sock, deadline, timeout_s)
+        if self._chunks is None:
+            self._chunks = ChunkedDecoder()
+            sock.settimeout(0)
+            with contextlib.suppress(BlockingIOError):
+                # What came with the head is in the response's buffer: take it, then the socket's.
+                buffered = response.fp.peek(READ_SIZE) if response.fp is not None else b""
+                if buffered:
+                    payload = self._chunks.feed(response.fp.read(len(buffered)))
+                    if payload or self._chunks.done:
+                        return payload
+        while not self._chunks.done:
+            self._await_data(sock, deadline, timeout_s)
+            try:
+                data = sock.recv(READ_SIZE)
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                raise stream_error(exc, action=STREAM_ACTION, url=str(self.url), timeout_s=timeout_s) from exc
+            if not data:
+                raise stream_error(http.client.IncompleteRead(b""), action=STREAM_ACTION, url=str(self.url),
+                                   timeout_s=timeout_s)
+            try:
+                payload = self._chunks.feed(data)
+            except ValueError as exc:
+                raise stream_error(exc, action=STREAM_ACTION, url=str(self.url), timeout_s=timeout_s) from exc
+            if payload:
+                return payload
+        return b""
+
+    def _read_plain(self, response: http.client.HTTPResponse, sock: socket.socket, deadline: float,
+                    timeout_s: float) -> bytes:
         left = deadline - time.monotonic()
-        if response is None or sock is None or left <= 0:
+        if left <= 0:
             raise next_response_timeout(self.model_name, str(self.url), timeout_s)
         sock.settimeout(left)  # the socket's limit bounds each read, so the wait for this response
         try:
@@ -299,6 +357,19 @@ class HttpResponseStream(ResponseStream):
             raise next_response_timeout(self.model_name, str(self.url), timeout_s) from exc
         except Exception as exc:
             raise stream_error(exc, action=STREAM_ACTION, url=str(self.url), timeout_s=timeout_s) from exc
+
+    def _await_data(self, sock: socket.socket, deadline: float, timeout_s: float) -> None:
+        """Wait until the socket has bytes (or its end) to read, calling `look` between slices."""
+        left = deadline - time.monotonic()
+        if self.look is None:
+            if left > 0 and select.select([sock], [], [], left)[0]:
+                return
+        else:
+            for wait_s in wait_slices(left):
+                if select.select([sock], [], [], wait_s)[0]:
+                    return
+                self.look()
+        raise next_response_timeout(self.model_name, str(self.url), timeout_s)
 
     def _close(self) -> None:
         sock = self._connection.sock
@@ -309,6 +380,52 @@ class HttpResponseStream(ResponseStream):
         if self._response is not None:
             self._response.close()
         self._connection.close()
+
+
+class ChunkedDecoder:
+    """HTTP/1.1 chunked transfer coding, undone on bytes as they arrive (`feed`).
+
+    Raises ValueError on a malformed chunk head; `done` once the last (empty) chunk has come
+    (its trailers, which Triton does not send, are ignored).
+    """
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._left: int | None = None  # None: a chunk head is next; 0: the CRLF after a chunk's data
+        self.done = False
+
+    def feed(self, data: bytes) -> bytes:
+        """Take `data`; return the chunk data it completes (possibly b"")."""
+        self._buffer += data
+        out = bytearray()
+        while not self.done:
+            if self._left is None:
+                end = self._buffer.find(b"\r\n")
+                if end < 0:
+                    if len(self._buffer) > 1024:
+                        raise ValueError("a chunk head longer than 1024 bytes")
+                    break
+                size = int(bytes(self._buffer[:end]).split(b";", 1)[0].strip() or b"x", 16)
+                del self._buffer[:end + 2]
+                if size == 0:
+                    self.done = True
+                else:
+                    self._left = size
+            elif self._left == 0:
+                if len(self._buffer) < 2:
+                    break
+                if self._buffer[:2] != b"\r\n":
+                    raise ValueError("no CRLF after a chunk's data")
+                del self._buffer[:2]
+                self._left = None
+            else:
+                take = min(self._left, len(self._buffer))
+                if take == 0:
+                    break
+                out += self._buffer[:take]
+                del self._buffer[:take]
+                self._left -= take
+        return bytes(out)
 
 
 def error_text(body: bytes) -> str:

@@ -210,7 +210,7 @@ class AsyncStreamOpener:
             call = stub.ModelStreamInfer(requests(), metadata=metadata)
             return AsyncGrpcResponseStream(call, self.url, model_name, ended, token_sent=bool(self._auth))
         check_streamable(config)
-        body = encode_request(config, inputs, parameters)
+        body = encode_request(config, inputs, parameters, request_id)
         decoder = ResponseDecoder(config, batch_size_of(config, inputs), str(self.url))
         response = await self._post(
             model_name, generate_stream_path(model_name, model_version), body, merged, timeout_s

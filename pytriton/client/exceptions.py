@@ -18,6 +18,8 @@ Errors of ``tritonclient``, gRPC and sockets never escape: they are translated i
         ├── PyTritonClientClosedError              a call on a client after ``close()``
         ├── PyTritonClientModelDoesntSupportBatchingError  ``infer_batch`` on a model with max_batch_size 0
         ├── PyTritonClientInferenceServerError     the server refused or failed the request (its message kept)
+        │   ├── PyTritonClientRequestLostError     the model instance died before answering (async
+        │   │                                          callables, decoupled models); a retry is served
         │   └── PyTritonClientDecoupledMismatchError  (*) the same class, under both parents
         └── PyTritonClientQueueFullError           a queue is full (client's ``non_blocking`` queue or server's)
 
@@ -59,6 +61,12 @@ class PyTritonClientModelDoesntSupportBatchingError(PyTritonClientError):
 
 class PyTritonClientInferenceServerError(PyTritonClientError):
     """The server answered with an error; the message carries the server's own text."""
+
+
+class PyTritonClientRequestLostError(PyTritonClientInferenceServerError):
+    """The model instance serving the request died before answering it; a retry is served by its
+    restarted instance. Raised for requests to async callables and decoupled models, which
+    Triton itself never answers after such a death (`pytriton.ipc.lost`)."""
 
 
 class PyTritonClientDecoupledMismatchError(PyTritonClientValueError, PyTritonClientInferenceServerError):

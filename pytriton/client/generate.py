@@ -246,6 +246,7 @@ def encode_request(
     config: ClientModelConfig,
     inputs: Mapping[str, np.ndarray],
     parameters: Mapping[str, Any] | None = None,
+    request_id: str = "",
 ) -> bytes:
     """The JSON body of a ``generate_stream`` request.
 
@@ -253,13 +254,14 @@ def encode_request(
         config: the model's configuration (input dtypes, dims and batching).
         inputs: input name to array, batch axis included for a batching model.
         parameters: request parameters (str, int, float or bool values).
+        request_id: the request's id (the endpoint reads the key ``id`` as such).
 
     Raises:
         PyTritonClientValueError: an input the model lacks, or one the endpoint cannot carry
             (see the module's docstring), or a parameter of another type.
     """
     specs = config.input_specs
-    body: dict[str, Any] = {}
+    body: dict[str, Any] = {"id": request_id} if request_id else {}
     for name, value in inputs.items():
         if name not in specs:
             raise PyTritonClientValueError(

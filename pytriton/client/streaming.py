@@ -14,6 +14,7 @@ cannot carry).
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Dict, Generator
@@ -141,6 +142,7 @@ class DecoupledModelClient(ModelClientBase):
                 "read that iterator to its end or close() it first (for concurrent streams use one client each, "
                 "or AsyncioDecoupledModelClient)"
             )
+        request_id = self._request_ids()
         stream = self._core.open_stream(
             self._args.model_name,
             self._args.model_version,
@@ -149,8 +151,9 @@ class DecoupledModelClient(ModelClientBase):
             parameters=mapping_arg("parameters", parameters),
             headers=mapping_arg("headers", headers),
             timeout_s=self._args.inference_timeout_s,
-            request_id=str(next(self._request_ids)),
+            request_id=request_id,
         )
+        stream.look = functools.partial(self._lookout.check, request_id, self._read_config)
         self._stream = weakref.ref(stream)
         return stream
 

@@ -10,6 +10,7 @@ batch axis (``pytriton.client.codec``), the same errors, over
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, AsyncGenerator, Dict
@@ -20,6 +21,7 @@ from pytriton.client._args import mapping_arg, sequence_args, with_sequence
 from pytriton.client.asyncio_client import AsyncioModelClientBase
 from pytriton.client.codec import batch_request, sample_request, sample_response
 from pytriton.client.core_stream_aio import AsyncResponseStream
+from pytriton.client.lost import watched
 from pytriton.client.model_config import ClientModelConfig
 
 #: What the streaming calls return: the outputs of each response, in arrival order.
@@ -118,6 +120,7 @@ class AsyncioDecoupledModelClient(AsyncioModelClientBase):
         headers: Mapping[str, str] | None,
     ) -> AsyncResponses:
         config = await self._initialized_config()
+        request_id = self._request_ids()
         stream = await self._core.open_stream(
             self._args.model_name,
             self._args.model_version,
@@ -126,14 +129,16 @@ class AsyncioDecoupledModelClient(AsyncioModelClientBase):
             parameters=parameters,
             headers=headers,
             timeout_s=self._args.inference_timeout_s,
-            request_id=str(next(self._request_ids)),
+            request_id=request_id,
         )
         if self._open is None:
             self._open = weakref.WeakSet()
         self._open.add(stream)
+        look = functools.partial(self._lookout.check_async, request_id, self._read_config)
         try:
             while True:
-                outputs = await stream.next_response(self._args.inference_timeout_s)
+                next_response = stream.next_response(self._args.inference_timeout_s)
+                outputs = await watched(next_response, look, self._args.inference_timeout_s)
                 if outputs is None:
                     return
                 yield convert(config, outputs)

@@ -331,6 +331,12 @@ def fault_trace_path(folder: str, pid: int) -> str:
     return os.path.join(folder, f"stub-{pid}.fault")
 
 
+def inflight_ledger_path(folder: str, pid: int) -> str:
+    """Where stub `pid` keeps the ids of its relayed requests not answered yet
+    (`pytriton.proxy.ledger`): in `folder`, the one of the worker sockets."""
+    return os.path.join(folder, f"stub-{pid}.inflight")
+
+
 def instance_endpoint(base_endpoint: str, instance: int) -> str:
     """The ZeroMQ endpoint of the worker handler serving model instance `instance`."""
     return f"{base_endpoint}-{instance}"

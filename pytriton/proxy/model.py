@@ -24,6 +24,7 @@ import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]
 from pytriton.ipc import codec, protocol, shm
 from pytriton.ipc.channel import ChannelClosed
 from pytriton.ipc.shm import Arena, SegmentReader
+from pytriton.proxy.ledger import InflightLedger
 from pytriton.proxy.link import Link, LinkError
 from pytriton.proxy.metrics import PERIOD_S as METRICS_PERIOD_S
 from pytriton.proxy.metrics import MetricsExporter
@@ -215,8 +216,14 @@ class TritonPythonModel:
             # A plain generator streams one batch at a time in the worker: holding the next batch in
             # Triton's queue until then lets the batcher gather the requests that arrive meanwhile.
             one_at_a_time = params.get(protocol.PARAM_RELAYED) != "1"
+            ledger = None
+            if socket_path:
+                try:
+                    ledger = InflightLedger(protocol.inflight_ledger_path(os.path.dirname(socket_path), os.getpid()))
+                except OSError:
+                    ledger = None  # no record of lost requests: their clients wait for their own timeout
             self._relay = Relay(pb_utils, self._link, self._model_name, _RECONNECT_S,
-                                watch_cancellation=decoupled, one_at_a_time=one_at_a_time)
+                                watch_cancellation=decoupled, one_at_a_time=one_at_a_time, ledger=ledger)
             self.execute = self._execute_relayed  # type: ignore[method-assign,assignment]
         else:
             threading.Thread(target=self._release_when_idle, name="pytriton-idle-arena", daemon=True).start()
@@ -434,7 +441,8 @@ class TritonPythonModel:
         )
         senders = [request.get_response_sender() for request in requests]
         assert self._relay is not None
-        self._relay.submit(self._batch_id, header, payload, requests, senders)
+        self._relay.submit(self._batch_id, header, payload, requests, senders,
+                           [request.request_id() for request in requests])
         return None
 
     def finalize(self) -> None:

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from pytriton.ipc import codec, protocol
 from pytriton.ipc.channel import Channel, ChannelClosed
 from pytriton.ipc.shm import SegmentReader
+from pytriton.proxy.ledger import InflightLedger
 from pytriton.proxy.link import Link, LinkError
 
 _CANCEL_CHECK_S = 0.1
@@ -33,13 +34,14 @@ _LIVENESS_CHECK_S = 1.0
 class _Batch:
     """What the relay keeps of a batch in flight."""
 
-    __slots__ = ("requests", "senders", "open", "cancel_sent")
+    __slots__ = ("requests", "senders", "open", "cancel_sent", "ledger_slots")
 
     def __init__(self, requests: Sequence[Any], senders: Sequence[Any]) -> None:
         self.requests = requests
         self.senders = senders
         self.open = [True] * len(requests)
         self.cancel_sent = False
+        self.ledger_slots: List[int] = []
 
 
 class Relay:
@@ -55,6 +57,8 @@ class Relay:
             generator callable, which the worker runs one batch at a time anyway): meanwhile
             requests wait in Triton's queue, so the next batch gathers them and every streamed
             step carries the responses of all of them in one message.
+        ledger: where the ids of the requests not answered in full are kept while they are open
+            (`pytriton.proxy.ledger`), so that a death of this stub can name them.
     """
 
     RECEIVE_TIMEOUT_S = _CANCEL_CHECK_S
@@ -68,8 +72,10 @@ class Relay:
         reconnect_s: float,
         watch_cancellation: bool,
         one_at_a_time: bool = False,
+        ledger: Optional[InflightLedger] = None,
     ) -> None:
         self._pb = pb_utils
+        self._ledger = ledger
         self._final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         self._link = link
         self._model_name = model_name
@@ -85,12 +91,17 @@ class Relay:
         self._thread.start()
 
     def submit(self, batch_id: int, header: bytes, payload: Sequence[Any], requests: Sequence[Any],
-               senders: Sequence[Any]) -> None:
-        """Send one encoded `InferBatch` (called from `execute`); its requests are answered later."""
+               senders: Sequence[Any], request_ids: Sequence[str] = ()) -> None:
+        """Send one encoded `InferBatch` (called from `execute`); its requests are answered later.
+
+        `request_ids` (Triton's ids of `requests`) go to the ledger until the batch is answered.
+        """
         if self._turn is not None:
             self._turn.acquire()
         batch = _Batch(requests, senders)
         with self._lock:
+            if self._ledger is not None and request_ids:
+                batch.ledger_slots = self._ledger.add(request_ids)
             channel = self._link.channel
             if channel is None:
                 try:
@@ -121,6 +132,9 @@ class Relay:
             self._closing = True
             self._connected.notify_all()
         self._thread.join(5.0)
+        if self._ledger is not None:  # every request was answered (or failed) above: nothing lost
+            with self._lock:
+                self._ledger.close()
 
     def _gone(self) -> str:
         return f"the pytriton worker process (pid {self._link.worker_pid}) is gone"
@@ -216,6 +230,8 @@ class Relay:
         """Drop a batch answered in full; the next batch may go (`one_at_a_time`)."""
         with self._lock:
             forgotten = self._pending.pop(batch_id, None)
+            if forgotten is not None and forgotten.ledger_slots and self._ledger is not None:
+                self._ledger.remove(forgotten.ledger_slots)
         if forgotten is not None and self._turn is not None:
             self._turn.release()
 

@@ -172,6 +172,28 @@ class ServerControl:
         except Exception:  # noqa: BLE001
             return False
 
+    def model_config(self, name: str, timeout_s: float) -> Dict[str, Any]:
+        """Model `name`'s configuration as the server holds it (Triton's JSON form).
+
+        Raises:
+            PyTritonServerError: unreachable, or the server has no such model loaded.
+        """
+        try:
+            if self._http:
+                status, body = self._request("GET", f"/v2/models/{urllib.parse.quote(name)}/config", timeout_s)
+                if status == 200:
+                    return dict(json.loads(body))
+                reason = body.decode("utf-8", "replace")
+            else:
+                answer = self._grpc().get_model_config(name, headers=self._grpc_headers, as_json=True,
+                                                       client_timeout=timeout_s)
+                return dict(answer["config"])
+        except PyTritonServerError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - unreachable or refused: one error kind for the caller
+            reason = str(exc)
+        raise PyTritonServerError(f"tritonserver could not give model '{name}''s configuration: {reason}")
+
     def load_model(
         self, name: str, timeout_s: float, config_json: Optional[str] = None, files: Optional[Dict[str, bytes]] = None
     ) -> None:

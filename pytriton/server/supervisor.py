@@ -21,16 +21,19 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import logging
 import os
 import signal
 import threading
 import time
-from typing import Callable, Deque, Dict, List, Optional, Set
+from typing import Any, Callable, Deque, Dict, List, Optional, Set
 
 import psutil
 
 from pytriton.exceptions import PyTritonModelRestartLimitError, PyTritonServerCrashedError, PyTritonServerError
+from pytriton.ipc import lost
+from pytriton.ipc.lost import read_ledger
 from pytriton.server.control import ServerControl
 from pytriton.server.process import ServerProcess
 from pytriton.server.workspace import kill_server_processes
@@ -205,6 +208,9 @@ class Supervisor:
         fault_traces: the path of a stub's fault trace by its pid (`protocol.fault_trace_path`).
         hang_check: called each round: acts on callables stuck past their model's
             ``hang_timeout_s`` (`pytriton.server.hangs.HangWatch`).
+        inflight_ledgers: the path of a stub's ledger of unanswered relayed requests by its pid
+            (`protocol.inflight_ledger_path`): a heal publishes what a dead stub left there
+            (`pytriton.ipc.lost`).
     """
 
     def __init__(
@@ -222,6 +228,7 @@ class Supervisor:
         tidy: Optional[Callable[[], object]] = None,
         fault_traces: Optional[Callable[[int], Optional[str]]] = None,
         hang_check: Optional[Callable[[], object]] = None,
+        inflight_ledgers: Optional[Callable[[int], str]] = None,
     ) -> None:
         self._process = process
         self._control = control
@@ -235,6 +242,7 @@ class Supervisor:
         self._tidy = tidy
         self._fault_traces = fault_traces
         self._hang_check = hang_check
+        self._inflight_ledgers = inflight_ledgers
         self._tidy_every = max(1, round(TIDY_PERIOD_S / period_s))
         self._stubs: Dict[int, _Stub] = {}
         self._buried: Set[int] = set()  # dead stubs already acted on
@@ -355,6 +363,7 @@ class Supervisor:
             f"{describe_stub_death(statuses.get(instance), traced.get(instance, False))}"
             for instance, pid in sorted((v.instance, v.stub_pid) for v in views)
         )
+        reload_config = self._config_with_lost_requests(model, views, statuses, traced)
         self._unload(model)  # at once: model and server readiness turn false while it is away
         if not budget.allow(time.monotonic()):
             message = (
@@ -374,7 +383,8 @@ class Supervisor:
         if self._stop.is_set():
             return
         try:
-            self._control.load_model(model, RELOAD_TIMEOUT_S)
+            config_json = None if reload_config is None else json.dumps(reload_config)
+            self._control.load_model(model, RELOAD_TIMEOUT_S, config_json=config_json)
         except PyTritonServerError as exc:
             if self._stop.is_set() or not self._process.is_running():
                 return
@@ -385,6 +395,40 @@ class Supervisor:
         self._after_reload(model)
         self._down.discard(model)
         logger.warning("Model '%s' serves again, %.1f s after its restart began", model, time.monotonic() - started)
+
+    def _config_with_lost_requests(self, model: str, views: List[InstanceView], statuses: Dict[int, Optional[int]],
+                                   traced: Dict[int, bool]) -> Optional[Dict[str, Any]]:
+        """The model's configuration with a notice of the requests its dead stubs left unanswered
+        (`pytriton.ipc.lost`), to load it with; None when they left none (a plain reload)."""
+        if self._inflight_ledgers is None:
+            return None
+        notices = []
+        for view in views:
+            if view.stub_pid is None:
+                continue
+            path = self._inflight_ledgers(view.stub_pid)
+            ids = read_ledger(path)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            if ids:
+                cause = describe_stub_death(statuses.get(view.instance), traced.get(view.instance, False))
+                notices.append(lost.notice(f"{model}_0_{view.instance}", view.stub_pid, cause, time.time(), ids))
+        if not notices:
+            return None
+        try:
+            config = self._control.model_config(model, 2.0)
+        except PyTritonServerError as exc:
+            logger.warning("Model '%s': could not read its configuration to name the %d request(s) its dead "
+                           "instance left unanswered (%s); their clients wait for their own timeout", model,
+                           sum(len(found["ids"]) for found in notices), exc)
+            return None
+        for found in notices:
+            config = lost.with_notice(config, found, time.time())
+        logger.warning("Model '%s': %d request(s) were in flight on the dead instance and will not be answered; "
+                       "pytriton's clients end them with an error", model, sum(len(found["ids"]) for found in notices))
+        return config
 
     def _unload(self, model: str) -> None:
         try:

@@ -47,6 +47,8 @@ class ScriptedCore(TritonCore):
     def _infer(self, model_name, model_version, inputs, **kwargs):
         raise NotImplementedError
 
+    _infer_watched = _infer
+
     def _open_stream(self, model_name, model_version, config, inputs, **kwargs):
         raise NotImplementedError
 
