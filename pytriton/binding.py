@@ -45,6 +45,9 @@ from pytriton.worker.warmup import run_local_warmups
 
 logger = logging.getLogger("pytriton.triton")
 
+_ZMQ_TERM_S = 2.0
+"""How long `ModelBindings.stop_handlers` waits for the handlers' ZeroMQ context to end."""
+
 SPIN_ENV = "PYTRITON_PROXY_SPIN_US"
 """How long each proxy polls for its answer before it sleeps, in microseconds (see
 `pytriton.proxy.waiting`; 0 turns it off)."""
@@ -374,10 +377,21 @@ class ModelBindings:
                 handler.end_streams()
 
     def stop_handlers(self) -> None:
-        """Stop every handler, then the ZeroMQ context unless a callable still runs."""
+        """Stop every handler, then the ZeroMQ context unless a callable still runs.
+
+        The context's end is waited for at most `_ZMQ_TERM_S`: a handler whose construction a
+        signal cut short (SIGTERM inside `start`, `TerminationScope`) can leave a socket that no
+        one closes, and terminating a context waits for every socket (seen: 1 stop in 30 under
+        SIGTERM during a `bind` hung there for good). Such a context is left to the process's end.
+        """
         stuck = [h for model in self._models.values() for h in model.handlers if not h.stop()]
         if self._zmq is not None and not stuck:
-            self._zmq.term()
+            ending = threading.Thread(target=self._zmq.destroy, kwargs={"linger": 0}, name="pytriton-zmq-term",
+                                      daemon=True)
+            ending.start()
+            ending.join(_ZMQ_TERM_S)
+            if ending.is_alive():
+                logger.debug("the worker handlers' ZeroMQ context did not end within %.0f s; left behind", _ZMQ_TERM_S)
         elif stuck:
             logger.warning("%d handler(s) still run an inference callable; leaving them behind", len(stuck))
         self._zmq = None

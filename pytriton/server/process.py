@@ -226,7 +226,7 @@ class ServerProcess:
         poll: Optional[Callable[[float], bool]] = None,
         after_exit: Optional[Callable[[], Any]] = None,
     ) -> Optional[int]:
-        """SIGINT (Triton finishes in-flight requests, then unloads), then SIGKILL after `timeout_s`.
+        """SIGTERM (Triton finishes in-flight requests, then unloads), then SIGKILL after `timeout_s`.
 
         Args:
             timeout_s: how long the server may take.
@@ -247,7 +247,11 @@ class ServerProcess:
         except psutil.NoSuchProcess:
             children = []
         if process.poll() is None:
-            process.send_signal(signal.SIGINT)
+            # SIGTERM, not SIGINT (Triton handles both alike): glibc's system(), which Triton 2.51
+            # calls to probe each Python-backend stub it starts, ignores SIGINT process-wide while
+            # the probe runs, so a SIGINT during a model load was lost and the server never began
+            # its shutdown (seen: 3 stops in 30 during a load, killed after the exit timeout).
+            process.send_signal(signal.SIGTERM)
             started = time.monotonic()
             while True:
                 waited = time.monotonic() - started
