@@ -85,13 +85,6 @@ def pool_arg(name: str, value: int | None, minimum: int) -> int | None:
     return value
 
 
-#: The header a restricted server checks, as the clients send it. Triton lets the operator pick
-#: any header name; this one is the convention the docs use (``--http-restricted-api
-#: inference:triton-access-token=TOKEN``). Over gRPC Triton expects it with a protocol prefix.
-ACCESS_TOKEN_HEADER = "triton-access-token"
-GRPC_RESTRICTED_PREFIX = "triton-grpc-protocol-"
-
-
 def token_arg(access_token: str | None) -> str | None:
     """The access token: None, or a non-empty string without line breaks (it goes into a header)."""
     if access_token is None:
@@ -99,14 +92,6 @@ def token_arg(access_token: str | None) -> str | None:
     if not isinstance(access_token, str) or not access_token or any(c in access_token for c in "\r\n"):
         raise PyTritonClientValueError("access_token must be a non-empty string without line breaks, or None")
     return access_token
-
-
-def auth_headers(scheme: str, access_token: str | None) -> dict[str, str]:
-    """The headers (HTTP) or metadata (gRPC) that carry the access token on every call."""
-    if access_token is None:
-        return {}
-    prefix = GRPC_RESTRICTED_PREFIX if scheme == "grpc" else ""
-    return {prefix + ACCESS_TOKEN_HEADER: access_token}
 
 
 def with_auth(auth: Mapping[str, str], headers: Mapping[str, str] | None) -> dict[str, str] | None:

@@ -6,7 +6,7 @@ metadata. The clients add it themselves when given ``access_token=``; these help
 that builds its own requests (``curl``-style HTTP calls, raw ``tritonclient``) or that receives
 headers and must find the token in them.
 
-Both rest on the header rule the clients already use (`pytriton.client._args.auth_headers`), so
+Both rest on the header rule the clients already use (`pytriton.access_token.auth_headers`), so
 there is one spelling of the header in the client side.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Dict, Mapping, Optional
 
-from pytriton.client._args import ACCESS_TOKEN_HEADER, GRPC_RESTRICTED_PREFIX, auth_headers
+from pytriton.access_token import ACCESS_TOKEN_HEADER, GRPC_HEADER_PREFIX, auth_headers
 from pytriton.client.exceptions import PyTritonClientValueError
 
 _PROTOCOLS = ("http", "grpc")
@@ -76,7 +76,7 @@ def extract_access_token_from_headers(headers: Optional[Mapping[str, str]]) -> O
     if not headers:
         return None
     http_name = ACCESS_TOKEN_HEADER
-    grpc_name = GRPC_RESTRICTED_PREFIX + ACCESS_TOKEN_HEADER
+    grpc_name = GRPC_HEADER_PREFIX + ACCESS_TOKEN_HEADER
     found: Dict[str, str] = {}
     for name, value in headers.items():
         lowered = name.lower() if isinstance(name, str) else name

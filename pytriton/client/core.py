@@ -32,7 +32,8 @@ import numpy as np
 import tritonclient.grpc
 import tritonclient.http
 
-from pytriton.client._args import auth_headers, with_auth
+from pytriton.access_token import auth_headers
+from pytriton.client._args import with_auth
 from pytriton.client._errors import (
     CONFIG_ACTION,
     INFER_ACTION,

@@ -28,7 +28,8 @@ import tritonclient.grpc.aio
 import tritonclient.http
 import tritonclient.http.aio
 
-from pytriton.client._args import auth_headers, with_auth
+from pytriton.access_token import auth_headers
+from pytriton.client._args import with_auth
 from pytriton.client._errors import CONFIG_ACTION, INFER_ACTION, READY_ACTION, translate_errors
 from pytriton.client.codec import from_infer_result, request_timeout_us, to_infer_inputs, with_deadline
 from pytriton.client.core import ProbeOutcome, presence_from_error, readiness_steps, ready_names

@@ -30,7 +30,8 @@ from typing import Any, Dict, Tuple, Union
 import tritonclient.grpc
 import tritonclient.http
 
-from pytriton.client._args import DEFAULT_INIT_TIMEOUT_S, auth_headers, model_args, timeout_arg, token_arg, with_auth
+from pytriton.access_token import auth_headers
+from pytriton.client._args import DEFAULT_INIT_TIMEOUT_S, model_args, timeout_arg, token_arg, with_auth
 from pytriton.client._errors import translate_errors
 from pytriton.client.core import GrpcCore, HttpCore, TritonCore, wait_until_ready, wait_until_server_ready
 from pytriton.client.exceptions import PyTritonClientValueError

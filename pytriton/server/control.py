@@ -16,9 +16,9 @@ import time
 import urllib.parse
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
+from pytriton.access_token import ACCESS_TOKEN_HEADER, auth_headers
 from pytriton.constants import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, TRITON_LOCAL_IP
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonServerError
-from pytriton.server.security import ACCESS_TOKEN_HEADER, auth_headers
 
 logger = logging.getLogger("pytriton.triton")
 
@@ -101,8 +101,8 @@ class ServerControl:
         self._grpc_tls = grpc_tls
         self._http = (_connect_host(http_address), http_port) if http_port else None
         self._grpc_url = f"{_connect_host(grpc_address)}:{grpc_port}"
-        self._headers: Dict[str, str] = auth_headers(access_token, grpc=False) if access_token else {}
-        self._grpc_headers: Dict[str, str] = auth_headers(access_token, grpc=True) if access_token else {}
+        self._headers: Dict[str, str] = auth_headers("http", access_token)
+        self._grpc_headers: Dict[str, str] = auth_headers("grpc", access_token)
         self._grpc_client: Any = None
 
     @classmethod

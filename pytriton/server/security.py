@@ -32,6 +32,7 @@ import re
 import secrets
 from typing import Any, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
+from pytriton.access_token import ACCESS_TOKEN_HEADER
 from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.server.config import TritonConfig
 
@@ -50,12 +51,6 @@ TRITON_APIS: Tuple[str, ...] = (
 
 DEFAULT_RESTRICTED_ENDPOINTS: Tuple[str, ...] = ("shared-memory", "model-repository", "statistics", "trace", "logging")
 """Restricted unless the user chooses: the groups that change or reveal the server, not the ones clients need."""
-
-ACCESS_TOKEN_HEADER = "triton-access-token"
-"""The header a request carries its token in; the same name the clients use."""
-
-GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
-"""Triton expects gRPC restriction headers with this prefix (it strips it before comparing)."""
 
 ACCESS_TOKEN_ENV = "PYTRITON_ACCESS_TOKEN"
 """Environment variable with the token to use when `TritonSecurityConfig.access_token` is not given
@@ -255,8 +250,3 @@ def restricted_config(
         "grpc_restricted_protocol": restriction_items(security, access_token, config.grpc_restricted_protocol),
     }
     return dataclasses.replace(config, **changes)
-
-
-def auth_headers(access_token: str, grpc: bool) -> dict[str, str]:
-    """The header that carries `access_token` on one protocol, for the library's own calls."""
-    return {(GRPC_HEADER_PREFIX if grpc else "") + ACCESS_TOKEN_HEADER: access_token}

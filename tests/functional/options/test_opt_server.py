@@ -33,12 +33,12 @@ import tritonclient.http as httpclient
 from support import free_ports, server_config
 from tritonclient.utils import InferenceServerException
 
+from pytriton.access_token import ACCESS_TOKEN_HEADER
 from pytriton.client import ModelClient
 from pytriton.client.exceptions import PyTritonClientError
 from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.server.config import ENV_PREFIX
-from pytriton.server.security import ACCESS_TOKEN_HEADER
 from pytriton.triton import Triton, TritonConfig
 
 pytestmark = pytest.mark.functional

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from pytriton.access_token import ACCESS_TOKEN_HEADER, GRPC_HEADER_PREFIX, auth_headers
 from pytriton.client.auth import (
     PyTritonClientAuthHeaderError,
     create_auth_headers,
     extract_access_token_from_headers,
 )
 from pytriton.client.exceptions import PyTritonClientValueError
-from pytriton.server.security import ACCESS_TOKEN_HEADER, GRPC_HEADER_PREFIX, auth_headers
 
 
 @pytest.mark.parametrize("protocol", ["http", "HTTP", "Http"])
@@ -25,8 +25,8 @@ def test_grpc_metadata_has_tritons_prefix(protocol):
 
 def test_the_headers_are_the_ones_the_server_side_expects():
     # The server's own calls and the restriction options use these names; both sides must agree.
-    assert create_auth_headers("t", "http") == auth_headers("t", grpc=False)
-    assert create_auth_headers("t", "grpc") == auth_headers("t", grpc=True)
+    assert create_auth_headers("t", "http") == auth_headers("http", "t")
+    assert create_auth_headers("t", "grpc") == auth_headers("grpc", "t")
     assert ACCESS_TOKEN_HEADER == "triton-access-token" and GRPC_HEADER_PREFIX == "triton-grpc-protocol-"
 
 
