@@ -60,12 +60,18 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 _USE_GRPC = "use a grpc:// URL, which carries tensors in binary with their shapes"
 
 
-def generate_stream_path(model_name: str, model_version: str) -> str:
-    """The URL path of the streaming generate endpoint of a model (version ``""``: the server's choice)."""
+def model_path(model_name: str, model_version: str) -> str:
+    """The URL path of a model's (version's) endpoints, ``/v2/models/<name>[/versions/<version>]``
+    (version ``""``: the server's choice)."""
     path = f"/v2/models/{urllib.parse.quote(model_name, safe='')}"
     if model_version:
         path += f"/versions/{urllib.parse.quote(model_version, safe='')}"
-    return path + "/generate_stream"
+    return path
+
+
+def generate_stream_path(model_name: str, model_version: str) -> str:
+    """The URL path of the streaming generate endpoint of a model."""
+    return model_path(model_name, model_version) + "/generate_stream"
 
 
 class SseDecoder:

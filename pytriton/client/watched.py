@@ -16,7 +16,6 @@ import http.client
 import json
 import select
 import threading
-import urllib.parse
 from collections.abc import Mapping
 from typing import Any, Callable
 
@@ -26,19 +25,12 @@ import tritonclient.http
 from tritonclient.utils import InferenceServerException
 
 from pytriton.client.codec import request_timeout_us, to_infer_inputs
+from pytriton.client.generate import model_path
 from pytriton.client.lost import wait_slices
 from pytriton.client.url import TritonUrl
 
 _GRACE_S = 0.5
 """How long past its deadline a gRPC call is given to report its own deadline error."""
-
-
-def infer_path(model_name: str, model_version: str) -> str:
-    """The URL path of a model's (version's) infer endpoint."""
-    path = f"/v2/models/{urllib.parse.quote(model_name, safe='')}"
-    if model_version:
-        path += f"/versions/{urllib.parse.quote(model_version, safe='')}"
-    return path + "/infer"
 
 
 class WatchedHttp:
@@ -86,7 +78,8 @@ class WatchedHttp:
             connection.timeout = timeout_s
             if connection.sock is not None:
                 connection.sock.settimeout(timeout_s)
-            connection.request("POST", infer_path(model_name, model_version), body=body, headers=request_headers)
+            connection.request("POST", model_path(model_name, model_version) + "/infer", body=body,
+                               headers=request_headers)
             for wait_s in wait_slices(timeout_s):
                 if select.select([connection.sock], [], [], wait_s)[0]:
                     break

@@ -7,6 +7,7 @@ import asyncio
 import numpy as np
 import pytest
 
+from pytriton.access_token import auth_headers
 from pytriton.client import (
     AsyncioModelClient,
     ClientModelConfig,
@@ -17,7 +18,7 @@ from pytriton.client import (
     PyTritonClientValueError,
     TensorSpec,
 )
-from pytriton.client._args import auth_headers, with_auth
+from pytriton.client._args import with_auth
 from pytriton.client.core_aio import wait_until_ready_async
 from pytriton.client.url import parse_url
 

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from pytriton.access_token import auth_headers
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonValidationError
 from pytriton.server.argv import build_argv
 from pytriton.server.config import TritonConfig
@@ -17,7 +18,6 @@ from pytriton.server.security import (
     TRITON_APIS,
     VALID_TRITON_ENDPOINTS,
     TritonSecurityConfig,
-    auth_headers,
     claimed_apis,
     resolve_access_token,
     restricted_config,
@@ -178,8 +178,9 @@ def test_disabled_restriction_writes_no_flag():
 
 
 def test_auth_headers_carry_the_grpc_prefix_on_grpc_only():
-    assert auth_headers("tok", grpc=False) == {"triton-access-token": "tok"}
-    assert auth_headers("tok", grpc=True) == {"triton-grpc-protocol-triton-access-token": "tok"}
+    assert auth_headers("http", "tok") == {"triton-access-token": "tok"}
+    assert auth_headers("grpc", "tok") == {"triton-grpc-protocol-triton-access-token": "tok"}
+    assert auth_headers("grpc", None) == {}
 
 
 def test_the_token_comes_from_the_argument_then_the_environment_then_is_generated(monkeypatch):
