@@ -17,7 +17,7 @@ class Case:
     """One load; `target` is the least ratio ours/reference of throughput that meets it.
 
     `protocols` limits the case to some protocols (streams need gRPC); `streaming` runs
-    perf_analyzer with ``--streaming`` (a decoupled model). The cases issue 12 added measure
+    perf_analyzer with ``--streaming`` (a decoupled model). The later cases (sleep, cpu, huge, stream) measure
     2 s windows (`interval_ms`) instead of the run's 3 s, to keep a ``--rounds 3`` run shorter.
     `max_extra_latency_ms`, where set, is a second target: ours' mean latency at most this much
     above the reference's.

@@ -7,7 +7,7 @@ HTTP and gRPC. Then the table goes to stdout, the figures to a JSON file, the pl
 for a full run, both into docs/performance.md. Every process started is stopped at the end, on
 Ctrl-C and on errors too.
 
-The cases and targets are issue 12's (bench/cases.py). ``--gpu`` runs the GPU path instead: a
+The cases and their targets are in bench/cases.py. ``--gpu`` runs the GPU path instead: a
 torch MLP on ``cuda`` in both servers (bench/gpu.py says what it needs and refuses without it).
 
 Usage: ``python bench/run.py [--quick] [--gpu] [--cases KEY ...] [--protocols http grpc] [--interval-ms N]``

@@ -1,4 +1,4 @@
-"""Setup step 2, shared by both facades: a bound callable -> worker handlers and a model folder.
+"""Shared by both facades: a bound callable -> worker handlers and a model folder.
 
 `Triton` (which starts its own tritonserver) and `RemoteTriton` (which binds to a tritonserver
 something else started) serve callables the same way. `ModelBindings.declare` checks what the

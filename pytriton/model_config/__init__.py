@@ -1,4 +1,4 @@
-"""Setup step 1: what the user declares — tensors and per-model options; pure data, no I/O.
+"""What the user declares — tensors and per-model options; pure data, no I/O.
 
 Flow: these declarations -> `pytriton.repository` (config.pbtxt) -> `pytriton.server` -> `pytriton.triton`.
 """

@@ -1,4 +1,4 @@
-"""Setup step 1: what the user declares — the batching, queueing and warm-up knobs of a model.
+"""What the user declares — the batching, queueing and warm-up knobs of a model.
 
 Pure data with no I/O. Every class is a small dataclass that checks itself in ``__post_init__``,
 so a wrong value fails on the line where the user wrote it, with a message naming the field, the

@@ -1,4 +1,4 @@
-"""Setup step 1: what the user declares — one step of an ensemble (`Triton.bind_ensemble`).
+"""What the user declares — one step of an ensemble (`Triton.bind_ensemble`).
 
 An ensemble is a model Triton runs by passing tensors from model to model inside the server:
 a pipeline (pre-process -> model -> post-process) that a client calls once. Each step names a

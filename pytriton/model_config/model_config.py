@@ -1,4 +1,4 @@
-"""Setup step 1: what the user declares — how Triton should schedule and serve one model.
+"""What the user declares — how Triton should schedule and serve one model.
 
 `ModelConfig` is the per-model part of a `Triton.bind` call: batching on or off, the largest
 batch, the `DynamicBatcher`, the response cache and decoupled (streaming) responses. It checks

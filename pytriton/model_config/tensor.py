@@ -1,4 +1,4 @@
-"""Setup step 1: what the user declares — one input or output tensor of a model.
+"""What the user declares — one input or output tensor of a model.
 
 A `Tensor` is pure data: the per-sample shape (without the batch axis), the numpy dtype and an
 optional name. `resolve_tensor_names` gives unnamed tensors the positional names the rest of the

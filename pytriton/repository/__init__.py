@@ -1,1 +1,1 @@
-"""Setup step 2: the user's model declaration becomes a Triton model folder on disk."""
+"""The user's model declaration becomes a Triton model folder on disk."""

@@ -1,4 +1,4 @@
-"""Setup step 2: an ensemble's steps, checked against the bound models -> its ``config.pbtxt``.
+"""An ensemble's steps, checked against the bound models -> its ``config.pbtxt``.
 
 Pure functions. `plan_ensemble` resolves every step's tensor mapping, derives the ensemble's
 inputs and outputs (with the dtypes and shapes the step models declared), and refuses at

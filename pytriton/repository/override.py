@@ -1,4 +1,4 @@
-"""Setup step 2, over the wire: a written model folder -> the body of Triton's load-with-override call.
+"""A written model folder -> the body of Triton's load-with-override call.
 
 A process that shares no folder with the server (`RemoteTriton` without a workspace) sends its
 model instead of writing it where the server reads: the configuration as JSON, every other file

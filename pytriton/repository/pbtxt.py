@@ -1,4 +1,4 @@
-"""Setup step 2: declaration -> config.pbtxt.
+"""Declaration -> config.pbtxt.
 
 Pure functions, no I/O: the user's tensors and `ModelConfig` become Triton's ``ModelConfig``
 protobuf message (built with the message classes shipped in tritonclient, so a field name typo is

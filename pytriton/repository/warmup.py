@@ -1,4 +1,4 @@
-"""Setup step 2: `ModelWarmup` declarations -> Triton ``model_warmup`` entries and their data files.
+"""`ModelWarmup` declarations -> Triton ``model_warmup`` entries and their data files.
 
 Data Triton reads travels as files in the model folder's ``warmup/`` subfolder (Triton's
 ``input_data_file``), raw and row-major; BYTES as Triton serialises them, each item a

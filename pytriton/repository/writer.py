@@ -1,4 +1,4 @@
-"""Setup step 2, on disk: one Triton model folder per bound model.
+"""On disk: one Triton model folder per bound model.
 
 The folder holds ``config.pbtxt`` and a version folder whose ``model.py`` only imports the proxy,
 so what runs inside Triton is the installed library's code, never a copy of it.

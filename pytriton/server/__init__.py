@@ -1,1 +1,1 @@
-"""Setup step 3: the tritonserver process: its configuration, command line, distribution and supervision."""
+"""The tritonserver process: its configuration, command line, distribution and supervision."""

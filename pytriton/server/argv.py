@@ -1,4 +1,4 @@
-"""Setup step 3, part 2: server options -> tritonserver command line.
+"""Server options -> tritonserver command line.
 
 A pure function of a merged `TritonConfig` and the paths the server layer prepared; it starts
 nothing and reads nothing, so every option's spelling is unit-tested without the binary.

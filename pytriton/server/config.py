@@ -1,4 +1,4 @@
-"""Setup step 3, part 1: server options -> one validated `TritonConfig`.
+"""Server options -> one validated `TritonConfig`.
 
 Flow: the `TritonConfig` given to `Triton(config=...)` and the `PYTRITON_TRITON_CONFIG_*`
 environment variables are merged here (`merge`), then `pytriton.server.argv.build_argv`

@@ -1,4 +1,4 @@
-"""Setup step 3: a model's own trace settings (`Triton.bind(..., trace_config=...)`).
+"""A model's own trace settings (`Triton.bind(..., trace_config=...)`).
 
 Triton traces requests to the file that the server was started with
 (``TritonConfig(trace_config=["triton,file=..."])``); its per-model trace API then sets, for

@@ -1,4 +1,4 @@
-"""Setup step 3, before tritonserver starts: is /dev/shm large enough for the bound models?
+"""Before tritonserver starts: is /dev/shm large enough for the bound models?
 
 Triton's Python backend copies every request's inputs and outputs into a shared-memory pool in
 /dev/shm (and keeps the pool at its peak), and pytriton's arenas take the same bytes once more
@@ -27,7 +27,7 @@ SHM_FLOOR_BYTES = 256 * MIB
 120 MiB (inputs plus outputs) on the fast path, while Docker's default 64 MB fails at about 30 MiB."""
 
 
-class BoundModel(Protocol):
+class ModelShape(Protocol):
     """What the check reads of a bound model (`pytriton.worker.context.TritonContext` has it)."""
 
     @property
@@ -86,7 +86,7 @@ def shm_warning(total_bytes: int, free_bytes: int, needs: Mapping[str, int]) -> 
     return f"{size}: {why}. To avoid failed requests, {shm_fix(largest[1] if largest else 0)}."
 
 
-def warn_if_shm_small(models: Iterable[BoundModel], directory: str = SHM_DIR) -> Optional[str]:
+def warn_if_shm_small(models: Iterable[ModelShape], directory: str = SHM_DIR) -> Optional[str]:
     """Log one WARNING when /dev/shm is smaller than the bound models want; returns it (or None).
 
     Call it once before tritonserver starts. Nothing happens where `directory` cannot be read.

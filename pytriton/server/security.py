@@ -1,4 +1,4 @@
-"""Setup step 3, part 1b: who may call which tritonserver API -> restriction options of the argv.
+"""Who may call which tritonserver API -> restriction options of the argv.
 
 Triton can refuse any of its nine API groups to requests that lack a chosen header
 (``--http-restricted-api`` / ``--grpc-restricted-protocol``). A server bound to a public address

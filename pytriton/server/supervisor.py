@@ -24,7 +24,6 @@ import dataclasses
 import json
 import logging
 import os
-import signal
 import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Set
@@ -32,6 +31,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set
 import psutil
 
 from pytriton.exceptions import PyTritonModelRestartLimitError, PyTritonServerCrashedError, PyTritonServerError
+from pytriton.exit_status import describe_returncode, describe_stub_death, read_exit_status, read_fault_trace
 from pytriton.ipc import lost
 from pytriton.ipc.lost import read_ledger
 from pytriton.server.control import ServerControl
@@ -82,92 +82,6 @@ class RestartBudget:
         self._times.append(now)
         self.total += 1
         return True
-
-
-def read_exit_status(pid: int) -> Optional[int]:
-    """The wait status of zombie `pid` (from ``/proc/<pid>/stat``), or None when unknown.
-
-    A stub is tritonserver's child, so only the server could wait for it; but Linux shows the
-    exit status of a zombie in the last field of its ``stat`` line, which tells a SIGKILL (the OOM
-    killer) from a SIGSEGV or an exit.
-    """
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            text = stat.read()
-    except OSError:
-        return None
-    fields = text.rpartition(")")[2].split()
-    # Fields after the name start at field 3 (state); exit_code is field 52.
-    if len(fields) < 50 or fields[0] != "Z":
-        return None
-    try:
-        return int(fields[49])
-    except ValueError:
-        return None
-
-
-_FATAL_ERRORS = {
-    "Segmentation fault": signal.SIGSEGV,
-    "Floating point exception": signal.SIGFPE,
-    "Floating-point exception": signal.SIGFPE,
-    "Aborted": signal.SIGABRT,
-    "Bus error": signal.SIGBUS,
-    "Illegal instruction": signal.SIGILL,
-}
-
-
-def read_fault_trace(path: Optional[str]) -> Optional[int]:
-    """The wait status a stub's fault trace tells (see `protocol.fault_trace_path`), or None.
-
-    `faulthandler` writes "Fatal Python error: Segmentation fault" and the like for the fatal
-    signals a process can catch; a stub that died by one of them is described by it.
-    """
-    if path is None:
-        return None
-    try:
-        with open(path, encoding="utf-8", errors="replace") as trace:
-            text = trace.read(4096)
-    except OSError:
-        return None
-    for words, number in _FATAL_ERRORS.items():
-        if f"Fatal Python error: {words}" in text:
-            return int(number)
-    return None
-
-
-def describe_stub_death(status: Optional[int], traced: bool) -> str:
-    """Words for how a stub died: its wait status when known (a zombie's, or a fault trace's);
-    a stub gone without either was killed by SIGKILL, the one fatal signal nothing can catch
-    (kill -9, the OOM killer), once `traced` says its proxy was recording the others."""
-    if status is None and traced:
-        return "vanished without a trace: killed by signal 9 (SIGKILL), by kill -9 or the OOM killer"
-    return describe_wait_status(status)
-
-
-def describe_wait_status(status: Optional[int]) -> str:
-    """Human words for a wait status: "killed by signal 9 (SIGKILL)", "exited with code 1"."""
-    if status is None:
-        return "ended (exit status unknown)"
-    if status & 0x7F:
-        return describe_signal(status & 0x7F)
-    return f"exited with code {(status >> 8) & 0xFF}"
-
-
-def describe_signal(number: int) -> str:
-    try:
-        name = signal.Signals(number).name
-    except ValueError:
-        name = "unknown signal"
-    return f"killed by signal {number} ({name})"
-
-
-def describe_returncode(returncode: Optional[int]) -> str:
-    """Human words for a `subprocess` return code (negative: the signal that killed it)."""
-    if returncode is None:
-        return "ended (exit status unknown)"
-    if returncode < 0:
-        return describe_signal(-returncode)
-    return f"exited with code {returncode}"
 
 
 class _Stub:

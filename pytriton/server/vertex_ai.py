@@ -1,4 +1,4 @@
-"""Setup step 3, part 1c: Google Vertex AI's ``AIP_*`` environment -> the `TritonConfig` it implies.
+"""Google Vertex AI's ``AIP_*`` environment -> the `TritonConfig` it implies.
 
 tritonserver reads Vertex AI's variables itself: ``AIP_MODE=PREDICTION`` turns its Vertex AI
 endpoint on and its HTTP and gRPC endpoints off by default, ``AIP_HTTP_PORT`` moves the Vertex AI

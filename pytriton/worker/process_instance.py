@@ -42,6 +42,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import zmq
 
 from pytriton.exceptions import PyTritonModelConfigError
+from pytriton.exit_status import describe_wait_status
 from pytriton.ipc import protocol
 from pytriton.ipc.shm import SHM_DIR
 from pytriton.worker import tracing
@@ -296,14 +297,15 @@ class ProcessInstance:
                 if not ready:
                     if self._start_error is None:
                         self._start_error = PyTritonModelConfigError(
-                            f"{self._name}: its worker process {_describe(child.status)} while starting"
+                            f"{self._name}: its worker process {describe_wait_status(child.status)} while starting"
                         )
                     self._started.set()
                     return
             if self._stopping.is_set():
                 return
             logger.warning("Model '%s' instance %d: its worker process (pid %d) %s; forking a fresh one",
-                           self._spec.context.model_name, self._spec.instance, child.pid, _describe(child.status))
+                           self._spec.context.model_name, self._spec.instance, child.pid,
+                           describe_wait_status(child.status))
             fresh = self._fork_again(child)
             if fresh is None:
                 return
@@ -412,19 +414,6 @@ class ProcessInstance:
                 except FileNotFoundError:
                     pass
         _remove_segments(protocol.segment_name(child.shm_prefix, self._spec.instance, "out", 0)[:-1])
-
-
-def _describe(status: Optional[int]) -> str:
-    if status is None:
-        return "ended (exit status unknown)"
-    if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        try:
-            name = signal.Signals(number).name
-        except ValueError:
-            name = "unknown signal"
-        return f"was killed by signal {number} ({name})"
-    return f"exited with code {os.WEXITSTATUS(status)}"
 
 
 def _kill(pid: int) -> None:

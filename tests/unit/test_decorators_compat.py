@@ -1,6 +1,6 @@
 """Unit tests of pytriton.decorators written the way the published PyTriton 0.7.0 documents them.
 
-Covers the forms issue 11 found missing: `@group_by_values` below `@batch` (rows of one batch),
+Covers the published forms that were once missing here: `@group_by_values` below `@batch` (rows of one batch),
 `@first_value` on a callable that takes the list of requests, ``triton_context.model_configs``,
 and the helpers for users' own decorators (`get_model_config(wrapped, instance)`,
 `convert_output(outputs, wrapped, instance, model_config)`, `get_triton_context`, ...).

@@ -1,4 +1,4 @@
-"""The hop micro-benchmark (bench/hop.py, issue 12) in its shortest form, so that it cannot rot.
+"""The hop micro-benchmark (bench/hop.py) in its shortest form, so that it cannot rot.
 
 It forks real processes over real transports (ZeroMQ, Unix sockets, a shared-memory ring with
 eventfds) for a hundred round trips each, idle and under two CPU burners, and checks that every

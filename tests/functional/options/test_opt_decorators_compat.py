@@ -1,6 +1,6 @@
 """Decorator code written the way the published PyTriton 0.7.0 documents it, through the real tritonserver.
 
-Issue 11: such code must run unchanged. Each test serves one published form: `@batch` above
+Such code must run unchanged. Each test serves one published form: `@batch` above
 `@group_by_values` (rows of a batch grouped by value, merged back in row order), `@first_value`
 on a callable that takes the list of requests, ``triton_context.model_configs[infer_func]``, and a
 user's own `wrapt` decorator built on `get_model_config(wrapped, instance)` and

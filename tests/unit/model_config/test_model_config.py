@@ -1,4 +1,4 @@
-"""Setup step 1: `ModelConfig`, `DynamicBatcher` and `QueuePolicy` defaults and validation."""
+"""`ModelConfig`, `DynamicBatcher` and `QueuePolicy` defaults and validation."""
 
 
 import pytest

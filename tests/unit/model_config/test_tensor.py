@@ -1,4 +1,4 @@
-"""Setup step 1: `Tensor` normalisation and validation, and positional naming."""
+"""`Tensor` normalisation and validation, and positional naming."""
 
 import dataclasses
 

@@ -1,4 +1,4 @@
-"""Setup step 2: declaration -> config.pbtxt, checked field by field and through text round-trips."""
+"""Declaration -> config.pbtxt, checked field by field and through text round-trips."""
 
 import numpy as np
 import pytest

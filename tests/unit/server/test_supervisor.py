@@ -10,15 +10,14 @@ import time
 
 import pytest
 
-from pytriton.server.supervisor import (
-    RestartBudget,
+from pytriton.exit_status import (
     describe_returncode,
     describe_stub_death,
     describe_wait_status,
     read_exit_status,
     read_fault_trace,
-    reap_adopted,
 )
+from pytriton.server.supervisor import RestartBudget, reap_adopted
 
 
 def test_the_budget_allows_max_restarts_within_the_window_then_refuses():
