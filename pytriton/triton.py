@@ -46,7 +46,8 @@ from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
 from pytriton.remote import RemoteTriton
 from pytriton.server.argv import build_argv
 from pytriton.server.checks import enabled_endpoints, probe_port
-from pytriton.server.config import TritonConfig, merge
+from pytriton.server.config import TritonConfig
+from pytriton.server.config_merge import merge
 from pytriton.server.control import GrpcTls, ServerControl, accepts_connections, wait_for
 from pytriton.server.distribution import (
     ServerDistribution,

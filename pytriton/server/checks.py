@@ -46,7 +46,8 @@ from pytriton import __version__
 from pytriton.exceptions import PyTritonError
 from pytriton.ipc.shm import MIB, SHM_DIR, shm_fix, shm_usage
 from pytriton.server.argv import build_argv
-from pytriton.server.config import ENV_PREFIX, TritonConfig, merge
+from pytriton.server.config import ENV_PREFIX, TritonConfig
+from pytriton.server.config_merge import merge
 from pytriton.server.control import ServerControl, wait_for
 from pytriton.server.distribution import (
     BUNDLED_ROOT,

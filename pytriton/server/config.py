@@ -1,8 +1,10 @@
 """Server options -> one validated `TritonConfig`.
 
-Flow: the `TritonConfig` given to `Triton(config=...)` and the `PYTRITON_TRITON_CONFIG_*`
-environment variables are merged here (`merge`), then `pytriton.server.argv.build_argv`
-turns the result into the tritonserver command line.
+Flow, one way: this module declares the fields and checks them; `pytriton.server.config_text`
+reads their values from text (the environment, mappings); `pytriton.server.config_merge.merge`
+merges the `TritonConfig` given to `Triton(config=...)` with the `PYTRITON_TRITON_CONFIG_*`
+environment and the platform's variables; then `pytriton.server.argv.build_argv` turns the
+result into the tritonserver command line.
 
 Precedence (contract page "Deploying models"): a field set explicitly in the config given to
 `Triton` wins, then the environment variable, then the default. A field left at `None` means
@@ -28,9 +30,10 @@ Their text is read by the field kinds of `pytriton.server.config_fields`:
 - any other `PYTRITON_TRITON_CONFIG_*` variable is reported with a warning, since it is most
   likely a typo that would otherwise be silently ignored.
 
-Last, `merge` writes what Google Vertex AI's own `AIP_*` variables will make tritonserver do into
-the config (`pytriton.server.vertex_ai`); they fill only fields no other source set. It then
-checks that an enabled SageMaker endpoint has a port of its own.
+Last, `merge` (in `pytriton.server.config_merge`) writes what Google Vertex AI's own `AIP_*`
+variables will make tritonserver do into the config (`pytriton.server.vertex_ai`); they fill
+only fields no other source set. It then checks that an enabled SageMaker endpoint has a port of
+its own.
 
 `TritonConfig.to_dict` and `TritonConfig.from_dict` turn a config into plain data and back (for
 config files); `from_dict` reads text values by the same rules as the environment.
@@ -39,24 +42,18 @@ config files); `from_dict` reads text values by the same rules as the environmen
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import logging
 import os
 import pathlib
 import re
-import typing
-import warnings
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from pytriton.constants import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from pytriton.exceptions import PyTritonBadParameterError
-from pytriton.server.config_fields import Kind, bad, kind_of, plain
-from pytriton.server.vertex_ai import DEFAULT_VERTEX_AI_PORT, resolve_vertex_ai
+from pytriton.server.config_fields import bad, plain
+from pytriton.server.config_text import ENV_PREFIX, config_from_dict, config_from_env, field_kinds
 
 LOGGER = logging.getLogger(__name__)
-
-ENV_PREFIX = "PYTRITON_TRITON_CONFIG_"
-"""Every environment variable read by `TritonConfig.from_env` starts with this prefix."""
 
 __all__ = [
     "DEFAULT_GRPC_PORT",
@@ -65,18 +62,14 @@ __all__ = [
     "DEFAULT_SAGEMAKER_PORT",
     "ENV_PREFIX",
     "TritonConfig",
-    "merge",
     "verbose_logging_warning",
 ]
 
 DEFAULT_SAGEMAKER_PORT = 8080
 """tritonserver's SageMaker port when `sagemaker_port` is unset (``tritonserver --help``)."""
 
-_ENV_ALIASES: Mapping[str, str] = {"LOG_VERBOSITY": "log_verbose"}
-"""Extra environment names (after the prefix) -> field. The field's own name wins over an alias."""
-
-_INDEXED_VARIABLE = re.compile(r"^(?P<field>.+)_(?P<index>[0-9]+)$")
-"""`<FIELD>_<n>`: one item of a list field (after the prefix)."""
+DEFAULT_VERTEX_AI_PORT = 8080
+"""tritonserver's Vertex AI port when `vertex_ai_port` is unset and ``AIP_HTTP_PORT`` too."""
 
 _PORT_FIELDS = ("http_port", "grpc_port", "metrics_port", "vertex_ai_port", "sagemaker_port")
 _NON_NEGATIVE_FIELDS = (
@@ -281,7 +274,7 @@ class TritonConfig:
             value = getattr(self, field.name)
             if value is None:
                 continue
-            normalised = _FIELD_KINDS[field.name].check(field.name, value)
+            normalised = field_kinds(type(self))[field.name].check(field.name, value)
             if normalised is not value:
                 object.__setattr__(self, field.name, normalised)
         self._check_ranges()
@@ -410,17 +403,8 @@ class TritonConfig:
         Warns:
             UserWarning: For every key that names no field; the key is ignored.
         """
-        names = [field.name for field in dataclasses.fields(cls)]
-        values: Dict[str, Any] = {}
-        for key, value in config.items():
-            if key not in names:
-                what = f"Key {key!r} given to TritonConfig.from_dict names no TritonConfig field"
-                _warn_ignored(what, str(key), names)
-                continue
-            if value is None:
-                continue
-            values[key] = _from_text(key, value, f"TritonConfig.from_dict key {key!r}")
-        return cls(**values)
+        read: TritonConfig = config_from_dict(cls, config)
+        return read
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> TritonConfig:
@@ -442,44 +426,8 @@ class TritonConfig:
         Warns:
             UserWarning: For every `PYTRITON_TRITON_CONFIG_*` variable that names no field.
         """
-        environ = os.environ if environ is None else environ
-        by_env_name = {field.name.upper(): field.name for field in dataclasses.fields(cls)}
-        values: Dict[str, Any] = {}
-        sources: Dict[str, Tuple[str, str]] = {}
-        indexed: Dict[str, List[Tuple[int, str, str]]] = {}  # field -> (index, variable, item)
-        # Sorted so that warnings come out in a stable order.
-        for variable in sorted(environ):
-            if not variable.startswith(ENV_PREFIX):
-                continue
-            raw = environ[variable]
-            suffix = variable[len(ENV_PREFIX) :]
-            name = by_env_name.get(suffix) or _ENV_ALIASES.get(suffix)
-            if name is None:
-                item_of = _list_field_of_indexed(suffix, by_env_name)
-                if item_of is None:
-                    _warn_ignored(f"Environment variable {variable} names no TritonConfig field", suffix,
-                                  list(by_env_name) + list(_ENV_ALIASES), prefix=ENV_PREFIX)
-                elif raw.strip():
-                    indexed.setdefault(item_of[0], []).append((item_of[1], variable, raw.strip()))
-                continue
-            if raw.strip() == "":
-                continue
-            value = _parse_env_value(variable, raw, name)
-            if name in sources:
-                # Only an alias and its field can meet here; the field's own name wins.
-                values[name], sources[name] = _resolve_alias(name, (value, variable, raw), values[name], sources[name])
-                continue
-            values[name] = value
-            sources[name] = (variable, raw)
-        for name, items in indexed.items():
-            # Each indexed variable is one whole item (it may hold a ';'), checked on its own.
-            for _, variable, item in items:
-                _checked(name, (item,), f"Environment variable {variable}={item!r}")
-            values[name] = tuple(values.get(name, ())) + tuple(item for _, _, item in sorted(items))
-        try:
-            return cls(**values)
-        except PyTritonBadParameterError as exc:
-            raise PyTritonBadParameterError(f"{exc.message} (set by {ENV_PREFIX}* environment variables)") from exc
+        read: TritonConfig = config_from_env(cls, os.environ if environ is None else environ)
+        return read
 
 
 def verbose_logging_warning(log_verbose: Optional[int]) -> Optional[str]:
@@ -497,156 +445,8 @@ def verbose_logging_warning(log_verbose: Optional[int]) -> Optional[str]:
     )
 
 
-def merge(explicit: Optional[TritonConfig], environ: Optional[Mapping[str, str]] = None) -> TritonConfig:
-    """The config the server runs with: explicit fields, then environment variables, then defaults.
-
-    A field counts as explicitly set when it is not None in `explicit`, so an environment
-    variable can still fill every field the code left open. Vertex AI's `AIP_*` variables come
-    last (`pytriton.server.vertex_ai.resolve_vertex_ai`).
-
-    Args:
-        explicit: The config given to `Triton(config=...)`, or None.
-        environ: The environment to read; `os.environ` when None.
-
-    Returns:
-        The merged config; fields set nowhere stay None (Triton's default).
-
-    Raises:
-        PyTritonBadParameterError: An environment variable is invalid, the merged fields
-            contradict each other, or the Vertex AI endpoint is on but could not start.
-    """
-    environ = os.environ if environ is None else environ
-    merged = TritonConfig.from_env(environ)
-    if explicit is not None:
-        # Fields may have been assigned since the config was built: check them as a constructor would.
-        explicit = dataclasses.replace(explicit)
-        overrides = {
-            field.name: getattr(explicit, field.name)
-            for field in dataclasses.fields(explicit)
-            if getattr(explicit, field.name) is not None
-        }
-        try:
-            merged = dataclasses.replace(merged, **overrides)
-        except PyTritonBadParameterError as exc:
-            raise PyTritonBadParameterError(
-                f"{exc.message} (after merging the config given to Triton with {ENV_PREFIX}* environment variables)"
-            ) from exc
-    resolved = resolve_vertex_ai(merged, environ)
-    _check_sagemaker(resolved)
-    return resolved
-
-
-def _check_sagemaker(config: TritonConfig) -> None:
-    """Refuse an enabled SageMaker endpoint on the port of another enabled endpoint, and say
-    who can reach it.
-
-    tritonserver would otherwise fail to open it only after loading every model. Its default
-    port, 8080, is also the Vertex AI endpoint's.
-    """
-    if not config.allow_sagemaker:
-        return
-    port = config.effective_sagemaker_port
-    for name, allowed, other in (
-        ("http_port", config.allow_http is not False, config.effective_http_port),
-        ("grpc_port", config.allow_grpc is not False, config.effective_grpc_port),
-        ("metrics_port", config.allow_metrics is not False, config.effective_metrics_port),
-        ("vertex_ai_port", bool(config.allow_vertex_ai), config.effective_vertex_ai_port),
-    ):
-        if allowed and other == port:
-            raise PyTritonBadParameterError(
-                f"TritonConfig.sagemaker_port={port!r} is invalid: TritonConfig.{name} is {other} too; the SageMaker "
-                "endpoint needs a port of its own (set sagemaker_port to another port)"
-            )
-    LOGGER.warning(
-        "The SageMaker endpoint (port %s) listens on every interface and checks no access token. Let only SageMaker "
-        "reach that port.",
-        port,
-    )
-
-
 def _check_port_range(text: str) -> None:
     """`sagemaker_safe_port_range` must be ``"<low>-<high>"`` with ports low <= high."""
     match = _PORT_RANGE.match(text)
     if match is None or not 1 <= int(match.group(1)) <= int(match.group(2)) <= 65535:
         raise bad("sagemaker_safe_port_range", text, "'<low>-<high>' with ports 1 <= low <= high <= 65535")
-
-
-# --- reading values from text -------------------------------------------------------------------
-
-
-_FIELD_KINDS: Mapping[str, Kind] = {
-    name: kind_of(annotation) for name, annotation in typing.get_type_hints(TritonConfig).items()
-}
-
-
-def _checked(name: str, value: Any, source: str) -> Any:
-    """`value` for field `name` after the field's own checks; an error names `source`."""
-    try:
-        TritonConfig(**{name: value})  # range checks of this field alone, so the error names the source
-    except PyTritonBadParameterError as exc:
-        raise PyTritonBadParameterError(f"{source} is invalid for TritonConfig.{name}: {exc.message}") from exc
-    return value
-
-
-def _parsed(name: str, text: str, source: str) -> Any:
-    """`text` read as a value of field `name` and checked; an error names `source`."""
-    try:
-        value = _FIELD_KINDS[name].parse(text)
-    except ValueError as exc:
-        raise PyTritonBadParameterError(f"{source} is invalid for TritonConfig.{name}: {exc}") from exc
-    return _checked(name, value, source)
-
-
-def _parse_env_value(variable: str, raw: str, name: str) -> Any:
-    """Parse one variable for field `name`, naming the variable and its value in any error."""
-    return _parsed(name, raw, f"Environment variable {variable}={raw!r}")
-
-
-def _from_text(name: str, value: Any, source: str) -> Any:
-    """A `from_dict` value: taken as it is when the field accepts it, else read as text."""
-    if not isinstance(value, str):
-        return value  # the dataclass checks it and names the field
-    try:
-        return _FIELD_KINDS[name].check(name, value)  # a string field, a path, one restriction item
-    except PyTritonBadParameterError:
-        return _parsed(name, value, f"{source}={value!r}")
-
-
-def _list_field_of_indexed(suffix: str, by_env_name: Mapping[str, str]) -> Optional[Tuple[str, int]]:
-    """``(field, index)`` when `suffix` is ``<LIST FIELD>_<n>``, else None."""
-    match = _INDEXED_VARIABLE.match(suffix)
-    if match is None:
-        return None
-    name = by_env_name.get(match.group("field"))
-    if name is None or not _FIELD_KINDS[name].is_list:
-        return None
-    return name, int(match.group("index"))
-
-
-def _resolve_alias(
-    name: str, new: Tuple[Any, str, str], old_value: Any, old_source: Tuple[str, str]
-) -> Tuple[Any, Tuple[str, str]]:
-    """Pick between a field's own variable and its alias: the field's own name wins."""
-    new_value, new_variable, new_raw = new
-    canonical = ENV_PREFIX + name.upper()
-    if new_variable == canonical:
-        winner, loser = (new_value, (new_variable, new_raw)), (old_value, old_source)
-    else:
-        winner, loser = (old_value, old_source), (new_value, (new_variable, new_raw))
-    if winner[0] != loser[0]:
-        message = (
-            f"Both {winner[1][0]}={winner[1][1]!r} and {loser[1][0]}={loser[1][1]!r} are set; "
-            f"using {winner[1][0]} for TritonConfig.{name}"
-        )
-        LOGGER.warning("%s", message)
-        warnings.warn(message, UserWarning, stacklevel=3)
-    return winner
-
-
-def _warn_ignored(what: str, given: str, known: Sequence[str], prefix: str = "") -> None:
-    """Warn (and log) that `given` names nothing, most likely a typo; suggest the closest name."""
-    close = difflib.get_close_matches(given, known, n=1)
-    hint = f"; did you mean {prefix}{close[0]}?" if close else ""
-    message = f"{what} and is ignored{hint}"
-    LOGGER.warning("%s", message)
-    warnings.warn(message, UserWarning, stacklevel=3)  # points at the caller of from_env / from_dict

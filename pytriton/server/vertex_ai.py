@@ -8,7 +8,7 @@ when no ``--model-repository`` is given, and the library always gives one.
 
 Left hidden in the server's environment, these would make the library wait for an HTTP endpoint
 Triton never opened, or miss a port clash. `resolve_vertex_ai` writes their effect into the
-merged config instead (`pytriton.server.config.merge` calls it last, so the explicit config and
+merged config instead (`pytriton.server.config_merge.merge` calls it last, so the explicit config and
 the ``PYTRITON_TRITON_CONFIG_*`` variables win), and refuses, before anything starts, a Vertex AI
 endpoint that Triton could not open.
 
@@ -19,17 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Sequence, Tuple
+from typing import Any, Dict, Mapping, Sequence, Tuple
 
 from pytriton.exceptions import PyTritonBadParameterError
-
-if TYPE_CHECKING:  # config.py imports this module; at run time only its instances come here
-    from pytriton.server.config import TritonConfig
+from pytriton.server.config import TritonConfig
 
 LOGGER = logging.getLogger(__name__)
 
-DEFAULT_VERTEX_AI_PORT = 8080
-"""Triton's Vertex AI port when neither `vertex_ai_port` nor ``AIP_HTTP_PORT`` is set."""
 
 MODE_ENV = "AIP_MODE"
 """Vertex AI sets it to `PREDICTION_MODE` in the containers that serve predictions."""

@@ -9,7 +9,8 @@ import warnings
 import pytest
 
 from pytriton.exceptions import PyTritonBadParameterError
-from pytriton.server.config import TritonConfig, merge
+from pytriton.server.config import TritonConfig
+from pytriton.server.config_merge import merge
 
 P = "PYTRITON_TRITON_CONFIG_"
 

@@ -12,7 +12,8 @@ import warnings
 import pytest
 
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonValidationError
-from pytriton.server.config import DEFAULT_SAGEMAKER_PORT, TritonConfig, merge
+from pytriton.server.config import DEFAULT_SAGEMAKER_PORT, TritonConfig
+from pytriton.server.config_merge import merge
 
 P = "PYTRITON_TRITON_CONFIG_"
 

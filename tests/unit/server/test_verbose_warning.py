@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from pytriton.server.config import TritonConfig, merge, verbose_logging_warning
+from pytriton.server.config import TritonConfig, verbose_logging_warning
+from pytriton.server.config_merge import merge
 
 
 @pytest.mark.parametrize("level", [None, 0])

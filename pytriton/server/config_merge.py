@@ -1,0 +1,89 @@
+"""Where a server's options come from, merged into the one `TritonConfig` the server runs with.
+
+The flow is one-way: `pytriton.server.config` declares the fields and reads their text
+(`pytriton.server.config_text`); this module merges the config given to `Triton` with the
+`PYTRITON_TRITON_CONFIG_*` environment (the code wins, then the environment, then Triton's
+default), then lets the platform's own variables fill what is left (Google Vertex AI's ``AIP_*``,
+`pytriton.server.vertex_ai`) and checks the combination (a SageMaker endpoint needs a port of its
+own). `pytriton.server.argv` then turns the result into the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Mapping, Optional
+
+from pytriton.exceptions import PyTritonBadParameterError
+from pytriton.server.config import ENV_PREFIX, TritonConfig
+from pytriton.server.vertex_ai import resolve_vertex_ai
+
+LOGGER = logging.getLogger("pytriton.server.config")
+
+
+def merge(explicit: Optional[TritonConfig], environ: Optional[Mapping[str, str]] = None) -> TritonConfig:
+    """The config the server runs with: explicit fields, then environment variables, then defaults.
+
+    A field counts as explicitly set when it is not None in `explicit`, so an environment
+    variable can still fill every field the code left open. Vertex AI's `AIP_*` variables come
+    last (`pytriton.server.vertex_ai.resolve_vertex_ai`).
+
+    Args:
+        explicit: The config given to `Triton(config=...)`, or None.
+        environ: The environment to read; `os.environ` when None.
+
+    Returns:
+        The merged config; fields set nowhere stay None (Triton's default).
+
+    Raises:
+        PyTritonBadParameterError: An environment variable is invalid, the merged fields
+            contradict each other, or the Vertex AI endpoint is on but could not start.
+    """
+    environ = os.environ if environ is None else environ
+    merged = TritonConfig.from_env(environ)
+    if explicit is not None:
+        # Fields may have been assigned since the config was built: check them as a constructor would.
+        explicit = dataclasses.replace(explicit)
+        overrides = {
+            field.name: getattr(explicit, field.name)
+            for field in dataclasses.fields(explicit)
+            if getattr(explicit, field.name) is not None
+        }
+        try:
+            merged = dataclasses.replace(merged, **overrides)
+        except PyTritonBadParameterError as exc:
+            raise PyTritonBadParameterError(
+                f"{exc.message} (after merging the config given to Triton with {ENV_PREFIX}* environment variables)"
+            ) from exc
+    resolved = resolve_vertex_ai(merged, environ)
+    _check_sagemaker(resolved)
+    return resolved
+
+
+def _check_sagemaker(config: TritonConfig) -> None:
+    """Refuse an enabled SageMaker endpoint on the port of another enabled endpoint, and say
+    who can reach it.
+
+    tritonserver would otherwise fail to open it only after loading every model. Its default
+    port, 8080, is also the Vertex AI endpoint's.
+    """
+    if not config.allow_sagemaker:
+        return
+    port = config.effective_sagemaker_port
+    for name, allowed, other in (
+        ("http_port", config.allow_http is not False, config.effective_http_port),
+        ("grpc_port", config.allow_grpc is not False, config.effective_grpc_port),
+        ("metrics_port", config.allow_metrics is not False, config.effective_metrics_port),
+        ("vertex_ai_port", bool(config.allow_vertex_ai), config.effective_vertex_ai_port),
+    ):
+        if allowed and other == port:
+            raise PyTritonBadParameterError(
+                f"TritonConfig.sagemaker_port={port!r} is invalid: TritonConfig.{name} is {other} too; the SageMaker "
+                "endpoint needs a port of its own (set sagemaker_port to another port)"
+            )
+    LOGGER.warning(
+        "The SageMaker endpoint (port %s) listens on every interface and checks no access token. Let only SageMaker "
+        "reach that port.",
+        port,
+    )
