@@ -25,10 +25,11 @@ import tritonclient.http
 
 from pytriton.client._args import client_args, clone_kwargs, load_args, mapping_arg, sequence_args, timeout_arg
 from pytriton.client.codec import batch_request, sample_request, sample_response
-from pytriton.client.core import TritonCore, create_core, wait_until_ready, wait_until_server_ready
+from pytriton.client.core import TritonCore, create_core
 from pytriton.client.exceptions import PyTritonClientClosedError
 from pytriton.client.lost import Lookout, RequestIds, is_relayed
 from pytriton.client.model_config import ClientModelConfig, check_decoupled
+from pytriton.client.readiness import wait_until_ready, wait_until_server_ready
 from pytriton.client.utils import TritonSyncClient
 from pytriton.client.utils import create_client_from_url as _create_client_from_url
 

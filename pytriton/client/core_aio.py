@@ -4,7 +4,7 @@ The client step of a request for :class:`~pytriton.client.asyncio_client.Asyncio
 Everything but the I/O is shared with the blocking core: the headers carrying the access token
 (``pytriton.client._args``), the codec, the parsing of the model configuration, the error
 translation (``translate_errors`` is a plain context manager, so it wraps ``await`` as well),
-and the readiness wait (:func:`~pytriton.client.core.readiness_steps`, driven here with
+and the readiness wait (:func:`~pytriton.client.readiness.readiness_steps`, driven here with
 ``await``). Both ``aio`` clients bound a call the same way: ``asyncio.wait_for`` with the
 call's own limit, so one protocol cannot drift from the other.
 
@@ -32,10 +32,10 @@ from pytriton.access_token import auth_headers
 from pytriton.client._args import with_auth
 from pytriton.client._errors import CONFIG_ACTION, INFER_ACTION, READY_ACTION, translate_errors
 from pytriton.client.codec import from_infer_result, request_timeout_us, to_infer_inputs, with_deadline
-from pytriton.client.core import ProbeOutcome, presence_from_error, readiness_steps, ready_names
 from pytriton.client.core_stream_aio import AsyncResponseStream, AsyncStreamOpener
 from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
 from pytriton.client.model_config import ClientModelConfig, parse_model_config
+from pytriton.client.readiness import ProbeOutcome, presence_from_error, readiness_steps, ready_names
 from pytriton.client.url import TritonUrl
 
 _T = TypeVar("_T")
@@ -201,7 +201,7 @@ def new_aio_client(url: TritonUrl, timeout_s: float) -> Any:
 async def wait_until_ready_async(
     core: AsyncTritonCore, model_name: str, model_version: str, timeout_s: float, unknown_fails: bool = False
 ) -> None:
-    """Await until the server and the model are ready (see :func:`~pytriton.client.core.readiness_steps`).
+    """Await until the server and the model are ready (see :func:`~pytriton.client.readiness.readiness_steps`).
 
     Raises:
         PyTritonClientTimeoutError: not ready within ``timeout_s``.

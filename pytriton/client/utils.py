@@ -33,9 +33,10 @@ import tritonclient.http
 from pytriton.access_token import auth_headers
 from pytriton.client._args import DEFAULT_INIT_TIMEOUT_S, model_args, timeout_arg, token_arg, with_auth
 from pytriton.client._errors import translate_errors
-from pytriton.client.core import GrpcCore, HttpCore, TritonCore, wait_until_ready, wait_until_server_ready
+from pytriton.client.core import GrpcCore, HttpCore, TritonCore
 from pytriton.client.exceptions import PyTritonClientValueError
 from pytriton.client.model_config import ClientModelConfig
+from pytriton.client.readiness import wait_until_ready, wait_until_server_ready
 from pytriton.client.url import TritonUrl, parse_url
 
 __all__ = [

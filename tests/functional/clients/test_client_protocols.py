@@ -31,7 +31,7 @@ from pytriton.client import (
     PyTritonClientTimeoutError,
     PyTritonClientValueError,
 )
-from pytriton.client.core import UNKNOWN_MODEL_GRACE_S
+from pytriton.client.readiness import UNKNOWN_MODEL_GRACE_S
 from pytriton.decorators import batch, sample
 from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor
 from pytriton.triton import Triton

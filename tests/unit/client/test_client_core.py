@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from pytriton.client.core import TritonCore, wait_until_ready
+from pytriton.client.core import TritonCore
 from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
+from pytriton.client.readiness import wait_until_ready
 from pytriton.client.url import parse_url
 
 

@@ -1,4 +1,4 @@
-"""pytriton.client.core.readiness_steps, driven by hand: what a wait concludes from what the server says."""
+"""pytriton.client.readiness.readiness_steps, driven by hand: what a wait concludes from what the server says."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from pytriton.client.core import presence_from_error, readiness_steps, ready_names, unknown_model_message
 from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
+from pytriton.client.readiness import presence_from_error, readiness_steps, ready_names, unknown_model_message
 from pytriton.client.url import parse_url
 
 
