@@ -1,0 +1,170 @@
+"""The worker process's side of a process instance: what runs in the child forked from the user's.
+
+`pytriton.worker.process_instance` forks the child and calls `child_main` in it. The child dies
+with its parent, ignores SIGINT, builds an `InstanceHandler` with a ZeroMQ context of its own,
+tells the parent over the pipe when it serves (and the pid of the stub whose proxy greeted it, and
+an unrecoverable error, which it waits for the parent to acknowledge), takes ``stop`` and
+``end_streams``, and leaves only through ``os._exit``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import faulthandler
+import logging
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import zmq
+
+from pytriton.exceptions import PyTritonModelConfigError
+from pytriton.worker import tracing
+from pytriton.worker.context import TritonContext
+from pytriton.worker.handler import InstanceHandler
+from pytriton.worker.request import Request
+
+logger = logging.getLogger("pytriton.worker")
+
+POLL_S = 0.05
+"""How often each side looks at the pipe (and the parent at the child's exit status)."""
+DUMP_SIGNAL = signal.SIGUSR1
+"""Asks a worker process to write its threads' stacks to stderr (`faulthandler`)."""
+_PARENT_CHECK_S = 0.5
+_ACK_TIMEOUT_S = 5.0
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """What a child needs to build its handler (all of it reaches the child by fork)."""
+
+    context: TritonContext
+    infer_func: Callable[[List[Request]], Any]
+    endpoint: str
+    instance: int
+    shm_prefix: str
+    strict: bool
+    options: Dict[str, Any]
+    """The other keyword arguments of `InstanceHandler` (``asynchronous``, ...), passed as given."""
+
+
+
+def child_main(spec: Spec, shm_prefix: str, conn: multiprocessing.connection.Connection, parent_pid: int,
+                restarts: int) -> None:
+    """Run in the forked child: serve until told to stop or the parent is gone; never returns.
+
+    `restarts` counts the children of this instance that died before this one.
+    """
+    code = 1
+    try:
+        _die_with_parent(parent_pid)
+        faulthandler.register(DUMP_SIGNAL, all_threads=True)  # a hung callable's stacks, on the parent's request
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's Python handlers are not ours
+        signal.set_wakeup_fd(-1)  # an asyncio loop of the parent set one: its pipe is the parent's
+        code = _ChildRuntime(spec, shm_prefix, conn, restarts).run()
+    except BaseException:  # logged, then the exit code says it
+        logger.exception("Model '%s' instance %d: the worker process failed", spec.context.model_name, spec.instance)
+    finally:
+        try:
+            tracing.shutdown()  # export this process's last spans: os._exit runs no exit hooks
+        finally:
+            os._exit(code)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the watch below does it, a little later
+    if os.getppid() != parent_pid:  # the parent died before the prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(_PARENT_CHECK_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="pytriton-parent-watch", daemon=True).start()
+
+
+class _ChildRuntime:
+    def __init__(self, spec: Spec, shm_prefix: str, conn: multiprocessing.connection.Connection,
+                 restarts: int) -> None:
+        self._spec = spec
+        self._restarts = restarts
+        self._shm_prefix = shm_prefix
+        self._conn = conn
+        self._send_lock = threading.Lock()
+        self._acked = threading.Event()
+
+    def _send(self, message: Tuple[Any, ...]) -> None:
+        with self._send_lock:
+            self._conn.send(message)
+
+    def _unrecoverable(self, model_name: str) -> None:
+        """From the handler's thread: tell the parent, and wait until it acted (before the answer goes)."""
+        self._acked.clear()
+        self._send(("unrecoverable", model_name))
+        self._acked.wait(_ACK_TIMEOUT_S)
+
+    def run(self) -> int:
+        spec = self._spec
+        zmq_context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        try:
+            handler = InstanceHandler(
+                context=spec.context,
+                infer_func=spec.infer_func,
+                endpoint=spec.endpoint,
+                instance=spec.instance,
+                shm_prefix=self._shm_prefix,
+                strict=spec.strict,
+                zmq_context=zmq_context,
+                on_unrecoverable=self._unrecoverable,
+                worker_restarts=self._restarts,
+                **spec.options,
+            )
+        except Exception as exc:  # noqa: BLE001 - the parent raises it from start()
+            self._send(("failed", _picklable(exc)))
+            return 1
+        handler.start()
+        self._send(("ready", os.getpid()))
+        timeout_s = 5.0
+        reported: Optional[int] = None
+        while handler.is_serving():
+            if handler.proxy_pid != reported:
+                reported = handler.proxy_pid
+                self._send(("proxy_pid", reported))
+            try:
+                message = self._conn.recv() if self._conn.poll(POLL_S) else None
+            except (EOFError, OSError):
+                break  # the parent is gone
+            if message is None:
+                continue
+            if message[0] == "stop":
+                timeout_s = message[1]
+                break
+            if message[0] == "end_streams":
+                handler.end_streams()
+            elif message[0] == "ack":
+                self._acked.set()
+        stopped = handler.stop(timeout_s)
+        if stopped:
+            zmq_context.term()
+        # else: a callable still runs; os._exit ends it with the process
+        return 0
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001
+        return PyTritonModelConfigError(f"{type(exc).__name__}: {exc}")
