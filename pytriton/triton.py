@@ -56,6 +56,7 @@ from pytriton.server.distribution import (
     proxy_import_paths,
     server_environment,
 )
+from pytriton.server.drain import drain_poll
 from pytriton.server.hangs import HangWatch
 from pytriton.server.lifecycle import (
     DefaultTritonLifecyclePolicy,
@@ -503,6 +504,11 @@ class Triton:
     def _has_trace_file(self) -> bool:
         return any("file=" in item for item in (self._config.trace_config or ()))
 
+    def _writes_files_at_exit(self) -> bool:
+        """Whether Triton writes a trace file, flushes a log file or exports the OpenTelemetry spans
+        it still holds at the end of its own shutdown (which a drain must then let it reach)."""
+        return bool(self._config.log_file) or self._has_trace_file() or self._tracing is not None
+
     def _wait_models_ready(self, names: Sequence[str], deadline: float) -> None:
         """Wait until the models serve, then make their new shared-memory segments private.
 
@@ -625,7 +631,9 @@ class Triton:
                 exit_timeout = exit_timeout if exit_timeout is not None else _TRITON_DEFAULT_EXIT_TIMEOUT_S
                 workspace, pid = self._workspace, self._process.pid
                 self._process.stop(
-                    timeout_s=exit_timeout + 15, poll=self._drain_poll(exit_timeout),
+                    timeout_s=exit_timeout + 15, poll=drain_poll(
+                        exit_timeout, process=self._process, supervisor=self._supervisor, bindings=self._bindings,
+                        hurry=self._hurry, writes_files=self._writes_files_at_exit()),
                     after_exit=(lambda: kill_server_processes({workspace.server_id}, exclude=pid))
                     if workspace is not None else None,
                 )
@@ -642,65 +650,6 @@ class Triton:
                 reap_adopted()  # as PID 1: a stub that ended on its own since the first reap
             logger.debug("Triton stopped")
             return self._process is not None
-
-
-    def _drain_poll(self, exit_timeout: float) -> Callable[[float], bool]:
-        """What `stop()` does while the server drains: cut the streams still open shortly before
-        the server's exit timeout (so their clients get an error, not a dropped connection), and
-        stop at once on a second signal, when only the versions stuck after a stub's death are
-        left (Triton would wait for them until the exit timeout), or as soon as the server
-        reports that no inference is in flight any more: the rest of Triton's shutdown unloads
-        each model and polls once a second for it (2 to 3 s for one idle model), while pytriton
-        removes the stubs and their shared memory itself. Not when Triton writes a trace file
-        or a log file, which it completes only at the end of its own shutdown."""
-        cut_after = exit_timeout * 0.8
-        cut = threading.Event()
-        supervisor, process = self._supervisor, self._process
-        # Triton writes a trace file, and flushes a log file, only at the end of its own shutdown;
-        # it exports the OpenTelemetry spans it still holds then too.
-        writes_files = bool(self._config.log_file) or self._has_trace_file() or self._tracing is not None
-        # Relayed answers (streams, async callables) travel after Triton counted the request done:
-        # the workers must be idle too, and for a moment, so their last answer reaches the client.
-        settle_s = _RELAYED_SETTLE_S if self._bindings.relays() else 0.0
-        # While Triton waits for its HTTP connections to close, idle keep-alive ones included (up to
-        # the exit timeout), it says nothing of the requests in flight: the workers must then be
-        # idle for longer than a batcher may hold a request while an instance is free, and long
-        # enough for a request being read to reach its model.
-        connections_settle_s = max(_CONNECTIONS_SETTLE_S, self._bindings.longest_queue_delay_s() + 0.05)
-        idle_since: List[float] = []
-
-        def poll(waited: float) -> bool:
-            if waited >= cut_after and not cut.is_set():
-                cut.set()
-                self._bindings.end_streams()
-            if self._hurry.is_set():
-                logger.warning("Second signal during the drain: stopping tritonserver at once")
-                return True
-            if process is not None and (process.drained or process.waits_for_connections) and not writes_files:
-                needed = settle_s if process.drained else connections_settle_s
-                if not self._bindings.idle():
-                    idle_since.clear()
-                elif not idle_since:
-                    idle_since.append(waited)
-                elif waited - idle_since[0] >= needed:
-                    logger.debug("No inference in flight any more; stopping tritonserver without its unloading"
-                                 "%s", "" if process.drained else " (idle HTTP connections were still open)")
-                    return True
-            stuck = supervisor.stuck_versions if supervisor is not None else 0
-            live = process.live_models if process is not None else None
-            if stuck and live is not None and live <= stuck:
-                logger.info("Only the %d model version(s) left behind by dead stubs remain; stopping tritonserver",
-                            stuck)
-                return True
-            return False
-
-        return poll
-
-
-_RELAYED_SETTLE_S = 0.2
-"""How long the workers of relayed models stay idle before a stop ends tritonserver itself."""
-_CONNECTIONS_SETTLE_S = 0.5
-"""How long the workers must be idle to end a drain while Triton still waits for HTTP connections."""
 
 
 def _grpc_tls(config: TritonConfig) -> Optional[GrpcTls]:
