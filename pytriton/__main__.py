@@ -15,14 +15,9 @@ import pathlib
 import sys
 from typing import Optional, Sequence
 
-from pytriton.server.checks import (
-    SERVER_START_TIMEOUT_S,
-    exit_status,
-    format_result,
-    run_checks,
-    summary,
-    versions_line,
-)
+from pytriton.server.check_results import exit_status, format_result
+from pytriton.server.checks import run_checks, summary, versions_line
+from pytriton.server.checks_install import SERVER_START_TIMEOUT_S
 
 
 def _parser() -> argparse.ArgumentParser:

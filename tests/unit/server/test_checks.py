@@ -8,16 +8,12 @@ import pathlib
 import pytest
 
 from pytriton.ipc.shm import MIB
-from pytriton.server.checks import (
-    CheckResult,
-    Verdict,
-    exit_status,
-    format_result,
+from pytriton.server.check_results import CheckResult, Verdict, exit_status, format_result
+from pytriton.server.checks import judge_ports, judge_shm
+from pytriton.server.checks_install import (
     judge_glibc,
     judge_libpython,
     judge_numpy,
-    judge_ports,
-    judge_shm,
     judge_stub_libraries,
     parse_glibc_version,
     parse_ldd,
@@ -191,7 +187,8 @@ def test_a_busy_port_names_its_holder_and_where_the_ports_came_from():
 
 
 def test_the_summary_words_a_busy_port_as_what_it_is():
-    from pytriton.server.checks import CheckResult, Verdict, summary
+    from pytriton.server.check_results import CheckResult, Verdict
+    from pytriton.server.checks import summary
 
     ok = CheckResult("glibc", Verdict.PASS, "")
     ports = CheckResult("ports", Verdict.FAIL, "")
