@@ -20,9 +20,22 @@ import numpy as np
 import tritonclient.grpc.aio
 import tritonclient.http.aio
 
-from pytriton.client._args import client_args, clone_kwargs, mapping_arg, pool_arg, sequence_args, timeout_arg
+from pytriton.client._args import (
+    client_args,
+    clone_kwargs,
+    load_args,
+    mapping_arg,
+    pool_arg,
+    sequence_args,
+    timeout_arg,
+)
 from pytriton.client.codec import batch_request, concat_batches, sample_request, sample_response, split_batch
-from pytriton.client.core_aio import AsyncTritonCore, new_aio_client, wait_until_ready_async
+from pytriton.client.core_aio import (
+    AsyncTritonCore,
+    new_aio_client,
+    wait_until_ready_async,
+    wait_until_server_ready_async,
+)
 from pytriton.client.exceptions import PyTritonClientClosedError
 from pytriton.client.lost import Lookout, RequestIds, is_relayed, watched
 from pytriton.client.model_config import ClientModelConfig, check_decoupled
@@ -82,6 +95,7 @@ class AsyncioModelClientBase:
         )
         self._lazy_init = lazy_init
         self._model_config = model_config
+        self._given_config = model_config  # kept across a load_model, which drops one read from the server
         self._ready_checked = not ensure_model_is_ready
         self._init_lock: asyncio.Lock | None = None  # made in the loop: before 3.10 a Lock binds one
         self._request_ids = RequestIds()
@@ -137,6 +151,62 @@ class AsyncioModelClientBase:
         The first await waits for the server and model if needed; later ones return at once.
         """
         return self._initialized_config()
+
+    @property
+    def is_batching_supported(self) -> Awaitable[bool]:
+        """Whether the model batches (``max_batch_size`` > 0), to be awaited, as `model_config` is."""
+        return self._batching_supported()
+
+    async def _batching_supported(self) -> bool:
+        return (await self._initialized_config()).max_batch_size > 0
+
+    async def wait_for_server(self, timeout_s: float | None = None) -> None:
+        """Wait until the server is live and ready, whatever the state of the model.
+
+        Args:
+            timeout_s: the longest to wait; ``None`` means the client's ``init_timeout_s``.
+
+        Raises:
+            PyTritonClientTimeoutError: not ready within ``timeout_s``.
+            PyTritonClientClosedError: the client was closed.
+        """
+        self._check_open()
+        await wait_until_server_ready_async(self._core, timeout_arg("timeout_s", timeout_s, self._args.init_timeout_s))
+
+    async def load_model(
+        self, config: str | Mapping[str, Any] | None = None, files: Mapping[str, bytes] | None = None
+    ) -> None:
+        """Load (or reload) this client's model on the server; see :meth:`ModelClient.load_model
+        <pytriton.client.client.ModelClient.load_model>` (the access token, the time limit, the arguments).
+
+        Raises:
+            PyTritonClientValueError: ``config`` or ``files`` is malformed.
+            PyTritonClientInferenceServerError: the server refused or failed the load.
+            PyTritonClientTimeoutError: the load did not finish within ``init_timeout_s``.
+            PyTritonClientClosedError: the client was closed.
+        """
+        self._check_open()
+        config_json, files = load_args(config, files)
+        try:
+            await self._core.load_model(
+                self._args.model_name, config=config_json, files=files, timeout_s=self._args.init_timeout_s
+            )
+        finally:
+            self._model_config = self._given_config
+
+    async def unload_model(self) -> None:
+        """Unload this client's model from the server; see :meth:`ModelClient.unload_model
+        <pytriton.client.client.ModelClient.unload_model>`.
+
+        Raises:
+            PyTritonClientInferenceServerError: the server refused the unload.
+            PyTritonClientClosedError: the client was closed.
+        """
+        self._check_open()
+        try:
+            await self._core.unload_model(self._args.model_name)
+        finally:
+            self._model_config = self._given_config
 
     async def wait_for_model(self, timeout_s: float | None = None) -> None:
         """Wait until the server and the model are ready.

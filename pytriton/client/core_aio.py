@@ -30,12 +30,25 @@ import tritonclient.http.aio
 
 from pytriton.access_token import auth_headers
 from pytriton.client._args import with_auth
-from pytriton.client._errors import CONFIG_ACTION, INFER_ACTION, READY_ACTION, translate_errors
+from pytriton.client._errors import (
+    CONFIG_ACTION,
+    INFER_ACTION,
+    LOAD_ACTION,
+    READY_ACTION,
+    UNLOAD_ACTION,
+    translate_errors,
+)
 from pytriton.client.codec import from_infer_result, request_timeout_us, to_infer_inputs, with_deadline
 from pytriton.client.core_stream_aio import AsyncResponseStream, AsyncStreamOpener
 from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
 from pytriton.client.model_config import ClientModelConfig, parse_model_config
-from pytriton.client.readiness import ProbeOutcome, presence_from_error, readiness_steps, ready_names
+from pytriton.client.readiness import (
+    READY_POLL_INTERVAL_S,
+    ProbeOutcome,
+    presence_from_error,
+    readiness_steps,
+    ready_names,
+)
 from pytriton.client.url import TritonUrl
 
 _T = TypeVar("_T")
@@ -62,6 +75,26 @@ class AsyncTritonCore:
         self._grpc = url.scheme == "grpc"
         self._client: Any = None
         self._streams = AsyncStreamOpener(url, self._auth)
+
+    async def is_server_live(self, timeout_s: float | None = None) -> bool:
+        """Whether the server process answers its liveness endpoint."""
+        return bool(await self._call(READY_ACTION, timeout_s, lambda client: client.is_server_live(**self._kw())))
+
+    async def load_model(
+        self,
+        model_name: str,
+        *,
+        config: str | None = None,
+        files: Mapping[str, bytes] | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
+        """See :meth:`pytriton.client.core.TritonCore.load_model`."""
+        await self._call(LOAD_ACTION, timeout_s, lambda client: client.load_model(
+            model_name, config=config, files=dict(files) if files else None, **self._kw()))
+
+    async def unload_model(self, model_name: str, timeout_s: float | None = None) -> None:
+        """See :meth:`pytriton.client.core.TritonCore.unload_model`."""
+        await self._call(UNLOAD_ACTION, timeout_s, lambda client: client.unload_model(model_name, **self._kw()))
 
     async def is_server_ready(self, timeout_s: float | None = None) -> bool:
         """Whether the server accepts inference."""
@@ -196,6 +229,29 @@ def new_aio_client(url: TritonUrl, timeout_s: float) -> Any:
     if url.scheme == "grpc":
         return tritonclient.grpc.aio.InferenceServerClient(url.address)
     return tritonclient.http.aio.InferenceServerClient(url.address, conn_timeout=timeout_s)
+
+
+async def wait_until_server_ready_async(core: AsyncTritonCore, timeout_s: float) -> None:
+    """Await until the server is live and ready (see :func:`~pytriton.client.readiness.wait_until_server_ready`).
+
+    Raises:
+        PyTritonClientTimeoutError: not live and ready within ``timeout_s``; says what was last seen.
+    """
+    deadline = time.monotonic() + timeout_s
+    seen = "no answer from the server yet"
+    while True:
+        left = max(deadline - time.monotonic(), 1e-3)
+        try:
+            if await core.is_server_live(timeout_s=left) and await core.is_server_ready(timeout_s=left):
+                return
+            seen = "the server is not ready"
+        except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:  # not reachable yet
+            seen = str(exc)
+        if time.monotonic() + READY_POLL_INTERVAL_S > deadline:
+            raise PyTritonClientTimeoutError(
+                f"Server at {core.url} was not ready within {timeout_s:g} s; last seen: {seen}"
+            )
+        await asyncio.sleep(READY_POLL_INTERVAL_S)
 
 
 async def wait_until_ready_async(

@@ -229,7 +229,8 @@ class Supervisor:
         """Whether the stubs ended because a client unloaded the model (``ModelClient.unload_model``).
 
         Triton keeps listing a model whose stub died as READY; one unloaded through the
-        model-control API is listed UNLOADING, then UNAVAILABLE. Such stubs ended as asked:
+        model-control API is listed UNLOADING, then UNAVAILABLE, and LOADING when a client
+        loads it again before this round saw the old stub's end. Such stubs ended as asked:
         what they left is removed and nothing is restarted (a later load starts fresh stubs).
         """
         versions = {str(view.version) for view in views}
@@ -238,14 +239,19 @@ class Supervisor:
                       if entry.get("name") == model and entry.get("version") in versions]
         except PyTritonServerError:
             return False
-        if not states or any(state not in ("UNLOADING", "UNAVAILABLE") for state in states):
+        if not states or any(state not in ("UNLOADING", "UNAVAILABLE", "LOADING") for state in states):
             return False
         for view in views:
             if view.stub_pid is not None:
                 self._buried.add(view.stub_pid)
                 self._stubs.pop(view.stub_pid, None)
             self._forget_instance(model, view.instance)
-        logger.info("Model '%s' was unloaded through the model-control API; it is not restarted", model)
+        if "LOADING" in states:
+            # Unloaded and being loaded again (``unload_model()`` then ``load_model()``): the old
+            # stub's end is seen only now, and healing would unload the new load.
+            logger.info("Model '%s' was unloaded through the model-control API and is being loaded again", model)
+        else:
+            logger.info("Model '%s' was unloaded through the model-control API; it is not restarted", model)
         return True
 
     def _heal(self, model: str, views: List[InstanceView]) -> None:

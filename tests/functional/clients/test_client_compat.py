@@ -246,3 +246,24 @@ def test_futures_wait_for_model_returns_a_future(url, protocol):
     # Waiting needs no configuration, so it works for a decoupled model too (no mismatch error).
     with FuturesModelClient(url, "Countdown") as client:
         assert client.wait_for_model(10).result(timeout=15) is None
+
+
+def test_the_asyncio_client_waits_loads_and_unloads_like_the_blocking_one(url, token, protocol):
+    async def main():
+        async with AsyncioModelClient(url, "Reloadable", init_timeout_s=30, access_token=token) as client:
+            await client.wait_for_server(10)
+            assert await client.is_batching_supported is True
+            assert (await client.infer_sample(x=np.ones(2, np.float32)))["y"].tolist() == [1.0, 1.0]
+            await client.unload_model()
+            unloaded = await asyncio.to_thread(
+                wait_until, lambda: _state(url, token, "Reloadable") is ModelState.UNAVAILABLE, 10)
+            await client.load_model()
+            loaded = _state(url, token, "Reloadable")
+            answer = (await client.infer_sample(x=np.full(3, 2.0, np.float32)))["y"].tolist()
+        async with AsyncioModelClient(url, "Reloadable") as refused:  # no access token
+            with pytest.raises(PyTritonClientInferenceServerError, match="access token"):
+                await refused.unload_model()
+        return unloaded, loaded, answer
+
+    unloaded, loaded, answer = asyncio.run(main())
+    assert unloaded and loaded is ModelState.READY and answer == [2.0, 2.0, 2.0]
