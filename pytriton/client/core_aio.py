@@ -43,11 +43,11 @@ from pytriton.client.core_stream_aio import AsyncResponseStream, AsyncStreamOpen
 from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
 from pytriton.client.model_config import ClientModelConfig, parse_model_config
 from pytriton.client.readiness import (
-    READY_POLL_INTERVAL_S,
     ProbeOutcome,
     presence_from_error,
     readiness_steps,
     ready_names,
+    server_steps,
 )
 from pytriton.client.url import TritonUrl
 
@@ -232,26 +232,25 @@ def new_aio_client(url: TritonUrl, timeout_s: float) -> Any:
 
 
 async def wait_until_server_ready_async(core: AsyncTritonCore, timeout_s: float) -> None:
-    """Await until the server is live and ready (see :func:`~pytriton.client.readiness.wait_until_server_ready`).
+    """Await until the server is live and ready (see :func:`~pytriton.client.readiness.server_steps`).
 
     Raises:
         PyTritonClientTimeoutError: not live and ready within ``timeout_s``; says what was last seen.
     """
-    deadline = time.monotonic() + timeout_s
-    seen = "no answer from the server yet"
-    while True:
-        left = max(deadline - time.monotonic(), 1e-3)
-        try:
-            if await core.is_server_live(timeout_s=left) and await core.is_server_ready(timeout_s=left):
-                return
-            seen = "the server is not ready"
-        except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:  # not reachable yet
-            seen = str(exc)
-        if time.monotonic() + READY_POLL_INTERVAL_S > deadline:
-            raise PyTritonClientTimeoutError(
-                f"Server at {core.url} was not ready within {timeout_s:g} s; last seen: {seen}"
-            )
-        await asyncio.sleep(READY_POLL_INTERVAL_S)
+    steps = server_steps(core.url, timeout_s)
+    outcome: ProbeOutcome = None
+    with contextlib.suppress(StopIteration):
+        while True:
+            probe = steps.send(outcome)
+            outcome = None
+            if probe.kind == "sleep":
+                await asyncio.sleep(probe.timeout_s)
+                continue
+            try:
+                check = core.is_server_live if probe.kind == "live" else core.is_server_ready
+                outcome = await check(timeout_s=probe.timeout_s)
+            except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:
+                outcome = exc
 
 
 async def wait_until_ready_async(

@@ -153,32 +153,52 @@ def unknown_model_message(url: TritonUrl, model_name: str, served: list[str] | N
     return f"model {model_name!r} is not served at {url}; {listing}"
 
 
-def wait_until_server_ready(core: ReadinessCalls, timeout_s: float) -> None:
-    """Block until the server is live and ready; one that cannot be reached yet counts as not ready.
-
-    Args:
-        core: the connection to poll through.
-        timeout_s: the longest to wait.
+def server_steps(url: TritonUrl, timeout_s: float) -> Generator[Probe, ProbeOutcome, None]:
+    """The wait for a live and ready server without I/O, as `readiness_steps` is for a model:
+    yields ``"live"``, ``"server"`` and ``"sleep"`` probes, receives their outcomes, ends when
+    the server is live and ready; one that cannot be reached yet counts as not ready.
 
     Raises:
         PyTritonClientTimeoutError: not live and ready within ``timeout_s``; says what was last seen.
-        PyTritonClientInferenceServerError: the server refused the check (a restricted health API).
     """
     deadline = time.monotonic() + timeout_s
     seen = "no answer from the server yet"
     while True:
         left = max(deadline - time.monotonic(), 1e-3)
-        try:
-            if core.is_server_live(timeout_s=left) and core.is_server_ready(timeout_s=left):
+        live = yield Probe("live", left)
+        if live is True:
+            ready = yield Probe("server", max(deadline - time.monotonic(), 1e-3))
+            if ready is True:
                 return
-            seen = "the server is not ready"
-        except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:  # not reachable yet
-            seen = str(exc)
+            seen = str(ready) if isinstance(ready, Exception) else "the server is not ready"
+        else:
+            seen = str(live) if isinstance(live, Exception) else "the server is not live"
         if time.monotonic() + READY_POLL_INTERVAL_S > deadline:
-            raise PyTritonClientTimeoutError(
-                f"Server at {core.url} was not ready within {timeout_s:g} s; last seen: {seen}"
-            )
-        time.sleep(READY_POLL_INTERVAL_S)
+            raise PyTritonClientTimeoutError(f"Server at {url} was not ready within {timeout_s:g} s; last seen: {seen}")
+        yield Probe("sleep", READY_POLL_INTERVAL_S)
+
+
+def wait_until_server_ready(core: ReadinessCalls, timeout_s: float) -> None:
+    """Block until the server is live and ready (`server_steps`).
+
+    Raises:
+        PyTritonClientTimeoutError: not live and ready within ``timeout_s``; says what was last seen.
+        PyTritonClientInferenceServerError: the server refused the check (a restricted health API).
+    """
+    steps = server_steps(core.url, timeout_s)
+    outcome: ProbeOutcome = None
+    with contextlib.suppress(StopIteration):
+        while True:
+            probe = steps.send(outcome)
+            outcome = None
+            if probe.kind == "sleep":
+                time.sleep(probe.timeout_s)
+                continue
+            try:
+                check = core.is_server_live if probe.kind == "live" else core.is_server_ready
+                outcome = check(timeout_s=probe.timeout_s)
+            except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:  # not reachable yet
+                outcome = exc
 
 
 def wait_until_ready(

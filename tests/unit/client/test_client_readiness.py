@@ -69,3 +69,21 @@ def test_reading_the_servers_answers():
     assert ready_names([{"name": "a", "state": "READY"}]) == ["a"]  # HTTP gives a list
     assert "repository API, which is restricted" in unknown_model_message(_url(), "X", None)
     assert unknown_model_message(_url(), "X", []).endswith("this server serves: no model at all")
+
+
+def test_the_server_wait_asks_live_then_ready_and_names_what_it_saw_last():
+    from pytriton.client.readiness import server_steps
+    from pytriton.client.url import parse_url
+
+    url = parse_url("http://127.0.0.1:1")
+    steps = server_steps(url, 5.0)
+    assert steps.send(None).kind == "live"
+    assert steps.send(True).kind == "server"
+    with pytest.raises(StopIteration):
+        steps.send(True)  # live and ready: the wait is over
+
+    steps = server_steps(url, 0.01)
+    assert steps.send(None).kind == "live"
+    with pytest.raises(PyTritonClientTimeoutError, match="last seen: no route"):
+        steps.send(PyTritonClientModelUnavailableError("no route"))
+        steps.send(None)
