@@ -3,9 +3,9 @@
 `make faults` runs 20 rounds, then 20 more with the user process as PID 1. Here one run of the
 harness (a child process, about 90 s) gives one round of each of the six faults and two rounds
 as PID 1: a killed tritonserver (its orphaned stubs become PID 1's to reap) and SIGTERM during
-model load. Each test reads that run's figures and asserts one round's checks; the stalled
-stream the matrix found (a Triton 2.51 bug) is xfailed by name, only where it shows
-(harness/faults_repro.py reproduces it and the zombie stub that SIGCHLD now cures).
+model load. Each test reads that run's figures and asserts one round's checks. A stream in
+flight on a killed stub used to stall its lane past the heal limit (Triton 2.51 never answers
+it); pytriton's clients now end it (docs/reliability.md), so no round may fail on it.
 """
 
 from __future__ import annotations
@@ -24,14 +24,6 @@ HARNESS = pathlib.Path(__file__).resolve().parents[3] / "harness"
 FAULTS = ("kill_user", "kill_server", "kill_stub", "segv_stub", "term_under_load", "term_during_load")
 PID1_FAULTS = ("kill_server", "term_during_load")
 RUN = ["--rounds", "6", "--pid1-rounds", "2", "--pid1-faults", ",".join(PID1_FAULTS), "--term-at-load-exit-s", "15"]
-
-STREAM_STALL_REASON = (
-    "a decoupled stream in flight when its stub dies gets neither a response nor an error: the client waits out "
-    "its whole inference_timeout_s (10 s here), so the stream lane cannot answer again within the 10 s heal limit "
-    "although the model was reloaded (make faults r4: SIGSEGV to the stream stub; other stream rounds healed in "
-    "3.5-5.2 s)"
-)
-
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
@@ -57,13 +49,6 @@ def failures_but(round_: Dict[str, Any], known: str) -> List[str]:
     return [failure for failure in round_["failures"] if known not in failure]
 
 
-def _stream_stall(failure: str) -> bool:
-    """The known Triton 2.51 stall: the stream model was reloaded (ready again), only its stream
-    lane's request on the dead stub is still waiting (no answer, or its client's timeout)."""
-    return "model stream did not serve again" in failure and (
-        "model ready again: True" in failure or "sent no next response" in failure)
-
-
 def assert_left_nothing(round_: Dict[str, Any]) -> None:
     """No process once it exited; nothing of it in /dev/shm or /tmp after the next start's sweep;
     the matrix's entries at their baseline then; and a later start served."""
@@ -78,14 +63,15 @@ def assert_left_nothing(round_: Dict[str, Any]) -> None:
 def test_each_fault_as_an_ordinary_process(matrix: Dict[str, Any], fault: str) -> None:
     round_ = round_of(matrix, fault)
     failures = failures_but(round_, "zombie")
-    if failures and all(_stream_stall(f) for f in failures):
-        pytest.xfail(STREAM_STALL_REASON)
     assert failures == [], matrix["report"]
     assert_left_nothing(round_)
     code = round_["exit_code"]
     if fault == "kill_user":
         assert code == -9
-        assert round_["shm_end"], "a SIGKILLed user process cannot clean up: its entries wait for the sweep"
+        # A SIGKILLed user process cannot clean up: what it left waits for the next start's sweep
+        # (assert_left_nothing above checks that sweep). Usually its lease file and Triton's pool
+        # segments are left; in 2 of about 30 rounds nothing was (Triton's SIGTERM-ed shutdown had
+        # removed its pools and the lease was gone too), which is no fault of the user's.
     elif fault == "kill_server":
         assert code not in (0, None) and "crash reported" in round_["outcome"], round_["outcome"]
     elif fault in ("kill_stub", "segv_stub"):
@@ -138,6 +124,6 @@ def test_the_final_start_finds_everything_swept_and_the_run_fails_only_on_the_kn
     assert final["failures"] == [] and final["exit_code"] == 0, matrix["report"]
     assert final["matrix_shm"] == {} and final["procs_left"] == []
     known = ("zombie",)
-    unknown = [f for f in matrix["failures"] if not any(k in f for k in known) and not _stream_stall(f)]
+    unknown = [f for f in matrix["failures"] if not any(k in f for k in known)]
     assert unknown == [], matrix["report"]
     assert matrix["returncode"] == (1 if matrix["failures"] else 0)
