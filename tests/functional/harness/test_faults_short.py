@@ -70,8 +70,8 @@ def test_each_fault_as_an_ordinary_process(matrix: Dict[str, Any], fault: str) -
         assert code == -9
         # A SIGKILLed user process cannot clean up: what it left waits for the next start's sweep
         # (assert_left_nothing above checks that sweep). Usually its lease file and Triton's pool
-        # segments are left; in 2 of about 30 rounds nothing was (Triton's SIGTERM-ed shutdown had
-        # removed its pools and the lease was gone too), which is no fault of the user's.
+        # segments are left; in 2 of about 30 rounds nothing was (what removed the lease before the
+        # next start is not found yet), which leaves the user nothing to clean.
     elif fault == "kill_server":
         assert code not in (0, None) and "crash reported" in round_["outcome"], round_["outcome"]
     elif fault in ("kill_stub", "segv_stub"):
