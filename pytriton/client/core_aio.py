@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
@@ -43,7 +43,9 @@ from pytriton.client.core_stream_aio import AsyncResponseStream, AsyncStreamOpen
 from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
 from pytriton.client.model_config import ClientModelConfig, parse_model_config
 from pytriton.client.readiness import (
+    Probe,
     ProbeOutcome,
+    call_for,
     presence_from_error,
     readiness_steps,
     ready_names,
@@ -237,20 +239,7 @@ async def wait_until_server_ready_async(core: AsyncTritonCore, timeout_s: float)
     Raises:
         PyTritonClientTimeoutError: not live and ready within ``timeout_s``; says what was last seen.
     """
-    steps = server_steps(core.url, timeout_s)
-    outcome: ProbeOutcome = None
-    with contextlib.suppress(StopIteration):
-        while True:
-            probe = steps.send(outcome)
-            outcome = None
-            if probe.kind == "sleep":
-                await asyncio.sleep(probe.timeout_s)
-                continue
-            try:
-                check = core.is_server_live if probe.kind == "live" else core.is_server_ready
-                outcome = await check(timeout_s=probe.timeout_s)
-            except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:
-                outcome = exc
+    await drive_async(core, server_steps(core.url, timeout_s))
 
 
 async def wait_until_ready_async(
@@ -262,6 +251,12 @@ async def wait_until_ready_async(
         PyTritonClientTimeoutError: not ready within ``timeout_s``.
     """
     steps = readiness_steps(core.url, model_name, model_version, timeout_s, unknown_fails)
+    await drive_async(core, steps, model_name, model_version)
+
+
+async def drive_async(core: AsyncTritonCore, steps: Generator[Probe, ProbeOutcome, None], model_name: str = "",
+                      model_version: str = "") -> None:
+    """:func:`~pytriton.client.readiness.drive` for the asyncio core."""
     outcome: ProbeOutcome = None
     with contextlib.suppress(StopIteration):
         while True:
@@ -270,14 +265,8 @@ async def wait_until_ready_async(
             if probe.kind == "sleep":
                 await asyncio.sleep(probe.timeout_s)
                 continue
+            name, args = call_for(probe, model_name, model_version)
             try:
-                if probe.kind == "server":
-                    outcome = await core.is_server_ready(timeout_s=probe.timeout_s)
-                elif probe.kind == "presence":
-                    outcome = await core.model_presence(model_name, timeout_s=probe.timeout_s)
-                elif probe.kind == "served":
-                    outcome = await core.served_models(timeout_s=probe.timeout_s)
-                else:
-                    outcome = await core.is_model_ready(model_name, model_version, timeout_s=probe.timeout_s)
+                outcome = await getattr(core, name)(*args, timeout_s=probe.timeout_s)
             except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:
                 outcome = exc

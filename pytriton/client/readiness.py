@@ -185,20 +185,7 @@ def wait_until_server_ready(core: ReadinessCalls, timeout_s: float) -> None:
         PyTritonClientTimeoutError: not live and ready within ``timeout_s``; says what was last seen.
         PyTritonClientInferenceServerError: the server refused the check (a restricted health API).
     """
-    steps = server_steps(core.url, timeout_s)
-    outcome: ProbeOutcome = None
-    with contextlib.suppress(StopIteration):
-        while True:
-            probe = steps.send(outcome)
-            outcome = None
-            if probe.kind == "sleep":
-                time.sleep(probe.timeout_s)
-                continue
-            try:
-                check = core.is_server_live if probe.kind == "live" else core.is_server_ready
-                outcome = check(timeout_s=probe.timeout_s)
-            except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:  # not reachable yet
-                outcome = exc
+    drive(core, server_steps(core.url, timeout_s))
 
 
 def wait_until_ready(
@@ -215,7 +202,26 @@ def wait_until_ready(
     Raises:
         PyTritonClientTimeoutError: not ready within ``timeout_s``.
     """
-    steps = readiness_steps(core.url, model_name, model_version, timeout_s, unknown_fails)
+    drive(core, readiness_steps(core.url, model_name, model_version, timeout_s, unknown_fails), model_name,
+          model_version)
+
+
+def call_for(probe: Probe, model_name: str, model_version: str) -> tuple[str, tuple[Any, ...]]:
+    """The core's method name and arguments that answer `probe` (not a ``"sleep"``)."""
+    if probe.kind == "live":
+        return "is_server_live", ()
+    if probe.kind == "server":
+        return "is_server_ready", ()
+    if probe.kind == "presence":
+        return "model_presence", (model_name,)
+    if probe.kind == "served":
+        return "served_models", ()
+    return "is_model_ready", (model_name, model_version)
+
+
+def drive(core: ReadinessCalls, steps: Generator[Probe, ProbeOutcome, None], model_name: str = "",
+          model_version: str = "") -> None:
+    """Carry out `steps` through `core`, blocking; a server not reachable yet answers "not ready"."""
     outcome: ProbeOutcome = None
     with contextlib.suppress(StopIteration):
         while True:
@@ -224,14 +230,8 @@ def wait_until_ready(
             if probe.kind == "sleep":
                 time.sleep(probe.timeout_s)
                 continue
+            name, args = call_for(probe, model_name, model_version)
             try:
-                if probe.kind == "server":
-                    outcome = core.is_server_ready(timeout_s=probe.timeout_s)
-                elif probe.kind == "presence":
-                    outcome = core.model_presence(model_name, timeout_s=probe.timeout_s)
-                elif probe.kind == "served":
-                    outcome = core.served_models(timeout_s=probe.timeout_s)
-                else:
-                    outcome = core.is_model_ready(model_name, model_version, timeout_s=probe.timeout_s)
-            except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:
+                outcome = getattr(core, name)(*args, timeout_s=probe.timeout_s)
+            except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:  # not reachable yet
                 outcome = exc
