@@ -192,7 +192,7 @@ class AsyncioModelClientBase:
                 self._args.model_name, config=config_json, files=files, timeout_s=self._args.init_timeout_s
             )
         finally:
-            self._model_config = self._given_config
+            self._forget_config()
 
     async def unload_model(self) -> None:
         """Unload this client's model from the server; see :meth:`ModelClient.unload_model
@@ -206,7 +206,7 @@ class AsyncioModelClientBase:
         try:
             await self._core.unload_model(self._args.model_name)
         finally:
-            self._model_config = self._given_config
+            self._forget_config()
 
     async def wait_for_model(self, timeout_s: float | None = None) -> None:
         """Wait until the server and the model are ready.
@@ -249,6 +249,10 @@ class AsyncioModelClientBase:
     async def _read_config(self, timeout_s: float) -> ClientModelConfig:
         """The model's configuration as the server has it now (not the one kept)."""
         return await self._core.get_model_config(self._args.model_name, self._args.model_version, timeout_s=timeout_s)
+
+    def _forget_config(self) -> None:
+        # A configuration read from the server may have changed with the load; one the user gave stays.
+        self._model_config = self._given_config
 
     async def _initialized_config(self) -> ClientModelConfig:
         self._check_open()

@@ -64,45 +64,38 @@ class Lookout:
         self._notices: list[dict[str, Any]] = []
         self._looked = -math.inf
 
-    def due(self) -> bool:
-        """Whether the notices are old enough to read again."""
+    def check(self, request_id: str, read: Callable[[float], ClientModelConfig]) -> None:
+        """Read the notices if due (`read` fetches the configuration within a time limit) and
+        raise `PyTritonClientRequestLostError` when one names `request_id`."""
+        if self._due():
+            try:
+                self._take(read(LOOK_TIMEOUT_S))
+            except PyTritonClientError:
+                self._take(None)  # the model is away while it restarts: look again later
+        self._raise_if_lost(request_id)
+
+    async def check_async(self, request_id: str, read: Callable[[float], Awaitable[ClientModelConfig]]) -> None:
+        """`check` for the asyncio clients (`read` is awaited)."""
+        if self._due():
+            try:
+                self._take(await read(LOOK_TIMEOUT_S))
+            except PyTritonClientError:
+                self._take(None)
+        self._raise_if_lost(request_id)
+
+    def _due(self) -> bool:
         return time.monotonic() - self._looked >= LOOK_EVERY_S
 
-    def update(self, config: ClientModelConfig | None) -> None:
-        """Take the notices of a freshly read configuration (None: it could not be read)."""
+    def _take(self, config: ClientModelConfig | None) -> None:
+        """The notices of a freshly read configuration (None: it could not be read)."""
         self._looked = time.monotonic()
         if config is not None:
             self._notices = notices_of(config.backend_parameters)
 
-    def lost_error(self, request_id: str) -> PyTritonClientRequestLostError | None:
-        """The error for `request_id` when a notice names it."""
+    def _raise_if_lost(self, request_id: str) -> None:
         message = lost_message(self.model_name, request_id, self._notices)
-        return PyTritonClientRequestLostError(message) if message is not None else None
-
-    def check(self, request_id: str, read: Callable[[float], ClientModelConfig]) -> None:
-        """Read the notices if due (`read` fetches the configuration within a time limit) and
-        raise `PyTritonClientRequestLostError` when one names `request_id`."""
-        if self.due():
-            try:
-                config: ClientModelConfig | None = read(LOOK_TIMEOUT_S)
-            except PyTritonClientError:
-                config = None  # the model is away while it restarts: look again later
-            self.update(config)
-        error = self.lost_error(request_id)
-        if error is not None:
-            raise error
-
-    async def check_async(self, request_id: str, read: Callable[[float], Awaitable[ClientModelConfig]]) -> None:
-        """`check` for the asyncio clients (`read` is awaited)."""
-        if self.due():
-            try:
-                config: ClientModelConfig | None = await read(LOOK_TIMEOUT_S)
-            except PyTritonClientError:
-                config = None
-            self.update(config)
-        error = self.lost_error(request_id)
-        if error is not None:
-            raise error
+        if message is not None:
+            raise PyTritonClientRequestLostError(message)
 
 
 async def watched(call: Awaitable[_T], look: Callable[[], Awaitable[None]], timeout_s: float) -> _T:

@@ -188,8 +188,6 @@ class ServerControl:
                 answer = self._grpc().get_model_config(name, headers=self._grpc_headers, as_json=True,
                                                        client_timeout=timeout_s)
                 return dict(answer["config"])
-        except PyTritonServerError:
-            raise
         except Exception as exc:  # noqa: BLE001 - unreachable or refused: one error kind for the caller
             reason = str(exc)
         raise PyTritonServerError(f"tritonserver could not give model '{name}''s configuration: {reason}")

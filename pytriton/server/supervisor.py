@@ -255,16 +255,16 @@ class Supervisor:
         return True
 
     def _heal(self, model: str, views: List[InstanceView]) -> None:
-        statuses: Dict[int, Optional[int]] = {}
-        traced: Dict[int, bool] = {}
+        causes: Dict[int, str] = {}  # instance -> how its stub died, in words
         for view in views:
             if view.stub_pid is None:
                 continue
             trace = self._fault_traces(view.stub_pid) if self._fault_traces is not None else None
-            traced[view.instance] = trace is not None and os.path.exists(trace)
-            statuses[view.instance] = read_exit_status(view.stub_pid)
-            if statuses[view.instance] is None:
-                statuses[view.instance] = read_fault_trace(trace)
+            traced = trace is not None and os.path.exists(trace)
+            status = read_exit_status(view.stub_pid)
+            if status is None:
+                status = read_fault_trace(trace)
+            causes[view.instance] = describe_stub_death(status, traced)
             if trace is not None:
                 try:
                     os.unlink(trace)
@@ -279,13 +279,14 @@ class Supervisor:
         if budget is None:
             budget = self._budgets[model] = self._budget_for(model)
         what = ", ".join(
-            f"instance {model}_0_{instance} (stub pid {pid}) "
-            f"{describe_stub_death(statuses.get(instance), traced.get(instance, False))}"
+            f"instance {model}_0_{instance} (stub pid {pid}) {causes.get(instance, describe_stub_death(None, False))}"
             for instance, pid in sorted((v.instance, v.stub_pid) for v in views)
         )
-        reload_config = self._config_with_lost_requests(model, views, statuses, traced)
+        allowed = budget.allow(time.monotonic())
+        # Read before the unload: the configuration is gone while the model is away.
+        reload_config = self._config_with_lost_requests(model, views, causes) if allowed else None
         self._unload(model)  # at once: model and server readiness turn false while it is away
-        if not budget.allow(time.monotonic()):
+        if not allowed:
             message = (
                 f"Model '{model}': {what}; its instances died {budget.max_restarts + 1} times within "
                 f"{budget.window_s:.0f} s, more than its restart budget (ModelConfig(max_restarts="
@@ -316,8 +317,8 @@ class Supervisor:
         self._down.discard(model)
         logger.warning("Model '%s' serves again, %.1f s after its restart began", model, time.monotonic() - started)
 
-    def _config_with_lost_requests(self, model: str, views: List[InstanceView], statuses: Dict[int, Optional[int]],
-                                   traced: Dict[int, bool]) -> Optional[Dict[str, Any]]:
+    def _config_with_lost_requests(self, model: str, views: List[InstanceView],
+                                   causes: Dict[int, str]) -> Optional[Dict[str, Any]]:
         """The model's configuration with a notice of the requests its dead stubs left unanswered
         (`pytriton.ipc.lost`), to load it with; None when they left none (a plain reload)."""
         if self._inflight_ledgers is None:
@@ -333,8 +334,8 @@ class Supervisor:
             except OSError:
                 pass
             if ids:
-                cause = describe_stub_death(statuses.get(view.instance), traced.get(view.instance, False))
-                notices.append(lost.notice(f"{model}_0_{view.instance}", view.stub_pid, cause, time.time(), ids))
+                notices.append(lost.notice(f"{model}_0_{view.instance}", view.stub_pid, causes[view.instance],
+                                           time.time(), ids))
         if not notices:
             return None
         try:
