@@ -133,8 +133,8 @@ class BlockingLoop:
         now = time.monotonic()
         if now - self._last_message < IDLE_RELEASE_S:
             return
-        if self._arena is not None:
-            self._arena.release_if_idle(now)
+        if self._arena is not None and self._arena.capacity and not self._arena.release_if_idle(now):
+            return  # the last answer was written after the last message came: look again later
         self.reader.close()
         self._idle_released = True
 
