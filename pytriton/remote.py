@@ -38,13 +38,14 @@ from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
 from pytriton.repository.override import load_override
 from pytriton.server.control import ServerControl, wait_for
 from pytriton.server.distribution import find_distribution, proxy_import_paths
+from pytriton.server.launch import MODEL_LOAD_TIMEOUT_S
 from pytriton.server.workspace import SharedWorkspace, Workspace, remote_server_flags
 
 __all__ = ["RemoteTriton"]
 
 logger = logging.getLogger("pytriton.triton")
 
-MODEL_LOAD_TIMEOUT_S = 120.0
+
 UNLOAD_TIMEOUT_S = 60.0
 _REPOSITORY_CALL_TIMEOUT_S = 10.0
 _LOADED_STATES = ("READY", "LOADING", "UNLOADING")

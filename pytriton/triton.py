@@ -1,20 +1,14 @@
 """The `Triton` facade: bind callables, run or serve the real tritonserver, stop cleanly.
 
-Setup flow: `bind` turns the declaration into a model folder (``repository``) and starts one
-worker handler per callable (``worker``); `run` sweeps leftovers of dead servers, starts the
-tritonserver process (``server``) and returns once every bound model answers ready; `serve`
-blocks until SIGINT/SIGTERM or an unrecoverable model error; `stop` undoes everything.
-
-`RemoteTriton` (from ``pytriton.remote``, exported here too) binds callables the same way to a
-tritonserver that something else started.
+The setup flow (`bind` -> model folder and worker -> `run` -> tritonserver ready), step by
+step with the module of each, is in docs/architecture.md. `RemoteTriton` (from
+``pytriton.remote``, exported here too) binds callables the same way to a tritonserver that
+something else started.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
-import errno
-import functools
 import logging
 import os
 import pathlib
@@ -32,7 +26,6 @@ from pytriton.binding import (
     block_until_signal,
 )
 from pytriton.constants import DEFAULT_TRITON_STARTUP_TIMEOUT_S as STARTUP_TIMEOUT_S
-from pytriton.constants import METRICS_PERIOD_ENV
 from pytriton.exceptions import (
     PyTritonBadParameterError,
     PyTritonInvalidOperationError,
@@ -41,23 +34,27 @@ from pytriton.exceptions import (
     PyTritonServerError,
     PyTritonServerStartupError,
 )
-from pytriton.ipc import protocol
 from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
 from pytriton.remote import RemoteTriton
-from pytriton.server.argv import build_argv
-from pytriton.server.checks import enabled_endpoints, probe_port
 from pytriton.server.config import TritonConfig
 from pytriton.server.config_merge import merge
-from pytriton.server.control import GrpcTls, ServerControl, accepts_connections, wait_for
-from pytriton.server.distribution import (
-    ServerDistribution,
-    assemble_backends,
-    find_distribution,
-    proxy_import_paths,
-    server_environment,
+from pytriton.server.control import ServerControl, wait_for
+from pytriton.server.distribution import ServerDistribution, find_distribution, proxy_import_paths
+from pytriton.server.drain import stop_draining
+from pytriton.server.launch import (
+    MODEL_LOAD_TIMEOUT_S,
+    check_ports_free,
+    check_traces_go_somewhere,
+    configure_proxies,
+    launch,
+    load_watching_signals,
+    refuse_foreign_model,
+    start_supervisor,
+    startup_failure,
+    wait_endpoints_listening,
+    wait_models_ready,
+    writes_files_at_exit,
 )
-from pytriton.server.drain import drain_poll
-from pytriton.server.hangs import HangWatch
 from pytriton.server.lifecycle import (
     DefaultTritonLifecyclePolicy,
     TritonLifecyclePolicy,
@@ -72,14 +69,12 @@ from pytriton.server.security import (
     TRITON_ACCESS_HEADER,
     VALID_TRITON_ENDPOINTS,
     TritonSecurityConfig,
-    check_unguarded_endpoints,
     resolve_access_token,
-    restricted_config,
+    server_security,
 )
-from pytriton.server.supervisor import InstanceView, RestartBudget, Supervisor, reap_adopted
+from pytriton.server.supervisor import Supervisor, reap_adopted
 from pytriton.server.vertex_ai import check_vertex_ai_models
-from pytriton.server.workspace import Workspace, kill_server_processes, sweep_stale
-from pytriton.worker.tracing import export_settings
+from pytriton.server.workspace import Workspace, sweep_stale
 from pytriton.worker.tracing import shutdown as shutdown_tracing
 
 __all__ = [
@@ -96,9 +91,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("pytriton.triton")
-
-MODEL_LOAD_TIMEOUT_S = 120.0
-_TRITON_DEFAULT_EXIT_TIMEOUT_S = 30
 
 
 class Triton:
@@ -128,25 +120,12 @@ class Triton:
     ) -> None:
         self._config = merge(config, os.environ)
         self._policy = choose_policy(triton_lifecycle_policy, self._config.allow_vertex_ai)
-        security = security_config if security_config is not None else TritonSecurityConfig()
-        if not isinstance(security, TritonSecurityConfig):
-            raise PyTritonBadParameterError(
-                f"security_config={security_config!r} is invalid: expected a TritonSecurityConfig or None"
-            )
-        self._security = security
-        check_unguarded_endpoints(self._config, security)
-        self._access_token = resolve_access_token(security)
+        self._security = server_security(self._config, security_config)
+        self._access_token = resolve_access_token(self._security)
         self._workspace_path = pathlib.Path(workspace) if workspace is not None else None
         self._workspace: Optional[Workspace] = None
         self._bindings = ModelBindings("Triton", self._on_unrecoverable)
-        if self._config.allow_metrics is False:  # no /metrics port: the proxies export nothing
-            self._bindings.model_parameters[protocol.PARAM_METRICS] = "0"
-        if period := os.environ.get(METRICS_PERIOD_ENV):
-            self._bindings.model_parameters[protocol.PARAM_METRICS_PERIOD_S] = period
-        self._tracing = export_settings(self._config.trace_config)
-        if self._tracing is not None:  # Triton traces with OpenTelemetry: pytriton continues the traces
-            self._bindings.tracing = self._tracing
-            self._bindings.model_parameters[protocol.PARAM_TRACING] = "1"
+        self._tracing = configure_proxies(self._bindings, self._config, os.environ)
         self._process: Optional[ServerProcess] = None
         self._control: Optional[ServerControl] = None
         self._lock = threading.RLock()
@@ -235,13 +214,8 @@ class Triton:
             declaration = self._bindings.declare(
                 model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config
             )
-            if declaration.trace_settings is not None and not self._has_trace_file() and self._tracing is None:
-                raise PyTritonBadParameterError(
-                    f"trace_config of model '{model_name}' needs the server to write traces to a file, "
-                    "Triton(config=TritonConfig(trace_config=['triton,file=/path/trace.json'])), or to trace with "
-                    "OpenTelemetry, TritonConfig(trace_config=['mode=opentelemetry', "
-                    "'opentelemetry,url=http://collector:4318/v1/traces'])"
-                )
+            if declaration.trace_settings is not None:
+                check_traces_go_somewhere(model_name, self._config)
             self._add(declaration)
 
     def bind_ensemble(
@@ -290,7 +264,8 @@ class Triton:
         workspace = self._ensure_workspace()
         running = self._process is not None and self._control is not None
         if running:
-            self._refuse_foreign_model(model_name)
+            assert self._control is not None
+            refuse_foreign_model(self._control, model_name)
         if self._gate is not None:
             self._gate.hold()  # a bind before it opened: the server stays not ready through this one too
         self._bindings.start(
@@ -307,45 +282,22 @@ class Triton:
                 if self._gate is not None:  # loaded or failed, this bind is over
                     self._gate.open_soon()  # unless another bind follows at once
 
-    def _refuse_foreign_model(self, model_name: str) -> None:
-        """A model another process sent to this server (not in its repository) would be replaced."""
-        assert self._control is not None
-        if self._control.is_model_ready(model_name, None):
-            raise PyTritonInvalidOperationError(
-                f"model '{model_name}' is already served by this Triton's server, sent by another process "
-                "(RemoteTriton); a model name is served by one process at a time: choose another model name"
-            )
-
     def _load_bound(self, model_name: str) -> None:
         """Load a model bound while the server runs; on failure, unbind it and say why.
 
-        Triton's load call blocks until the model is loaded (warm-up included), so it runs in a
-        thread while the calling one (the main thread) watches for SIGINT/SIGTERM, as `run()`
-        does: a signal stops the server at once instead of waiting for a slow load.
+        The load runs on a thread while the calling one (the main thread) watches for SIGINT and
+        SIGTERM, as `run()` does: a signal stops the server at once instead of waiting for a slow load.
         """
         assert self._control is not None and self._workspace is not None
         control = self._control
         warn_if_shm_small([c for c in self._bindings.contexts() if c.model_name == model_name])
-        failure: List[BaseException] = []
-        done = threading.Event()
-
-        def load() -> None:
-            try:
-                control.load_model(model_name, MODEL_LOAD_TIMEOUT_S)
-            except BaseException as exc:  # noqa: BLE001 (handed to the binding thread)
-                failure.append(exc)
-            finally:
-                done.set()
-
         watch_signals = not self._in_serve and threading.current_thread() is threading.main_thread()
-        with SignalWatch(done) if watch_signals else contextlib.nullcontext() as signals:
-            threading.Thread(target=load, name=f"pytriton-load-{model_name}", daemon=True).start()
-            done.wait()
-        if signals is not None and signals.first is not None:
-            self._stop_for_signal(signals.first, f"loading model '{model_name}'")
+        signum, failure = load_watching_signals(control, model_name, watch_signals)
+        if signum is not None:
+            self._stop_for_signal(signum, f"loading model '{model_name}'")
         try:
-            if failure:
-                raise failure[0]
+            if failure is not None:
+                raise failure
             self._wait_models_ready([model_name], time.monotonic() + MODEL_LOAD_TIMEOUT_S)
         except BaseException:
             self._bindings.discard(model_name, self._workspace.model_repository)
@@ -409,63 +361,31 @@ class Triton:
             config = self._config
             config.warn_if_verbose(logger)
             check_vertex_ai_models(config, self._bindings.names())
-            self._check_ports_free(config)
+            check_ports_free(config)
             distribution = self._distribution()
-            argv = build_argv(
-                restricted_config(config, self._security, self._access_token),
-                binary=distribution.binary,
-                model_repository=workspace.model_repository,
-                backend_directory=assemble_backends(distribution, workspace.backends),
-                cache_directory=distribution.caches,
-                shm_region_prefix=f"{workspace.shm_prefix}-tpb",
-            )
             warn_if_shm_small(self._bindings.contexts())
-            workspace.hold_lease()  # before the server and its stubs create any segment
-            secrets = [self._access_token] if self._access_token else []
-            process = ServerProcess(argv, server_environment(distribution), secrets=secrets)
-            self._control = ServerControl(
-                http_address=config.http_address,
-                http_port=config.effective_http_port if config.allow_http is not False else None,
-                grpc_address=config.grpc_address,
-                grpc_port=config.effective_grpc_port,
-                access_token=self._access_token,
-                grpc_tls=_grpc_tls(config),
-            )
-            self._process = process
-            process.start()
+            process, control = launch(config, self._security, self._access_token, workspace, distribution)
+            self._process, self._control = process, control
             deadline = time.monotonic() + STARTUP_TIMEOUT_S
-            control = self._control
             started: Callable[[], bool] = lambda: control.is_ready()  # noqa: E731
             if not self._bindings.names():  # started on entering `with`: not ready until models are bound
-                self._gate = ReadinessGate(self._control, workspace.sockets / "readiness-gate.open",
+                self._gate = ReadinessGate(control, workspace.sockets / "readiness-gate.open",
                                            proxy_import_paths(distribution))
                 self._gate.close(deadline, process.is_running)
                 started = self._gate.holding
+            interrupted = self._start_interrupted
             try:
-                if not wait_for(started, deadline, self._starting(process)):
-                    if self._start_interrupted():
+                if not wait_for(started, deadline, lambda: process.is_running() and not interrupted()):
+                    if interrupted():
                         return  # serve() saw a signal: it stops what was started
-                    raise PyTritonServerStartupError(self._startup_failure(process))
-                self._wait_models_ready(self._bindings.names(), deadline)
-                self._wait_endpoints_listening(config, deadline)
+                    raise PyTritonServerStartupError(startup_failure(process))
+                if self._wait_models_ready(self._bindings.names(), deadline):
+                    wait_endpoints_listening(config, process, deadline, interrupted)
             except BaseException:
                 self.stop()
                 raise
-            self._supervisor = Supervisor(
-                process=process,
-                control=self._control,
-                instances=self._instance_views,
-                budget_for=self._restart_budget,
-                forget_instance=self._bindings.forget_stub,
-                after_reload=lambda _model: workspace.restrict_segments(),
-                on_fatal=self._on_fatal,
-                server_id=workspace.server_id,
-                tidy=workspace.restrict_segments,
-                fault_traces=lambda pid: protocol.fault_trace_path(str(workspace.sockets), pid),
-                inflight_ledgers=lambda pid: protocol.inflight_ledger_path(str(workspace.sockets), pid),
-                hang_check=HangWatch(self._bindings.hung, self._hurry.set, self._on_fatal).check,
-            )
-            self._supervisor.start()
+            self._supervisor = start_supervisor(process, control, workspace, self._bindings,
+                                                on_fatal=self._on_fatal, hurry=self._hurry)
             logger.info("Triton Inference Server is ready (pid %s)", process.pid)
 
     def connect(self) -> None:
@@ -476,13 +396,6 @@ class Triton:
         """True from a completed start (`run()`, or entering ``with``) until `stop()` or a crash."""
         return self._supervisor is not None and self.is_alive()
 
-    def _instance_views(self) -> List[InstanceView]:
-        return [InstanceView(*entry) for entry in self._bindings.instances()]
-
-    def _restart_budget(self, model_name: str) -> RestartBudget:
-        config = self._bindings.config(model_name)
-        return RestartBudget(config.max_restarts, config.restart_window_s)
-
     def _raise_if_failed(self) -> None:
         """The next call after the server died (or gave a model up) says so, instead of a vaguer error."""
         if self._fatal is None and self._supervisor is not None and not self._stopped:
@@ -490,73 +403,16 @@ class Triton:
         if self._fatal is not None:
             raise self._fatal
 
-    def _starting(self, process: ServerProcess) -> Callable[[], bool]:
-        """Whether a start may go on waiting: the server runs and no signal asked to stop."""
-        return lambda: process.is_running() and not self._start_interrupted()
-
-    def _startup_failure(self, process: ServerProcess) -> str:
-        if process.is_running():
-            reason = f"it did not become ready within {STARTUP_TIMEOUT_S:.0f} s"
-        else:
-            reason = f"it exited with code {process.returncode}"
-        return f"tritonserver failed to start: {reason}.\n{process.report()}"
-
-    def _has_trace_file(self) -> bool:
-        return any("file=" in item for item in (self._config.trace_config or ()))
-
-    def _writes_files_at_exit(self) -> bool:
-        """Whether Triton writes a trace file, flushes a log file or exports the OpenTelemetry spans
-        it still holds at the end of its own shutdown (which a drain must then let it reach)."""
-        return bool(self._config.log_file) or self._has_trace_file() or self._tracing is not None
-
-    def _wait_models_ready(self, names: Sequence[str], deadline: float) -> None:
-        """Wait until the models serve, then make their new shared-memory segments private.
-
-        The Python backend creates its regions (0644 whatever the umask) while loading a model,
-        so once the models are ready is when they all exist.
-        """
+    def _wait_models_ready(self, names: Sequence[str], deadline: float) -> bool:
+        """Wait until the models serve (False: a signal came first), then make their new
+        shared-memory segments private: the Python backend creates its regions (0644 whatever
+        the umask) while loading a model, so once the models are ready is when they all exist."""
         assert self._process is not None and self._control is not None and self._workspace is not None
-        control = self._control
-        for name in names:
-            version = self._bindings.version(name)
-            ready = wait_for(functools.partial(control.is_model_ready, name, version), deadline,
-                             self._starting(self._process))
-            if not ready and self._start_interrupted():
-                return
-            if not ready:
-                raise PyTritonServerError(
-                    f"model '{name}' version {version} did not become ready.\n{self._process.report()}"
-                )
-            settings = self._bindings.trace_settings(name)
-            if settings is not None:
-                control.set_model_trace(name, settings, MODEL_LOAD_TIMEOUT_S)
+        models = [(name, self._bindings.version(name), self._bindings.trace_settings(name)) for name in names]
+        if not wait_models_ready(self._control, self._process, models, deadline, self._start_interrupted):
+            return False
         self._workspace.restrict_segments()
-
-    def _wait_endpoints_listening(self, config: TritonConfig, deadline: float) -> None:
-        """Return from a start only once every enabled endpoint accepts connections (metrics come last)."""
-        assert self._process is not None
-        for field, address, port in enabled_endpoints(config):
-            listening = wait_for(functools.partial(accepts_connections, address, port), deadline,
-                                 self._starting(self._process))
-            if not listening and self._start_interrupted():
-                return
-            if not listening:
-                raise PyTritonServerStartupError(
-                    f"tritonserver is ready but its {field} {port} does not accept connections.\n"
-                    f"{self._process.report()}"
-                )
-
-    @staticmethod
-    def _check_ports_free(config: TritonConfig) -> None:
-        for field, address, port in enabled_endpoints(config):
-            error = probe_port(address, port)
-            if error == errno.EADDRINUSE:
-                raise PyTritonServerStartupError(
-                    f"port {port} ({field}) is already in use on {address or 'this host'}; stop what uses it "
-                    f"or choose another port with TritonConfig({field}=...)"
-                )
-            if error is not None:
-                raise OSError(error, os.strerror(error), f"{address or '0.0.0.0'}:{port}")
+        return True
 
     def serve(self, monitoring_period_s: float = 1.0) -> None:
         """Run the server and block until SIGINT or SIGTERM, or until it stops by itself.
@@ -627,18 +483,9 @@ class Triton:
             if self._gate is not None:
                 self._gate.open()  # Triton's shutdown would wait for a model still loading
             if self._process is not None:
-                exit_timeout = self._config.exit_timeout_secs
-                exit_timeout = exit_timeout if exit_timeout is not None else _TRITON_DEFAULT_EXIT_TIMEOUT_S
-                workspace, pid = self._workspace, self._process.pid
-                self._process.stop(
-                    timeout_s=exit_timeout + 15, poll=drain_poll(
-                        exit_timeout, process=self._process, supervisor=self._supervisor, bindings=self._bindings,
-                        hurry=self._hurry, writes_files=self._writes_files_at_exit()),
-                    after_exit=(lambda: kill_server_processes({workspace.server_id}, exclude=pid))
-                    if workspace is not None else None,
-                )
-                self._bindings.end_streams()
-                reap_adopted()
+                stop_draining(self._process, self._config.exit_timeout_secs, supervisor=self._supervisor,
+                              bindings=self._bindings, hurry=self._hurry, workspace=self._workspace,
+                              writes_files=writes_files_at_exit(self._config))
             if self._control is not None:
                 self._control.close()
             self._bindings.stop_handlers()
@@ -651,12 +498,3 @@ class Triton:
             logger.debug("Triton stopped")
             return self._process is not None
 
-
-def _grpc_tls(config: TritonConfig) -> Optional[GrpcTls]:
-    """How the library's own calls reach the gRPC endpoint when it uses TLS (None: plain)."""
-    if not (config.grpc_use_ssl or config.grpc_use_ssl_mutual):  # --grpc-use-ssl-mutual implies TLS
-        return None
-    paths = {name: None if value is None else str(value) for name, value in (
-        ("server_cert", config.grpc_server_cert), ("server_key", config.grpc_server_key),
-        ("root_cert", config.grpc_root_cert))}
-    return GrpcTls.for_server(mutual=bool(config.grpc_use_ssl_mutual), **paths)

@@ -15,10 +15,13 @@ from typing import Callable, List, Optional
 
 from pytriton.binding import ModelBindings
 from pytriton.server.process import ServerProcess
-from pytriton.server.supervisor import Supervisor
+from pytriton.server.supervisor import Supervisor, reap_adopted
+from pytriton.server.workspace import Workspace, kill_server_processes
 
 logger = logging.getLogger("pytriton.triton")
 
+DEFAULT_EXIT_TIMEOUT_S = 30
+"""Triton's own exit timeout when ``TritonConfig.exit_timeout_secs`` leaves it unset."""
 _RELAYED_SETTLE_S = 0.2
 """How long the workers of relayed models stay idle before a stop ends tritonserver itself."""
 _CONNECTIONS_SETTLE_S = 0.5
@@ -75,3 +78,22 @@ def drain_poll(exit_timeout: float, *, process: Optional[ServerProcess], supervi
     return poll
 
 
+
+
+def stop_draining(process: ServerProcess, exit_timeout_secs: Optional[int], *, supervisor: Optional[Supervisor],
+                  bindings: ModelBindings, hurry: threading.Event, writes_files: bool,
+                  workspace: Optional[Workspace]) -> None:
+    """Stop tritonserver the way `Triton.stop` does: drain (see `drain_poll`), kill it if it
+    outlives its exit timeout by 15 s, kill the stubs of this server it left, end the streams
+    the workers still hold, and reap what ended."""
+    exit_timeout = exit_timeout_secs if exit_timeout_secs is not None else DEFAULT_EXIT_TIMEOUT_S
+    pid = process.pid
+    process.stop(
+        timeout_s=exit_timeout + 15,
+        poll=drain_poll(exit_timeout, process=process, supervisor=supervisor, bindings=bindings, hurry=hurry,
+                        writes_files=writes_files),
+        after_exit=(lambda: kill_server_processes({workspace.server_id}, exclude=pid))
+        if workspace is not None else None,
+    )
+    bindings.end_streams()
+    reap_adopted()

@@ -170,6 +170,22 @@ def resolve_access_token(security: TritonSecurityConfig) -> Optional[str]:
     return security.access_token
 
 
+def server_security(config: TritonConfig, security_config: object) -> TritonSecurityConfig:
+    """The security of a server started with `config`: `security_config`, or the default one.
+
+    Raises:
+        PyTritonBadParameterError: `security_config` is neither a `TritonSecurityConfig` nor None,
+            or it leaves endpoints open that `config` turns on (`check_unguarded_endpoints`).
+    """
+    security = security_config if security_config is not None else TritonSecurityConfig()
+    if not isinstance(security, TritonSecurityConfig):
+        raise PyTritonBadParameterError(
+            f"security_config={security_config!r} is invalid: expected a TritonSecurityConfig or None"
+        )
+    check_unguarded_endpoints(config, security)
+    return security
+
+
 def claimed_apis(items: Optional[Sequence[str]]) -> Tuple[str, ...]:
     """The API names restricted by `"<api>[,<api>...]:<header>=<value>"` items, in order."""
     apis: list[str] = []
