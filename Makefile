@@ -13,7 +13,7 @@ ifeq ($(filter 1 true yes on,$(PYTRITON_SKIP_SERVER_FETCH)),)
 INSTALL_INPUTS += $(SERVER_TREE)/VERSION
 endif
 
-.PHONY: install test demo lint clean docs
+.PHONY: install generate test demo lint clean docs
 
 install: $(STAMP)
 
@@ -29,22 +29,28 @@ $(STAMP): $(INSTALL_INPUTS)
 # editable install fetches the tree again.
 $(SERVER_TREE)/VERSION:
 
+# The blocking clients (pytriton/client/client.py, waits.py) are generated from the asyncio ones
+# and never committed: written again (when they differ) before anything runs, so an edited
+# asyncio client never runs beside a stale twin. Standard library only.
+generate:
+	$(PYTHON) build_backend/unasync.py
+
 # pytest exits 5 when no test ran; make fails on it like on any non-zero status.
-test: install
+test: install generate
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
-demo: install
+demo: install generate
 	$(VPY) examples/demo.py
 
 # The API reference, generated from the docstrings (tests/docs/test_api_reference.py builds it
 # too and checks its links): open build/api/index.html.
 API_MODULES := pytriton.triton pytriton.remote pytriton.model_config pytriton.decorators pytriton.client \
 	pytriton.exceptions
-docs: install
+docs: install generate
 	$(VPY) -m pdoc --docformat google -o build/api $(API_MODULES)
 	@echo "API reference: build/api/index.html"
 
-lint: install
+lint: install generate
 	$(VPY) -m ruff check .
 	$(VPY) -m mypy pytriton
 

@@ -1,8 +1,9 @@
 """PEP 517 build backend: setuptools, plus the Triton server tree the package bundles.
 
 This is the step before every flow of the package: it puts the real ``tritonserver`` binary
-where ``pytriton.server`` looks for it. Before ``build_wheel`` and ``build_editable`` it makes
-sure ``pytriton/tritonserver/`` exists in the source tree, laid out as::
+where ``pytriton.server`` looks for it. Before ``build_wheel`` and ``build_editable`` it writes
+the blocking clients from the asyncio ones (``build_backend/unasync.py``; before ``build_sdist``
+too) and makes sure ``pytriton/tritonserver/`` exists in the source tree, laid out as::
 
     pytriton/tritonserver/
       bin/tritonserver
@@ -41,7 +42,6 @@ from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 from setuptools import build_meta as _setuptools
 from setuptools.build_meta import (  # noqa: F401  (hooks passed through unchanged)
-    build_sdist,
     get_requires_for_build_editable,
     get_requires_for_build_sdist,
     get_requires_for_build_wheel,
@@ -50,6 +50,7 @@ from setuptools.build_meta import (  # noqa: F401  (hooks passed through unchang
 )
 from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
 from stub_numpy import ensure_stub_numpy, sha256_of
+from unasync import write as write_blocking_clients
 
 SOURCE_DISTRIBUTION = "nvidia-pytriton"
 SOURCE_VERSION = "0.7.0"
@@ -281,6 +282,7 @@ def build_wheel(
     metadata_directory: Optional[str] = None,
 ) -> str:
     ensure_server_tree()
+    write_blocking_clients()
     name: str = _setuptools.build_wheel(wheel_directory, config_settings, metadata_directory)
     return name
 
@@ -291,5 +293,13 @@ def build_editable(
     metadata_directory: Optional[str] = None,
 ) -> str:
     ensure_server_tree()
+    write_blocking_clients()
     name: str = _setuptools.build_editable(wheel_directory, config_settings, metadata_directory)
+    return name
+
+
+def build_sdist(sdist_directory: str, config_settings: ConfigSettings = None) -> str:
+    # The blocking clients go in generated: a wheel built from the sdist writes them again anyway.
+    write_blocking_clients()
+    name: str = _setuptools.build_sdist(sdist_directory, config_settings)
     return name

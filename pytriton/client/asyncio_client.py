@@ -1,18 +1,41 @@
-"""The asyncio client of models served by Triton.
+# unasync: sync-only
+# """The synchronous client of models served by Triton.
+#
+# The first step of a request. :class:`ModelClient` owns one :class:`~pytriton.client.core.TritonCore`
+# (one ``tritonclient`` client) and adds what users need on top of it: lazy waiting for the
+# server and model, positional or named inputs, and the batch axis for ``infer_sample`` (the
+# last two as pure functions of ``pytriton.client.codec``). ``FuturesModelClient``
+# (``pytriton.client.futures``) runs one ``ModelClient`` per worker thread.
+#
+# :class:`ModelClientBase` holds what the one-response and the streaming client
+# (``pytriton.client.streaming``) share: arguments, core, readiness wait and model configuration;
+# each refuses the kind of model it cannot serve when the configuration is read.
+#
+# This module is generated from the asyncio client, ``pytriton.client.asyncio_client``, by
+# ``build_backend/unasync.py``: the two are written once.
+# """
+# unasync: end
+# unasync: async-only
+"""The asyncio client of models served by Triton, and the source of the blocking client.
 
-The client step of a request, for code that runs in an event loop. :class:`AsyncioModelClient`
-is :class:`~pytriton.client.client.ModelClient` with ``await``: the same arguments (checked by
-``pytriton.client._args``), the same input mapping and batch axis handling (pure functions of
-``pytriton.client.codec``), the same errors (translated by ``pytriton.client._errors``), over
-:class:`~pytriton.client.core_aio.AsyncTritonCore` instead of the blocking core.
+The first step of a request, for code that runs in an event loop. :class:`AsyncioModelClient`
+owns one :class:`~pytriton.client.core_aio.AsyncTritonCore` and adds what users need on top of
+it: lazy waiting for the server and model, positional or named inputs, and the batch axis for
+``infer_sample`` (the last two as pure functions of ``pytriton.client.codec``); arguments are
+checked by ``pytriton.client._args``, errors translated by ``pytriton.client._errors``.
+
+The blocking ``pytriton.client.client`` (``ModelClient``) is generated from this module by
+``build_backend/unasync.py`` (``async``/``await`` dropped, names mapped, and the few lines
+that differ by design marked ``# unasync:``), so the two clients cannot drift apart.
 """
+# unasync: end
 
 from __future__ import annotations
 
-import asyncio
+import asyncio  # unasync: import threading
 import functools
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping  # unasync: from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -30,22 +53,25 @@ from pytriton.client._args import (
     timeout_arg,
 )
 from pytriton.client.codec import batch_request, concat_batches, sample_request, sample_response, split_batch
-from pytriton.client.core_aio import (
-    AsyncTritonCore,
-    new_aio_client,
-    wait_until_ready_async,
-    wait_until_server_ready_async,
-)
+from pytriton.client.core_aio import AsyncTritonCore, create_async_core  # unasync: drop
+from pytriton.client.core_aio import create_aio_client_from_url as _create_client_from_url  # unasync: drop
+
+# unasync: sync-only
+# from pytriton.client.core import TritonCore, create_core
+# from pytriton.client.utils import TritonSyncClient
+# from pytriton.client.utils import create_client_from_url as _create_client_from_url
+# unasync: end
 from pytriton.client.exceptions import PyTritonClientClosedError
-from pytriton.client.lost import Lookout, RequestIds, is_relayed, watched
+from pytriton.client.lost import Lookout, RequestIds, is_relayed
 from pytriton.client.model_config import ClientModelConfig, check_decoupled
-from pytriton.client.url import parse_url
+from pytriton.client.waits_aio import wait_until_ready_async, wait_until_server_ready_async
 
 _Client = TypeVar("_Client", bound="AsyncioModelClientBase")
+_TritonClient = Any  # unasync: _TritonClient = TritonSyncClient
 
 
 class AsyncioModelClientBase:
-    """What every asyncio client of one model shares; see :class:`AsyncioModelClient`.
+    """What every client of one model shares; see :class:`AsyncioModelClient`.
 
     Subclasses set :attr:`streaming`: whether they serve decoupled models (and only those).
     """
@@ -66,23 +92,32 @@ class AsyncioModelClientBase:
         ensure_model_is_ready: bool = True,
         access_token: str | None = None,
     ) -> None:
-        """Create a client; nothing touches the network here (a constructor cannot await).
+        """Create a client; with ``lazy_init`` nothing touches the network until the first request.
 
         Args:
-            url: as for :class:`~pytriton.client.client.ModelClient`.
+            url: ``host``, ``host:port``, ``http://host[:port]`` or ``grpc://host[:port]``;
+                without a scheme HTTP is used, without a port 8000 (HTTP) or 8001 (gRPC).
             model_name: the model's name on the server.
             model_version: a version number, or ``None`` for the server's choice.
-            lazy_init: when False, ``async with`` waits for the server and model (and reads the
-                model configuration) on entry, so a missing server fails there.
-            init_timeout_s: the longest to wait for the server and model (default 300 s).
+            lazy_init: when False, wait for the server and model (and read the model
+                configuration) at once, so a missing server fails there: in the constructor of
+                a blocking client; for an asyncio client, when its context is entered (a
+                constructor cannot await).
+            init_timeout_s: the longest to wait for the server and model to be ready
+                (default 300 s).
             inference_timeout_s: the longest to wait for an inference answer (default 60 s).
             model_config: the model's configuration if already known; it is then not fetched.
-            ensure_model_is_ready: wait for the server and model before the first request.
-            access_token: as for :class:`~pytriton.client.client.ModelClient`.
+            ensure_model_is_ready: wait for the server and model to be ready before the first
+                request; when False, the first request goes out at once.
+            access_token: for a server that restricts its APIs: sent with every call as header
+                ``triton-access-token`` (HTTP) or ``triton-grpc-protocol-triton-access-token`` (gRPC).
 
         Raises:
             PyTritonClientInvalidUrlError: the URL is not understood.
             PyTritonClientValueError: another argument is wrong.
+            PyTritonClientTimeoutError: ``lazy_init=False`` and not ready within ``init_timeout_s``.
+            PyTritonClientDecoupledMismatchError: ``lazy_init=False`` and the model is decoupled
+                (for a one-response client) or not (for a streaming client).
         """
         self._args = client_args(
             url,
@@ -93,22 +128,36 @@ class AsyncioModelClientBase:
             model_config=model_config,
             access_token=access_token,
         )
-        self._lazy_init = lazy_init
+        self._lazy_init = lazy_init  # unasync: drop
         self._model_config = model_config
         self._given_config = model_config  # kept across a load_model, which drops one read from the server
         self._ready_checked = not ensure_model_is_ready
-        self._init_lock: asyncio.Lock | None = None  # made in the loop: before 3.10 a Lock binds one
+        # unasync: async-only
+        # The asyncio lock is made in the loop: before Python 3.10 a Lock binds the loop it is made in.
+        # unasync: end
+        self._init_lock: asyncio.Lock | None = None  # unasync: self._init_lock = threading.Lock()
         self._request_ids = RequestIds()
         self._lookout = Lookout(model_name)
         self._closed = False
-        self._core = AsyncTritonCore(self._args.url, self._args.inference_timeout_s, self._args.access_token)
+        self._core: AsyncTritonCore = create_async_core(
+            self._args.url, self._args.inference_timeout_s, self._args.access_token
+        )
+        # unasync: sync-only
+        # if not lazy_init:
+        #     try:
+        #         self._initialized_config()
+        #     except BaseException:
+        #         self.close()
+        #         raise
+        # unasync: end
 
     @classmethod
     def from_existing_client(cls: type[_Client], existing_client: Any) -> _Client:
         """A new client of this class for the model of ``existing_client``, without a second wait.
 
-        The same address, model, version, timeouts and access token; a configuration the
-        existing client already read is taken over (see ``ModelClient.from_existing_client``).
+        For one client per thread or task: the new client has the same address, model,
+        version, timeouts and access token, and takes over the configuration the existing one
+        already read, so its first request goes out at once. Each client has its own connection.
 
         Args:
             existing_client: any client of this package (sync, asyncio or futures).
@@ -118,47 +167,49 @@ class AsyncioModelClientBase:
         """
         return cls(**clone_kwargs(existing_client))
 
+    @property
+    def model_config(self) -> Awaitable[ClientModelConfig]:  # unasync: def model_config(self) -> ClientModelConfig:
+        """The model's configuration; the first access waits for the server and model if needed.
+
+        An asyncio client's is a coroutine, to await.
+
+        Raises:
+            PyTritonClientDecoupledMismatchError: the model is decoupled and this client is not a
+                streaming one, or the other way round.
+        """
+        return self._initialized_config()
+
+    @property
+    def is_batching_supported(self) -> Awaitable[bool]:  # unasync: def is_batching_supported(self) -> bool:
+        """Whether the model batches (``max_batch_size > 0``); waits for the configuration as `model_config` does."""
+        return self._batching_supported()
+
+    async def _batching_supported(self) -> bool:
+        return (await self._initialized_config()).max_batch_size > 0
+
     def get_lib(self) -> ModuleType:
-        """The ``tritonclient`` module of this protocol's asyncio client: ``tritonclient.grpc.aio`` or ``.http.aio``."""
+        """The ``tritonclient`` module of this client's protocol: ``tritonclient.grpc`` or
+        ``tritonclient.http`` (for an asyncio client, their ``aio`` submodule)."""
         module: ModuleType = tritonclient.grpc.aio if self._args.url.scheme == "grpc" else tritonclient.http.aio
         return module
 
-    def create_client_from_url(self, url: str, network_timeout_s: float | None = None) -> Any:
-        """A new ``tritonclient`` asyncio client for ``url``, for calls this client does not offer.
+    def create_client_from_url(self, url: str, network_timeout_s: float | None = None) -> _TritonClient:
+        """A new ``tritonclient`` client for ``url``, for calls this client does not offer; the caller closes it.
 
-        Call it inside the event loop that will use the client (its HTTP session belongs to
-        that loop); the caller closes it (``await client.close()``).
+        An asyncio client gives an ``aio`` client: create it inside the event loop that will use
+        it (its HTTP session belongs to that loop), and close it there (``close()`` is a coroutine).
 
         Args:
             url: an address in any form the clients take; its scheme picks the protocol.
-            network_timeout_s: the HTTP session's connection and request limit; ``None`` means
-                this client's ``inference_timeout_s`` (gRPC ``aio`` calls take their limits per call).
-
-        Returns:
-            A ``tritonclient.http.aio`` or ``tritonclient.grpc.aio`` ``InferenceServerClient``.
+            network_timeout_s: the longest one call may take (for HTTP, the connection and network
+                timeouts); ``None`` means this client's ``inference_timeout_s``.
 
         Raises:
             PyTritonClientInvalidUrlError: ``url`` is not understood.
             PyTritonClientValueError: ``network_timeout_s`` is not a positive number.
         """
         timeout_s = timeout_arg("network_timeout_s", network_timeout_s, self._args.inference_timeout_s)
-        return new_aio_client(parse_url(url), timeout_s)
-
-    @property
-    def model_config(self) -> Awaitable[ClientModelConfig]:
-        """The model's configuration, to be awaited (``await client.model_config``).
-
-        The first await waits for the server and model if needed; later ones return at once.
-        """
-        return self._initialized_config()
-
-    @property
-    def is_batching_supported(self) -> Awaitable[bool]:
-        """Whether the model batches (``max_batch_size`` > 0), to be awaited, as `model_config` is."""
-        return self._batching_supported()
-
-    async def _batching_supported(self) -> bool:
-        return (await self._initialized_config()).max_batch_size > 0
+        return _create_client_from_url(url, network_timeout_s=timeout_s)
 
     async def wait_for_server(self, timeout_s: float | None = None) -> None:
         """Wait until the server is live and ready, whatever the state of the model.
@@ -176,12 +227,22 @@ class AsyncioModelClientBase:
     async def load_model(
         self, config: str | Mapping[str, Any] | None = None, files: Mapping[str, bytes] | None = None
     ) -> None:
-        """Load (or reload) this client's model on the server; see :meth:`ModelClient.load_model
-        <pytriton.client.client.ModelClient.load_model>` (the access token, the time limit, the arguments).
+        """Load (or reload) this client's model on the server; returns once it is loaded.
+
+        Uses Triton's model repository API, which a pytriton server restricts by default: give
+        the client ``access_token=Triton.get_access_token()``. Waits at most ``init_timeout_s``.
+        A configuration this client read before is dropped, so the next request reads the new one.
+
+        Args:
+            config: a model configuration (JSON text, or a mapping encoded as JSON) to load
+                instead of the repository's.
+            files: ``"file:<path>"`` to bytes: a model folder to load instead of the repository's
+                (``config`` is then required).
 
         Raises:
             PyTritonClientValueError: ``config`` or ``files`` is malformed.
-            PyTritonClientInferenceServerError: the server refused or failed the load.
+            PyTritonClientInferenceServerError: the server refused or failed the load (a missing
+                or wrong access token included).
             PyTritonClientTimeoutError: the load did not finish within ``init_timeout_s``.
             PyTritonClientClosedError: the client was closed.
         """
@@ -195,8 +256,10 @@ class AsyncioModelClientBase:
             self._forget_config()
 
     async def unload_model(self) -> None:
-        """Unload this client's model from the server; see :meth:`ModelClient.unload_model
-        <pytriton.client.client.ModelClient.unload_model>`.
+        """Unload this client's model from the server (Triton finishes unloading in the background).
+
+        Needs the access token as :meth:`load_model` does. Requests sent afterwards fail until
+        the model is loaded again.
 
         Raises:
             PyTritonClientInferenceServerError: the server refused the unload.
@@ -230,12 +293,14 @@ class AsyncioModelClientBase:
             await self._core.close()
 
     async def __aenter__(self: _Client) -> _Client:
+        # unasync: async-only
         if not self._lazy_init:
             try:
                 await self._initialized_config()
             except BaseException:
                 await self.close()
                 raise
+        # unasync: end
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -244,22 +309,25 @@ class AsyncioModelClientBase:
     def _check_open(self) -> None:
         if self._closed:
             args = self._args
-            raise PyTritonClientClosedError(f"The asyncio client of model {args.model_name!r} at {args.url} is closed")
-
-    async def _read_config(self, timeout_s: float) -> ClientModelConfig:
-        """The model's configuration as the server has it now (not the one kept)."""
-        return await self._core.get_model_config(self._args.model_name, self._args.model_version, timeout_s=timeout_s)
+            kind = "asyncio client"  # unasync: kind = "client"
+            raise PyTritonClientClosedError(f"The {kind} of model {args.model_name!r} at {args.url} is closed")
 
     def _forget_config(self) -> None:
         # A configuration read from the server may have changed with the load; one the user gave stays.
         self._model_config = self._given_config
 
+    async def _read_config(self, timeout_s: float) -> ClientModelConfig:
+        """The model's configuration as the server has it now (not the one kept)."""
+        return await self._core.get_model_config(self._args.model_name, self._args.model_version, timeout_s=timeout_s)
+
     async def _initialized_config(self) -> ClientModelConfig:
         self._check_open()
         if self._model_config is not None and self._ready_checked:
             return check_decoupled(self._model_config, self.streaming)
+        # unasync: async-only
         if self._init_lock is None:
             self._init_lock = asyncio.Lock()
+        # unasync: end
         async with self._init_lock:  # concurrent first requests wait once, together
             deadline = time.monotonic() + self._args.init_timeout_s
             if not self._ready_checked:
@@ -269,7 +337,9 @@ class AsyncioModelClientBase:
                 )
                 self._ready_checked = True
             if self._model_config is None:
-                left = max(deadline - time.monotonic(), 0.5)  # as in ModelClient: a ready server answers at once
+                # What is left of the init time bounds the fetch too; never below a small floor, as
+                # a ready server answers it in milliseconds.
+                left = max(deadline - time.monotonic(), 0.5)
                 self._model_config = await self._core.get_model_config(
                     self._args.model_name, self._args.model_version, timeout_s=left
                 )
@@ -277,6 +347,19 @@ class AsyncioModelClientBase:
 
 
 class AsyncioModelClient(AsyncioModelClientBase):
+    # unasync: sync-only
+    # """Synchronous client of one model on a Triton server, over HTTP or gRPC.
+    #
+    # Not thread safe: use one per thread, or :class:`~pytriton.client.futures.FuturesModelClient`.
+    # For a decoupled model (any number of responses per request) use
+    # :class:`~pytriton.client.streaming.DecoupledModelClient`.
+    #
+    # Example:
+    #     >>> with ModelClient("localhost:8000", "Linear") as client:  # doctest: +SKIP
+    #     ...     outputs = client.infer_batch(np.zeros((4, 2), dtype=np.float32))
+    # """
+    # unasync: end
+    # unasync: async-only
     """Asyncio client of one model on a Triton server, over HTTP or gRPC.
 
     Many tasks of one event loop may share a client: requests run concurrently over its
@@ -287,6 +370,7 @@ class AsyncioModelClient(AsyncioModelClientBase):
         >>> async with AsyncioModelClient("grpc://localhost", "Linear") as client:  # doctest: +SKIP
         ...     outputs = await client.infer_batch(np.zeros((4, 2), dtype=np.float32))
     """
+    # unasync: end
 
     async def infer_sample(
         self,
@@ -298,7 +382,29 @@ class AsyncioModelClient(AsyncioModelClientBase):
         sequence_end: bool = False,
         **named_inputs: np.ndarray,
     ) -> dict[str, np.ndarray]:
-        """Run inference on one sample, as :meth:`ModelClient.infer_sample` does (same arguments and errors)."""
+        """Run inference on one sample (no batch axis).
+
+        For a batching model the batch axis is added to the inputs and removed from the outputs.
+
+        Args:
+            *inputs: arrays in the order of the model's inputs.
+            parameters: custom request parameters, passed to the model.
+            headers: extra HTTP headers or gRPC metadata.
+            sequence_id: for a sequence-batched model, the id of the sequence this request
+                belongs to (an int > 0 or a str); 0 for none.
+            sequence_start: this request starts the sequence.
+            sequence_end: this request ends the sequence.
+            **named_inputs: arrays by input name (not together with positional ones).
+
+        Returns:
+            Output name to array.
+
+        Raises:
+            PyTritonClientValueError: inputs are given both ways, or are not arrays.
+            PyTritonClientTimeoutError: no answer within ``inference_timeout_s``.
+            PyTritonClientInferenceServerError: the server refused or failed the request.
+            PyTritonClientModelUnavailableError: the model is unknown or the server unreachable.
+        """
         config = await self._initialized_config()
         sequence = sequence_args(sequence_id, sequence_start, sequence_end)
         outputs = await self._infer(sample_request(config, inputs, named_inputs), parameters, headers, sequence)
@@ -314,11 +420,31 @@ class AsyncioModelClient(AsyncioModelClientBase):
         sequence_end: bool = False,
         **named_inputs: np.ndarray,
     ) -> dict[str, np.ndarray]:
-        """Run inference on a batch, as :meth:`ModelClient.infer_batch` does (same arguments and errors)."""
+        """Run inference on a batch (the first axis of every input).
+
+        The batch must not exceed the model's ``max_batch_size``; for larger inputs use
+        ``FuturesModelClient.infer_batch_chunked`` (in asyncio code, the asyncio client's own).
+
+        Args:
+            *inputs: arrays in the order of the model's inputs.
+            parameters: custom request parameters, passed to the model.
+            headers: extra HTTP headers or gRPC metadata.
+            sequence_id, sequence_start, sequence_end: as for :meth:`infer_sample`.
+            **named_inputs: arrays by input name (not together with positional ones).
+
+        Returns:
+            Output name to array, batch axis included.
+
+        Raises:
+            PyTritonClientModelDoesntSupportBatchingError: the model does not batch.
+            PyTritonClientValueError, PyTritonClientTimeoutError, PyTritonClientInferenceServerError,
+            PyTritonClientModelUnavailableError: as for :meth:`infer_sample`.
+        """
         config = await self._initialized_config()
         sequence = sequence_args(sequence_id, sequence_start, sequence_end)
         return await self._infer(batch_request(config, inputs, named_inputs), parameters, headers, sequence)
 
+    # unasync: async-only
     async def infer_batch_chunked(
         self,
         *inputs: np.ndarray,
@@ -344,6 +470,7 @@ class AsyncioModelClient(AsyncioModelClientBase):
                 raise result
         return concat_batches(results)  # type: ignore[arg-type]  # no exception left in the list
 
+    # unasync: end
     async def _infer(
         self,
         inputs: dict[str, np.ndarray],
@@ -353,7 +480,10 @@ class AsyncioModelClient(AsyncioModelClientBase):
     ) -> dict[str, np.ndarray]:
         self._check_open()
         request_id = self._request_ids()
-        call = self._core.infer(
+        look = None
+        if self._model_config is not None and is_relayed(self._model_config):
+            look = functools.partial(self._lookout.check_async, request_id, self._read_config)
+        return await self._core.infer(
             self._args.model_name,
             self._args.model_version,
             inputs,
@@ -362,8 +492,5 @@ class AsyncioModelClient(AsyncioModelClientBase):
             timeout_s=self._args.inference_timeout_s,
             request_id=request_id,
             sequence=sequence,
+            look=look,
         )
-        if self._model_config is None or not is_relayed(self._model_config):
-            return await call
-        look = functools.partial(self._lookout.check_async, request_id, self._read_config)
-        return await watched(call, look, self._args.inference_timeout_s)

@@ -4,8 +4,9 @@ The client step of a request for :class:`~pytriton.client.asyncio_client.Asyncio
 Everything but the I/O is shared with the blocking core: the headers carrying the access token
 (``pytriton.client._args``), the codec, the parsing of the model configuration, the error
 translation (``translate_errors`` is a plain context manager, so it wraps ``await`` as well),
-and the readiness wait (:func:`~pytriton.client.readiness.readiness_steps`, driven here with
-``await``). Both ``aio`` clients bound a call the same way: ``asyncio.wait_for`` with the
+and the readiness wait (``pytriton.client.waits_aio``, from which the blocking one is
+generated). Its ``infer`` watches a relayed request for a lost instance as the blocking core's
+does (``pytriton.client.lost``). Both ``aio`` clients bound a call the same way: ``asyncio.wait_for`` with the
 call's own limit, so one protocol cannot drift from the other.
 
 The ``tritonclient`` client is created on the first call, inside the running event loop:
@@ -17,9 +18,8 @@ which keeps its own channel or session for them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
@@ -40,18 +40,13 @@ from pytriton.client._errors import (
 )
 from pytriton.client.codec import from_infer_result, request_timeout_us, to_infer_inputs, with_deadline
 from pytriton.client.core_stream_aio import AsyncResponseStream, AsyncStreamOpener
-from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
+from pytriton.client.lost import watched
 from pytriton.client.model_config import ClientModelConfig, parse_model_config
 from pytriton.client.readiness import (
-    Probe,
-    ProbeOutcome,
-    call_for,
     presence_from_error,
-    readiness_steps,
     ready_names,
-    server_steps,
 )
-from pytriton.client.url import TritonUrl
+from pytriton.client.url import TritonUrl, parse_url
 
 _T = TypeVar("_T")
 
@@ -154,8 +149,12 @@ class AsyncTritonCore:
         timeout_s: float | None = None,
         request_id: str = "",
         sequence: Mapping[str, Any] | None = None,
+        look: Callable[[], Awaitable[None]] | None = None,
     ) -> dict[str, np.ndarray]:
-        """Run one inference request; see :meth:`pytriton.client.core.TritonCore.infer`."""
+        """Run one inference request; see :meth:`pytriton.client.core.TritonCore.infer`.
+
+        `look` (for a relayed model) is awaited between slices of the wait (`pytriton.client.lost.watched`).
+        """
         protocol = tritonclient.grpc if self._grpc else tritonclient.http
         limit_s = self.default_timeout_s if timeout_s is None else timeout_s
 
@@ -172,7 +171,9 @@ class AsyncTritonCore:
             )
             return from_infer_result(result)
 
-        return await self._call(INFER_ACTION, timeout_s, call)
+        if look is None:
+            return await self._call(INFER_ACTION, timeout_s, call)
+        return await watched(self._call(INFER_ACTION, timeout_s, call), look, limit_s)
 
     async def open_stream(
         self,
@@ -220,6 +221,21 @@ class AsyncTritonCore:
             return await asyncio.wait_for(call(self._connection()), timeout_s)
 
 
+def create_async_core(url: TritonUrl, default_timeout_s: float, access_token: str | None = None) -> AsyncTritonCore:
+    """The asyncio core for `url` (one class serves both protocols); named as the blocking `create_core`."""
+    return AsyncTritonCore(url, default_timeout_s, access_token)
+
+
+def create_aio_client_from_url(url: str, network_timeout_s: float) -> Any:
+    """`pytriton.client.utils.create_client_from_url` for asyncio code: a ``tritonclient`` ``aio``
+    client for ``url``; create it inside the event loop that uses it.
+
+    Raises:
+        PyTritonClientInvalidUrlError: ``url`` is not understood.
+    """
+    return new_aio_client(parse_url(url), network_timeout_s)
+
+
 def new_aio_client(url: TritonUrl, timeout_s: float) -> Any:
     """A ``tritonclient.http.aio`` or ``tritonclient.grpc.aio`` client for ``url``; create it inside the event loop.
 
@@ -231,42 +247,3 @@ def new_aio_client(url: TritonUrl, timeout_s: float) -> Any:
     if url.scheme == "grpc":
         return tritonclient.grpc.aio.InferenceServerClient(url.address)
     return tritonclient.http.aio.InferenceServerClient(url.address, conn_timeout=timeout_s)
-
-
-async def wait_until_server_ready_async(core: AsyncTritonCore, timeout_s: float) -> None:
-    """Await until the server is live and ready (see :func:`~pytriton.client.readiness.server_steps`).
-
-    Raises:
-        PyTritonClientTimeoutError: not live and ready within ``timeout_s``; says what was last seen.
-    """
-    await drive_async(core, server_steps(core.url, timeout_s))
-
-
-async def wait_until_ready_async(
-    core: AsyncTritonCore, model_name: str, model_version: str, timeout_s: float, unknown_fails: bool = False
-) -> None:
-    """Await until the server and the model are ready (see :func:`~pytriton.client.readiness.readiness_steps`).
-
-    Raises:
-        PyTritonClientTimeoutError: not ready within ``timeout_s``.
-    """
-    steps = readiness_steps(core.url, model_name, model_version, timeout_s, unknown_fails)
-    await drive_async(core, steps, model_name, model_version)
-
-
-async def drive_async(core: AsyncTritonCore, steps: Generator[Probe, ProbeOutcome, None], model_name: str = "",
-                      model_version: str = "") -> None:
-    """:func:`~pytriton.client.readiness.drive` for the asyncio core."""
-    outcome: ProbeOutcome = None
-    with contextlib.suppress(StopIteration):
-        while True:
-            probe = steps.send(outcome)
-            outcome = None
-            if probe.kind == "sleep":
-                await asyncio.sleep(probe.timeout_s)
-                continue
-            name, args = call_for(probe, model_name, model_version)
-            try:
-                outcome = await getattr(core, name)(*args, timeout_s=probe.timeout_s)
-            except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:
-                outcome = exc

@@ -1,19 +1,18 @@
-"""Waiting until a server and a model are ready: the steps (pure) and the blocking driver.
+"""Waiting until a server and a model are ready, as pure steps.
 
-`readiness_steps` says what to ask next and when to give up, without any I/O, so the blocking
-driver here (`wait_until_ready`) and the asyncio one (`pytriton.client.core_aio`) cannot differ.
-The drivers talk through any object with the calls of `ReadinessCalls` (a
-`pytriton.client.core.TritonCore`).
+`readiness_steps` and `server_steps` say what to ask next and when to give up, without any
+I/O; `call_for` names the core's call that answers a step. The drivers that carry them out
+through a client core are in ``pytriton.client.waits_aio`` (and the blocking
+``pytriton.client.waits`` generated from it).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import time
 from collections.abc import Generator, Mapping
-from typing import Any, List, Protocol, Union
+from typing import Any, List, Union
 
 from pytriton.client.exceptions import (
     PyTritonClientModelUnavailableError,
@@ -29,22 +28,6 @@ READY_POLL_INTERVAL_S = 0.1
 #: How long a model the server does not have at all may take to appear before a wait fails.
 UNKNOWN_MODEL_GRACE_S = 3.0
 
-
-
-class ReadinessCalls(Protocol):
-    """What the blocking drivers call (`pytriton.client.core.TritonCore` has it)."""
-
-    url: TritonUrl
-
-    def is_server_live(self, timeout_s: float | None = None) -> bool: ...
-
-    def is_server_ready(self, timeout_s: float | None = None) -> bool: ...
-
-    def is_model_ready(self, model_name: str, model_version: str = "", timeout_s: float | None = None) -> bool: ...
-
-    def model_presence(self, model_name: str, timeout_s: float | None = None) -> bool | None: ...
-
-    def served_models(self, timeout_s: float | None = None) -> list[str] | None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,34 +161,6 @@ def server_steps(url: TritonUrl, timeout_s: float) -> Generator[Probe, ProbeOutc
         yield Probe("sleep", READY_POLL_INTERVAL_S)
 
 
-def wait_until_server_ready(core: ReadinessCalls, timeout_s: float) -> None:
-    """Block until the server is live and ready (`server_steps`).
-
-    Raises:
-        PyTritonClientTimeoutError: not live and ready within ``timeout_s``; says what was last seen.
-        PyTritonClientInferenceServerError: the server refused the check (a restricted health API).
-    """
-    drive(core, server_steps(core.url, timeout_s))
-
-
-def wait_until_ready(
-    core: ReadinessCalls, model_name: str, model_version: str, timeout_s: float, unknown_fails: bool = False
-) -> None:
-    """Block until the server and the model are ready (see :func:`readiness_steps`).
-
-    Args:
-        core: the connection to poll through.
-        model_name: the model to wait for.
-        model_version: its version, ``""`` for the server's choice.
-        timeout_s: the longest to wait.
-
-    Raises:
-        PyTritonClientTimeoutError: not ready within ``timeout_s``.
-    """
-    drive(core, readiness_steps(core.url, model_name, model_version, timeout_s, unknown_fails), model_name,
-          model_version)
-
-
 def call_for(probe: Probe, model_name: str, model_version: str) -> tuple[str, tuple[Any, ...]]:
     """The core's method name and arguments that answer `probe` (not a ``"sleep"``)."""
     if probe.kind == "live":
@@ -217,21 +172,3 @@ def call_for(probe: Probe, model_name: str, model_version: str) -> tuple[str, tu
     if probe.kind == "served":
         return "served_models", ()
     return "is_model_ready", (model_name, model_version)
-
-
-def drive(core: ReadinessCalls, steps: Generator[Probe, ProbeOutcome, None], model_name: str = "",
-          model_version: str = "") -> None:
-    """Carry out `steps` through `core`, blocking; a server not reachable yet answers "not ready"."""
-    outcome: ProbeOutcome = None
-    with contextlib.suppress(StopIteration):
-        while True:
-            probe = steps.send(outcome)
-            outcome = None
-            if probe.kind == "sleep":
-                time.sleep(probe.timeout_s)
-                continue
-            name, args = call_for(probe, model_name, model_version)
-            try:
-                outcome = getattr(core, name)(*args, timeout_s=probe.timeout_s)
-            except (PyTritonClientTimeoutError, PyTritonClientModelUnavailableError) as exc:  # not reachable yet
-                outcome = exc

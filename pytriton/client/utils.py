@@ -36,8 +36,8 @@ from pytriton.client._errors import translate_errors
 from pytriton.client.core import GrpcCore, HttpCore, TritonCore
 from pytriton.client.exceptions import PyTritonClientValueError
 from pytriton.client.model_config import ClientModelConfig
-from pytriton.client.readiness import wait_until_ready, wait_until_server_ready
 from pytriton.client.url import TritonUrl, parse_url
+from pytriton.client.waits import wait_until_ready, wait_until_server_ready
 
 __all__ = [
     "LATEST_MODEL_VERSION",

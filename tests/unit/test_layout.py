@@ -1,4 +1,4 @@
-"""The package's shape: no two modules of pytriton import each other, directly or in a ring.
+"""The package's shape: modules small enough to read whole, and none importing another in a ring.
 
 Imports inside functions count too: a ring of imports makes a module's meaning depend on which
 one is imported first, and hides which one is the foundation of the other.
@@ -90,3 +90,14 @@ def test_no_import_ring():
 
 def test_the_ring_finder_finds_a_ring():
     assert _rings({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+MAX_MODULE_LINES = 500
+
+
+def test_no_module_is_over_500_lines():
+    """A module that grows past this does more than one job: split it along the flow (docs/architecture.md)."""
+    sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in _modules().items()}
+    assert len(sizes) > 50  # the package was found
+    over = {name: lines for name, lines in sizes.items() if lines > MAX_MODULE_LINES}
+    assert not over, f"modules over {MAX_MODULE_LINES} lines: {over}"

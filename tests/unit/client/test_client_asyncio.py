@@ -19,8 +19,8 @@ from pytriton.client import (
     TensorSpec,
 )
 from pytriton.client._args import with_auth
-from pytriton.client.core_aio import wait_until_ready_async
 from pytriton.client.url import parse_url
+from pytriton.client.waits_aio import wait_until_ready_async
 
 I32 = np.dtype(np.int32)
 PLAIN = ClientModelConfig(

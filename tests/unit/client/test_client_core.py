@@ -8,8 +8,8 @@ import pytest
 
 from pytriton.client.core import TritonCore
 from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
-from pytriton.client.readiness import wait_until_ready
 from pytriton.client.url import parse_url
+from pytriton.client.waits import wait_until_ready
 
 
 class ScriptedCore(TritonCore):
