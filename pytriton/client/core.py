@@ -41,7 +41,7 @@ from pytriton.client._errors import (
     UNLOAD_ACTION,
     translate_errors,
 )
-from pytriton.client.codec import from_infer_result, infer_call, with_deadline
+from pytriton.client.codec import from_infer_result, request_timeout_us, to_infer_inputs, with_deadline
 from pytriton.client.core_request import CoreRequest
 from pytriton.client.core_stream import GrpcResponseStream, HttpResponseStream, ResponseStream
 from pytriton.client.generate import stream_post
@@ -286,9 +286,17 @@ class HttpCore(TritonCore):
 
     def _infer(self, request: CoreRequest) -> Any:
         assert request.timeout_s is not None
-        args, keywords = infer_call(tritonclient.http, request)
         with self._client_for(request.timeout_s) as client:
-            return client.infer(*args, **keywords)
+            return client.infer(
+                request.model_name,
+                to_infer_inputs(tritonclient.http, request.inputs),
+                model_version=request.model_version,
+                request_id=request.request_id,
+                parameters=request.parameters,
+                headers=request.headers,
+                timeout=request_timeout_us(request.timeout_s),
+                **request.sequence,
+            )
 
     def _infer_watched(self, request: CoreRequest, look: Callable[[], None]) -> Any:
         if self._watched is None:
@@ -345,8 +353,18 @@ class GrpcCore(TritonCore):
         self._client.unload_model(model_name, headers=self._headers(), client_timeout=timeout_s)
 
     def _infer(self, request: CoreRequest) -> Any:
-        args, keywords = infer_call(tritonclient.grpc, request)
-        return self._client.infer(*args, client_timeout=request.timeout_s, **keywords)
+        assert request.timeout_s is not None
+        return self._client.infer(
+            request.model_name,
+            to_infer_inputs(tritonclient.grpc, request.inputs),
+            model_version=request.model_version,
+            request_id=request.request_id,
+            parameters=request.parameters,
+            headers=request.headers,
+            timeout=request_timeout_us(request.timeout_s),
+            client_timeout=request.timeout_s,
+            **request.sequence,
+        )
 
     def _infer_watched(self, request: CoreRequest, look: Callable[[], None]) -> Any:
         return grpc_infer_watched(self._client, request, look)

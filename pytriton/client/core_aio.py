@@ -32,7 +32,7 @@ import tritonclient.http.aio
 from pytriton.access_token import auth_headers
 from pytriton.client import _errors as errors
 from pytriton.client._args import ModelLoad, with_auth
-from pytriton.client.codec import from_infer_result, infer_call, with_deadline
+from pytriton.client.codec import from_infer_result, request_timeout_us, to_infer_inputs, with_deadline
 from pytriton.client.core_request import CoreRequest
 from pytriton.client.core_stream_aio import AsyncResponseStream, AsyncStreamOpener
 from pytriton.client.lost import watched
@@ -137,10 +137,17 @@ class AsyncTritonCore:
         limit_s = self.default_timeout_s if request.timeout_s is None else request.timeout_s
 
         async def call(client: Any) -> dict[str, np.ndarray]:
-            sent = dataclasses.replace(request, parameters=with_deadline(request.parameters, limit_s, time.time()),
-                                       headers=with_auth(self._auth, request.headers), timeout_s=limit_s)
-            args, keywords = infer_call(protocol, sent)
-            return from_infer_result(await client.infer(*args, **keywords))
+            result = await client.infer(
+                request.model_name,
+                to_infer_inputs(protocol, request.inputs),
+                model_version=request.model_version,
+                request_id=request.request_id,
+                parameters=with_deadline(request.parameters, limit_s, time.time()),
+                headers=with_auth(self._auth, request.headers),
+                timeout=request_timeout_us(limit_s),
+                **request.sequence,
+            )
+            return from_infer_result(result)
 
         if look is None:
             return await self._call(errors.INFER_ACTION, limit_s, call)

@@ -22,7 +22,7 @@ import tritonclient.grpc
 import tritonclient.http
 from tritonclient.utils import InferenceServerException
 
-from pytriton.client.codec import infer_call, request_timeout_us, to_infer_inputs
+from pytriton.client.codec import request_timeout_us, to_infer_inputs
 from pytriton.client.core_request import CoreRequest
 from pytriton.client.generate import model_path
 from pytriton.client.lost import wait_slices
@@ -116,8 +116,18 @@ def grpc_infer_watched(client: tritonclient.grpc.InferenceServerClient, request:
         outcome["result"], outcome["error"] = result, error
         done.set()
 
-    args, keywords = infer_call(tritonclient.grpc, request)
-    context = client.async_infer(*args, finished, client_timeout=timeout_s, **keywords)
+    context = client.async_infer(
+        request.model_name,
+        to_infer_inputs(tritonclient.grpc, request.inputs),
+        finished,
+        model_version=request.model_version,
+        request_id=request.request_id,
+        parameters=request.parameters,
+        headers=request.headers,
+        timeout=request_timeout_us(timeout_s),
+        client_timeout=timeout_s,
+        **request.sequence,
+    )
     try:
         for wait_s in wait_slices(timeout_s):
             if done.wait(wait_s):
