@@ -45,13 +45,12 @@ class ScriptedCore(TritonCore):
     def _repository_index(self, timeout_s):
         return []
 
-    def _infer(self, request):
+    def _infer(self, model_name, model_version, inputs, **kwargs):
         raise NotImplementedError
 
-    def _infer_watched(self, request, look):
-        raise NotImplementedError
+    _infer_watched = _infer
 
-    def _open_stream(self, request, config):
+    def _open_stream(self, model_name, model_version, config, inputs, **kwargs):
         raise NotImplementedError
 
     def close(self):
