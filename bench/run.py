@@ -54,8 +54,6 @@ STARTUP_TARGET_S = 0.30
 CPU_WORK_S = 0.005  # what cpu_5ms's loop is calibrated to take per batch
 
 
-
-
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     keys = [case.key for case in CASES]

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,12 +71,14 @@ def _header(source: str) -> str:
     return f"# Generated from {source} by build_backend/unasync.py: edit that file, not this one.\n"
 
 
-def _line_directive(line: str) -> tuple:
-    """(code, directive) of a line; directive is None when the line has none."""
+def _line_directive(line: str) -> Optional[str]:
+    """What a line of code marks for the blocking side (after ``# unasync:``), None when unmarked."""
     code, marker, directive = line.partition(_DIRECTIVE)
-    if not marker or not code.strip():
-        return line, None
-    return code.rstrip(), directive.strip()
+    return directive.strip() if marker and code.strip() else None
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
 
 
 def unasync(text: str, source: str) -> str:
@@ -96,22 +98,17 @@ def unasync(text: str, source: str) -> str:
             continue
         if mode == "async-only":
             continue
-        line = raw
         if mode == "sync-only":
-            indent = raw[: len(raw) - len(raw.lstrip())]
             body = raw.lstrip()
             if not body.startswith("#"):
                 raise ValueError(f"{source}:{number}: a sync-only line must be commented out: {raw!r}")
             body = body[2:] if body.startswith("# ") else body[1:]
-            out.append((indent + body).rstrip() + "\n")  # written for the blocking side: kept as it is
+            out.append((_indent(raw) + body).rstrip() + "\n")  # written for the blocking side: kept as it is
             continue
-        else:
-            code, directive = _line_directive(raw)
-            if directive is not None:
-                if directive == "drop":
-                    continue
-                indent = raw[: len(raw) - len(raw.lstrip())]
-                line = indent + directive
+        directive = _line_directive(raw)
+        if directive == "drop":
+            continue
+        line = raw if directive is None else _indent(raw) + directive
         line = _ASYNC_KEYWORD.sub(r"\1", line)
         line = _AWAIT.sub("", line)
         line = _NAME_PATTERN.sub(lambda match: NAMES[match.group(1)], line)

@@ -51,6 +51,7 @@ from pytriton.server.launch import (
     refuse_foreign_model,
     start_supervisor,
     startup_failure,
+    still_starting,
     wait_endpoints_listening,
     wait_models_ready,
     writes_files_at_exit,
@@ -215,7 +216,7 @@ class Triton:
                 model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config
             )
             if declaration.trace_settings is not None:
-                check_traces_go_somewhere(model_name, self._config)
+                check_traces_go_somewhere(model_name, self._config, self._tracing)
             self._add(declaration)
 
     def bind_ensemble(
@@ -373,14 +374,13 @@ class Triton:
                                            proxy_import_paths(distribution))
                 self._gate.close(deadline, process.is_running)
                 started = self._gate.holding
-            interrupted = self._start_interrupted
             try:
-                if not wait_for(started, deadline, lambda: process.is_running() and not interrupted()):
-                    if interrupted():
+                if not wait_for(started, deadline, still_starting(process, self._start_interrupted)):
+                    if self._start_interrupted():
                         return  # serve() saw a signal: it stops what was started
                     raise PyTritonServerStartupError(startup_failure(process))
                 if self._wait_models_ready(self._bindings.names(), deadline):
-                    wait_endpoints_listening(config, process, deadline, interrupted)
+                    wait_endpoints_listening(config, process, deadline, self._start_interrupted)
             except BaseException:
                 self.stop()
                 raise
@@ -485,7 +485,7 @@ class Triton:
             if self._process is not None:
                 stop_draining(self._process, self._config.exit_timeout_secs, supervisor=self._supervisor,
                               bindings=self._bindings, hurry=self._hurry, workspace=self._workspace,
-                              writes_files=writes_files_at_exit(self._config))
+                              writes_files=writes_files_at_exit(self._config, self._tracing))
             if self._control is not None:
                 self._control.close()
             self._bindings.stop_handlers()

@@ -6,8 +6,8 @@ Everything but the I/O is shared with the blocking core: the headers carrying th
 translation (``translate_errors`` is a plain context manager, so it wraps ``await`` as well),
 and the readiness wait (``pytriton.client.waits_aio``, from which the blocking one is
 generated). Its ``infer`` watches a relayed request for a lost instance as the blocking core's
-does (``pytriton.client.lost``). Both ``aio`` clients bound a call the same way: ``asyncio.wait_for`` with the
-call's own limit, so one protocol cannot drift from the other.
+does (``pytriton.client.lost``). Both ``aio`` clients bound a call the same way:
+``asyncio.wait_for`` with the call's own limit, so one protocol cannot drift from the other.
 
 The ``tritonclient`` client is created on the first call, inside the running event loop:
 ``aiohttp`` sessions and ``grpc.aio`` channels belong to the loop that creates them. Streams of
@@ -42,10 +42,7 @@ from pytriton.client.codec import from_infer_result, request_timeout_us, to_infe
 from pytriton.client.core_stream_aio import AsyncResponseStream, AsyncStreamOpener
 from pytriton.client.lost import watched
 from pytriton.client.model_config import ClientModelConfig, parse_model_config
-from pytriton.client.readiness import (
-    presence_from_error,
-    ready_names,
-)
+from pytriton.client.readiness import presence_from_error, ready_names
 from pytriton.client.url import TritonUrl, parse_url
 
 _T = TypeVar("_T")

@@ -29,7 +29,6 @@ READY_POLL_INTERVAL_S = 0.1
 UNKNOWN_MODEL_GRACE_S = 3.0
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Probe:
     """One step of the readiness wait, for a driver to carry out.

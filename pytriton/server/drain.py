@@ -78,8 +78,6 @@ def drain_poll(exit_timeout: float, *, process: Optional[ServerProcess], supervi
     return poll
 
 
-
-
 def stop_draining(process: ServerProcess, exit_timeout_secs: Optional[int], *, supervisor: Optional[Supervisor],
                   bindings: ModelBindings, hurry: threading.Event, writes_files: bool,
                   workspace: Optional[Workspace]) -> None:

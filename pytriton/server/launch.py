@@ -28,6 +28,7 @@ from pytriton.exceptions import (
     PyTritonServerStartupError,
 )
 from pytriton.ipc import protocol
+from pytriton.model_config import ModelConfig
 from pytriton.server.argv import build_argv
 from pytriton.server.checks import enabled_endpoints, probe_port
 from pytriton.server.config import TritonConfig
@@ -133,8 +134,7 @@ def start_supervisor(process: ServerProcess, control: ServerControl, workspace: 
         process=process,
         control=control,
         instances=lambda: [InstanceView(*entry) for entry in bindings.instances()],
-        budget_for=lambda name: RestartBudget(bindings.config(name).max_restarts,
-                                              bindings.config(name).restart_window_s),
+        budget_for=lambda name: _restart_budget(bindings.config(name)),
         forget_instance=bindings.forget_stub,
         after_reload=lambda _model: workspace.restrict_segments(),
         on_fatal=on_fatal,
@@ -148,18 +148,27 @@ def start_supervisor(process: ServerProcess, control: ServerControl, workspace: 
     return supervisor
 
 
+def _restart_budget(config: ModelConfig) -> RestartBudget:
+    return RestartBudget(config.max_restarts, config.restart_window_s)
+
+
 def writes_trace_file(config: TritonConfig) -> bool:
     """Whether tritonserver writes traces to a file (a ``file=`` trace setting)."""
     return any("file=" in item for item in (config.trace_config or ()))
 
 
-def check_traces_go_somewhere(model_name: str, config: TritonConfig) -> None:
+def check_traces_go_somewhere(model_name: str, config: TritonConfig, tracing: Optional[TraceExport]) -> None:
     """Refuse a model's own trace settings when the server would trace to nowhere.
+
+    Args:
+        model_name: the model, for the message.
+        config: the server's options.
+        tracing: where the server's OpenTelemetry spans go (`configure_proxies`), None for nowhere.
 
     Raises:
         PyTritonBadParameterError: `config` neither writes a trace file nor traces with OpenTelemetry.
     """
-    if writes_trace_file(config) or export_settings(config.trace_config) is not None:
+    if writes_trace_file(config) or tracing is not None:
         return
     raise PyTritonBadParameterError(
         f"trace_config of model '{model_name}' needs the server to write traces to a file, "
@@ -169,10 +178,11 @@ def check_traces_go_somewhere(model_name: str, config: TritonConfig) -> None:
     )
 
 
-def writes_files_at_exit(config: TritonConfig) -> bool:
+def writes_files_at_exit(config: TritonConfig, tracing: Optional[TraceExport]) -> bool:
     """Whether Triton writes a trace file, flushes a log file or exports the OpenTelemetry spans
-    it still holds at the end of its own shutdown (which a drain must then let it reach)."""
-    return bool(config.log_file) or writes_trace_file(config) or export_settings(config.trace_config) is not None
+    it still holds (`tracing`, see `configure_proxies`) at the end of its own shutdown, which a
+    drain must then let it reach."""
+    return bool(config.log_file) or writes_trace_file(config) or tracing is not None
 
 
 def startup_failure(process: ServerProcess) -> str:
@@ -201,7 +211,7 @@ def wait_models_ready(
     """
     for name, version, trace_settings in models:
         ready = wait_for(functools.partial(control.is_model_ready, name, version), deadline,
-                         _alive(process, interrupted))
+                         still_starting(process, interrupted))
         if not ready and interrupted():
             return False
         if not ready:
@@ -224,7 +234,7 @@ def wait_endpoints_listening(
     """
     for field, address, port in enabled_endpoints(config):
         listening = wait_for(functools.partial(accepts_connections, address, port), deadline,
-                             _alive(process, interrupted))
+                             still_starting(process, interrupted))
         if not listening and interrupted():
             return False
         if not listening:
@@ -234,7 +244,7 @@ def wait_endpoints_listening(
     return True
 
 
-def _alive(process: ServerProcess, interrupted: Callable[[], bool]) -> Callable[[], bool]:
+def still_starting(process: ServerProcess, interrupted: Callable[[], bool]) -> Callable[[], bool]:
     """Whether a start may go on waiting: the server runs and no signal asked to stop."""
     return lambda: process.is_running() and not interrupted()
 

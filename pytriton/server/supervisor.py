@@ -41,9 +41,9 @@ from pytriton.server.workspace import kill_server_processes
 logger = logging.getLogger("pytriton.server")
 
 WATCH_PERIOD_S = 0.25
+"""How often stubs and the server are checked; a death is acted on within about this long."""
 TIDY_PERIOD_S = 1.0
 """How often the regions of models loaded behind the library's back are made private."""
-"""How often stubs and the server are checked; a death is acted on within about this long."""
 UNLOAD_SETTLE_S = 1.5
 """How long a healing waits for the dead instance's old model version to finish unloading."""
 RELOAD_TIMEOUT_S = 60.0

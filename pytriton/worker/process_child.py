@@ -54,7 +54,6 @@ class Spec:
     """The other keyword arguments of `InstanceHandler` (``asynchronous``, ...), passed as given."""
 
 
-
 def child_main(spec: Spec, shm_prefix: str, conn: multiprocessing.connection.Connection, parent_pid: int,
                 restarts: int) -> None:
     """Run in the forked child: serve until told to stop or the parent is gone; never returns.
