@@ -7,7 +7,7 @@ instance (a worker process that died), so that both say it the same way.
 from __future__ import annotations
 
 import signal
-from typing import Optional
+from typing import List, Optional, Sequence
 
 
 def read_exit_status(pid: int) -> Optional[int]:
@@ -94,3 +94,36 @@ def describe_returncode(returncode: Optional[int]) -> str:
     if returncode < 0:
         return describe_signal(-returncode)
     return f"exited with code {returncode}"
+
+
+# Lines a dying C++ program (tritonserver and its backends) prints about why: the C++ runtime's
+# message for an exception nothing caught, and what the kernel's default action or the C
+# library says for a fatal signal.
+_LAST_WORDS = ("terminate called", "what():", "Signal (", "Segmentation fault", "Aborted", "core dumped")
+# Known causes, by a phrase of the dying words: what a user can do about them.
+_KNOWN_CAUSES = {
+    "boost::interprocess::lock_exception": (
+        "This is a known fault of Triton 2.51's Python backend: a stub process died (a crash, "
+        "kill -9, the OOM killer) while it held a lock of a message queue it shares with "
+        "tritonserver, and tritonserver aborted when it next took that lock. The models are gone "
+        "with the server; start it again (under Docker or Kubernetes, let the orchestrator "
+        "restart the container), and look for why the stub died."
+    ),
+}
+
+
+def dying_words(lines: Sequence[str], most: int = 6) -> List[str]:
+    """The lines of a dead server's output that say why it died (at most `most`, the last ones).
+
+    Stubs orphaned by the server may go on printing after it is gone, so these lines are not
+    always among the last few of the output; an error message names them apart.
+    """
+    return [line for line in lines if any(words in line for words in _LAST_WORDS)][-most:]
+
+
+def known_cause(lines: Sequence[str]) -> Optional[str]:
+    """What is known about a server that died with these `dying_words`, or None."""
+    for phrase, explanation in _KNOWN_CAUSES.items():
+        if any(phrase in line for line in lines):
+            return explanation
+    return None

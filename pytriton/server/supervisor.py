@@ -31,7 +31,14 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set
 import psutil
 
 from pytriton.exceptions import PyTritonModelRestartLimitError, PyTritonServerCrashedError, PyTritonServerError
-from pytriton.exit_status import describe_returncode, describe_stub_death, read_exit_status, read_fault_trace
+from pytriton.exit_status import (
+    describe_returncode,
+    describe_stub_death,
+    dying_words,
+    known_cause,
+    read_exit_status,
+    read_fault_trace,
+)
 from pytriton.ipc import lost
 from pytriton.ipc.lost import read_ledger
 from pytriton.server.control import ServerControl
@@ -397,8 +404,15 @@ class Supervisor:
             tail = self._process.output_tail(20)
             message = (
                 f"tritonserver (pid {self._process.pid}) {describe_returncode(returncode)} while serving; "
-                f"{len(killed)} stub process(es) it left were killed. Its last output:\n{tail}"
+                f"{len(killed)} stub process(es) it left were killed."
             )
+            why = dying_words(self._process.output())
+            if why:
+                message += " Why, in its words:\n" + "\n".join(why)
+                cause = known_cause(why)
+                if cause:
+                    message += "\n" + cause
+            message += f"\nIts last output:\n{tail}"
             logger.error("%s", message)
             self._on_fatal(PyTritonServerCrashedError(message, returncode=returncode, log_tail=tail))
 

@@ -94,6 +94,8 @@ def test_run_users_see_is_alive_false_and_a_clear_error_on_the_next_call():
             triton.bind("Other", identity, **tensors)
         assert caught.value.returncode == -signal.SIGSEGV
         assert caught.value.log_tail
+        # Triton's own handler names the signal; the message quotes it apart from the tail.
+        assert "Why, in its words:\nSignal (11) received." in str(caught.value)
     assert our_leftovers() == {"processes": [], "segments": []}
 
 

@@ -14,6 +14,8 @@ from pytriton.exit_status import (
     describe_returncode,
     describe_stub_death,
     describe_wait_status,
+    dying_words,
+    known_cause,
     read_exit_status,
     read_fault_trace,
 )
@@ -88,3 +90,32 @@ def test_a_traced_stub_gone_without_a_word_was_killed_by_sigkill(tmp_path):
     assert "SIGKILL" in describe_stub_death(None, traced=True) and "OOM killer" in describe_stub_death(None, True)
     assert describe_stub_death(None, traced=False) == "ended (exit status unknown)"
     assert read_fault_trace(str(tmp_path / "missing.fault")) is None and read_fault_trace(None) is None
+
+
+# What tritonserver 2.51 printed when its Python backend aborted after a stub died holding a
+# message-queue lock (seen in the fault matrix), with the lines its orphaned stubs printed after.
+_ABORTED_OUTPUT = [
+    "I1127 20:31:02.114 1234 python_be.cc:2100] TRITONBACKEND_ModelInstanceFinalize: delete instance state",
+    "terminate called after throwing an instance of 'boost::interprocess::lock_exception'",
+    "  what():  boost::interprocess::lock_exception",
+    "Signal (6) received.",
+    " 0# 0x000055D0C0A1B2C3 in tritonserver",
+] + [f"stub line {n}: the parent process is gone" for n in range(30)]
+
+
+def test_the_dying_words_are_found_even_when_orphaned_stubs_printed_more_after_them():
+    words = dying_words(_ABORTED_OUTPUT)
+    assert words == _ABORTED_OUTPUT[1:4]
+    assert all(line not in "\n".join(_ABORTED_OUTPUT[-20:]) for line in words), "the sample must hide them from a tail"
+
+
+def test_a_known_fatal_exception_gets_its_explanation_and_an_unknown_one_none():
+    cause = known_cause(dying_words(_ABORTED_OUTPUT))
+    assert cause is not None and "stub process died" in cause and "restart" in cause
+    assert known_cause(["terminate called after throwing an instance of 'std::bad_alloc'"]) is None
+    assert dying_words(["I1127 model loaded", "I1127 serving"]) == []
+
+
+def test_dying_words_keeps_the_last_ones():
+    lines = [f"Signal (11) received. {n}" for n in range(10)]
+    assert dying_words(lines, most=3) == lines[-3:]
