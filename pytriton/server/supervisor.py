@@ -181,10 +181,17 @@ class Supervisor:
         self._thread.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop watching (before the server is stopped on purpose, so its exit is no news)."""
+        """Stop watching (before the server is stopped on purpose, so its exit is no news).
+
+        A server already dead is news, though: `serve()` may have seen the death first (the
+        watcher looks every `WATCH_PERIOD_S`, and not while it heals a model) and be stopping
+        because of it. It is reported here unless the watcher did, so that `serve()` raises.
+        """
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
+        if self._thread is not threading.current_thread():
+            self.check_server()
 
     def down_models(self) -> List[str]:
         """Models that are not serving right now (being restarted, or given up)."""

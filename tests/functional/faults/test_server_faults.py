@@ -99,6 +99,36 @@ def test_run_users_see_is_alive_false_and_a_clear_error_on_the_next_call():
     assert our_leftovers() == {"processes": [], "segments": []}
 
 
+def test_serve_raises_when_it_sees_the_crash_before_the_watcher_does():
+    """serve() polls every `monitoring_period_s`, the supervisor every 0.25 s (and not while it
+    heals a model): when serve() notices the dead server first, it must still raise, not return
+    as after a signal (the script would exit 0)."""
+    from support import running_triton
+
+    from pytriton.exceptions import PyTritonServerCrashedError
+    from pytriton.model_config import Tensor
+
+    def identity(requests):
+        return [{"y": request["x"]} for request in requests]
+
+    def kill_when_up(triton) -> None:
+        if wait_until(triton.is_connected, timeout_s=60):  # the start is complete
+            server = [p for p in psutil.Process().children() if p.name() == "tritonserver"]
+            server[0].kill()
+
+    with running_triton() as triton:
+        triton.bind("Identity", identity, inputs=[Tensor(name="x", dtype=np.float32, shape=(1,))],
+                    outputs=[Tensor(name="y", dtype=np.float32, shape=(1,))])
+        killer = threading.Thread(target=kill_when_up, args=(triton,), daemon=True)
+        killer.start()
+        started = time.monotonic()
+        with pytest.raises(PyTritonServerCrashedError, match=r"signal 9 \(SIGKILL\)"):
+            triton.serve(monitoring_period_s=0.01)  # it, not the supervisor, sees the death first
+        assert time.monotonic() - started < 60
+        killer.join()
+    assert our_leftovers() == {"processes": [], "segments": []}
+
+
 def _infer(base: str, seconds: float, outcome: dict, key: str) -> None:
     try:
         with ModelClient(base, "Sleep", init_timeout_s=5, inference_timeout_s=30) as client:
