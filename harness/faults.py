@@ -103,6 +103,7 @@ class Round:
     zombies_seen: int = 0
     zombies_kept: List[str] = dataclasses.field(default_factory=list)
     leaves_for_sweep: bool = False
+    triton_abort: bool = False  # tritonserver died of Triton 2.51's known lock_exception (see _stub_fault)
     shm_end: Dict[str, int] = dataclasses.field(default_factory=dict)
     tmp_end: List[str] = dataclasses.field(default_factory=list)
     swept_at: str = ""
@@ -359,6 +360,8 @@ class Matrix:
                            or not script.is_running(), left(), zombies, "healing")
         healed = served is not None and script.is_running() and script.model_ready(model)
         round_.healed_s = time.monotonic() - signalled if healed else None
+        if not healed and self._known_triton_abort(script, round_, zombies):
+            return
         if not healed:
             round_.fail(f"model {model} did not serve again within {self.heal_limit_s:.0f} s of "
                         f"{signal.Signals(signum).name} to its stub (script running: {script.is_running()}, "
@@ -372,6 +375,29 @@ class Matrix:
         self._sigterm(script, round_, zombies, "after the heal")
         healed_words = f"healed {round_.healed_s:.1f} s" if round_.healed_s is not None else "NOT healed"
         round_.outcome = f"{healed_words}; SIGTERM: exit {exit_words(round_.exit_code)}"
+
+    def _known_triton_abort(self, script: ServingScript, round_: Round, zombies: ZombieWatch) -> bool:
+        """Whether tritonserver aborted of the Triton 2.51 fault pytriton cannot prevent, and said so.
+
+        A stub that dies while it holds a lock of a message queue it shares with tritonserver
+        leaves the server's next lock throwing ``boost::interprocess::lock_exception``, which
+        nothing in Triton's Python backend catches: the server aborts (about 2 % of the
+        ``segv_stub`` rounds on ``stream``). What pytriton owes the user then is a loud exit
+        that names the cause, and nothing left behind (the later columns check that).
+        """
+        if script.is_running() and script.tritonserver() is not None:
+            return False
+        round_.exit_code = self.wait_exit(script, round_, CRASH_EXIT_S, zombies, "after the server's abort")
+        output = script.log_tail(20000)
+        if "PyTritonServerCrashedError" not in output or "boost::interprocess::lock_exception" not in output:
+            return False
+        round_.triton_abort = True
+        round_.outcome = f"Triton aborted (known 2.51 fault), crash reported; exit {exit_words(round_.exit_code)}"
+        round_.notes.append("tritonserver aborted: boost::interprocess::lock_exception after the stub's death")
+        if round_.exit_code in (None, 0):
+            round_.fail(f"the server aborted, yet the user process did not exit non-zero: "
+                        f"{exit_words(round_.exit_code)}")
+        return True
 
     def _term_under_load(self, script: ServingScript, round_: Round, zombies: ZombieWatch, load: Load) -> None:
         self._sigterm(script, round_, zombies, "under load")
@@ -584,6 +610,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"{host.get('bytes', 0):+d} B (other programs on the host included; not judged)")
     print(f"entries without a server prefix used by the matrix's processes: {sorted(matrix.used) or 'none'}")
     print(f"{len(rounds) - 1} rounds and the final start+stop in {time.monotonic() - started:.0f} s")
+    aborts = [r.label for r in rounds if r.triton_abort]
+    if aborts:
+        print(f"tritonserver's known abort (Triton 2.51, lock_exception after a stub's death) in {len(aborts)} "
+              f"round(s): {', '.join(aborts)}; each ended loudly and is judged on what it left")
     if skipped:
         print(skipped)
     for r in rounds:

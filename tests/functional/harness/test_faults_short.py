@@ -74,6 +74,11 @@ def test_each_fault_as_an_ordinary_process(matrix: Dict[str, Any], fault: str) -
         # next start is not found yet), which leaves the user nothing to clean.
     elif fault == "kill_server":
         assert code not in (0, None) and "crash reported" in round_["outcome"], round_["outcome"]
+    elif fault in ("kill_stub", "segv_stub") and round_["triton_abort"]:
+        # Triton 2.51's own abort when a stub dies holding a shared lock (harness/faults.py
+        # `_known_triton_abort`, about 2 % of such rounds): a loud exit that names it is all
+        # pytriton can give; assert_left_nothing above holds it to the rest.
+        assert code not in (0, None) and "crash reported" in round_["outcome"], round_["outcome"]
     elif fault in ("kill_stub", "segv_stub"):
         assert round_["healed_s"] is not None and round_["healed_s"] <= 10.0, round_["outcome"]
         assert code == 0
