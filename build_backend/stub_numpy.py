@@ -74,6 +74,24 @@ def _fetch(version: str, sha256: str, python: str, arch: str, cache: Path) -> Pa
     return target
 
 
+def unpack_wheel(wheel: Path, folder: Path, pinned: str, without_tests: bool = False) -> None:
+    """Unpack `wheel` into `folder` as the stub imports it, with the `pinned` line in its PINNED
+    file (what the install check reads); `without_tests` leaves NumPy's own test suites out."""
+    with zipfile.ZipFile(wheel) as archive:
+        for info in archive.infolist():
+            parts = Path(info.filename).parts
+            if ".." in parts:
+                raise RuntimeError(f"refusing suspicious member {info.filename!r} in {wheel}")
+            if without_tests and "tests" in parts:
+                continue
+            archive.extract(info, folder)
+            mode = (info.external_attr >> 16) & 0o777
+            if mode:
+                (folder / info.filename).chmod(mode | 0o644)
+    (folder / "PINNED").write_text(pinned)
+    folder.chmod(0o755)
+
+
 def ensure_stub_numpy(server_dir: Path, cache: Path, arch: str) -> None:
     """Unpack the pinned NumPy 1.x for the building interpreter's Python into the server tree."""
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -89,16 +107,7 @@ def ensure_stub_numpy(server_dir: Path, cache: Path, arch: str) -> None:
     wheel = _fetch(version, sha256, python, arch, cache)
     staging = Path(tempfile.mkdtemp(prefix=".stub-python-", dir=str(server_dir)))
     try:
-        with zipfile.ZipFile(wheel) as archive:
-            for info in archive.infolist():
-                if ".." in Path(info.filename).parts:
-                    raise RuntimeError(f"refusing suspicious member {info.filename!r} in {wheel}")
-                archive.extract(info, staging)
-                mode = (info.external_attr >> 16) & 0o777
-                if mode:
-                    (staging / info.filename).chmod(mode | 0o644)
-        (staging / "PINNED").write_text(f"numpy=={version} sha256={sha256}\n")
-        staging.chmod(0o755)
+        unpack_wheel(wheel, staging, f"numpy=={version} sha256={sha256}\n")
         if target.exists():
             shutil.rmtree(target)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ import zipfile
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "build_backend"))
-from stub_numpy import PINNED, sha256_of  # noqa: E402
+from stub_numpy import PINNED, sha256_of, unpack_wheel  # noqa: E402
 
 SERVER = REPO / "pytriton" / "tritonserver"
 DEV = REPO / ".device"
@@ -52,21 +52,10 @@ for dirpath, dirnames, filenames in os.walk(SERVER):
         if not skip(rel_dir / name):
             shutil.copy2(os.path.join(dirpath, name), STAGE / rel_dir / name, follow_symlinks=False)
 
-# stub_python/3.12, the way stub_numpy.ensure_stub_numpy unpacks it
+# stub_python/3.12, the way stub_numpy.ensure_stub_numpy unpacks it, less NumPy's test suites
 target = STAGE / "stub_python" / "3.12"
 target.mkdir(parents=True)
-with zipfile.ZipFile(NUMPY_WHEEL) as archive:
-    for info in archive.infolist():
-        parts = pathlib.PurePath(info.filename).parts
-        if ".." in parts or "tests" in parts:
-            continue  # numpy's own test suites: nothing imports them
-        archive.extract(info, target)
-        mode = (info.external_attr >> 16) & 0o777
-        if mode:
-            (target / info.filename).chmod(mode | 0o644)
-(target / "PINNED").write_text(f"numpy=={version} sha256={sha}\n")
-target.chmod(0o755)
-# the RECORD lists the dropped test files; importlib.metadata only reads METADATA/version, fine.
+unpack_wheel(NUMPY_WHEEL, target, f"numpy=={version} sha256={sha}\n", without_tests=True)
 
 
 def make_tar(out: pathlib.Path, root: pathlib.Path, arcname: str) -> None:
