@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
+from pytriton.client.core_request import CoreRequest
 from pytriton.client.exceptions import PyTritonClientValueError
 from pytriton.client.model_config import ClientModelConfig
 from pytriton.client.url import TritonUrl, parse_url
@@ -125,6 +126,26 @@ class ClientArgs:
     model_config: ClientModelConfig | None = None
     access_token: str | None = None
 
+    def request(
+        self,
+        inputs: Mapping[str, Any],
+        parameters: Mapping[str, Any] | None,
+        headers: Mapping[str, str] | None,
+        request_id: str,
+        sequence: Mapping[str, Any] | None = None,
+    ) -> CoreRequest:
+        """One request to this model, its parameters and headers checked, bounded by ``inference_timeout_s``."""
+        return CoreRequest(
+            self.model_name,
+            self.model_version,
+            inputs,
+            parameters=mapping_arg("parameters", parameters),
+            headers=mapping_arg("headers", headers),
+            timeout_s=self.inference_timeout_s,
+            request_id=request_id,
+            sequence=sequence or {},
+        )
+
 
 def client_args(
     url: str,
@@ -159,9 +180,14 @@ def client_args(
     )
 
 
-def load_args(
-    config: str | Mapping[str, Any] | None, files: Mapping[str, bytes] | None
-) -> tuple[str | None, dict[str, bytes] | None]:
+class ModelLoad(NamedTuple):
+    """A checked ``load_model`` request: the configuration as JSON text, the model folder's files."""
+
+    config: str | None
+    files: dict[str, bytes] | None
+
+
+def load_args(config: str | Mapping[str, Any] | None, files: Mapping[str, bytes] | None) -> ModelLoad:
     """Check the arguments of ``load_model``: Triton's load request as ``tritonclient`` sends it.
 
     Args:
@@ -181,7 +207,7 @@ def load_args(
             f"config must be the model configuration as JSON text, a mapping or None, got {type(config).__name__}"
         )
     if files is None:
-        return config, None
+        return ModelLoad(config, None)
     if not isinstance(files, Mapping):
         raise PyTritonClientValueError(
             f"files must be a mapping of 'file:<path>' to bytes or None, got {type(files).__name__}"
@@ -197,7 +223,7 @@ def load_args(
         raise PyTritonClientValueError(
             "files needs config: Triton loads a model folder given as files only with its configuration"
         )
-    return config, {key: bytes(content) for key, content in files.items()}
+    return ModelLoad(config, {key: bytes(content) for key, content in files.items()})
 
 
 def clone_kwargs(existing_client: Any) -> dict[str, Any]:

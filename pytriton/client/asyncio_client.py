@@ -35,9 +35,9 @@ from __future__ import annotations
 import asyncio  # unasync: import threading
 import functools
 import time
-from collections.abc import Awaitable, Mapping  # unasync: from collections.abc import Mapping
+from collections.abc import Mapping
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, Awaitable, Dict, TypeVar
 
 import numpy as np
 import tritonclient.grpc.aio
@@ -47,9 +47,7 @@ from pytriton.client._args import (
     client_args,
     clone_kwargs,
     load_args,
-    mapping_arg,
     pool_arg,
-    sequence_args,
     timeout_arg,
 )
 from pytriton.client.codec import batch_request, concat_batches, sample_request, sample_response, split_batch
@@ -62,12 +60,14 @@ from pytriton.client.core_aio import create_aio_client_from_url as _create_clien
 # from pytriton.client.utils import create_client_from_url as _create_client_from_url
 # unasync: end
 from pytriton.client.exceptions import PyTritonClientClosedError
+from pytriton.client.infer_calls import InferCall, InferCalls
 from pytriton.client.lost import Lookout, RequestIds, is_relayed
 from pytriton.client.model_config import ClientModelConfig, check_decoupled
 from pytriton.client.waits_aio import wait_until_ready_async, wait_until_server_ready_async
 
 _Client = TypeVar("_Client", bound="AsyncioModelClientBase")
 _TritonClient = Any  # unasync: _TritonClient = TritonSyncClient
+_Outputs = Awaitable[Dict[str, np.ndarray]]  # unasync: _Outputs = Dict[str, np.ndarray]
 
 
 class AsyncioModelClientBase:
@@ -247,11 +247,9 @@ class AsyncioModelClientBase:
             PyTritonClientClosedError: the client was closed.
         """
         self._check_open()
-        config_json, files = load_args(config, files)
+        load = load_args(config, files)
         try:
-            await self._core.load_model(
-                self._args.model_name, config=config_json, files=files, timeout_s=self._args.init_timeout_s
-            )
+            await self._core.load_model(self._args.model_name, load, timeout_s=self._args.init_timeout_s)
         finally:
             self._forget_config()
 
@@ -346,7 +344,7 @@ class AsyncioModelClientBase:
         return check_decoupled(self._model_config, self.streaming)
 
 
-class AsyncioModelClient(AsyncioModelClientBase):
+class AsyncioModelClient(AsyncioModelClientBase, InferCalls[_Outputs]):
     # unasync: sync-only
     # """Synchronous client of one model on a Triton server, over HTTP or gRPC.
     #
@@ -372,77 +370,13 @@ class AsyncioModelClient(AsyncioModelClientBase):
     """
     # unasync: end
 
-    async def infer_sample(
-        self,
-        *inputs: np.ndarray,
-        parameters: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        sequence_id: int | str = 0,
-        sequence_start: bool = False,
-        sequence_end: bool = False,
-        **named_inputs: np.ndarray,
-    ) -> dict[str, np.ndarray]:
-        """Run inference on one sample (no batch axis).
-
-        For a batching model the batch axis is added to the inputs and removed from the outputs.
-
-        Args:
-            *inputs: arrays in the order of the model's inputs.
-            parameters: custom request parameters, passed to the model.
-            headers: extra HTTP headers or gRPC metadata.
-            sequence_id: for a sequence-batched model, the id of the sequence this request
-                belongs to (an int > 0 or a str); 0 for none.
-            sequence_start: this request starts the sequence.
-            sequence_end: this request ends the sequence.
-            **named_inputs: arrays by input name (not together with positional ones).
-
-        Returns:
-            Output name to array.
-
-        Raises:
-            PyTritonClientValueError: inputs are given both ways, or are not arrays.
-            PyTritonClientTimeoutError: no answer within ``inference_timeout_s``.
-            PyTritonClientInferenceServerError: the server refused or failed the request.
-            PyTritonClientModelUnavailableError: the model is unknown or the server unreachable.
-        """
+    async def _request(self, call: InferCall) -> dict[str, np.ndarray]:
         config = await self._initialized_config()
-        sequence = sequence_args(sequence_id, sequence_start, sequence_end)
-        outputs = await self._infer(sample_request(config, inputs, named_inputs), parameters, headers, sequence)
-        return sample_response(config, outputs)
-
-    async def infer_batch(
-        self,
-        *inputs: np.ndarray,
-        parameters: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        sequence_id: int | str = 0,
-        sequence_start: bool = False,
-        sequence_end: bool = False,
-        **named_inputs: np.ndarray,
-    ) -> dict[str, np.ndarray]:
-        """Run inference on a batch (the first axis of every input).
-
-        The batch must not exceed the model's ``max_batch_size``; for larger inputs use
-        ``FuturesModelClient.infer_batch_chunked`` (in asyncio code, the asyncio client's own).
-
-        Args:
-            *inputs: arrays in the order of the model's inputs.
-            parameters: custom request parameters, passed to the model.
-            headers: extra HTTP headers or gRPC metadata.
-            sequence_id, sequence_start, sequence_end: as for :meth:`infer_sample`.
-            **named_inputs: arrays by input name (not together with positional ones).
-
-        Returns:
-            Output name to array, batch axis included.
-
-        Raises:
-            PyTritonClientModelDoesntSupportBatchingError: the model does not batch.
-            PyTritonClientValueError, PyTritonClientTimeoutError, PyTritonClientInferenceServerError,
-            PyTritonClientModelUnavailableError: as for :meth:`infer_sample`.
-        """
-        config = await self._initialized_config()
-        sequence = sequence_args(sequence_id, sequence_start, sequence_end)
-        return await self._infer(batch_request(config, inputs, named_inputs), parameters, headers, sequence)
+        if not call.sample:
+            inputs = batch_request(config, call.inputs, call.named_inputs)
+            return await self._infer(inputs, call.parameters, call.headers, call.sequence)
+        inputs = sample_request(config, call.inputs, call.named_inputs)
+        return sample_response(config, await self._infer(inputs, call.parameters, call.headers, call.sequence))
 
     # unasync: async-only
     async def infer_batch_chunked(
@@ -483,14 +417,4 @@ class AsyncioModelClient(AsyncioModelClientBase):
         look = None
         if self._model_config is not None and is_relayed(self._model_config):
             look = functools.partial(self._lookout.check_async, request_id, self._read_config)
-        return await self._core.infer(
-            self._args.model_name,
-            self._args.model_version,
-            inputs,
-            parameters=mapping_arg("parameters", parameters),
-            headers=mapping_arg("headers", headers),
-            timeout_s=self._args.inference_timeout_s,
-            request_id=request_id,
-            sequence=sequence,
-            look=look,
-        )
+        return await self._core.infer(self._args.request(inputs, parameters, headers, request_id, sequence), look)

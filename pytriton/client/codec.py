@@ -16,6 +16,7 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor
 
 from pytriton.client._args import SEQUENCE_KEYS
+from pytriton.client.core_request import CoreRequest
 from pytriton.client.exceptions import PyTritonClientModelDoesntSupportBatchingError, PyTritonClientValueError
 from pytriton.client.model_config import ClientModelConfig
 from pytriton.ipc.protocol import DEADLINE_PARAMETER
@@ -304,3 +305,18 @@ def with_deadline(parameters: Mapping[str, Any] | None, timeout_s: float, now_s:
     extended = dict(parameters) if parameters else {}
     extended[DEADLINE_PARAMETER] = int((now_s + timeout_s) * 1000)
     return extended
+
+
+def infer_call(protocol: ModuleType, request: CoreRequest) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments of ``tritonclient``'s ``infer`` (of `protocol`) for `request`, whose headers,
+    parameters and ``timeout_s`` are the ones to send: the model name and inputs, and the keywords."""
+    assert request.timeout_s is not None
+    keywords = {
+        "model_version": request.model_version,
+        "request_id": request.request_id,
+        "parameters": request.parameters,
+        "headers": request.headers,
+        "timeout": request_timeout_us(request.timeout_s),
+        **request.sequence,
+    }
+    return (request.model_name, to_infer_inputs(protocol, request.inputs)), keywords

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import functools
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -32,7 +32,7 @@ import tritonclient.grpc
 import tritonclient.http
 
 from pytriton.access_token import auth_headers
-from pytriton.client._args import with_auth
+from pytriton.client._args import ModelLoad, with_auth
 from pytriton.client._errors import (
     CONFIG_ACTION,
     INFER_ACTION,
@@ -41,15 +41,10 @@ from pytriton.client._errors import (
     UNLOAD_ACTION,
     translate_errors,
 )
-from pytriton.client.codec import from_infer_result, request_timeout_us, to_infer_inputs, with_deadline
+from pytriton.client.codec import from_infer_result, infer_call, with_deadline
+from pytriton.client.core_request import CoreRequest
 from pytriton.client.core_stream import GrpcResponseStream, HttpResponseStream, ResponseStream
-from pytriton.client.generate import (
-    ResponseDecoder,
-    batch_size_of,
-    check_streamable,
-    encode_request,
-    generate_stream_path,
-)
+from pytriton.client.generate import stream_post
 from pytriton.client.model_config import ClientModelConfig, parse_model_config
 from pytriton.client.readiness import presence_from_error, ready_names
 from pytriton.client.url import TritonUrl
@@ -129,25 +124,18 @@ class TritonCore(abc.ABC):
             raw = self._get_model_config(model_name, model_version, timeout_s)
         return parse_model_config(raw)
 
-    def load_model(
-        self,
-        model_name: str,
-        *,
-        config: str | None = None,
-        files: Mapping[str, bytes] | None = None,
-        timeout_s: float | None = None,
-    ) -> None:
+    def load_model(self, model_name: str, load: ModelLoad, timeout_s: float | None = None) -> None:
         """Ask the server to load (or reload) a model; returns once the server has done it.
 
         Args:
             model_name: the model to load from the server's model repository.
-            config: the model configuration as JSON, used instead of the repository's.
-            files: ``"file:<path>"`` to content: the model folder to load from instead (needs ``config``).
+            load: a configuration (JSON) to use instead of the repository's, and the files of a
+                model folder to load from instead (`pytriton.client._args.load_args`).
             timeout_s: the longest to wait for the load.
         """
         timeout_s = self._timeout(timeout_s)
         with translate_errors(LOAD_ACTION, str(self.url), timeout_s):
-            self._load_model(model_name, config, dict(files) if files else None, timeout_s)
+            self._load_model(model_name, load, timeout_s)
 
     def unload_model(self, model_name: str, timeout_s: float | None = None) -> None:
         """Ask the server to unload a model (Triton finishes the unloading in the background)."""
@@ -155,90 +143,46 @@ class TritonCore(abc.ABC):
         with translate_errors(UNLOAD_ACTION, str(self.url), timeout_s):
             self._unload_model(model_name, timeout_s)
 
-    def infer(
-        self,
-        model_name: str,
-        model_version: str,
-        inputs: Mapping[str, np.ndarray],
-        *,
-        parameters: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout_s: float | None = None,
-        request_id: str = "",
-        sequence: Mapping[str, Any] | None = None,
-        look: Callable[[], None] | None = None,
-    ) -> dict[str, np.ndarray]:
+    def infer(self, request: CoreRequest, look: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
         """Run one inference request.
 
         Args:
-            model_name: the model to run.
-            model_version: its version, ``""`` for the server's choice.
-            inputs: input name to array, batch axis included for batching models.
-            parameters: custom request parameters (forwarded to the model).
-            headers: extra HTTP headers or gRPC metadata.
-            timeout_s: the longest to wait for the answer.
-            request_id: the request's id, echoed by the server in its messages.
-            sequence: tritonclient's sequence keywords (`pytriton.client._args.sequence_args`).
+            request: the model, inputs and options.
             look: for a relayed model, called between slices of the wait; it raises to end the
                 request (`pytriton.client.lost`).
 
         Returns:
             Output name to array; BYTES outputs are object arrays of ``bytes``.
         """
-        timeout_s = self._timeout(timeout_s)
+        timeout_s = self._timeout(request.timeout_s)
         with translate_errors(INFER_ACTION, str(self.url), timeout_s):
             # tritonclient adds its own headers into the dict it is given: never hand it the user's.
-            send = self._infer if look is None else functools.partial(self._infer_watched, look=look)
-            result = send(
-                model_name,
-                model_version,
-                inputs,
-                parameters=with_deadline(parameters, timeout_s, time.time()),
-                headers=self._headers(headers),
+            sent = dataclasses.replace(
+                request,
+                parameters=with_deadline(request.parameters, timeout_s, time.time()),
+                headers=self._headers(request.headers),
                 timeout_s=timeout_s,
-                request_id=request_id,
-                sequence=sequence or {},
             )
-            return from_infer_result(result)
+            return from_infer_result(self._infer(sent) if look is None else self._infer_watched(sent, look))
 
-    def open_stream(
-        self,
-        model_name: str,
-        model_version: str,
-        config: ClientModelConfig,
-        inputs: Mapping[str, np.ndarray],
-        *,
-        parameters: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout_s: float | None = None,
-        request_id: str = "",
-    ) -> ResponseStream:
+    def open_stream(self, request: CoreRequest, config: ClientModelConfig) -> ResponseStream:
         """Send one request to a decoupled model and return the stream of its responses.
 
         Args:
-            model_name: the model to run.
-            model_version: its version, ``""`` for the server's choice.
+            request: the model, inputs and options (its ``timeout_s``: the longest to wait for
+                the request to be taken); a sequence travels in its parameters.
             config: the model's configuration (HTTP needs its dtypes and dims).
-            inputs: input name to array, batch axis included for batching models.
-            parameters: custom request parameters (forwarded to the model).
-            headers: extra HTTP headers or gRPC metadata.
-            timeout_s: the longest to wait for the request to be taken.
-            request_id: the request's id, echoed by the server in its messages.
 
         Raises:
             PyTritonClientValueError: an input or parameter the protocol cannot carry.
             PyTritonClientError: the server refused the request (translated as for :meth:`infer`).
         """
-        return self._open_stream(
-            model_name,
-            model_version,
-            config,
-            inputs,
-            parameters=dict(parameters) if parameters else None,
-            headers=self._headers(headers),
-            timeout_s=self._timeout(timeout_s),
-            request_id=request_id,
-        )
+        return self._open_stream(dataclasses.replace(
+            request,
+            parameters=dict(request.parameters) if request.parameters else None,
+            headers=self._headers(request.headers),
+            timeout_s=self._timeout(request.timeout_s),
+        ), config)
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -266,31 +210,21 @@ class TritonCore(abc.ABC):
     def _repository_index(self, timeout_s: float) -> Any: ...
 
     # Not abstract: a core that only serves requests (a test double) need not manage models.
-    def _load_model(
-        self, model_name: str, config: str | None, files: dict[str, bytes] | None, timeout_s: float
-    ) -> None:
+    def _load_model(self, model_name: str, load: ModelLoad, timeout_s: float) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot load models")
 
     def _unload_model(self, model_name: str, timeout_s: float) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot unload models")
 
+    # The three below take a request whose headers, parameters and timeout are the ones to send.
     @abc.abstractmethod
-    def _infer(self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any) -> Any: ...
+    def _infer(self, request: CoreRequest) -> Any: ...
 
     @abc.abstractmethod
-    def _infer_watched(
-        self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any
-    ) -> Any: ...
+    def _infer_watched(self, request: CoreRequest, look: Callable[[], None]) -> Any: ...
 
     @abc.abstractmethod
-    def _open_stream(
-        self,
-        model_name: str,
-        model_version: str,
-        config: ClientModelConfig,
-        inputs: Mapping[str, np.ndarray],
-        **kwargs: Any,
-    ) -> ResponseStream: ...
+    def _open_stream(self, request: CoreRequest, config: ClientModelConfig) -> ResponseStream: ...
 
 
 class HttpCore(TritonCore):
@@ -342,55 +276,30 @@ class HttpCore(TritonCore):
         with self._client_for(timeout_s) as client:
             return client.get_model_repository_index(headers=self._headers())
 
-    def _load_model(
-        self, model_name: str, config: str | None, files: dict[str, bytes] | None, timeout_s: float
-    ) -> None:
+    def _load_model(self, model_name: str, load: ModelLoad, timeout_s: float) -> None:
         with self._client_for(timeout_s) as client:
-            client.load_model(model_name, headers=self._headers(), config=config, files=files)
+            client.load_model(model_name, headers=self._headers(), config=load.config, files=load.files)
 
     def _unload_model(self, model_name: str, timeout_s: float) -> None:
         with self._client_for(timeout_s) as client:
             client.unload_model(model_name, headers=self._headers())
 
-    def _infer(self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any) -> Any:
-        with self._client_for(kwargs["timeout_s"]) as client:
-            return client.infer(
-                model_name,
-                to_infer_inputs(tritonclient.http, inputs),
-                model_version=model_version,
-                request_id=kwargs["request_id"],
-                parameters=kwargs["parameters"],
-                headers=kwargs["headers"],
-                timeout=request_timeout_us(kwargs["timeout_s"]),
-                **kwargs["sequence"],
-            )
+    def _infer(self, request: CoreRequest) -> Any:
+        assert request.timeout_s is not None
+        args, keywords = infer_call(tritonclient.http, request)
+        with self._client_for(request.timeout_s) as client:
+            return client.infer(*args, **keywords)
 
-    def _infer_watched(
-        self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any
-    ) -> Any:
+    def _infer_watched(self, request: CoreRequest, look: Callable[[], None]) -> Any:
         if self._watched is None:
             self._watched = WatchedHttp(self.url)
-        return self._watched.infer(model_name, model_version, inputs, **kwargs)
+        return self._watched.infer(request, look)
 
-    def _open_stream(
-        self,
-        model_name: str,
-        model_version: str,
-        config: ClientModelConfig,
-        inputs: Mapping[str, np.ndarray],
-        **kwargs: Any,
-    ) -> ResponseStream:
-        check_streamable(config)
-        body = encode_request(config, inputs, kwargs["parameters"], kwargs.get("request_id", ""))
-        return HttpResponseStream(
-            self.url,
-            model_name,
-            generate_stream_path(model_name, model_version),
-            body,
-            ResponseDecoder(config, batch_size_of(config, inputs), str(self.url)),
-            headers=kwargs["headers"],
-            timeout_s=kwargs["timeout_s"],
-        )
+    def _open_stream(self, request: CoreRequest, config: ClientModelConfig) -> ResponseStream:
+        assert request.timeout_s is not None
+        post = stream_post(request, config, str(self.url))
+        return HttpResponseStream(self.url, request.model_name, post, headers=request.headers,
+                                  timeout_s=request.timeout_s)
 
     def close(self) -> None:
         """Close the long-lived HTTP connection pool."""
@@ -428,43 +337,22 @@ class GrpcCore(TritonCore):
         return self._client.get_model_repository_index(headers=self._headers(), as_json=True,
                                                        client_timeout=timeout_s)
 
-    def _load_model(
-        self, model_name: str, config: str | None, files: dict[str, bytes] | None, timeout_s: float
-    ) -> None:
-        self._client.load_model(
-            model_name, headers=self._headers(), config=config, files=files, client_timeout=timeout_s
-        )
+    def _load_model(self, model_name: str, load: ModelLoad, timeout_s: float) -> None:
+        self._client.load_model(model_name, headers=self._headers(), config=load.config, files=load.files,
+                                client_timeout=timeout_s)
 
     def _unload_model(self, model_name: str, timeout_s: float) -> None:
         self._client.unload_model(model_name, headers=self._headers(), client_timeout=timeout_s)
 
-    def _infer(self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any) -> Any:
-        return self._client.infer(
-            model_name,
-            to_infer_inputs(tritonclient.grpc, inputs),
-            model_version=model_version,
-            request_id=kwargs["request_id"],
-            parameters=kwargs["parameters"],
-            headers=kwargs["headers"],
-            timeout=request_timeout_us(kwargs["timeout_s"]),
-            client_timeout=kwargs["timeout_s"],
-            **kwargs["sequence"],
-        )
+    def _infer(self, request: CoreRequest) -> Any:
+        args, keywords = infer_call(tritonclient.grpc, request)
+        return self._client.infer(*args, client_timeout=request.timeout_s, **keywords)
 
-    def _infer_watched(
-        self, model_name: str, model_version: str, inputs: Mapping[str, np.ndarray], **kwargs: Any
-    ) -> Any:
-        return grpc_infer_watched(self._client, model_name, model_version, inputs, **kwargs)
+    def _infer_watched(self, request: CoreRequest, look: Callable[[], None]) -> Any:
+        return grpc_infer_watched(self._client, request, look)
 
-    def _open_stream(
-        self,
-        model_name: str,
-        model_version: str,
-        config: ClientModelConfig,
-        inputs: Mapping[str, np.ndarray],
-        **kwargs: Any,
-    ) -> ResponseStream:
-        return GrpcResponseStream(self._client, self.url, model_name, model_version, inputs, **kwargs)
+    def _open_stream(self, request: CoreRequest, config: ClientModelConfig) -> ResponseStream:
+        return GrpcResponseStream(self._client, self.url, request)
 
     def close(self) -> None:
         """Close the gRPC channel (and a stream still open on it)."""

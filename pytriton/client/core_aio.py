@@ -18,8 +18,9 @@ which keeps its own channel or session for them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import numpy as np
@@ -29,16 +30,10 @@ import tritonclient.http
 import tritonclient.http.aio
 
 from pytriton.access_token import auth_headers
-from pytriton.client._args import with_auth
-from pytriton.client._errors import (
-    CONFIG_ACTION,
-    INFER_ACTION,
-    LOAD_ACTION,
-    READY_ACTION,
-    UNLOAD_ACTION,
-    translate_errors,
-)
-from pytriton.client.codec import from_infer_result, request_timeout_us, to_infer_inputs, with_deadline
+from pytriton.client import _errors as errors
+from pytriton.client._args import ModelLoad, with_auth
+from pytriton.client.codec import from_infer_result, infer_call, with_deadline
+from pytriton.client.core_request import CoreRequest
 from pytriton.client.core_stream_aio import AsyncResponseStream, AsyncStreamOpener
 from pytriton.client.lost import watched
 from pytriton.client.model_config import ClientModelConfig, parse_model_config
@@ -72,35 +67,28 @@ class AsyncTritonCore:
 
     async def is_server_live(self, timeout_s: float | None = None) -> bool:
         """Whether the server process answers its liveness endpoint."""
-        return bool(await self._call(READY_ACTION, timeout_s, lambda client: client.is_server_live(**self._kw())))
+        live = await self._call(errors.READY_ACTION, timeout_s, lambda client: client.is_server_live(**self._kw()))
+        return bool(live)
 
-    async def load_model(
-        self,
-        model_name: str,
-        *,
-        config: str | None = None,
-        files: Mapping[str, bytes] | None = None,
-        timeout_s: float | None = None,
-    ) -> None:
+    async def load_model(self, model_name: str, load: ModelLoad, timeout_s: float | None = None) -> None:
         """See :meth:`pytriton.client.core.TritonCore.load_model`."""
-        await self._call(LOAD_ACTION, timeout_s, lambda client: client.load_model(
-            model_name, config=config, files=dict(files) if files else None, **self._kw()))
+        await self._call(errors.LOAD_ACTION, timeout_s, lambda client: client.load_model(
+            model_name, config=load.config, files=load.files, **self._kw()))
 
     async def unload_model(self, model_name: str, timeout_s: float | None = None) -> None:
         """See :meth:`pytriton.client.core.TritonCore.unload_model`."""
-        await self._call(UNLOAD_ACTION, timeout_s, lambda client: client.unload_model(model_name, **self._kw()))
+        await self._call(errors.UNLOAD_ACTION, timeout_s, lambda client: client.unload_model(model_name, **self._kw()))
 
     async def is_server_ready(self, timeout_s: float | None = None) -> bool:
         """Whether the server accepts inference."""
-        return bool(await self._call(READY_ACTION, timeout_s, lambda client: client.is_server_ready(**self._kw())))
+        ready = await self._call(errors.READY_ACTION, timeout_s, lambda client: client.is_server_ready(**self._kw()))
+        return bool(ready)
 
     async def is_model_ready(self, model_name: str, model_version: str = "", timeout_s: float | None = None) -> bool:
         """Whether the model (and version, ``""`` for the server's choice) is loaded and ready."""
-        return bool(
-            await self._call(
-                READY_ACTION, timeout_s, lambda client: client.is_model_ready(model_name, model_version, **self._kw())
-            )
-        )
+        ready = await self._call(errors.READY_ACTION, timeout_s,
+                                 lambda client: client.is_model_ready(model_name, model_version, **self._kw()))
+        return bool(ready)
 
     async def model_presence(self, model_name: str, timeout_s: float | None = None) -> bool | None:
         """See :meth:`pytriton.client.core.TritonCore.model_presence`."""
@@ -129,72 +117,39 @@ class AsyncTritonCore:
         """The model's configuration as the server has it."""
         extra = {"as_json": True} if self._grpc else {}
         raw = await self._call(
-            CONFIG_ACTION,
+            errors.CONFIG_ACTION,
             timeout_s,
             lambda client: client.get_model_config(model_name, model_version, **self._kw(), **extra),
         )
         return parse_model_config(raw)
 
     async def infer(
-        self,
-        model_name: str,
-        model_version: str,
-        inputs: Mapping[str, np.ndarray],
-        *,
-        parameters: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout_s: float | None = None,
-        request_id: str = "",
-        sequence: Mapping[str, Any] | None = None,
-        look: Callable[[], Awaitable[None]] | None = None,
+        self, request: CoreRequest, look: Callable[[], Awaitable[None]] | None = None
     ) -> dict[str, np.ndarray]:
         """Run one inference request; see :meth:`pytriton.client.core.TritonCore.infer`.
 
         `look` (for a relayed model) is awaited between slices of the wait (`pytriton.client.lost.watched`).
         """
         protocol = tritonclient.grpc if self._grpc else tritonclient.http
-        limit_s = self.default_timeout_s if timeout_s is None else timeout_s
+        limit_s = self.default_timeout_s if request.timeout_s is None else request.timeout_s
 
         async def call(client: Any) -> dict[str, np.ndarray]:
-            result = await client.infer(
-                model_name,
-                to_infer_inputs(protocol, inputs),
-                model_version=model_version,
-                request_id=request_id,
-                parameters=with_deadline(parameters, limit_s, time.time()),
-                headers=with_auth(self._auth, headers),
-                timeout=request_timeout_us(limit_s),
-                **(sequence or {}),
-            )
-            return from_infer_result(result)
+            sent = dataclasses.replace(request, parameters=with_deadline(request.parameters, limit_s, time.time()),
+                                       headers=with_auth(self._auth, request.headers), timeout_s=limit_s)
+            args, keywords = infer_call(protocol, sent)
+            return from_infer_result(await client.infer(*args, **keywords))
 
         if look is None:
-            return await self._call(INFER_ACTION, timeout_s, call)
-        return await watched(self._call(INFER_ACTION, timeout_s, call), look, limit_s)
+            return await self._call(errors.INFER_ACTION, limit_s, call)
+        return await watched(self._call(errors.INFER_ACTION, limit_s, call), look, limit_s)
 
-    async def open_stream(
-        self,
-        model_name: str,
-        model_version: str,
-        config: ClientModelConfig,
-        inputs: Mapping[str, np.ndarray],
-        *,
-        parameters: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout_s: float | None = None,
-        request_id: str = "",
-    ) -> AsyncResponseStream:
+    async def open_stream(self, request: CoreRequest, config: ClientModelConfig) -> AsyncResponseStream:
         """Send one request to a decoupled model; see :meth:`pytriton.client.core.TritonCore.open_stream`."""
-        return await self._streams.open(
-            model_name,
-            model_version,
-            config,
-            inputs,
-            parameters=dict(parameters) if parameters else None,
-            headers=headers,
-            timeout_s=self.default_timeout_s if timeout_s is None else timeout_s,
-            request_id=request_id,
-        )
+        return await self._streams.open(dataclasses.replace(
+            request,
+            parameters=dict(request.parameters) if request.parameters else None,
+            timeout_s=self.default_timeout_s if request.timeout_s is None else request.timeout_s,
+        ), config)
 
     async def close(self) -> None:
         """Close the sessions or channels; the core is unusable afterwards."""
@@ -214,7 +169,7 @@ class AsyncTritonCore:
 
     async def _call(self, action: str, timeout_s: float | None, call: Callable[[Any], Awaitable[_T]]) -> _T:
         timeout_s = self.default_timeout_s if timeout_s is None else timeout_s
-        with translate_errors(action, str(self.url), timeout_s):
+        with errors.translate_errors(action, str(self.url), timeout_s):
             return await asyncio.wait_for(call(self._connection()), timeout_s)
 
 

@@ -19,7 +19,6 @@ or on a timeout or an error, cancels the request on the server:
 from __future__ import annotations
 
 import abc
-import collections
 import contextlib
 import http.client
 import json
@@ -46,8 +45,8 @@ from pytriton.client._errors import (
     translate_errors,
 )
 from pytriton.client.codec import from_infer_result, is_final_response, to_infer_inputs
-from pytriton.client.exceptions import PyTritonClientError
-from pytriton.client.generate import ResponseDecoder
+from pytriton.client.core_request import CoreRequest
+from pytriton.client.generate import StreamPost
 from pytriton.client.lost import wait_slices
 from pytriton.client.url import TritonUrl
 
@@ -126,33 +125,18 @@ class ResponseStream(StreamBase):
 class GrpcResponseStream(ResponseStream):
     """A request on ``tritonclient.grpc``'s stream; the client can run one stream at a time."""
 
-    def __init__(
-        self,
-        client: tritonclient.grpc.InferenceServerClient,
-        url: TritonUrl,
-        model_name: str,
-        model_version: str,
-        inputs: Mapping[str, np.ndarray],
-        *,
-        parameters: Mapping[str, Any] | None,
-        headers: Mapping[str, str] | None,
-        request_id: str,
-        timeout_s: float,
-    ) -> None:
+    def __init__(self, client: tritonclient.grpc.InferenceServerClient, url: TritonUrl, request: CoreRequest) -> None:
         """Start the stream and send the request.
 
         Args:
             client: the gRPC client (no other stream may run on it).
             url: the server's address, for messages.
-            model_name: the model to run.
-            model_version: its version, ``""`` for the server's choice.
-            inputs: input name to array.
-            parameters: custom request parameters.
-            headers: gRPC metadata, the access token's included.
-            request_id: the request's id.
-            timeout_s: the time limit named if starting fails.
+            request: what to send; its headers (gRPC metadata) include the access token's, its
+                ``timeout_s`` is the time limit named if starting fails.
         """
-        super().__init__(model_name, url)
+        assert request.timeout_s is not None
+        timeout_s, parameters, headers = request.timeout_s, request.parameters, request.headers
+        super().__init__(request.model_name, url)
         self._client = client
         self._final_seen = False
         self._token_sent = any("access-token" in key.lower() for key in (headers or {}))
@@ -169,10 +153,10 @@ class GrpcResponseStream(ResponseStream):
                     own = {key: value for key, value in (parameters or {}).items() if key not in SEQUENCE_KEYS}
                     sequence = {key: value for key, value in (parameters or {}).items() if key in SEQUENCE_KEYS}
                     client.async_stream_infer(
-                        model_name,
-                        to_infer_inputs(tritonclient.grpc, inputs),
-                        model_version=model_version,
-                        request_id=request_id,
+                        request.model_name,
+                        to_infer_inputs(tritonclient.grpc, request.inputs),
+                        model_version=request.model_version,
+                        request_id=request.request_id,
                         parameters=own or None,
                         enable_empty_final_response=True,
                         **sequence,
@@ -237,24 +221,15 @@ class HttpResponseStream(ResponseStream):
     """A request on Triton's ``generate_stream`` endpoint, on an HTTP connection of its own."""
 
     def __init__(
-        self,
-        url: TritonUrl,
-        model_name: str,
-        path: str,
-        body: bytes,
-        decoder: ResponseDecoder,
-        *,
-        headers: Mapping[str, str] | None,
-        timeout_s: float,
+        self, url: TritonUrl, model_name: str, post: StreamPost, *, headers: Mapping[str, str] | None, timeout_s: float
     ) -> None:
         """Connect, send the request and read the answer's status.
 
         Args:
             url: the server's address.
             model_name: the model, for messages.
-            path: the endpoint's path (:func:`~pytriton.client.generate.generate_stream_path`).
-            body: the request's JSON (:func:`~pytriton.client.generate.encode_request`).
-            decoder: turns the events into outputs.
+            post: the endpoint's path, the request's JSON and the decoder of the events
+                (:func:`~pytriton.client.generate.stream_post`).
             headers: extra HTTP headers, the access token's included.
             timeout_s: the longest to wait for the connection and the answer's status.
 
@@ -264,8 +239,7 @@ class HttpResponseStream(ResponseStream):
                 as for the other clients).
         """
         super().__init__(model_name, url)
-        self._decoder = decoder
-        self._pending: collections.deque[dict[str, np.ndarray] | PyTritonClientError] = collections.deque()
+        self._decoder = post.decoder
         self._connection = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout_s)
         self._response: http.client.HTTPResponse | None = None
         self._chunks: ChunkedDecoder | None = None
@@ -273,7 +247,7 @@ class HttpResponseStream(ResponseStream):
         try:
             with translate_errors(INFER_ACTION, str(url), timeout_s):
                 try:
-                    self._connection.request("POST", path, body=body, headers=request_headers)
+                    self._connection.request("POST", post.path, body=post.body, headers=request_headers)
                     # Triton sends the answer's head with the first response: this waits for it.
                     response = self._connection.getresponse()
                 except (socket.timeout, TimeoutError) as exc:
@@ -293,16 +267,10 @@ class HttpResponseStream(ResponseStream):
 
     def _next(self, timeout_s: float) -> dict[str, np.ndarray] | None:
         deadline = time.monotonic() + timeout_s
-        while not self._pending:
-            chunk = self._read(deadline, timeout_s)
-            if not chunk:
-                self._decoder.finish()
+        while self._decoder.waiting:
+            if not self._decoder.take(self._read(deadline, timeout_s)):
                 return None
-            self._pending.extend(self._decoder.feed(chunk))
-        item = self._pending.popleft()
-        if isinstance(item, PyTritonClientError):
-            raise item
-        return item
+        return self._decoder.next_response()
 
     def _read(self, deadline: float, timeout_s: float) -> bytes:
         """The next bytes of the answer's body (de-chunked), b"" at its end.

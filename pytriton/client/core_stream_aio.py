@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import collections
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,25 +29,11 @@ import grpc  # type: ignore[import-untyped,unused-ignore]
 import numpy as np
 from tritonclient.grpc import InferResult, service_pb2_grpc
 
-from pytriton.client._errors import (
-    INFER_ACTION,
-    STREAM_ACTION,
-    hint_missing_token,
-    next_response_timeout,
-    server_error,
-    stream_error,
-    translate_errors,
-)
+from pytriton.client import _errors as errors
 from pytriton.client.codec import from_infer_result, is_final_response, to_stream_request
+from pytriton.client.core_request import CoreRequest
 from pytriton.client.core_stream import ERROR_BODY_LIMIT, StreamBase, error_text
-from pytriton.client.exceptions import PyTritonClientError
-from pytriton.client.generate import (
-    ResponseDecoder,
-    batch_size_of,
-    check_streamable,
-    encode_request,
-    generate_stream_path,
-)
+from pytriton.client.generate import ResponseDecoder, stream_post
 from pytriton.client.model_config import ClientModelConfig
 from pytriton.client.url import TritonUrl
 
@@ -107,20 +92,20 @@ class AsyncGrpcResponseStream(AsyncResponseStream):
             try:
                 response = await asyncio.wait_for(self._call.read(), timeout_s)
             except asyncio.TimeoutError:
-                raise next_response_timeout(self.model_name, str(self.url), timeout_s) from None
+                raise errors.next_response_timeout(self.model_name, str(self.url), timeout_s) from None
             except Exception as exc:
-                error = stream_error(exc, action=STREAM_ACTION, url=str(self.url), timeout_s=timeout_s)
-                raise hint_missing_token(error, self._token_sent) from exc
+                error = errors.stream_error(exc, action=errors.STREAM_ACTION, url=str(self.url), timeout_s=timeout_s)
+                raise errors.hint_missing_token(error, self._token_sent) from exc
             if response is grpc.aio.EOF:  # the server ended the call without a final response
                 self._ended.set()
                 return None
             if response.error_message:
-                raise stream_error(response.error_message, action=STREAM_ACTION, url=str(self.url))
+                raise errors.stream_error(response.error_message, action=errors.STREAM_ACTION, url=str(self.url))
             self._final_seen = is_final_response(response.infer_response)
             if self._final_seen:
                 self._ended.set()
             if response.infer_response.outputs or not self._final_seen:
-                with translate_errors(STREAM_ACTION, str(self.url), timeout_s):
+                with errors.translate_errors(errors.STREAM_ACTION, str(self.url), timeout_s):
                     return from_infer_result(InferResult(response.infer_response))
         return None
 
@@ -137,26 +122,21 @@ class AsyncHttpResponseStream(AsyncResponseStream):
         super().__init__(model_name, url)
         self._response = response
         self._decoder = decoder
-        self._pending: collections.deque[dict[str, np.ndarray] | PyTritonClientError] = collections.deque()
 
     async def _next(self, timeout_s: float) -> dict[str, np.ndarray] | None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while not self._pending:
+        while self._decoder.waiting:
             try:
                 chunk = await asyncio.wait_for(self._response.content.readany(), max(deadline - loop.time(), 0.0))
             except asyncio.TimeoutError:
-                raise next_response_timeout(self.model_name, str(self.url), timeout_s) from None
+                raise errors.next_response_timeout(self.model_name, str(self.url), timeout_s) from None
             except Exception as exc:
-                raise stream_error(exc, action=STREAM_ACTION, url=str(self.url), timeout_s=timeout_s) from exc
-            if not chunk:
-                self._decoder.finish()
+                raise errors.stream_error(exc, action=errors.STREAM_ACTION, url=str(self.url),
+                                          timeout_s=timeout_s) from exc
+            if not self._decoder.take(chunk):
                 return None
-            self._pending.extend(self._decoder.feed(chunk))
-        item = self._pending.popleft()
-        if isinstance(item, PyTritonClientError):
-            raise item
-        return item
+        return self._decoder.next_response()
 
     def _close(self) -> None:
         # close(), not release(): the connection must go, or the server would not see the client leave.
@@ -178,22 +158,14 @@ class AsyncStreamOpener:
         self._channel: Any = None
         self._session: aiohttp.ClientSession | None = None
 
-    async def open(
-        self,
-        model_name: str,
-        model_version: str,
-        config: ClientModelConfig,
-        inputs: Mapping[str, np.ndarray],
-        *,
-        parameters: Mapping[str, Any] | None,
-        headers: Mapping[str, str] | None,
-        timeout_s: float,
-        request_id: str,
-    ) -> AsyncResponseStream:
+    async def open(self, request: CoreRequest, config: ClientModelConfig) -> AsyncResponseStream:
         """Send one request and return the stream of its responses; see ``TritonCore.open_stream``."""
-        merged = {**(headers or {}), **self._auth}
+        assert request.timeout_s is not None
+        model_name, timeout_s = request.model_name, request.timeout_s
+        merged = {**(request.headers or {}), **self._auth}
         if self.url.scheme == "grpc":
-            request = to_stream_request(model_name, model_version, inputs, parameters=parameters, request_id=request_id)
+            message = to_stream_request(model_name, request.model_version, request.inputs,
+                                        parameters=request.parameters, request_id=request.request_id)
             if self._channel is None:
                 self._channel = grpc.aio.insecure_channel(self.url.address, options=_CHANNEL_OPTIONS)
             stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
@@ -204,18 +176,14 @@ class AsyncStreamOpener:
             ended = asyncio.Event()
 
             async def requests() -> Any:
-                yield request
+                yield message
                 await ended.wait()
 
             call = stub.ModelStreamInfer(requests(), metadata=metadata)
             return AsyncGrpcResponseStream(call, self.url, model_name, ended, token_sent=bool(self._auth))
-        check_streamable(config)
-        body = encode_request(config, inputs, parameters, request_id)
-        decoder = ResponseDecoder(config, batch_size_of(config, inputs), str(self.url))
-        response = await self._post(
-            model_name, generate_stream_path(model_name, model_version), body, merged, timeout_s
-        )
-        return AsyncHttpResponseStream(response, decoder, self.url, model_name)
+        post = stream_post(request, config, str(self.url))
+        response = await self._post(model_name, post.path, post.body, merged, timeout_s)
+        return AsyncHttpResponseStream(response, post.decoder, self.url, model_name)
 
     async def close(self) -> None:
         """Close the channel and the session (cancelling the streams still on them)."""
@@ -237,18 +205,17 @@ class AsyncStreamOpener:
         async def post() -> aiohttp.ClientResponse:
             return await session.post(address, data=body, headers=request_headers)
 
-        with translate_errors(INFER_ACTION, str(self.url), timeout_s):
+        with errors.translate_errors(errors.INFER_ACTION, str(self.url), timeout_s):
             try:
                 # Triton sends the answer's head with the first response: this waits for it.
                 response = await asyncio.wait_for(post(), timeout_s)
             except asyncio.TimeoutError as exc:
-                raise next_response_timeout(model_name, str(self.url), timeout_s) from exc
+                raise errors.next_response_timeout(model_name, str(self.url), timeout_s) from exc
             if response.status != 200:
                 try:
                     text = await asyncio.wait_for(response.content.read(ERROR_BODY_LIMIT), timeout_s)
                 finally:
                     response.close()
-                raise server_error(
-                    str(response.status), error_text(text), action=INFER_ACTION, url=str(self.url), timeout_s=timeout_s
-                )
+                raise errors.server_error(str(response.status), error_text(text), action=errors.INFER_ACTION,
+                                          url=str(self.url), timeout_s=timeout_s)
         return response

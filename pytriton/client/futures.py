@@ -14,11 +14,11 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Dict, TypeVar
 
 import numpy as np
 
-from pytriton.client._args import client_args, pool_arg, sequence_args, timeout_arg
+from pytriton.client._args import client_args, pool_arg, timeout_arg
 from pytriton.client.client import ModelClient
 from pytriton.client.codec import batch_request, concat_batches, split_batch
 from pytriton.client.exceptions import (
@@ -26,9 +26,11 @@ from pytriton.client.exceptions import (
     PyTritonClientInferenceServerError,
     PyTritonClientQueueFullError,
 )
+from pytriton.client.infer_calls import InferCall, InferCalls
 from pytriton.client.model_config import ClientModelConfig
 
 _T = TypeVar("_T")
+_Outputs = Dict[str, np.ndarray]
 
 #: The published defaults: up to 128 requests in flight, 128 more waiting for a worker.
 DEFAULT_MAX_WORKERS = 128
@@ -40,7 +42,7 @@ def _default_max_workers() -> int:
     return min(32, (os.cpu_count() or 1) + 4)
 
 
-class FuturesModelClient:
+class FuturesModelClient(InferCalls["concurrent.futures.Future[_Outputs]"]):
     """Client of one model whose calls return :class:`concurrent.futures.Future` objects.
 
     Requests run on a thread pool; each worker thread has its own :class:`ModelClient` (and so
@@ -91,14 +93,8 @@ class FuturesModelClient:
             PyTritonClientValueError: another argument is wrong.
         """
         # Checked here, so that a wrong argument fails in the caller, not in a worker thread.
-        self._args = client_args(
-            url,
-            model_name,
-            model_version,
-            init_timeout_s=init_timeout_s,
-            inference_timeout_s=inference_timeout_s,
-            access_token=access_token,
-        )
+        self._args = client_args(url, model_name, model_version, init_timeout_s=init_timeout_s,
+                                 inference_timeout_s=inference_timeout_s, access_token=access_token)
         pool_arg("max_workers", max_workers, 1)
         pool_arg("max_queue_size", max_queue_size, 0)
         workers = max_workers if max_workers is not None else _default_max_workers()
@@ -115,47 +111,9 @@ class FuturesModelClient:
         self._shared_config: ClientModelConfig | None = None
         self._closed = False
 
-    def infer_sample(
-        self,
-        *inputs: np.ndarray,
-        parameters: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        sequence_id: int | str = 0,
-        sequence_start: bool = False,
-        sequence_end: bool = False,
-        **named_inputs: np.ndarray,
-    ) -> concurrent.futures.Future[dict[str, np.ndarray]]:
-        """Queue :meth:`ModelClient.infer_sample`; the future holds its result or error.
-
-        The requests of one sequence must be sent in order: wait for each future before sending
-        the next request of the same ``sequence_id``.
-        """
-        sequence = sequence_args(sequence_id, sequence_start, sequence_end)  # checked in the caller
-        keywords: dict[str, Any] = {**sequence, **named_inputs}
-        return self._submit(
-            lambda client: client.infer_sample(*inputs, parameters=parameters, headers=headers, **keywords)
-        )
-
-    def infer_batch(
-        self,
-        *inputs: np.ndarray,
-        parameters: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        sequence_id: int | str = 0,
-        sequence_start: bool = False,
-        sequence_end: bool = False,
-        **named_inputs: np.ndarray,
-    ) -> concurrent.futures.Future[dict[str, np.ndarray]]:
-        """Queue :meth:`ModelClient.infer_batch`; the future holds its result or error.
-
-        The requests of one sequence must be sent in order: wait for each future before sending
-        the next request of the same ``sequence_id``.
-        """
-        sequence = sequence_args(sequence_id, sequence_start, sequence_end)  # checked in the caller
-        keywords: dict[str, Any] = {**sequence, **named_inputs}
-        return self._submit(
-            lambda client: client.infer_batch(*inputs, parameters=parameters, headers=headers, **keywords)
-        )
+    def _request(self, call: InferCall) -> concurrent.futures.Future[dict[str, np.ndarray]]:
+        # The requests of one sequence must be sent in order: the caller waits for each future.
+        return self._submit(lambda client: client._request(call))
 
     def infer_batch_chunked(
         self,

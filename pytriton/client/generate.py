@@ -38,6 +38,8 @@ cannot.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import json
 import math
 import re
@@ -50,6 +52,7 @@ import numpy as np
 from pytriton.client._args import SEQUENCE_KEYS
 from pytriton.client._errors import STREAM_ACTION, stream_error
 from pytriton.client.codec import wire_array
+from pytriton.client.core_request import CoreRequest
 from pytriton.client.exceptions import PyTritonClientError, PyTritonClientInferenceServerError, PyTritonClientValueError
 from pytriton.client.model_config import ClientModelConfig, TensorSpec
 
@@ -363,7 +366,8 @@ class ResponseDecoder:
     """One request's ``generate_stream`` body, fed in chunks, as outputs and errors in arrival order.
 
     An error event becomes the client's exception as a value, so that the responses that came
-    before it in the same chunk are delivered first.
+    before it in the same chunk are delivered first. A stream reads with `take`: it feeds the
+    body's bytes while `waiting`, then takes the next response.
     """
 
     def __init__(self, config: ClientModelConfig, batch_size: int, url: str) -> None:
@@ -372,6 +376,7 @@ class ResponseDecoder:
         self._batch_size = batch_size
         self._url = url
         self._sse = SseDecoder()
+        self._pending: collections.deque[dict[str, np.ndarray] | PyTritonClientError] = collections.deque()
 
     def feed(self, chunk: bytes) -> list[dict[str, np.ndarray] | PyTritonClientError]:
         """The responses (or the error) completed by the next bytes of the body."""
@@ -388,3 +393,50 @@ class ResponseDecoder:
     def finish(self) -> None:
         """Mark the end of the body (see :meth:`SseDecoder.finish`)."""
         self._sse.finish()
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the next response needs more of the body."""
+        return not self._pending
+
+    def take(self, chunk: bytes) -> bool:
+        """Keep the responses the next bytes of the body complete; b"" is the body's end.
+
+        Returns:
+            False at the body's end (no response left), else True.
+        """
+        if not chunk:
+            self.finish()
+            return False
+        self._pending.extend(self.feed(chunk))
+        return True
+
+    def next_response(self) -> dict[str, np.ndarray]:
+        """The oldest response kept; raises the stream's error in its turn."""
+        item = self._pending.popleft()
+        if isinstance(item, PyTritonClientError):
+            raise item
+        return item
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamPost:
+    """What an HTTP stream sends and how it reads the answer (`stream_post`)."""
+
+    path: str
+    body: bytes
+    decoder: ResponseDecoder
+
+
+def stream_post(request: CoreRequest, config: ClientModelConfig, url: str) -> StreamPost:
+    """The ``generate_stream`` request for `request` to a decoupled model of configuration `config`.
+
+    Raises:
+        PyTritonClientValueError: an input or parameter the ``generate`` extension cannot carry.
+    """
+    check_streamable(config)
+    return StreamPost(
+        generate_stream_path(request.model_name, request.model_version),
+        encode_request(config, request.inputs, request.parameters, request.request_id),
+        ResponseDecoder(config, batch_size_of(config, request.inputs), url),
+    )

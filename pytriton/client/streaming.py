@@ -21,17 +21,18 @@ from typing import Any, Dict, Generator
 
 import numpy as np
 
-from pytriton.client._args import mapping_arg, sequence_args, with_sequence
+from pytriton.client._args import mapping_arg, with_sequence
 from pytriton.client.client import ModelClientBase
 from pytriton.client.codec import batch_request, sample_request, sample_response
 from pytriton.client.core_stream import ResponseStream
 from pytriton.client.exceptions import PyTritonClientValueError
+from pytriton.client.infer_calls import InferCall, InferCalls
 
 #: What the streaming calls return: the outputs of each response, in arrival order.
 Responses = Generator[Dict[str, np.ndarray], None, None]
 
 
-class DecoupledModelClient(ModelClientBase):
+class DecoupledModelClient(ModelClientBase, InferCalls["Responses"]):
     """Synchronous client of one decoupled model, over gRPC or HTTP: responses as an iterator.
 
     Takes the same arguments as :class:`~pytriton.client.client.ModelClient`;
@@ -53,70 +54,13 @@ class DecoupledModelClient(ModelClientBase):
     # Weak: an iterator dropped before its first step must take its stream (and request) with it.
     _stream: weakref.ReferenceType[ResponseStream] | None = None
 
-    def infer_sample(
-        self,
-        *inputs: np.ndarray,
-        parameters: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        sequence_id: int | str = 0,
-        sequence_start: bool = False,
-        sequence_end: bool = False,
-        **named_inputs: np.ndarray,
-    ) -> Responses:
-        """Send one sample (no batch axis) and iterate over the responses.
-
-        For a batching model the batch axis is added to the inputs and removed from each
-        response's outputs.
-
-        Args:
-            *inputs: arrays in the order of the model's inputs.
-            parameters: custom request parameters, passed to the model.
-            headers: extra HTTP headers or gRPC metadata.
-            sequence_id, sequence_start, sequence_end: for a sequence-batched model, as for
-                :meth:`ModelClient.infer_sample <pytriton.client.client.ModelClient.infer_sample>`.
-            **named_inputs: arrays by input name (not together with positional ones).
-
-        Returns:
-            An iterator of the responses' outputs (output name to array), in arrival order. It
-            ends after the model's final response; ``close()`` it to stop early.
-
-        Raises:
-            PyTritonClientDecoupledMismatchError: the model is not decoupled (use ``ModelClient``).
-            PyTritonClientValueError: inputs are given both ways or are not arrays, the previous
-                stream is still open, or an input HTTP streaming cannot carry.
-            PyTritonClientInferenceServerError: the server refused the request; from the iterator:
-                the model failed (after the responses that came before the error).
-            PyTritonClientTimeoutError: from the iterator: no next response within
-                ``inference_timeout_s`` (the request is cancelled).
-            PyTritonClientModelUnavailableError: the model is unknown or the server unreachable.
-        """
+    def _request(self, call: InferCall) -> Responses:
         config = self._initialized_config()
-        sequence = sequence_args(sequence_id, sequence_start, sequence_end)
-        parameters = with_sequence(mapping_arg("parameters", parameters), sequence)
-        stream = self._open(sample_request(config, inputs, named_inputs), parameters, headers)
-        return self._responses(stream, lambda outputs: sample_response(config, outputs))
-
-    def infer_batch(
-        self,
-        *inputs: np.ndarray,
-        parameters: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        sequence_id: int | str = 0,
-        sequence_start: bool = False,
-        sequence_end: bool = False,
-        **named_inputs: np.ndarray,
-    ) -> Responses:
-        """Send a batch (the first axis of every input) and iterate over the responses.
-
-        Args and errors as for :meth:`infer_sample`; the outputs keep the batch axis.
-
-        Raises:
-            PyTritonClientModelDoesntSupportBatchingError: the model does not batch.
-        """
-        config = self._initialized_config()
-        sequence = sequence_args(sequence_id, sequence_start, sequence_end)
-        parameters = with_sequence(mapping_arg("parameters", parameters), sequence)
-        stream = self._open(batch_request(config, inputs, named_inputs), parameters, headers)
+        parameters = with_sequence(mapping_arg("parameters", call.parameters), call.sequence)
+        build = sample_request if call.sample else batch_request
+        stream = self._open(build(config, call.inputs, call.named_inputs), parameters, call.headers)
+        if call.sample:
+            return self._responses(stream, functools.partial(sample_response, config))
         return self._responses(stream, dict)
 
     def close(self) -> None:
@@ -143,16 +87,8 @@ class DecoupledModelClient(ModelClientBase):
                 "or AsyncioDecoupledModelClient)"
             )
         request_id = self._request_ids()
-        stream = self._core.open_stream(
-            self._args.model_name,
-            self._args.model_version,
-            self._initialized_config(),
-            inputs,
-            parameters=mapping_arg("parameters", parameters),
-            headers=mapping_arg("headers", headers),
-            timeout_s=self._args.inference_timeout_s,
-            request_id=request_id,
-        )
+        stream = self._core.open_stream(self._args.request(inputs, parameters, headers, request_id),
+                                        self._initialized_config())
         stream.look = functools.partial(self._lookout.check, request_id, self._read_config)
         self._stream = weakref.ref(stream)
         return stream

@@ -17,10 +17,11 @@ from typing import Any, AsyncGenerator, Dict
 
 import numpy as np
 
-from pytriton.client._args import mapping_arg, sequence_args, with_sequence
+from pytriton.client._args import mapping_arg, with_sequence
 from pytriton.client.asyncio_client import AsyncioModelClientBase
 from pytriton.client.codec import batch_request, sample_request, sample_response
 from pytriton.client.core_stream_aio import AsyncResponseStream
+from pytriton.client.infer_calls import InferCall, InferCalls
 from pytriton.client.lost import watched
 from pytriton.client.model_config import ClientModelConfig
 
@@ -32,7 +33,7 @@ def _keep_batch(config: ClientModelConfig, outputs: dict[str, np.ndarray]) -> di
     return outputs
 
 
-class AsyncioDecoupledModelClient(AsyncioModelClientBase):
+class AsyncioDecoupledModelClient(AsyncioModelClientBase, InferCalls["AsyncResponses"]):
     """Asyncio client of one decoupled model, over gRPC or HTTP: responses as an async iterator.
 
     Takes the same arguments as :class:`~pytriton.client.streaming.DecoupledModelClient`.
@@ -54,44 +55,12 @@ class AsyncioDecoupledModelClient(AsyncioModelClientBase):
 
     _open: weakref.WeakSet[AsyncResponseStream] | None = None
 
-    def infer_sample(
-        self,
-        *inputs: np.ndarray,
-        parameters: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        sequence_id: int | str = 0,
-        sequence_start: bool = False,
-        sequence_end: bool = False,
-        **named_inputs: np.ndarray,
-    ) -> AsyncResponses:
-        """Send one sample and iterate over the responses, as :meth:`DecoupledModelClient.infer_sample
-        <pytriton.client.streaming.DecoupledModelClient.infer_sample>` does (same arguments and errors,
-        raised from the iteration).
-        """
-        sequence = sequence_args(sequence_id, sequence_start, sequence_end)
-        parameters = with_sequence(mapping_arg("parameters", parameters), sequence)
-        return self._responses(
-            lambda config: sample_request(config, inputs, named_inputs), sample_response, parameters, headers
-        )
-
-    def infer_batch(
-        self,
-        *inputs: np.ndarray,
-        parameters: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        sequence_id: int | str = 0,
-        sequence_start: bool = False,
-        sequence_end: bool = False,
-        **named_inputs: np.ndarray,
-    ) -> AsyncResponses:
-        """Send a batch and iterate over the responses, as :meth:`DecoupledModelClient.infer_batch
-        <pytriton.client.streaming.DecoupledModelClient.infer_batch>` does.
-        """
-        sequence = sequence_args(sequence_id, sequence_start, sequence_end)
-        parameters = with_sequence(mapping_arg("parameters", parameters), sequence)
-        return self._responses(
-            lambda config: batch_request(config, inputs, named_inputs), _keep_batch, parameters, headers
-        )
+    def _request(self, call: InferCall) -> AsyncResponses:
+        parameters = with_sequence(mapping_arg("parameters", call.parameters), call.sequence)
+        build = sample_request if call.sample else batch_request
+        convert = sample_response if call.sample else _keep_batch
+        return self._responses(lambda config: build(config, call.inputs, call.named_inputs), convert, parameters,
+                               call.headers)
 
     async def close(self) -> None:
         """Cancel the open streams and close the connections. Idempotent."""
@@ -121,16 +90,8 @@ class AsyncioDecoupledModelClient(AsyncioModelClientBase):
     ) -> AsyncResponses:
         config = await self._initialized_config()
         request_id = self._request_ids()
-        stream = await self._core.open_stream(
-            self._args.model_name,
-            self._args.model_version,
-            config,
-            build(config),
-            parameters=parameters,
-            headers=headers,
-            timeout_s=self._args.inference_timeout_s,
-            request_id=request_id,
-        )
+        request = self._args.request(build(config), parameters, headers, request_id)
+        stream = await self._core.open_stream(request, config)
         if self._open is None:
             self._open = weakref.WeakSet()
         self._open.add(stream)

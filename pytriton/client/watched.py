@@ -16,15 +16,14 @@ import http.client
 import json
 import select
 import threading
-from collections.abc import Mapping
 from typing import Any, Callable
 
-import numpy as np
 import tritonclient.grpc
 import tritonclient.http
 from tritonclient.utils import InferenceServerException
 
-from pytriton.client.codec import request_timeout_us, to_infer_inputs
+from pytriton.client.codec import infer_call, request_timeout_us, to_infer_inputs
+from pytriton.client.core_request import CoreRequest
 from pytriton.client.generate import model_path
 from pytriton.client.lost import wait_slices
 from pytriton.client.url import TritonUrl
@@ -41,33 +40,24 @@ class WatchedHttp:
         self._url = url
         self._connection: http.client.HTTPConnection | None = None
 
-    def infer(
-        self,
-        model_name: str,
-        model_version: str,
-        inputs: Mapping[str, np.ndarray],
-        *,
-        look: Callable[[], None],
-        parameters: Mapping[str, Any] | None,
-        headers: Mapping[str, str] | None,
-        timeout_s: float,
-        request_id: str,
-        sequence: Mapping[str, Any],
-    ) -> Any:
-        """Send one request and wait for its answer, calling `look` between waits (it raises to
-        end the request: the connection is then closed, which cancels the request in Triton).
+    def infer(self, request: CoreRequest, look: Callable[[], None]) -> Any:
+        """Send `request` (headers, parameters and timeout as sent) and wait for its answer,
+        calling `look` between waits (it raises to end the request: the connection is then
+        closed, which cancels the request in Triton).
 
         Returns:
             ``tritonclient.http.InferResult``.
         """
+        assert request.timeout_s is not None
+        timeout_s = request.timeout_s
         body, json_size = tritonclient.http.InferenceServerClient.generate_request_body(
-            to_infer_inputs(tritonclient.http, inputs),
-            request_id=request_id,
+            to_infer_inputs(tritonclient.http, request.inputs),
+            request_id=request.request_id,
             timeout=request_timeout_us(timeout_s),
-            parameters=parameters,
-            **sequence,
+            parameters=request.parameters,
+            **request.sequence,
         )
-        request_headers = dict(headers or {})
+        request_headers = dict(request.headers or {})
         if json_size is not None:
             request_headers["Inference-Header-Content-Length"] = str(json_size)
         connection = self._connection
@@ -78,7 +68,7 @@ class WatchedHttp:
             connection.timeout = timeout_s
             if connection.sock is not None:
                 connection.sock.settimeout(timeout_s)
-            connection.request("POST", model_path(model_name, model_version) + "/infer", body=body,
+            connection.request("POST", model_path(request.model_name, request.model_version) + "/infer", body=body,
                                headers=request_headers)
             for wait_s in wait_slices(timeout_s):
                 if select.select([connection.sock], [], [], wait_s)[0]:
@@ -110,24 +100,15 @@ class WatchedHttp:
             self._connection = None
 
 
-def grpc_infer_watched(
-    client: tritonclient.grpc.InferenceServerClient,
-    model_name: str,
-    model_version: str,
-    inputs: Mapping[str, np.ndarray],
-    *,
-    look: Callable[[], None],
-    parameters: Mapping[str, Any] | None,
-    headers: Mapping[str, str] | None,
-    timeout_s: float,
-    request_id: str,
-    sequence: Mapping[str, Any],
-) -> Any:
+def grpc_infer_watched(client: tritonclient.grpc.InferenceServerClient, request: CoreRequest,
+                       look: Callable[[], None]) -> Any:
     """`WatchedHttp.infer` over gRPC: the call is cancelled when `look` raises.
 
     Returns:
         ``tritonclient.grpc.InferResult``.
     """
+    assert request.timeout_s is not None
+    timeout_s = request.timeout_s
     done = threading.Event()
     outcome: dict[str, Any] = {}
 
@@ -135,18 +116,8 @@ def grpc_infer_watched(
         outcome["result"], outcome["error"] = result, error
         done.set()
 
-    context = client.async_infer(
-        model_name,
-        to_infer_inputs(tritonclient.grpc, inputs),
-        finished,
-        model_version=model_version,
-        request_id=request_id,
-        parameters=parameters,
-        headers=headers,
-        timeout=request_timeout_us(timeout_s),
-        client_timeout=timeout_s,
-        **sequence,
-    )
+    args, keywords = infer_call(tritonclient.grpc, request)
+    context = client.async_infer(*args, finished, client_timeout=timeout_s, **keywords)
     try:
         for wait_s in wait_slices(timeout_s):
             if done.wait(wait_s):

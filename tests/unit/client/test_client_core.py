@@ -45,12 +45,13 @@ class ScriptedCore(TritonCore):
     def _repository_index(self, timeout_s):
         return []
 
-    def _infer(self, model_name, model_version, inputs, **kwargs):
+    def _infer(self, request):
         raise NotImplementedError
 
-    _infer_watched = _infer
+    def _infer_watched(self, request, look):
+        raise NotImplementedError
 
-    def _open_stream(self, model_name, model_version, config, inputs, **kwargs):
+    def _open_stream(self, request, config):
         raise NotImplementedError
 
     def close(self):

@@ -23,7 +23,8 @@ def test_the_same_calls_on_both_sides(blocking, asynchronous):
     assert _public(asynchronous) - _public(blocking) <= ONLY_ASYNCIO
 
 
-@pytest.mark.parametrize("name", ["wait_for_server", "wait_for_model", "load_model", "unload_model", "close"])
+@pytest.mark.parametrize("name", ["wait_for_server", "wait_for_model", "load_model", "unload_model", "close",
+                                  "infer_sample", "infer_batch"])
 def test_the_asyncio_calls_are_coroutines_with_the_same_parameters(name):
     blocking, asynchronous = getattr(ModelClient, name), getattr(AsyncioModelClient, name)
     assert inspect.iscoroutinefunction(asynchronous)
