@@ -160,8 +160,12 @@ def serve_torch(config: TritonConfig, inputs: List[Tensor], outputs: List[Tensor
         batching = ModelConfig(
             max_batch_size=MAX_BATCH_SIZE, batcher=DynamicBatcher(max_queue_delay_microseconds=TORCH_QUEUE_DELAY_US)
         )
+        # One callable (one Triton instance) as the reference has; PYTRITON_BENCH_GPU_INSTANCES=2
+        # binds the same callable twice, so that one batch's hop overlaps the other's forward pass.
+        instances = int(os.environ.get("PYTRITON_BENCH_GPU_INSTANCES", "1"))
+        print(f"bench: torch instances: {instances}", file=sys.stderr, flush=True)
         for name, model in zip(("torch_mlp", "torch_mlp_numpy"), torch_models(device)):
-            triton.bind(name, model, inputs, outputs, config=batching)
+            triton.bind(name, [model] * instances if instances > 1 else model, inputs, outputs, config=batching)
         triton.serve()
 
 

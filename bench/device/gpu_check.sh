@@ -121,6 +121,9 @@ raise SystemExit(1 if missing or pa.version() == "unknown" else 0)
 EOF
 ) && record "perf_analyzer" PASS || record "perf_analyzer" FAIL "see above"
 
+# GPU_CHECK_BENCH_ONLY=1 skips steps 3 and 4 (a second call that only measures); GPU_CHECK_BENCH_ARGS
+# adds to the benchmark's arguments (e.g. "--cases gpu_c32 --no-docs").
+if [ "${GPU_CHECK_BENCH_ONLY:-0}" != 1 ]; then
 # ---------------------------------------------------------------- 3. pytriton check
 banner "python3 -m pytriton check"
 $PY -m pytriton --version
@@ -151,6 +154,8 @@ line=$(grep -E '(passed|failed|error|skipped)' "$OUT/cuda_tests.log" | tail -1)
 [ $rc -eq 0 ] && record "CUDA tests" PASS "$line" || record "CUDA tests" FAIL "exit $rc: $line"
 grep -q "SKIPPED" "$OUT/cuda_tests.log" && echo "NOTE: some tests still skip here (see -rs lines above)"
 
+fi
+
 # ---------------------------------------------------------------- 5. the GPU benchmark
 banner "GPU benchmark"
 remaining=$(left)
@@ -158,7 +163,7 @@ if [ "$remaining" -ge 290 ]; then ROUNDS=2; else ROUNDS=1; fi
 BT=$(( remaining - 15 )); [ $BT -gt 330 ] && BT=330; [ $BT -lt 120 ] && BT=120
 echo "time left ${remaining}s: --rounds $ROUNDS, timeout ${BT}s; stub site-packages = $($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 set -o pipefail
-timeout -k 20 $BT $PY bench/run.py --gpu --rounds $ROUNDS --no-stabilize 2>&1 | tee "$OUT/bench.log"
+timeout -k 20 $BT $PY bench/run.py --gpu --rounds $ROUNDS --no-stabilize ${GPU_CHECK_BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
 rc=$?
 set +o pipefail
 [ $rc -eq 0 ] && record "GPU bench" PASS "rounds $ROUNDS" || record "GPU bench" FAIL "exit $rc (124: timeout, 2: no GPU for torch)"
