@@ -90,3 +90,40 @@ def test_a_request_in_flight_on_a_keep_alive_connection_is_answered_before_the_s
     assert outcome["answer"]["status"] == 200
     assert outcome["answer"]["body"]["outputs"][0]["data"] == [2.0]
     assert 1.0 < took < 4.0, f"stop took {took:.1f} s: the 1.5 s left of the call, then a short settle"
+
+
+def test_under_steady_load_an_open_connection_is_served_until_the_exit_timeout():
+    """What a drain is under load (docs/reliability.md, "New requests during a drain"): while an
+    HTTP connection is open, Triton 2.51 goes on serving requests on it, and over gRPC, until
+    the exit timeout; pytriton cannot end the drain early, since its worker is never idle."""
+    triton = _served()
+    port = triton._config.http_port
+    connection = _keep_alive(port)
+    answered_after_stop = []
+    stopping = threading.Event()
+    done = threading.Event()
+
+    def steady() -> None:
+        while not done.is_set():
+            try:
+                answer = _infer(connection, 0.0)
+            except Exception:  # noqa: BLE001 - the server's end closes the connection
+                return
+            if stopping.is_set() and answer["status"] == 200:
+                answered_after_stop.append(time.monotonic())
+
+    thread = threading.Thread(target=steady, daemon=True)
+    thread.start()
+    time.sleep(0.5)
+    stopping.set()
+    started = time.monotonic()
+    triton.stop()
+    took = time.monotonic() - started
+    done.set()
+    thread.join(5)
+    connection.close()
+    assert EXIT_TIMEOUT_S - 0.5 < took < EXIT_TIMEOUT_S + 5, f"stop took {took:.1f} s"
+    assert answered_after_stop and answered_after_stop[-1] - started > EXIT_TIMEOUT_S - 1.5, (
+        f"{len(answered_after_stop)} answers during the drain, the last "
+        f"{(answered_after_stop or [started])[-1] - started:.1f} s after the stop began"
+    )
