@@ -188,10 +188,11 @@ class Supervisor:
         because of it. It is reported here unless the watcher did, so that `serve()` raises.
         """
         self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
+        if self._thread is threading.current_thread():
+            return
+        if self._thread.is_alive():
             self._thread.join(timeout_s)
-        if self._thread is not threading.current_thread():
-            self.check_server()
+        self.check_server()
 
     def down_models(self) -> List[str]:
         """Models that are not serving right now (being restarted, or given up)."""
@@ -408,12 +409,13 @@ class Supervisor:
             self._server_reported = True
             returncode = self._process.returncode
             killed = self.kill_leftovers()
-            tail = self._process.output_tail(20)
+            output = self._process.output()
+            tail = "\n".join(output[-20:])
             message = (
                 f"tritonserver (pid {self._process.pid}) {describe_returncode(returncode)} while serving; "
                 f"{len(killed)} stub process(es) it left were killed."
             )
-            why = dying_words(self._process.output())
+            why = dying_words(output)
             if why:
                 message += " Why, in its words:\n" + "\n".join(why)
                 cause = known_cause(why)
