@@ -187,6 +187,7 @@ class ModelBindings:
             inputs=resolve_tensor_names(inputs, "INPUT"),
             outputs=resolve_tensor_names(outputs, "OUTPUT"),
             config=config,
+            outputs_unnamed=bool(outputs) and all(getattr(t, "name", None) is None for t in outputs),
         )
         trace_settings = model_trace_settings(model_name, trace_config)
         return ModelDeclaration(

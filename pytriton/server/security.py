@@ -27,14 +27,18 @@ who restricted an API explicitly meant that header and value.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import secrets
+import warnings
 from typing import Any, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from pytriton.access_token import ACCESS_TOKEN_HEADER
 from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.server.config import TritonConfig
+
+LOGGER = logging.getLogger("pytriton.server")
 
 TRITON_APIS: Tuple[str, ...] = (
     "health",
@@ -88,11 +92,13 @@ class TritonSecurityConfig:
             (``shared-memory``, ``model-repository``, ``statistics``, ``trace``, ``logging``);
             an empty list: nothing is restricted. Stored as a tuple in Triton's order, the
             default filled in.
-        allow_unguarded_endpoints: confirm that the SageMaker and Vertex AI endpoints
+        allow_unguarded_endpoints: whether the SageMaker and Vertex AI endpoints
             (`TritonConfig.allow_sagemaker`, `allow_vertex_ai`) may run although they do not check
             the token: Triton 2.51 applies ``restricted_endpoints`` to its HTTP and gRPC
-            endpoints only. Without it, a server with restricted endpoints and either of those
-            endpoints on is refused (`check_unguarded_endpoints`).
+            endpoints only. None (the default): they run, and a warning names the port and how
+            to keep it private, as code written for the published PyTriton expects; True: they
+            run quietly (you confirm the port is private); False: a server with restricted
+            endpoints and either of those endpoints on is refused (`check_unguarded_endpoints`).
 
     The token is left out of `repr`, so that logging the config does not leak it. Two configs
     built without a token hold different tokens, so one config is one token: build the config
@@ -101,7 +107,7 @@ class TritonSecurityConfig:
 
     access_token: Optional[str] = dataclasses.field(default=None, repr=False)
     restricted_endpoints: Optional[Sequence[str]] = None
-    allow_unguarded_endpoints: bool = False
+    allow_unguarded_endpoints: Optional[bool] = None
 
     def __post_init__(self) -> None:
         """Validate both fields, fill in the default endpoints and settle the token."""
@@ -114,10 +120,10 @@ class TritonSecurityConfig:
             )
         endpoints = _checked_endpoints(self.restricted_endpoints)
         object.__setattr__(self, "restricted_endpoints", endpoints)
-        if not isinstance(self.allow_unguarded_endpoints, bool):
+        if self.allow_unguarded_endpoints is not None and not isinstance(self.allow_unguarded_endpoints, bool):
             raise PyTritonBadParameterError(
                 f"TritonSecurityConfig.allow_unguarded_endpoints={self.allow_unguarded_endpoints!r} is invalid: "
-                "expected True or False"
+                "expected None (warn), True (allow) or False (refuse)"
             )
         if token is None:
             object.__setattr__(self, "access_token", _default_token(os.environ, needed=bool(endpoints)))
@@ -225,17 +231,29 @@ def restriction_items(
     return items or None
 
 
-def check_unguarded_endpoints(config: TritonConfig, security: TritonSecurityConfig) -> None:
-    """Refuse the SageMaker and Vertex AI endpoints while APIs are restricted, unless confirmed.
+def check_unguarded_endpoints(
+    config: TritonConfig, security: TritonSecurityConfig, environ: Optional[Mapping[str, str]] = None
+) -> None:
+    """Warn about, or refuse, the SageMaker and Vertex AI endpoints while APIs are restricted.
 
     Triton 2.51 checks the access token on its HTTP and gRPC endpoints only: requests to the
     SageMaker endpoint (inference, and in multi-model mode the loading and unloading of models)
     and to the Vertex AI endpoint (inference) reach the server without it, so turning one on
-    quietly opens what ``restricted_endpoints`` closes elsewhere.
+    opens what ``restricted_endpoints`` closes elsewhere. The published PyTriton starts such a
+    server without a word, and code written for it must still start: by default
+    (``allow_unguarded_endpoints=None``) this warns once per endpoint and port, loudly (a
+    `UserWarning` and a log line); ``True`` confirms quietly; ``False`` refuses.
+
+    Args:
+        config: the merged server config.
+        security: the server's security config.
+        environ: the environment the server runs in (default `os.environ`): on Vertex AI itself
+            (``AIP_*`` variables set) the warning says that Vertex's own authentication fronts
+            the port.
 
     Raises:
         PyTritonBadParameterError: one of them is on, some API is restricted, and
-            ``allow_unguarded_endpoints`` was not set.
+            ``allow_unguarded_endpoints`` is False.
     """
     opened = [(name, port) for name, on, port in (
         ("SageMaker", config.allow_sagemaker, config.effective_sagemaker_port),
@@ -245,12 +263,39 @@ def check_unguarded_endpoints(config: TritonConfig, security: TritonSecurityConf
     if not opened or not restricted or security.allow_unguarded_endpoints:
         return
     names = " and ".join(f"the {name} endpoint (port {port})" for name, port in opened)
-    raise PyTritonBadParameterError(
+    problem = (
         f"TritonConfig turns on {names}, which Triton 2.51 serves without the access-token check that "
         f"TritonSecurityConfig(restricted_endpoints={list(restricted)!r}) asks for on HTTP and gRPC: requests there "
-        "need no token. Keep that port private (a NetworkPolicy, no Service) and confirm with "
-        "TritonSecurityConfig(allow_unguarded_endpoints=True), or restrict nothing (restricted_endpoints=[])"
+        "need no token."
     )
+    if security.allow_unguarded_endpoints is False:
+        raise PyTritonBadParameterError(
+            f"{problem} Refused because TritonSecurityConfig(allow_unguarded_endpoints=False). Keep that port private "
+            "(a NetworkPolicy, no Service) and confirm with allow_unguarded_endpoints=True, or restrict nothing "
+            "(restricted_endpoints=[])"
+        )
+    key = tuple(opened)
+    if key in _WARNED_UNGUARDED:
+        return
+    _WARNED_UNGUARDED.add(key)
+    environ = os.environ if environ is None else environ
+    on_vertex = any(name.startswith("AIP_") for name in environ) and config.allow_vertex_ai
+    where = (
+        " Vertex AI's own authentication fronts its port in a Vertex AI deployment (AIP_* variables are set here), "
+        "so only Vertex AI reaches it there; keep any other port of these private."
+        if on_vertex else
+        " Keep that port private (a NetworkPolicy, a firewall, no Service)."
+    )
+    message = (
+        f"{problem}{where} Confirm with TritonSecurityConfig(allow_unguarded_endpoints=True) to silence this, "
+        "or set it to False to refuse to start"
+    )
+    LOGGER.warning("%s", message)
+    warnings.warn(message, UserWarning, stacklevel=4)
+
+
+_WARNED_UNGUARDED: Set[Tuple[Tuple[str, int], ...]] = set()
+"""The endpoint sets already warned about in this process: the warning is said once."""
 
 
 def restricted_config(

@@ -24,6 +24,10 @@ class TritonContext:
     tracing: Any = dataclasses.field(default=None, repr=False, compare=False)
     """Where the worker exports its spans (`pytriton.worker.tracing.TraceExport`) when the server
     traces with OpenTelemetry; None otherwise. Set by the facade that serves the model."""
+    outputs_unnamed: bool = dataclasses.field(default=False, compare=False)
+    """True when the user named none of the outputs (pytriton called them ``OUTPUT_<n>``): a
+    response whose keys are all other names is then matched to them by position, since the user
+    never chose the names it would otherwise have to use."""
 
     @functools.cached_property
     def input_names(self) -> Tuple[str, ...]:

@@ -93,12 +93,13 @@ def shape_response(
 ) -> Dict[str, np.ndarray]:
     """The declared outputs of one response, as arrays ready for the wire.
 
-    Outputs are matched by name. The one exception is a `Request` returned as it came (the
-    ``lambda requests: requests`` identity model of the published docs): when it holds none of
-    the output names and one entry per output, its inputs map to the outputs in declared order.
-    Any other mapping whose keys miss a declared output is refused, naming the unknown and the
-    missing names: renaming a plain dict by position would answer with the wrong tensor as
-    soon as a key is misspelt (``{"Y": ...}`` for ``y``).
+    Outputs are matched by name, with two exceptions, both where the user never wrote the
+    names to match: a `Request` returned as it came (the ``lambda requests: requests`` identity
+    model of the published docs), whose inputs map to the outputs in declared order, and a
+    response to a model whose outputs were all declared without names (see `positional`). Any
+    other mapping whose keys miss a declared output is refused, naming the unknown and the
+    missing names: renaming a dict by position when the user named the outputs would answer
+    with the wrong tensor as soon as a key is misspelt (``{"Y": ...}`` for ``y``).
 
     Args:
         context: the model being served (names, declared dtypes and shapes).
@@ -135,6 +136,8 @@ def shape_response(
         order = [name for name in context.input_names if name in response]
         keys = order if len(order) == len(response) else list(response)
         response = {name: response[key] for name, key in zip(names, keys)}
+    else:
+        response = positional(context, response)
     missing = [name for name in names if name not in response and (requested is None or name in requested)]
     extra = sorted(str(key) for key in response if key not in names)
     if missing or (strict and extra):
@@ -172,6 +175,24 @@ def shape_response(
                 )
         arrays[tensor.name] = array
     return arrays
+
+
+def positional(context: TritonContext, response: Any) -> Any:
+    """`response` with its keys replaced by the declared output names, in the mapping's order,
+    when the user named none of the outputs (pytriton called them ``OUTPUT_<n>``), the mapping
+    has one entry per output and none of its keys is a declared name; else `response` as is.
+
+    The contract's own example declares ``Tensor(shape=..., dtype=...)`` twice and returns
+    ``{"add": ..., "sub": ...}``: the user never saw the names ``OUTPUT_1``/``OUTPUT_2``, so
+    the only order they wrote, the dict's, is the one to follow. A response with fewer entries
+    (a stream step carrying some outputs) or naming any declared output matches by name.
+    """
+    if not context.outputs_unnamed or not isinstance(response, Mapping):
+        return response
+    names = context.output_names
+    if len(response) != len(names) or any(key in names for key in response):
+        return response
+    return dict(zip(names, response.values()))
 
 
 def per_request(context: TritonContext, count: int, results: Any, what: str = "returned") -> List[Any]:
@@ -230,7 +251,10 @@ def _whole_outputs(
     if batch_sizes.requested:  # some request wants fewer outputs: sent per request
         return None
     whole = results.whole_outputs()
-    if whole is None or (strict and len(whole) != len(context.outputs)):  # undeclared ones: refused per request
+    if whole is None:
+        return None
+    whole = positional(context, whole)
+    if strict and len(whole) != len(context.outputs):  # undeclared ones: refused per request
         return None
     arrays = {}
     for tensor, expected in zip(context.outputs, context.output_dtypes):

@@ -22,7 +22,7 @@ from support import free_ports, server_config
 from pytriton.client import ModelClient
 from pytriton.decorators import batch
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonError
-from pytriton.model_config import Tensor
+from pytriton.model_config import ModelConfig, Tensor
 from pytriton.server.config import ENV_PREFIX
 from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
@@ -188,3 +188,58 @@ def test_several_models_without_a_default_model_do_not_start():
 def test_missing_routes_are_refused_before_anything_starts():
     with _environment(), pytest.raises(PyTritonBadParameterError, match="AIP_PREDICT_ROUTE and AIP_HEALTH_ROUTE"):
         Triton(config=server_config(allow_vertex_ai=True))
+
+
+@batch
+def _add_sub(**inputs):
+    first, second = inputs.values()
+    return {"add": first + second, "sub": first - second}
+
+
+def test_the_published_vertex_ai_example_starts_with_the_default_security_and_warns_once(monkeypatch):
+    # The published PyTriton's Vertex AI example, in its shape: the default TritonSecurityConfig
+    # (which restricts APIs), the endpoint on, AIP_* set as a Vertex AI container has them. It must
+    # start and serve (code written for the published library runs unchanged), with one loud
+    # warning that says Vertex AI's own authentication fronts the port.
+    from pytriton.server import security as security_module
+
+    monkeypatch.setattr(security_module, "_WARNED_UNGUARDED", set())
+    (port,) = free_ports(1)
+    config = server_config(allow_http=True, allow_vertex_ai=True, vertex_ai_port=port)
+    routes = {"AIP_PREDICT_ROUTE": "/v2/models/AddSub/infer", "AIP_HEALTH_ROUTE": "/v2/health/ready"}
+    with _environment(AIP_MODE="PREDICTION", **routes):
+        with pytest.warns(UserWarning, match="without the access-token check") as caught:
+            triton = Triton(config=config)
+        try:
+            (warning,) = [w for w in caught if "access-token" in str(w.message)]
+            assert f"(port {port})" in str(warning.message)
+            assert "Vertex AI's own authentication fronts its port" in str(warning.message)
+            triton.bind(
+                model_name="AddSub",
+                infer_func=_add_sub,
+                inputs=[Tensor(dtype=np.float32, shape=(-1,)), Tensor(dtype=np.float32, shape=(-1,))],
+                outputs=[Tensor(name="add", dtype=np.float32, shape=(-1,)),
+                         Tensor(name="sub", dtype=np.float32, shape=(-1,))],
+                config=ModelConfig(max_batch_size=128),
+                strict=True,
+            )
+            triton.run()
+            assert _get(port, routes["AIP_HEALTH_ROUTE"]) == 200
+            body = {"inputs": [
+                {"name": "INPUT_1", "datatype": "FP32", "shape": [1, 2], "data": [5.0, 7.0]},
+                {"name": "INPUT_2", "datatype": "FP32", "shape": [1, 2], "data": [1.0, 2.0]},
+            ]}
+            status, text = _post(port, routes["AIP_PREDICT_ROUTE"], body)
+            assert status == 200, text
+            outputs = {output["name"]: output["data"] for output in json.loads(text)["outputs"]}
+            assert outputs == {"add": [6.0, 9.0], "sub": [4.0, 5.0]}
+        finally:
+            triton.stop()
+
+
+def test_strict_security_still_refuses_the_unguarded_vertex_ai_port():
+    (port,) = free_ports(1)
+    config = server_config(allow_vertex_ai=True, vertex_ai_port=port)
+    strict = TritonSecurityConfig(allow_unguarded_endpoints=False)
+    with _environment(**ROUTES), pytest.raises(PyTritonBadParameterError, match="allow_unguarded_endpoints=False"):
+        Triton(config=config, security_config=strict)

@@ -235,3 +235,44 @@ def test_a_plain_callable_that_returns_one_dict_is_asked_about_batch():
     assert isinstance(first, Failure) and first is second
     assert "returned dict for a batch of 2 requests" in first.message
     assert "did you forget @batch?" in first.message
+
+
+def _unnamed_context(count=2, strict_names=None):
+    """Outputs declared without names, as bind resolves them: OUTPUT_1, OUTPUT_2, ..."""
+    outputs = tuple(Tensor(name=f"OUTPUT_{n}", shape=(1,), dtype=np.float32) for n in range(1, count + 1))
+    return TritonContext(model_name="shaper", model_version=1, inputs=(FLOATS,), outputs=outputs,
+                         config=ModelConfig(), outputs_unnamed=True if strict_names is None else strict_names)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_unnamed_outputs_take_a_dict_of_other_names_by_position_in_its_order(strict):
+    add, sub = np.full((1, 1), 3, np.float32), np.full((1, 1), -1, np.float32)
+    result = _shape(_unnamed_context(), {"sub": sub, "add": add}, strict=strict, batch_size=1)
+    assert list(result) == ["OUTPUT_1", "OUTPUT_2"]
+    assert result["OUTPUT_1"] is sub and result["OUTPUT_2"] is add  # the dict's order, not the keys' spelling
+
+
+def test_outputs_the_user_named_like_the_defaults_still_match_by_name():
+    with pytest.raises(PyTritonValidationError, match=r"missing output\(s\) \['OUTPUT_1', 'OUTPUT_2'\]"):
+        _shape(_unnamed_context(strict_names=False), {"add": np.zeros((1, 1), np.float32),
+                                                     "sub": np.zeros((1, 1), np.float32)}, strict=False)
+
+
+def test_unnamed_outputs_match_by_name_when_counts_differ_or_a_name_is_used():
+    context = _unnamed_context()
+    with pytest.raises(PyTritonValidationError, match=r"missing output\(s\) \['OUTPUT_1', 'OUTPUT_2'\]"):
+        _shape(context, {"add": np.zeros((1, 1), np.float32)}, strict=False)
+    with pytest.raises(PyTritonValidationError, match=r"missing output\(s\) \['OUTPUT_1'\]"):
+        _shape(context, {"OUTPUT_2": np.zeros((1, 1), np.float32), "add": np.zeros((1, 1), np.float32)},
+               strict=False)
+
+
+def test_unnamed_outputs_of_a_batch_answer_are_sent_whole_by_position():
+    from pytriton.worker.request import BatchResponses
+    from pytriton.worker.responses import Expected, batch_result
+
+    context = _unnamed_context()
+    whole = {"add": np.arange(3, dtype=np.float32).reshape(3, 1), "sub": -np.arange(3, dtype=np.float32).reshape(3, 1)}
+    result, _ = batch_result(context, 7, 2, BatchResponses(whole, [1, 2]), Expected([1, 2]), False, None)
+    assert result.errors == (None, None)
+    assert [column.name for column in result.columns] == ["OUTPUT_1", "OUTPUT_2"]
