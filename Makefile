@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 
 # Reinstall when the install inputs change, or when the fetched server tree is gone (unless the
 # user brings their own server, see build_backend/pytriton_build.py).
-INSTALL_INPUTS := pyproject.toml $(wildcard build_backend/*.py)
+INSTALL_INPUTS := pyproject.toml $(wildcard build_backend/*.py) $(wildcard pytriton/backend/*.c pytriton/backend/*.h)
 ifeq ($(filter 1 true yes on,$(PYTRITON_SKIP_SERVER_FETCH)),)
 INSTALL_INPUTS += $(SERVER_TREE)/VERSION
 endif

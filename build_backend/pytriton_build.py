@@ -9,6 +9,7 @@ too) and makes sure ``pytriton/tritonserver/`` exists in the source tree, laid o
       bin/tritonserver
       backends/python/libtriton_python.so
       backends/python/triton_python_backend_utils.py
+      backends/pytriton/libtriton_pytriton.so   pytriton's own backend, compiled here (native.py)
       caches/local/libtritoncache_local.so
       python_backend_stubs/3.8 ... 3.13/triton_python_backend_stub
       lib/                      every shared library the files above need
@@ -49,6 +50,7 @@ from setuptools.build_meta import (  # noqa: F401  (hooks passed through unchang
     prepare_metadata_for_build_wheel,
 )
 from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
+from native import ensure_built as ensure_native_backend
 from stub_numpy import ensure_stub_numpy, sha256_of
 from unasync import write as write_blocking_clients
 
@@ -282,6 +284,7 @@ def build_wheel(
     metadata_directory: Optional[str] = None,
 ) -> str:
     ensure_server_tree()
+    ensure_native_backend(SERVER_DIR)
     write_blocking_clients()
     name: str = _setuptools.build_wheel(wheel_directory, config_settings, metadata_directory)
     return name
@@ -293,6 +296,7 @@ def build_editable(
     metadata_directory: Optional[str] = None,
 ) -> str:
     ensure_server_tree()
+    ensure_native_backend(SERVER_DIR)
     write_blocking_clients()
     name: str = _setuptools.build_editable(wheel_directory, config_settings, metadata_directory)
     return name

@@ -13,6 +13,7 @@ and in who loads the model into which server.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import pathlib
@@ -99,6 +100,9 @@ class ModelBindings:
         self._models: Dict[str, BoundModel] = {}
         self._zmq: Optional[zmq.Context[zmq.Socket[bytes]]] = None
         self.model_parameters: Dict[str, str] = {}
+        self.backend = "python"
+        """The Triton backend the models are written for: ``python`` (the proxy in Triton's Python
+        backend) or ``pytriton`` (pytriton's own; see `pytriton.server.distribution.serving_backend`)."""
         """Parameters every model's proxy gets from the server's configuration (metrics off, tracing)."""
         self.tracing: Optional[TraceExport] = None
         """Where the workers export their spans when the server traces with OpenTelemetry (else None)."""
@@ -274,13 +278,20 @@ class ModelBindings:
         endpoint = protocol.ipc_endpoint(sockets / key)
         model_shm_prefix = f"{shm_prefix}-{key}"
         relayed = any(declaration.asynchronous) or config.decoupled
+        native = self.backend != "python" and not relayed  # streams and coroutines: the proxy, for now
+        data_sockets = [
+            protocol.data_socket_path(protocol.ipc_socket_path(protocol.instance_endpoint(endpoint, index)) or "")
+            for index in range(len(declaration.infer_funcs))
+        ]
         proto = model_config_proto(
             model_name,
             context.inputs,
             context.outputs,
             config,
             instance_count=len(declaration.infer_funcs),
+            backend=self.backend if native else "python",
             parameters={
+                **({protocol.PARAM_DATA_SOCKETS: json.dumps(data_sockets)} if native else {}),
                 protocol.PARAM_ENDPOINT: endpoint,
                 protocol.PARAM_SHM_PREFIX: model_shm_prefix,
                 protocol.PARAM_PROTOCOL: str(protocol.PROTOCOL_VERSION),

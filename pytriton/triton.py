@@ -39,7 +39,7 @@ from pytriton.remote import RemoteTriton
 from pytriton.server.config import TritonConfig
 from pytriton.server.config_merge import merge
 from pytriton.server.control import ServerControl, wait_for
-from pytriton.server.distribution import ServerDistribution, find_distribution, proxy_import_paths
+from pytriton.server.distribution import ServerDistribution, find_distribution, proxy_import_paths, serving_backend
 from pytriton.server.drain import stop_draining
 from pytriton.server.launch import (
     MODEL_LOAD_TIMEOUT_S,
@@ -269,6 +269,7 @@ class Triton:
             refuse_foreign_model(self._control, model_name)
         if self._gate is not None:
             self._gate.hold()  # a bind before it opened: the server stays not ready through this one too
+        self._bindings.backend = serving_backend(self._distribution())
         self._bindings.start(
             declaration,
             repository=workspace.model_repository,

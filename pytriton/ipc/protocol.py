@@ -7,6 +7,11 @@ Two channels join a proxy (one per Triton instance) and a worker handler (one pe
 - the data channel, a Unix ``SOCK_SEQPACKET`` connection (`pytriton.ipc.channel`) that the
   proxy opens to the handler's data socket after the welcome: every batch and answer.
 
+pytriton's own Triton backend (``pytriton/backend/``, C) has no ZeroMQ: it connects to the data
+socket named in `PARAM_DATA_SOCKETS` and greets there, its `Hello` answered by a `Welcome` on the
+same connection. Its C mirror of this module's constants is ``pytriton/backend/wire.h``, which
+``tests/unit/backend/test_wire_mirror.py`` holds to this file.
+
 A message is a header (encoded here) and a payload: the bytes of all small tensors of the
 message back to back. Large tensors travel in the sender's shared-memory arena (see
 `pytriton.ipc.shm`) and the header only gives their offsets.
@@ -20,7 +25,8 @@ Exchanges on the data channel: per batch either `InferBatch` -> `BatchResult` (o
 for a decoupled model, `InferBatch` -> any number of `StreamPart` -> `StreamEnd`, with `Cancel`
 from the proxy when every requester of the batch has gone. On the control channel, a proxy
 asks its handler for the model's metrics (`MetricsPoll` -> `MetricsReport`) about once a
-second, off the batches' path. Version 6 added the metrics and the trace contexts. Version 4 moved the batches from
+second, off the batches' path. Version 8 added the greeting on the data channel (for the backend) and `Welcome.arena_stem`.
+Version 6 added the metrics and the trace contexts. Version 4 moved the batches from
 ZeroMQ to the data channel, added the timing stamps (`Stamp`) and fed each handler from
 one Triton instance (version 3 had two, "lanes").
 
@@ -35,7 +41,7 @@ import marshal
 import os
 from typing import Any, NamedTuple, Optional, Tuple, Union
 
-PROTOCOL_VERSION = 7
+PROTOCOL_VERSION = 8
 
 # Keys of the model configuration `parameters` that tell a proxy where its worker is.
 PARAM_ENDPOINT = "pytriton.endpoint"
@@ -46,6 +52,9 @@ PARAM_HANDSHAKE_TIMEOUT_S = "pytriton.handshake_timeout_s"
 PARAM_RELAYED = "pytriton.relayed"
 """``"1"`` when the proxy answers through Triton's response senders from a relay thread (decoupled
 models, and callables that are coroutines, whose batches may overlap); absent otherwise."""
+PARAM_DATA_SOCKETS = "pytriton.data_sockets"
+"""The data socket of each worker handler, in instance order, as a JSON list: where the backend
+connects (`data_socket_path` of each `instance_endpoint`)."""
 PARAM_HANDLERS = "pytriton.handlers"
 """How many worker handlers (one per callable) serve the model."""
 PARAM_SPIN_US = "pytriton.spin_us"
@@ -93,6 +102,9 @@ class Welcome(NamedTuple):
     worker_pid: int
     error: Optional[str] = None
     data_path: str = ""
+    arena_stem: str = ""
+    """For a greeting on the data channel (the backend's): the names of the input arena the
+    greeter may create are this stem followed by a generation number (`segment_name`)."""
 
 
 class TensorColumn(NamedTuple):
@@ -345,6 +357,12 @@ def instance_endpoint(base_endpoint: str, instance: int) -> str:
 def data_socket_path(control_socket_path: str) -> str:
     """The data socket of the handler whose control socket file is `control_socket_path`."""
     return f"{control_socket_path}.d"
+
+
+def death_note_path(data_socket: str, pid: int) -> str:
+    """Where the owner of worker process `pid` writes why it ended, beside the data socket it
+    served: the backend, which holds that worker's requests, answers them with that cause."""
+    return f"{data_socket}.ended-{pid}"
 
 
 def segment_name(shm_prefix: str, instance: int, direction: str, generation: int) -> str:

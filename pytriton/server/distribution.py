@@ -27,6 +27,13 @@ from pytriton.exceptions import PyTritonServerStartupError
 
 SERVER_DIR_ENV = "PYTRITON_TRITON_SERVER_DIR"
 BUNDLED_ROOT = pathlib.Path(__file__).resolve().parent.parent / "tritonserver"
+NATIVE_BACKEND = "pytriton"
+"""The name models give pytriton's own backend (``backend: "pytriton"``)."""
+NATIVE_LIBRARY = BUNDLED_ROOT / "backends" / NATIVE_BACKEND / f"libtriton_{NATIVE_BACKEND}.so"
+"""Where the build puts pytriton's backend (`build_backend/native.py`), whichever server runs it."""
+BACKEND_ENV = "PYTRITON_BACKEND"
+"""``python`` serves every model through Triton's Python backend (the proxy); ``pytriton`` (the
+default where the library was built) through pytriton's own."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +47,21 @@ class ServerDistribution:
     caches: pathlib.Path
     library_dirs: Tuple[pathlib.Path, ...]
     stub_python_path: Optional[pathlib.Path] = None  # site folder with the stub's own NumPy 1.x
+    native_backend: Optional[pathlib.Path] = None  # pytriton's backend library, when it was built
+
+
+def native_library() -> Optional[pathlib.Path]:
+    """pytriton's backend library, or None when the build had no C compiler."""
+    return NATIVE_LIBRARY if NATIVE_LIBRARY.is_file() else None
+
+
+def serving_backend(distribution: ServerDistribution, environ: Mapping[str, str] = os.environ) -> str:
+    """The Triton backend a server's models are written for: pytriton's where it was built and
+    not turned off (``PYTRITON_BACKEND=python``), else Triton's Python backend."""
+    chosen = environ.get(BACKEND_ENV, "").strip().lower()
+    if chosen == "python" or distribution.native_backend is None:
+        return "python"
+    return NATIVE_BACKEND
 
 
 def server_version(root: pathlib.Path) -> Optional[str]:
@@ -104,7 +126,8 @@ def find_distribution(environ: Mapping[str, str] = os.environ) -> ServerDistribu
     if stubs.is_dir() and not stub_python.is_dir():
         _check_stub_numpy(tag)
     return ServerDistribution(
-        root, binary, python_backend, stub, root / "caches", library_dirs, stub_python if stub_python.is_dir() else None
+        root, binary, python_backend, stub, root / "caches", library_dirs, stub_python if stub_python.is_dir() else None,
+        native_library(),
     )
 
 
@@ -164,6 +187,13 @@ def assemble_backends(distribution: ServerDistribution, target: pathlib.Path) ->
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(source)
+    if distribution.native_backend is not None:
+        native_dir = target / NATIVE_BACKEND
+        native_dir.mkdir(parents=True, exist_ok=True)
+        link = native_dir / distribution.native_backend.name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(distribution.native_backend)
     stub = python_dir / "triton_python_backend_stub"
     if stub.is_symlink() or stub.exists():
         stub.unlink()

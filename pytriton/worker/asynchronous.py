@@ -212,6 +212,8 @@ class AsyncLoop:
             task.add_done_callback(functools.partial(self._forget_task, key))
         elif isinstance(message, protocol.Cancel) and key in self._tasks:
             self._tasks[key].cancel()
+        elif isinstance(message, protocol.Hello):  # the backend greets on its data connection
+            self._endpoint.greet(connection, message)
 
     def _forget_task(self, key: Tuple[int, int], _task: Any) -> None:
         self._tasks.pop(key, None)

@@ -156,6 +156,8 @@ class BlockingLoop:
                 self._calls.probe.end()
                 if message.traces:  # the answer went: the batch's spans end
                     tracing.end()
+        elif isinstance(message, protocol.Hello):  # the backend greets on its data connection
+            self._endpoint.greet(connection, message)
         # a Cancel for a batch that already ended needs nothing
 
     def _serve_batch(self, connection: Connection, batch: protocol.InferBatch, payload: Any, received: int) -> None:

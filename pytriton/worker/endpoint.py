@@ -2,7 +2,8 @@
 
 A handler listens on two sockets: a ZeroMQ ROUTER for the control channel (`protocol.Hello` in,
 `protocol.Welcome` out) and a Unix SEQPACKET socket that each welcomed proxy connects to for
-its batches (`pytriton.ipc.channel`). `HandlerEndpoint.wait` is the one place the handler's
+its batches (`pytriton.ipc.channel`). pytriton's Triton backend connects to the data socket
+straight away and greets on it (`HandlerEndpoint.greet`), answered on the same connection. `HandlerEndpoint.wait` is the one place the handler's
 thread sleeps: it wakes for a batch on any connection (the kernel wakes this very thread), and
 answers greetings and accepts connections on its way. Both socket files are 0600 in the
 workspace's 0700 folder: only the user who started the server can reach them.
@@ -47,6 +48,8 @@ class HandlerEndpoint:
             stub that replaces a dead one reuses its segment names, so mappings of the old must go).
         metrics_report: the instance's metrics, as a `protocol.MetricsReport` carries them (a
             `protocol.MetricsPoll` asks for them).
+        arena_stem: what a greeter on the data channel names its input arenas after
+            (`protocol.Welcome.arena_stem`).
     """
 
     def __init__(
@@ -57,11 +60,13 @@ class HandlerEndpoint:
         model_name: str,
         on_proxy_replaced: Callable[[], None] = lambda: None,
         metrics_report: Callable[[], Any] = tuple,
+        arena_stem: str = "",
     ) -> None:
         self._instance = instance
         self._model_name = model_name
         self._on_proxy_replaced = on_proxy_replaced
         self._metrics_report = metrics_report
+        self._arena_stem = arena_stem
         self.control = zmq_context.socket(zmq.ROUTER)
         self.control.setsockopt(zmq.LINGER, 0)
         self.control.bind(endpoint)
@@ -126,15 +131,35 @@ class HandlerEndpoint:
                     report = protocol.MetricsReport(self._metrics_report(), os.getpid())
                 self.control.send_multipart([identity, protocol.encode(report)])
 
-    def _welcome(self, hello: protocol.Hello) -> protocol.Welcome:
-        error = None
+    def _refusal(self, hello: protocol.Hello) -> Optional[str]:
+        """Why a greeting is refused (None: welcome)."""
         if hello.protocol != protocol.PROTOCOL_VERSION:
-            error = (
-                f"protocol mismatch: proxy speaks version {hello.protocol}, worker {protocol.PROTOCOL_VERSION}; "
-                "the server and the library come from different pytriton installations"
+            return (
+                f"protocol mismatch: the server side speaks version {hello.protocol}, the worker "
+                f"{protocol.PROTOCOL_VERSION}; the server and the library come from different pytriton installations"
             )
-        elif hello.instance != self._instance:
-            error = f"instance {hello.instance} connected to the handler of instance {self._instance}"
+        if hello.instance != self._instance:
+            return f"instance {hello.instance} connected to the handler of instance {self._instance}"
+        return None
+
+    def greet(self, connection: Connection, hello: protocol.Hello) -> None:
+        """Answer the backend's greeting on its data connection.
+
+        The backend runs inside tritonserver (`hello.proxy_pid` is the server's pid): it is no
+        stub for the supervisor to watch, so `proxy_pid` stays as it was. Its input arenas take
+        names no other instance of the server ever used (`protocol.Welcome.arena_stem` and a
+        server-wide generation), so no mapping of an earlier greeter can be mistaken for them.
+        """
+        error = self._refusal(hello)
+        if error is None:
+            logger.debug("Model '%s' instance %d: the backend in pid %d greeted", self._model_name, self._instance,
+                         hello.proxy_pid)
+        welcome = protocol.Welcome(protocol.PROTOCOL_VERSION, os.getpid(), error, self._data_path or "",
+                                   self._arena_stem)
+        self.send(connection, protocol.encode(welcome))
+
+    def _welcome(self, hello: protocol.Hello) -> protocol.Welcome:
+        error = self._refusal(hello)
         if error is None:
             if hello.proxy_pid != self.proxy_pid:
                 if self.proxy_pid is not None:

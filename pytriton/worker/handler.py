@@ -19,6 +19,7 @@ from typing import Any, Callable, List, Optional, Union
 
 import zmq
 
+from pytriton.ipc import protocol
 from pytriton.metrics import Registry
 from pytriton.worker.asynchronous import AsyncLoop
 from pytriton.worker.batches import BatchCalls
@@ -105,7 +106,8 @@ class InstanceHandler:
         self._calls = BatchCalls(context, infer_func, instance, strict, asynchronous, self._stop, self._measures)
         self._endpoint = HandlerEndpoint(zmq_context, endpoint, instance, context.model_name,
                                          on_proxy_replaced=self._proxy_replaced,
-                                         metrics_report=self._measures.registry.report)
+                                         metrics_report=self._measures.registry.report,
+                                         arena_stem=protocol.segment_name(shm_prefix, instance, "in", 0)[:-1])
         self._loop: Union[BlockingLoop, AsyncLoop]
         if asynchronous:
             self._loop = AsyncLoop(self._endpoint, self._calls, stop=self._stop, ending_streams=self._ending_streams,
