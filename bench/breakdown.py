@@ -132,17 +132,25 @@ def read_stamps(folder: pathlib.Path, pattern: str) -> List[Tuple[int, ...]]:
     return sorted(records)
 
 
+def _key(record: Sequence[int]) -> int:
+    return record[RECEIVED] if len(record) == RESPONDED + 1 else record[0]
+
+
 def join(traces: Iterable[Dict[str, int]], records: Sequence[Tuple[int, ...]],
          window: Tuple[int, int]) -> List[Tuple[Dict[str, int], Optional[Tuple[int, ...]]]]:
     """Each traced request within `window` (ns), with the model's record whose entry falls inside
     its compute (None when none does: the model recorded nothing for it)."""
-    entries = [record[0] for record in records]
+    # The reference records execute's entry; ours the eight stamps, of which the worker's receipt
+    # falls inside Triton's compute infer on both of ours' paths (the proxy's execute, or the
+    # backend's wait for the worker, which reports its compute after laying the inputs out).
+    records = sorted(records, key=_key)
+    entries = [_key(record) for record in records]
     joined = []
     for trace in traces:
         if not window[0] <= trace.get("REQUEST_START", 0) <= window[1]:
             continue
         at = bisect.bisect_left(entries, trace["COMPUTE_INPUT_END"])
-        match = records[at] if at < len(records) and records[at][0] <= trace.get("COMPUTE_OUTPUT_START", 0) else None
+        match = records[at] if at < len(records) and entries[at] <= trace.get("COMPUTE_OUTPUT_START", 0) else None
         joined.append((trace, match))
     return joined
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import zmq
 
+from pytriton.decorating.shaping import whole_batch
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError, PyTritonModelConfigError
 from pytriton.ipc import protocol
 from pytriton.model_config import ModelConfig, Tensor
@@ -324,6 +325,7 @@ class ModelBindings:
                     on_unrecoverable=self._on_unrecoverable,
                     asynchronous=declaration.asynchronous[index],
                     pipelined=not relayed,
+                    whole=whole_batch(func),
                 )
                 bound.handlers.append(handler)
                 handler.start()

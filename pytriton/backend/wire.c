@@ -90,6 +90,7 @@ enum {
   M_TRUE = 'T',
   M_INT = 'i',
   M_LONG = 'l',
+  M_BINARY_FLOAT = 'g',
   M_BYTES = 's',
   M_INTERNED = 't',
   M_REF = 'r',
@@ -260,6 +261,18 @@ static pyt_mv* read_value(reader* r, int depth) {
       node->kind = PYT_MV_INT;
       node->integer = (int32_t)size;
       break;
+    case M_BINARY_FLOAT: {
+      if (r->end - r->at < 8) {
+        fail(r, "the header ends inside a number");
+        return NULL;
+      }
+      uint64_t bits = 0;
+      for (int i = 7; i >= 0; i--) bits = bits << 8 | r->at[i];
+      r->at += 8;
+      node->kind = PYT_MV_FLOAT;
+      memcpy(&node->number, &bits, sizeof(bits));
+      break;
+    }
     case M_LONG: {
       if (read_u32(r, &size) != 0) return NULL;
       int32_t count = (int32_t)size;
@@ -367,6 +380,13 @@ pyt_mv* pyt_mv_item(const pyt_mv* tuple, uint32_t index) {
 int64_t pyt_mv_int(const pyt_mv* value, int64_t fallback) {
   if (value == NULL || (value->kind != PYT_MV_INT && value->kind != PYT_MV_BOOL)) return fallback;
   return value->integer;
+}
+
+double pyt_mv_number(const pyt_mv* value, double fallback) {
+  if (value == NULL) return fallback;
+  if (value->kind == PYT_MV_FLOAT) return value->number;
+  if (value->kind == PYT_MV_INT || value->kind == PYT_MV_BOOL) return (double)value->integer;
+  return fallback;
 }
 
 int pyt_mv_is_str(const pyt_mv* value) { return value != NULL && value->kind == PYT_MV_STR; }
@@ -477,7 +497,7 @@ int pyt_send_message(int fd, struct iovec* iov, int iov_count, size_t total) {
   return 0;
 }
 
-int pyt_receive_message(int fd, pyt_buf* buf, pyt_message* message, char* error, size_t error_size) {
+static int receive(int fd, pyt_buf* buf, pyt_message* message, char* error, size_t error_size, int flags) {
   if (pyt_buf_reserve(buf, PYT_DATAGRAM_BYTES) != 0) {
     snprintf(error, error_size, "out of memory for a message");
     return -1;
@@ -485,7 +505,7 @@ int pyt_receive_message(int fd, pyt_buf* buf, pyt_message* message, char* error,
   buf->len = 0;
   ssize_t got;
   do {
-    got = recv(fd, buf->data, PYT_DATAGRAM_BYTES, 0);
+    got = recv(fd, buf->data, PYT_DATAGRAM_BYTES, flags);
   } while (got < 0 && errno == EINTR);
   if (got < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
@@ -535,4 +555,12 @@ int pyt_receive_message(int fd, pyt_buf* buf, pyt_message* message, char* error,
   message->payload = buf->data + start;
   message->payload_size = payload_size;
   return 1;
+}
+
+int pyt_receive_message(int fd, pyt_buf* buf, pyt_message* message, char* error, size_t error_size) {
+  return receive(fd, buf, message, error, error_size, 0);
+}
+
+int pyt_receive_message_nowait(int fd, pyt_buf* buf, pyt_message* message, char* error, size_t error_size) {
+  return receive(fd, buf, message, error, error_size, MSG_DONTWAIT);
 }

@@ -31,6 +31,8 @@
 #define PYT_KIND_STREAM_PART 4
 #define PYT_KIND_STREAM_END 5
 #define PYT_KIND_CANCEL 6
+#define PYT_KIND_METRICS_POLL 7
+#define PYT_KIND_METRICS_REPORT 8
 
 /* Stamp positions (protocol.Stamp). */
 #define PYT_STAMP_EXECUTE 0
@@ -65,11 +67,12 @@ void pyt_m_bool(pyt_buf* buf, int value);
 
 /* A value read from a marshal header. Strings and bytes point into the header (not
  * NUL-terminated). A reference shares the node it refers to. */
-typedef enum { PYT_MV_NONE, PYT_MV_BOOL, PYT_MV_INT, PYT_MV_STR, PYT_MV_TUPLE } pyt_mv_kind;
+typedef enum { PYT_MV_NONE, PYT_MV_BOOL, PYT_MV_INT, PYT_MV_FLOAT, PYT_MV_STR, PYT_MV_TUPLE } pyt_mv_kind;
 
 typedef struct pyt_mv {
   pyt_mv_kind kind;
   int64_t integer;     /* BOOL and INT */
+  double number;       /* FLOAT, and BOOL and INT as numbers */
   const char* text;    /* STR (text and bytes alike) */
   uint32_t count;      /* STR: bytes; TUPLE: items */
   struct pyt_mv** items;
@@ -92,6 +95,7 @@ pyt_mv* pyt_marshal_read(pyt_mv_pool* pool, const uint8_t* data, size_t size, ch
 /* Accessors that tolerate a wrong shape: they answer the fallback. */
 pyt_mv* pyt_mv_item(const pyt_mv* tuple, uint32_t index);
 int64_t pyt_mv_int(const pyt_mv* value, int64_t fallback);
+double pyt_mv_number(const pyt_mv* value, double fallback);
 int pyt_mv_is_str(const pyt_mv* value);
 /* A copy of a STR value into `out` (NUL-terminated, cut at `out_size` - 1). */
 void pyt_mv_copy(const pyt_mv* value, char* out, size_t out_size);
@@ -119,5 +123,7 @@ typedef struct {
  * -1 (the peer closed the connection or sent something that is not of this wire; `error`
  * says which). */
 int pyt_receive_message(int fd, pyt_buf* buf, pyt_message* message, char* error, size_t error_size);
+/* The same without waiting: 0 at once when no message is there. */
+int pyt_receive_message_nowait(int fd, pyt_buf* buf, pyt_message* message, char* error, size_t error_size);
 
 #endif

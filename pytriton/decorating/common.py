@@ -98,6 +98,8 @@ def _outputs_as_dict(result: Any, name: str) -> Outputs:
 def _name_outputs(result: Any, names: Sequence[str], model_name: Any, where: str) -> Outputs:
     """A dict result as arrays, or a list/tuple result paired with the output `names` in order."""
     if isinstance(result, (dict, Mapping)):
+        if all(type(value) is np.ndarray for value in result.values()):  # the common answer: nothing to convert
+            return dict(result)
         return {key: _as_array(value, f"{where}: output {key!r}") for key, value in result.items()}
     if not isinstance(result, (list, tuple)):
         raise PyTritonValidationError(

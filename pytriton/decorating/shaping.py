@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 import wrapt
@@ -19,6 +19,7 @@ from pytriton.decorating.common import Outputs, _batch_size, _outputs_as_dict, _
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.worker.request import BatchResponses, Requests
 from pytriton.worker.results import gather, map_result
+from pytriton.worker.whole import WholeBatch
 
 # --- list of requests -> one gathered batch ---------------------------------------------------
 
@@ -68,21 +69,46 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
     if "spans" in named:  # the requests' OpenTelemetry spans (None: not traced), in the batch's order
         inputs["spans"] = [getattr(request, "span", None) for request in requests]
 
-    total = sum(sizes)
-
     def split(result: Any) -> list[Outputs]:
-        outputs = _outputs_as_dict(result, "batch")
-        for key, value in outputs.items():
-            if value.ndim == 0 or value.shape[0] != total:
-                raise PyTritonValidationError(
-                    f"@batch: output {key!r} has shape {value.shape}, but its leading dim must be the batch size "
-                    f"{total} (the sum of the requests' batch sizes {sizes})."
-                )
+        outputs = batch_outputs(result, sizes)
         if len(sizes) == 1:
             return [outputs]  # one request: its response is the outputs themselves
         return BatchResponses(outputs, sizes)
 
     return map_result(wrapped(**inputs), split)
+
+
+def batch_outputs(result: Any, sizes: list[int]) -> Outputs:
+    """What a `@batch` callable returned, as output name -> array of the whole batch's rows.
+
+    Raises:
+        PyTritonValidationError: the result is no dict or list of arrays, or an output's leading
+            dim is not the batch's row count.
+    """
+    outputs = _outputs_as_dict(result, "batch")
+    total = sum(sizes)
+    for key, value in outputs.items():
+        if value.ndim == 0 or value.shape[0] != total:
+            raise PyTritonValidationError(
+                f"@batch: output {key!r} has shape {value.shape}, but its leading dim must be the batch size "
+                f"{total} (the sum of the requests' batch sizes {sizes})."
+            )
+    return outputs
+
+
+def whole_batch(infer_func: Any) -> Optional[WholeBatch]:
+    """`infer_func` taken apart when it is exactly ``@batch``-decorated (a function, a method,
+    or an object whose ``__call__`` is) and the function under it takes none of the
+    per-request arguments @batch can add; else None. Such a callable reads only each input of
+    the batch as one array, which the worker can hand it without building the requests
+    (`pytriton.worker.whole`)."""
+    for candidate in (infer_func, getattr(infer_func, "__call__", None)):  # noqa: B004 - the method itself
+        if getattr(candidate, "_self_wrapper", None) is batch.__wrapped__:  # type: ignore[attr-defined]
+            wrapped = candidate.__wrapped__  # type: ignore[union-attr]
+            if _parameter_names(wrapped) & {"is_cancelled", "spans", *_SEQUENCE_ARGUMENTS}:
+                return None
+            return WholeBatch(wrapped, batch_outputs)
+    return None
 
 
 @functools.lru_cache(maxsize=256)

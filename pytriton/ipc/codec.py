@@ -174,6 +174,10 @@ def pack_rows(
     back, `rows[i]` of them for group i (a `@batch` callable's outputs). One buffer per tensor,
     however many groups: the columns' per-group shapes and offsets are arithmetic."""
     count = len(rows)
+    if arena is None or all(array.nbytes <= INLINE_MAX_BYTES for array in arrays.values()):
+        if arena is not None:
+            arena.reserve(0)  # counts in the arena's window: a big arena shrinks back after small messages
+        return _pack_rows_inline(arrays, rows)
     columns = []
     shm_total = 0
     for name, value in arrays.items():
@@ -189,6 +193,35 @@ def pack_rows(
             shm_total += aligned(array.nbytes)
         columns.append(column)
     return _lay_out(columns, shm_total, arena)
+
+
+def _pack_rows_inline(arrays: Mapping[str, np.ndarray], rows: Sequence[int]) -> Tuple[
+        Tuple[TensorColumn, ...], str, List[Any]]:
+    """`pack_rows` when every tensor travels in the message (the small answers that dominate a
+    server's traffic): the columns built directly, no arena to reserve."""
+    columns = []
+    pieces: List[Any] = []
+    offset = 0
+    in_shm = (False,) * len(rows)
+    for name, value in arrays.items():
+        array = value if value.flags.c_contiguous else np.ascontiguousarray(value)
+        trailing = array.shape[1:]
+        row_bytes = array.itemsize * math.prod(trailing)
+        offsets = []
+        sizes = []
+        for size in rows:
+            offsets.append(offset)
+            sizes.append(size * row_bytes)
+            offset += size * row_bytes
+        columns.append(TensorColumn(name, array.dtype.str, tuple((size, *trailing) for size in rows), tuple(offsets),
+                                    tuple(sizes), in_shm))
+        if array.nbytes:
+            pieces.append(array)
+        pad = _padding(offset)
+        if pad:
+            pieces.append(_PAD[:pad])
+            offset += pad
+    return tuple(columns), "", pieces
 
 
 def _lay_out(columns: List[_Column], shm_total: int, arena: Optional[Arena]) -> Tuple[
@@ -239,15 +272,34 @@ def _lay_out(columns: List[_Column], shm_total: int, arena: Optional[Arena]) -> 
     return tuple(c.frozen() for c in columns), (arena.name if shm_total and arena else ""), pieces
 
 
+_DTYPES: Dict[str, np.dtype] = {}
+
+
+def _dtype(name: str) -> np.dtype:
+    """`np.dtype(name)`, looked up once per name (it is read for every tensor of every batch)."""
+    dtype = _DTYPES.get(name)
+    if dtype is None:
+        dtype = _DTYPES[name] = np.dtype(name)
+    return dtype
+
+
 def gathered(column: TensorColumn, segment: str, payload: Any, reader: SegmentReader) -> Optional[np.ndarray]:
     """Every group's tensor of a numeric column as one array, rows back to back, or None.
 
     Possible when every group has the tensor, all of one trailing shape, laid out back to back
     in one buffer (`pack` lays columns out that way). The array views the buffer (read-only).
     """
-    if column.dtype == BYTES or None in column.shapes or not column.shapes or not column.shapes[0]:
+    shapes: Sequence[Tuple[int, ...]] = column.shapes  # type: ignore[assignment]  # no None, checked below
+    if len(shapes) == 1:  # one request: its own tensor, viewed as it is
+        shape = shapes[0]
+        if shape is None or not shape or column.dtype == BYTES:
+            return None
+        dtype = _dtype(column.dtype)
+        buffer = reader.buffer(segment) if column.in_shm[0] else payload
+        return np.frombuffer(buffer, dtype=dtype, count=column.sizes[0] // dtype.itemsize if dtype.itemsize else 0,
+                             offset=column.offsets[0]).reshape(shape)
+    if column.dtype == BYTES or None in shapes or not shapes or not shapes[0]:
         return None
-    shapes: Sequence[Tuple[int, ...]] = column.shapes  # type: ignore[assignment]  # no None, checked above
     trailing = shapes[0][1:]
     in_shm = column.in_shm[0]
     offsets, sizes = column.offsets, column.sizes
@@ -258,7 +310,7 @@ def gathered(column: TensorColumn, segment: str, payload: Any, reader: SegmentRe
             return None
         rows += shape[0]
         expected += size
-    dtype = np.dtype(column.dtype)
+    dtype = _dtype(column.dtype)
     buffer = reader.buffer(segment) if in_shm else payload
     items = (expected - offsets[0]) // dtype.itemsize if dtype.itemsize else 0
     return np.frombuffer(buffer, dtype=dtype, count=items, offset=offsets[0]).reshape(rows, *trailing)

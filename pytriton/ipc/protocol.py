@@ -105,6 +105,12 @@ class Welcome(NamedTuple):
     arena_stem: str = ""
     """For a greeting on the data channel (the backend's): the names of the input arena the
     greeter may create are this stem followed by a generation number (`segment_name`)."""
+    metrics_path: str = ""
+    """For a greeting on the data channel: the socket where the greeter asks for the model's
+    metrics (`MetricsPoll`, on a connection of its own; `metrics_socket_path`)."""
+    greeting: int = 0
+    """For a greeting on the data channel: which greeting of the handler this is (it counts
+    them); a `MetricsPoll` says it, and only the latest greeter's polls are answered."""
 
 
 class TensorColumn(NamedTuple):
@@ -252,6 +258,8 @@ class MetricsPoll(NamedTuple):
 
     instance: int
     proxy_pid: int = 0
+    greeting: int = 0
+    """From the backend: the `Welcome.greeting` its instance got (0 from a proxy)."""
 
 
 class MetricsReport(NamedTuple):
@@ -357,6 +365,11 @@ def instance_endpoint(base_endpoint: str, instance: int) -> str:
 def data_socket_path(control_socket_path: str) -> str:
     """The data socket of the handler whose control socket file is `control_socket_path`."""
     return f"{control_socket_path}.d"
+
+
+def metrics_socket_path(data_socket: str) -> str:
+    """Where a handler answers the backend's `MetricsPoll`, beside its data socket."""
+    return f"{data_socket}.m"
 
 
 def death_note_path(data_socket: str, pid: int) -> str:

@@ -122,7 +122,7 @@ class ServerControl:
             response = connection.getresponse()
             return response.status, response.read()
         finally:
-            connection.close()
+            _close_for_every_process(connection)
 
     def _grpc(self) -> Any:
         if self._grpc_client is None:
@@ -338,6 +338,23 @@ def placeholder_config(name: str, **fields: Any) -> str:
         "output": [{"name": "y", "data_type": "TYPE_BOOL", "dims": [1]}],
         **fields,
     })
+
+
+def _close_for_every_process(connection: http.client.HTTPConnection) -> None:
+    """Close an HTTP connection for good, also where a forked child holds a copy of its socket.
+
+    A worker process forked while a call was open (the readiness gate's load call stays open
+    for the whole start) inherits the socket; a plain close leaves the connection open in the
+    child, and Triton's shutdown then waits its whole exit timeout for that "open HTTP
+    connection". Shutting the socket down ends the connection in every process at once.
+    """
+    sock = connection.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed by the peer
+    connection.close()
 
 
 def accepts_connections(address: Optional[str], port: int, timeout_s: float = 0.5) -> bool:

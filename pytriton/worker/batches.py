@@ -31,6 +31,7 @@ from pytriton.worker.measures import Measures
 from pytriton.worker.request import Request, Requests
 from pytriton.worker.responses import Expected, Failure, batch_result, per_request, stream_part
 from pytriton.worker.timed import ExecutionTimeout, TimedCaller
+from pytriton.worker.whole import WholeBatch, WholeOutputs, call_whole, serves_whole, whole_inputs
 
 logger = logging.getLogger("pytriton.worker")
 
@@ -50,6 +51,8 @@ class BatchCalls:
         asynchronous: the callable is a coroutine or async generator function.
         stopping: set when the handler stops (a timed call stops waiting).
         measures: where the instance's own metrics are recorded.
+        whole: the callable taken apart, when it is a ``@batch`` function that may take the
+            whole-batch path (`pytriton.worker.whole`).
 
     Raises:
         PyTritonModelConfigError: ``isolate_failures`` or ``execution_timeout_s`` asked of an
@@ -65,6 +68,7 @@ class BatchCalls:
         asynchronous: bool,
         stopping: Any,
         measures: Measures,
+        whole: Optional[WholeBatch] = None,
     ) -> None:
         self.context = context
         self.measures = measures
@@ -94,6 +98,9 @@ class BatchCalls:
         """The server traces with OpenTelemetry: batches may carry trace contexts (`tracing`)."""
         self.probe = CancelProbe()
         """The cancellations of the batch being served (a handler serves one at a time)."""
+        self._whole = whole if serves_whole(context, whole, asynchronous=asynchronous,
+                                            isolate_failures=self._isolate_failures,
+                                            timed=timeout_s is not None) else None
 
     def close(self) -> None:
         if self._timed is not None:
@@ -154,6 +161,8 @@ class BatchCalls:
         Returns:
             Per request its batch size (when `strict` checks shapes, else None), and the outcome.
         """
+        if self._whole is not None and (taken := whole_inputs(batch, payload, reader)) is not None:
+            return self._call_whole(batch, *taken, marks)
         batch_sizes = Expected([None] * len(batch.parameters), batch.requested)
         try:
             requests = self.requests(batch, payload, reader)
@@ -189,6 +198,24 @@ class BatchCalls:
             for index, entry in zip(live, entries):
                 answers[index] = entry
         return batch_sizes, answers
+
+    def _call_whole(self, batch: protocol.InferBatch, inputs: Dict[str, np.ndarray], rows: List[int],
+                    marks: Optional[List[int]]) -> Tuple[Expected, Any]:
+        """`call` on the whole-batch path (`pytriton.worker.whole`): the function under ``@batch``
+        gets the batch's inputs as built from the wire, without a request object per request."""
+        assert self._whole is not None
+        count = len(rows)
+        batch_sizes = Expected(list(rows) if self._strict_sizes else [None] * count)
+        if marks is not None:
+            marks.append(time.monotonic_ns())
+        started = self.measures.batch_started(count, batch.sent_ns, 0)
+        try:
+            outcome = call_whole(self._whole, inputs, rows)
+        except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
+            outcome = Failure(*self.callable_error(exc))
+        if type(outcome) is WholeOutputs or not runs_on(outcome):
+            self.measures.batch_done(started, count if type(outcome) is Failure else 0)
+        return batch_sizes, outcome
 
     def call_requests(self, requests: List[Request]) -> Any:
         """The callable's result for `requests`, or a `Failure` (after isolating failures if asked)."""

@@ -80,9 +80,16 @@ class HandlerEndpoint:
             self._data_path = protocol.data_socket_path(self._control_path)
             self.listener = channel.listen(self._data_path)
             self.listener.setblocking(False)
+            self._metrics_path = protocol.metrics_socket_path(self._data_path)
+            self._metrics_listener = channel.listen(self._metrics_path)
+            self._metrics_listener.setblocking(False)
         except BaseException:
             self.control.close(linger=0)
+            if self._data_path is not None and hasattr(self, "listener"):
+                self.listener.close()
             raise
+        self._metrics_connections: Dict[int, Channel] = {}
+        self._greetings = 0
         self.connections: Dict[int, Connection] = {}
         """The open data connections by file descriptor."""
         self.proxy_pid: Optional[int] = None
@@ -90,6 +97,7 @@ class HandlerEndpoint:
         self._poller = zmq.Poller()
         self._poller.register(self.control, zmq.POLLIN)
         self._poller.register(self.listener.fileno(), zmq.POLLIN)
+        self._poller.register(self._metrics_listener.fileno(), zmq.POLLIN)
 
     def wait(self, timeout_ms: int) -> List[Connection]:
         """The connections with a message (or an end) to read, after up to `timeout_ms` of waiting.
@@ -102,11 +110,42 @@ class HandlerEndpoint:
                 self.answer_greetings()
             elif item == self.listener.fileno():
                 self.accept()
+            elif item in self._metrics_connections:
+                self._answer_metrics(item)
+            elif item == self._metrics_listener.fileno():
+                self._accept_metrics()
             else:
                 connection = self.connections.get(item)
                 if connection is not None:
                     ready.append(connection)
         return ready
+
+    def _accept_metrics(self) -> None:
+        while (opened := channel.accept(self._metrics_listener)) is not None:
+            opened.set_timeouts(None, SEND_TIMEOUT_S)
+            self._metrics_connections[opened.fileno()] = opened
+            self._poller.register(opened.fileno(), zmq.POLLIN)
+
+    def _answer_metrics(self, fd: int) -> None:
+        """Answer the backend's `MetricsPoll` on its metrics connection (only its latest
+        greeter's: an earlier instance, being unloaded, is told it is superseded)."""
+        connection = self._metrics_connections[fd]
+        try:
+            received = connection.receive(wait=False)
+            if received is None:
+                return
+            message = protocol.decode(received[0])
+            if not isinstance(message, protocol.MetricsPoll):
+                return
+            if message.greeting != self._greetings:
+                report = protocol.MetricsReport((), os.getpid(), superseded=True)
+            else:
+                report = protocol.MetricsReport(self._metrics_report(), os.getpid())
+            connection.send(protocol.encode(report))
+        except (ChannelClosed, BlockingIOError, ValueError):
+            del self._metrics_connections[fd]
+            self._poller.unregister(fd)
+            connection.close()
 
     def answer_greetings(self) -> None:
         """Answer every `Hello` and `MetricsPoll` waiting on the control socket."""
@@ -152,10 +191,14 @@ class HandlerEndpoint:
         """
         error = self._refusal(hello)
         if error is None:
+            self._greetings += 1
             logger.debug("Model '%s' instance %d: the backend in pid %d greeted", self._model_name, self._instance,
                          hello.proxy_pid)
+            for other in list(self.connections.values()):  # one greeter at a time: one arena of answers
+                if other is not connection:
+                    self.drop(other)
         welcome = protocol.Welcome(protocol.PROTOCOL_VERSION, os.getpid(), error, self._data_path or "",
-                                   self._arena_stem)
+                                   self._arena_stem, self._metrics_path, self._greetings)
         self.send(connection, protocol.encode(welcome))
 
     def _welcome(self, hello: protocol.Hello) -> protocol.Welcome:
@@ -219,12 +262,16 @@ class HandlerEndpoint:
         connection.channel.close()
 
     def close(self) -> None:
-        """Close every socket and remove both socket files."""
+        """Close every socket and remove the socket files."""
         for connection in list(self.connections.values()):
             self.drop(connection)
+        for metrics in self._metrics_connections.values():
+            metrics.close()
+        self._metrics_connections.clear()
         self.listener.close()
+        self._metrics_listener.close()
         self.control.close(linger=0)
-        for path in (self._control_path, self._data_path):
+        for path in (self._control_path, self._data_path, self._metrics_path):
             if path is not None:
                 try:
                     os.unlink(path)

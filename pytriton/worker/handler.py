@@ -30,6 +30,7 @@ from pytriton.worker.instance import BusySince, Instance
 from pytriton.worker.measures import Measures
 from pytriton.worker.request import Request
 from pytriton.worker.stamps import StampLog, stamps_folder
+from pytriton.worker.whole import WholeBatch
 
 logger = logging.getLogger("pytriton.worker")
 
@@ -77,6 +78,8 @@ class InstanceHandler:
             this one (a metric, `pytriton.worker.measures`).
         busy_since: where the handler keeps the start of the oldest batch it serves (given by the
             parent of a process instance, which reads it; a fresh one by default).
+        whole: `infer_func` taken apart when it is a plain ``@batch`` function
+            (`pytriton.decorating.shaping.whole_batch`): its batches may skip the request objects.
 
     Raises:
         PyTritonModelConfigError: ``isolate_failures`` or ``execution_timeout_s`` asked of an
@@ -98,12 +101,14 @@ class InstanceHandler:
         pipelined: bool = True,
         worker_restarts: int = 0,
         busy_since: Optional[BusySince] = None,
+        whole: Optional[WholeBatch] = None,
     ) -> None:
         self._stop = threading.Event()
         self._busy_since = busy_since if busy_since is not None else BusySince()
         self._ending_streams = threading.Event()
         self._measures = Measures(Registry(context.model_name, context.model_version, instance), worker_restarts)
-        self._calls = BatchCalls(context, infer_func, instance, strict, asynchronous, self._stop, self._measures)
+        self._calls = BatchCalls(context, infer_func, instance, strict, asynchronous, self._stop, self._measures,
+                                 whole)
         self._endpoint = HandlerEndpoint(zmq_context, endpoint, instance, context.model_name,
                                          on_proxy_replaced=self._proxy_replaced,
                                          metrics_report=self._measures.registry.report,

@@ -25,6 +25,7 @@ and ``finally`` blocks up the stack of the fork belong to the parent. The child'
 
 from __future__ import annotations
 
+import glob
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -239,6 +240,8 @@ class ProcessInstance:
         self._send(("stop", timeout_s))
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout_s + _KILL_GRACE_S + 5.0)
+        if not self._thread.is_alive():
+            self.remove_death_notes()
         return not self._thread.is_alive()
 
     # --- the parent's side ----------------------------------------------------------------------
@@ -377,16 +380,58 @@ class ProcessInstance:
         return True
 
     def _bury(self, child: _Child) -> None:
-        """Remove what a dead child left: its pipe, its socket file, its output segments."""
+        """Remove what a dead child left: its pipe, its socket file, its output segments; and
+        say why it ended where the backend that held its requests looks (`_write_death_note`)."""
         child.conn.close()
         self._busy_since.value = 0.0  # the batches it was serving died with it
         if self._socket_path is not None:
-            for path in (self._socket_path, protocol.data_socket_path(self._socket_path)):
+            self._write_death_note(child)
+            data_socket = protocol.data_socket_path(self._socket_path)
+            for path in (self._socket_path, data_socket, protocol.metrics_socket_path(data_socket)):
                 try:
                     os.unlink(path)
                 except FileNotFoundError:
                     pass
         _remove_segments(protocol.segment_name(child.shm_prefix, self._spec.instance, "out", 0)[:-1])
+
+
+    def _write_death_note(self, child: _Child) -> None:
+        """Write why `child` ended beside its data socket (`protocol.death_note_path`).
+
+        pytriton's backend, inside tritonserver, sees the child's connection end at once, with
+        the child's batch still unanswered; it cannot learn the cause (the child is ours, not
+        its own), so it reads it here and answers every request of the batch with it. Notes of
+        earlier children go: one note per instance at a time.
+        """
+        assert self._socket_path is not None
+        data_socket = protocol.data_socket_path(self._socket_path)
+        for old in glob.glob(glob.escape(protocol.death_note_path(data_socket, 0))[:-1] + "*"):
+            _unlink(old)
+        stopping = " while it was being stopped" if self._stopping.is_set() else ""
+        note = (f"the worker process of instance {self._spec.instance} (pid {child.pid}) "
+                f"{describe_wait_status(child.status)}{stopping} while serving this request"
+                f"{'' if stopping else '; a fresh worker process takes its place'}")
+        path = protocol.death_note_path(data_socket, child.pid)
+        try:
+            with open(path + ".tmp", "w", encoding="utf-8") as handle:
+                handle.write(note)
+            os.replace(path + ".tmp", path)
+        except OSError:
+            pass  # the workspace is gone: the server stops anyway
+
+    def remove_death_notes(self) -> None:
+        """Remove the death notes this instance wrote (at stop)."""
+        if self._socket_path is not None:
+            data_socket = protocol.data_socket_path(self._socket_path)
+            for old in glob.glob(glob.escape(protocol.death_note_path(data_socket, 0))[:-1] + "*"):
+                _unlink(old)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _kill(pid: int) -> None:

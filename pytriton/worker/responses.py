@@ -19,6 +19,7 @@ from pytriton.ipc.shm import Arena
 from pytriton.worker.arrays import host_array
 from pytriton.worker.context import TritonContext
 from pytriton.worker.request import BatchResponses, Request
+from pytriton.worker.whole import WholeOutputs
 
 logger = logging.getLogger("pytriton.worker")
 
@@ -246,11 +247,14 @@ def _whole_outputs(
     back), when they need no per-request look: all numeric, of the declared dtype (cast unless
     `strict`) and, with `strict`, of the declared trailing shape. None sends the answer down the
     per-request checks, which name what is wrong for each request."""
-    if type(results) is not BatchResponses or len(results) != count or not context.config.batching:
+    if not context.config.batching or batch_sizes.requested:  # some request wants fewer outputs: per request
         return None
-    if batch_sizes.requested:  # some request wants fewer outputs: sent per request
+    if type(results) is WholeOutputs:
+        whole: Optional[Dict[str, np.ndarray]] = results.outputs
+    elif type(results) is BatchResponses and len(results) == count:
+        whole = results.whole_outputs()
+    else:
         return None
-    whole = results.whole_outputs()
     if whole is None:
         return None
     whole = positional(context, whole)
@@ -288,6 +292,8 @@ def batch_result(
     if whole is not None:
         columns, segment, payload = codec.pack_rows(whole, results.rows, arena)
         return protocol.BatchResult(batch_id, (None,) * count, columns, segment), payload
+    if type(results) is WholeOutputs:  # not fit to go whole: checked per request, as @batch's answer is
+        results = results.responses()
     outcomes = per_request(context, count, results, "returned")
     for index, outcome in enumerate(outcomes):
         if outcome is None:  # a response is required for every request of a non-streaming model
@@ -308,6 +314,8 @@ def stream_part(
     if whole is not None:
         columns, _, payload = codec.pack_rows(whole, step.rows, None)
         return protocol.StreamPart(batch_id, (True,) * count, (None,) * count, columns), payload
+    if type(step) is WholeOutputs:
+        step = step.responses()
     groups, errors, present = _shape_all(context, per_request(context, count, step, "yielded"), batch_sizes, strict)
     columns, _, payload = codec.pack(groups, None)
     return protocol.StreamPart(batch_id, tuple(present), tuple(errors), columns), payload

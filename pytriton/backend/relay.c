@@ -1,0 +1,389 @@
+/* Streams and coroutines: batches whose answers come after execute returns.
+ *
+ * A decoupled model sends any number of responses per request, and a model whose callable is
+ * a coroutine may have several batches of one instance in flight. For both, execute sends the
+ * batch (every tensor inline: batches overlap, so no arena is reused under a reader), keeps a
+ * response factory per request, releases the requests and returns, so Triton can hand the
+ * instance its next batch. The relay thread receives the worker's StreamPart, StreamEnd and
+ * BatchResult messages and answers through the factories, the last response of each request
+ * carrying the final flag.
+ *
+ * It also watches the requesters: a request whose client went away gets a final CANCELLED
+ * response, and once every request of a batch is gone the worker is told (Cancel) so that it
+ * stops generating. When the worker goes away, every batch in flight is answered at once with
+ * the cause, and the next batch connects to whatever worker serves the socket next.
+ *
+ * A plain generator runs one batch at a time in the worker anyway: its next batch waits in
+ * execute until the stream before it ended, so that Triton's batcher gathers the requests that
+ * arrive meanwhile into it. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+
+typedef struct pending {
+  int64_t batch_id;
+  uint32_t count;
+  TRITONBACKEND_ResponseFactory** factories;
+  uint8_t* open;
+  int cancel_sent;
+  struct pending* next;
+} pending;
+
+typedef struct pyt_relay {
+  pthread_t thread;
+  int started;
+  pthread_mutex_t lock; /* the list of batches in flight, `closing` */
+  pthread_cond_t changed;
+  pending* head;
+  int closing;
+  pyt_buf received;
+  pyt_mv_pool pool;
+} pyt_relay;
+
+static void pending_free(pending* batch) {
+  if (batch == NULL) return;
+  for (uint32_t i = 0; i < batch->count; i++)
+    if (batch->factories[i] != NULL) pyt_checked(TRITONBACKEND_ResponseFactoryDelete(batch->factories[i]), NULL, 0);
+  free(batch->factories);
+  free(batch->open);
+  free(batch);
+}
+
+/* Unlink batch `batch_id` from the list (NULL when another thread took it already). */
+static pending* take(pyt_relay* relay, int64_t batch_id) {
+  pthread_mutex_lock(&relay->lock);
+  pending** link = &relay->head;
+  while (*link != NULL && (*link)->batch_id != batch_id) link = &(*link)->next;
+  pending* found = *link;
+  if (found != NULL) *link = found->next;
+  pthread_cond_broadcast(&relay->changed);
+  pthread_mutex_unlock(&relay->lock);
+  return found;
+}
+
+static pending* find(pyt_relay* relay, int64_t batch_id) {
+  pthread_mutex_lock(&relay->lock);
+  pending* found = relay->head;
+  while (found != NULL && found->batch_id != batch_id) found = found->next;
+  pthread_mutex_unlock(&relay->lock);
+  return found;
+}
+
+/* Close request `i`'s stream: with an error response, or with the final flag alone. */
+static void finish(pending* batch, uint32_t i, TRITONSERVER_Error_Code code, const char* error) {
+  if (!batch->open[i]) return;
+  batch->open[i] = 0;
+  if (error != NULL)
+    pyt_send_error(NULL, batch->factories[i], code, error);
+  else
+    pyt_checked(TRITONBACKEND_ResponseFactorySendFlags(batch->factories[i], TRITONSERVER_RESPONSE_COMPLETE_FINAL),
+                NULL, 0);
+}
+
+static void fail_batch(pending* batch, const char* text) {
+  for (uint32_t i = 0; i < batch->count; i++) finish(batch, i, TRITONSERVER_ERROR_INTERNAL, text);
+  pending_free(batch);
+}
+
+/* One response with request `slot`'s outputs from `columns`; `final` with the final flag. */
+static void respond(pyt_instance* instance, pending* batch, uint32_t slot, pyt_mv* columns,
+                    const pyt_message* message, int final) {
+  char why[PYT_MAX_ERROR];
+  TRITONBACKEND_Response* response;
+  if (pyt_checked(TRITONBACKEND_ResponseNewFromFactory(&response, batch->factories[slot]), why, sizeof(why)) == 0) {
+    if (pyt_fill_response(response, instance->model, columns, slot, message, NULL, 0, NULL, why, sizeof(why)) == 0 &&
+        pyt_checked(TRITONBACKEND_ResponseSend(response, final ? TRITONSERVER_RESPONSE_COMPLETE_FINAL : 0, NULL), why,
+                    sizeof(why)) == 0) {
+      if (final) batch->open[slot] = 0;
+      return;
+    }
+    pyt_checked(TRITONBACKEND_ResponseDelete(response), NULL, 0);
+  }
+  PYT_ERROR("%s", why);
+  finish(batch, slot, TRITONSERVER_ERROR_INTERNAL, why);
+}
+
+static void on_message(pyt_instance* instance, pyt_relay* relay, pyt_mv* value, const pyt_message* message) {
+  int64_t kind = pyt_mv_int(pyt_mv_item(value, 0), -1);
+  int64_t batch_id = pyt_mv_int(pyt_mv_item(value, 1), -1);
+  if (kind == PYT_KIND_STREAM_PART) {
+    pending* batch = find(relay, batch_id); /* only this thread frees a batch the worker answers */
+    if (batch == NULL) return;
+    pyt_mv* present = pyt_mv_item(value, 2);
+    pyt_mv* errors = pyt_mv_item(value, 3);
+    pyt_mv* columns = pyt_mv_item(value, 4);
+    for (uint32_t i = 0; i < batch->count; i++) {
+      if (!batch->open[i] || !pyt_mv_int(pyt_mv_item(present, i), 0)) continue;
+      char* error = pyt_error_text(pyt_mv_item(errors, i));
+      if (error != NULL) finish(batch, i, TRITONSERVER_ERROR_INTERNAL, error);
+      else respond(instance, batch, i, columns, message, 0);
+      free(error);
+    }
+  } else if (kind == PYT_KIND_STREAM_END || kind == PYT_KIND_BATCH_RESULT) {
+    pending* batch = take(relay, batch_id);
+    if (batch == NULL) return;
+    pyt_mv* errors = pyt_mv_item(value, 2);
+    pyt_mv* columns = kind == PYT_KIND_BATCH_RESULT ? pyt_mv_item(value, 3) : NULL;
+    for (uint32_t i = 0; i < batch->count; i++) {
+      char* error = pyt_error_text(pyt_mv_item(errors, i));
+      if (error != NULL || kind == PYT_KIND_STREAM_END) finish(batch, i, TRITONSERVER_ERROR_INTERNAL, error);
+      else if (batch->open[i]) respond(instance, batch, i, columns, message, 1);
+      free(error);
+    }
+    pending_free(batch);
+  }
+}
+
+/* Answer the requests whose clients went away; tell the worker of batches nobody waits for. */
+static void check_cancellations(pyt_instance* instance, pyt_relay* relay, int fd) {
+  char text[512];
+  snprintf(text, sizeof(text), "Model '%s': the request was cancelled", instance->model->name);
+  pthread_mutex_lock(&relay->lock);
+  for (pending* batch = relay->head; batch != NULL; batch = batch->next) {
+    int open = 0;
+    for (uint32_t i = 0; i < batch->count; i++) {
+      bool cancelled = false;
+      if (batch->open[i] &&
+          pyt_checked(TRITONBACKEND_ResponseFactoryIsCancelled(batch->factories[i], &cancelled), NULL, 0) == 0 &&
+          cancelled)
+        finish(batch, i, TRITONSERVER_ERROR_CANCELLED, text);
+      open += batch->open[i];
+    }
+    if (!open && !batch->cancel_sent) {
+      batch->cancel_sent = 1;
+      pyt_buf message = {0};
+      pyt_m_tuple(&message, 3);
+      pyt_m_int(&message, PYT_KIND_CANCEL);
+      pyt_m_int(&message, batch->batch_id);
+      pyt_m_tuple(&message, 0);
+      pthread_mutex_lock(&instance->send_lock);
+      if (!message.failed && instance->fd == fd) pyt_send_header(fd, &message);
+      pthread_mutex_unlock(&instance->send_lock);
+      pyt_buf_free(&message);
+    }
+  }
+  pthread_mutex_unlock(&relay->lock);
+}
+
+/* The worker is gone: every batch in flight is answered with why. */
+static void worker_gone(pyt_instance* instance, pyt_relay* relay, int fd) {
+  int pid = instance->worker_pid;
+  pthread_mutex_lock(&instance->send_lock);
+  if (instance->fd == fd) {
+    close(fd);
+    instance->fd = -1;
+  }
+  pthread_mutex_unlock(&instance->send_lock);
+  pthread_mutex_lock(&relay->lock);
+  pending* batches = relay->head;
+  relay->head = NULL;
+  pthread_cond_broadcast(&relay->changed);
+  pthread_mutex_unlock(&relay->lock);
+  if (batches == NULL) return;
+  char cause[PYT_MAX_ERROR];
+  char text[PYT_MAX_ERROR + 512];
+  pyt_death_cause(instance, pid, cause, sizeof(cause));
+  snprintf(text, sizeof(text), "Model '%s': %s", instance->model->name, cause);
+  PYT_ERROR("%s", text);
+  while (batches != NULL) {
+    pending* next = batches->next;
+    fail_batch(batches, text);
+    batches = next;
+  }
+}
+
+static void* relay_main(void* argument) {
+  pyt_instance* instance = argument;
+  pyt_relay* relay = instance->relay;
+  double last_heard = pyt_now_s();
+  double next_cancel_check = last_heard + PYT_CANCEL_CHECK_S;
+  char why[PYT_MAX_ERROR];
+  pthread_mutex_lock(&relay->lock);
+  while (!relay->closing) {
+    pthread_mutex_lock(&instance->send_lock);
+    int fd = instance->fd;
+    pthread_mutex_unlock(&instance->send_lock);
+    if (fd < 0) {
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_nsec += (long)(PYT_CANCEL_CHECK_S * 1e9);
+      if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+      }
+      pthread_cond_timedwait(&relay->changed, &relay->lock, &until);
+      continue;
+    }
+    pthread_mutex_unlock(&relay->lock);
+    pyt_message message;
+    int got = pyt_receive_message(fd, &relay->received, &message, why, sizeof(why));
+    double now = pyt_now_s();
+    if (got < 0) {
+      worker_gone(instance, relay, fd);
+    } else if (got > 0) {
+      last_heard = now;
+      pyt_mv* value = pyt_marshal_read(&relay->pool, message.header, message.header_size, why, sizeof(why));
+      if (value != NULL) on_message(instance, relay, value, &message);
+      else PYT_ERROR("Model '%s': dropped an unreadable message of the worker (%s)", instance->model->name, why);
+    }
+    if (now >= next_cancel_check) {
+      next_cancel_check = now + PYT_CANCEL_CHECK_S;
+      check_cancellations(instance, relay, fd);
+    }
+    if (got >= 0 && relay->head != NULL && now - last_heard > PYT_LIVENESS_CHECK_S) {
+      last_heard = now;
+      if (!pyt_pid_alive(instance->worker_pid)) worker_gone(instance, relay, fd);
+    }
+    pthread_mutex_lock(&relay->lock);
+  }
+  pending* batches = relay->head;
+  relay->head = NULL;
+  pthread_mutex_unlock(&relay->lock);
+  char text[512];
+  snprintf(text, sizeof(text), "Model '%s': the model was unloaded before its responses were complete",
+           instance->model->name);
+  while (batches != NULL) {
+    pending* next = batches->next;
+    fail_batch(batches, text);
+    batches = next;
+  }
+  return NULL;
+}
+
+int pyt_relay_start(pyt_instance* instance) {
+  pyt_relay* relay = calloc(1, sizeof(pyt_relay));
+  if (relay == NULL) return -1;
+  pthread_mutex_init(&relay->lock, NULL);
+  pthread_cond_init(&relay->changed, NULL);
+  instance->relay = relay;
+  if (pthread_create(&relay->thread, NULL, relay_main, instance) != 0) {
+    pthread_mutex_destroy(&relay->lock);
+    pthread_cond_destroy(&relay->changed);
+    free(relay);
+    instance->relay = NULL;
+    return -1;
+  }
+  relay->started = 1;
+  return 0;
+}
+
+void pyt_relay_stop(pyt_instance* instance) {
+  pyt_relay* relay = instance->relay;
+  if (relay == NULL) return;
+  pthread_mutex_lock(&relay->lock);
+  relay->closing = 1;
+  pthread_cond_broadcast(&relay->changed);
+  pthread_mutex_unlock(&relay->lock);
+  if (relay->started) pthread_join(relay->thread, NULL);
+  pthread_mutex_destroy(&relay->lock);
+  pthread_cond_destroy(&relay->changed);
+  pyt_buf_free(&relay->received);
+  pyt_mv_pool_free(&relay->pool);
+  free(relay);
+  instance->relay = NULL;
+}
+
+uint32_t pyt_relay_open_requests(pyt_instance* instance) {
+  pyt_relay* relay = instance->relay;
+  if (relay == NULL) return 0;
+  uint32_t open = 0;
+  pthread_mutex_lock(&relay->lock);
+  for (pending* batch = relay->head; batch != NULL; batch = batch->next)
+    for (uint32_t i = 0; i < batch->count; i++) open += batch->open[i];
+  pthread_mutex_unlock(&relay->lock);
+  return open;
+}
+
+void pyt_execute_relayed(pyt_instance* instance, TRITONBACKEND_Request** requests, uint32_t count) {
+  const pyt_model* model = instance->model;
+  pyt_relay* relay = instance->relay;
+  uint64_t exec_start = pyt_now_ns();
+  char why[PYT_MAX_ERROR];
+  char text[PYT_MAX_ERROR + 512];
+  TRITONBACKEND_Request** live = malloc((count ? count : 1) * sizeof(*live));
+  uint32_t* index = malloc((count ? count : 1) * sizeof(*index));
+  pending* batch = calloc(1, sizeof(pending));
+  uint32_t live_count = 0;
+  uint64_t compute_start = exec_start, rows = 0;
+  if (live == NULL || index == NULL || batch == NULL || pyt_ensure_flags(instance, count) != 0) {
+    for (uint32_t r = 0; r < count; r++) pyt_send_error(requests[r], NULL, TRITONSERVER_ERROR_INTERNAL, "out of memory");
+    pending_free(batch);
+    batch = NULL;
+    goto done;
+  }
+  live_count = pyt_answer_early(instance, requests, count, live, index);
+  instance->out.column_count = 0;
+  if (live_count == 0) goto done;
+  if (model->one_at_a_time) { /* the stream before this batch must end first */
+    pthread_mutex_lock(&relay->lock);
+    while (relay->head != NULL && !relay->closing) pthread_cond_wait(&relay->changed, &relay->lock);
+    pthread_mutex_unlock(&relay->lock);
+  }
+  if (instance->fd < 0) {
+    if (pyt_instance_connect(instance, PYT_RECONNECT_S, why, sizeof(why)) != 0) {
+      snprintf(text, sizeof(text), "Model '%s': %s", model->name, why);
+      for (uint32_t slot = 0; slot < live_count; slot++) {
+        pyt_send_error(live[slot], NULL, TRITONSERVER_ERROR_UNAVAILABLE, text);
+        instance->answered[index[slot]] = PYT_ANSWERED_ERROR;
+      }
+      goto done;
+    }
+    pthread_mutex_lock(&relay->lock);
+    pthread_cond_broadcast(&relay->changed); /* the relay thread waits for a connection */
+    pthread_mutex_unlock(&relay->lock);
+  }
+  batch->batch_id = ++instance->batch_id;
+  batch->count = live_count;
+  batch->factories = calloc(live_count, sizeof(*batch->factories));
+  batch->open = malloc(live_count);
+  pyt_batch_spec spec = {live, live_count, batch->batch_id, exec_start, NULL, NULL};
+  int failed = batch->factories == NULL || batch->open == NULL;
+  if (failed) snprintf(why, sizeof(why), "out of memory in the pytriton backend");
+  for (uint32_t slot = 0; !failed && slot < live_count; slot++) {
+    failed = pyt_checked(TRITONBACKEND_ResponseFactoryNew(&batch->factories[slot], live[slot]), why, sizeof(why));
+    batch->open[slot] = 1;
+  }
+  if (failed || pyt_build_batch(model, &instance->out, &spec, why, sizeof(why)) != 0) {
+    for (uint32_t slot = 0; slot < live_count; slot++) {
+      pyt_send_error(live[slot], NULL, TRITONSERVER_ERROR_INTERNAL, why);
+      instance->answered[index[slot]] = PYT_ANSWERED_ERROR;
+    }
+    pending_free(batch);
+    batch = NULL;
+    goto done;
+  }
+  rows = pyt_batch_rows(model, &instance->out, live_count);
+  pthread_mutex_lock(&relay->lock); /* listed before it goes: its answer may come at once */
+  batch->next = relay->head;
+  relay->head = batch;
+  pthread_mutex_unlock(&relay->lock);
+  compute_start = pyt_now_ns();
+  int sent;
+  for (;;) {
+    pthread_mutex_lock(&instance->send_lock);
+    sent = instance->fd >= 0 ? pyt_send_batch(instance->fd, &instance->out) : -1;
+    pthread_mutex_unlock(&instance->send_lock);
+    if (sent == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || !pyt_pid_alive(instance->worker_pid)) break;
+  }
+  if (sent != 0) {
+    pending* mine = take(relay, batch->batch_id); /* NULL: the relay thread answered it already */
+    if (mine != NULL) {
+      char cause[PYT_MAX_ERROR];
+      pyt_death_cause(instance, instance->worker_pid, cause, sizeof(cause));
+      snprintf(text, sizeof(text), "Model '%s': %s", model->name, cause);
+      fail_batch(mine, text);
+    }
+  }
+  batch = NULL;
+done:
+  pending_free(batch); /* a batch never listed (one listed is the relay's, and `batch` NULL) */
+  pyt_finish_batch(instance, requests, count, rows, live_count, exec_start, compute_start, pyt_now_ns());
+  free(live);
+  free(index);
+}
