@@ -87,6 +87,13 @@ fuzz: install
 clients: install
 	$(VPY) harness/clients.py $(CLIENTS_ARGS)
 
+# pytriton's backend built with AddressSanitizer, under the functional tests that serve through it
+# (harness/asan.py): fails on any ASan error and on leaks in our library. E.g.
+# `make asan ASAN_ARGS="tests/functional/test_serving.py"`.
+.PHONY: asan
+asan: install generate
+	$(VPY) harness/asan.py $(ASAN_ARGS)
+
 # The fault matrix (harness/faults.py): 20 rounds of faults, then 20 as PID 1 (root only).
 .PHONY: faults
 faults: install

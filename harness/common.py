@@ -28,7 +28,7 @@ import psutil
 
 HARNESS = pathlib.Path(__file__).resolve().parent
 REPO = HARNESS.parent
-MODELS = ("echo", "stream", "text")
+MODELS = ("echo", "stream", "text", "slow", "slow_stream")
 SHM_DIR = "/dev/shm"
 _PR_SET_PDEATHSIG = 1
 
@@ -291,3 +291,11 @@ def conclude(figures: Dict[str, object], failures: Sequence[str], json_path: str
 
 def mib(value: float) -> str:
     return f"{value / 2**20:.1f}"
+
+
+def served_backend() -> str:
+    """The Triton backend the user process serves its models with, unless told otherwise."""
+    from pytriton.server.distribution import find_distribution, serving_backend
+
+    configured = os.environ.get("PYTRITON_TRITON_CONFIG_MODEL_BACKEND") or None
+    return serving_backend(find_distribution(), configured)

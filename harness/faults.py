@@ -51,14 +51,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import signal
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 import psutil
-from common import MODELS, log, table
-from faults_load import Load
+from common import MODELS, log, served_backend, table
+from faults_load import InFlight, Load
 from faults_script import (
     PLANTS,
     ServingScript,
@@ -72,7 +73,11 @@ from faults_script import (
     tmp_folders,
 )
 
-FAULTS = ("kill_user", "kill_server", "kill_stub", "segv_stub", "term_under_load", "term_during_load")
+FAULTS = ("kill_user", "kill_server", "kill_stub", "segv_stub", "kill_worker", "segv_worker", "term_under_load",
+          "term_during_load")
+BACKEND_FAULTS = ("kill_user", "kill_server", "kill_worker", "segv_worker", "term_under_load", "term_during_load")
+"""The default on pytriton's backend, which runs no stub to kill."""
+WORKER_ANSWER_S = 1.0  # a request in flight on a killed worker process is answered within
 READY_TIMEOUT_S = 120.0
 WARM_TIMEOUT_S = 20.0  # every lane served before the fault
 HEAL_LIMIT_S = 10.0
@@ -170,8 +175,9 @@ class Matrix:
     """Runs the rounds, and checks each round's leftovers at the next start (see the module doc)."""
 
     def __init__(self, heal_limit_s: float = HEAL_LIMIT_S, term_at_load_exit_s: float = TERM_AT_LOAD_EXIT_S,
-                 plant: Sequence[str] = ()) -> None:
+                 plant: Sequence[str] = (), native: bool = True) -> None:
         self.plant = plant
+        self.native = native
         self.heal_limit_s = heal_limit_s
         self.term_at_load_exit_s = term_at_load_exit_s
         self.rounds: List[Round] = []
@@ -376,6 +382,61 @@ class Matrix:
         healed_words = f"healed {round_.healed_s:.1f} s" if round_.healed_s is not None else "NOT healed"
         round_.outcome = f"{healed_words}; SIGTERM: exit {exit_words(round_.exit_code)}"
 
+    def _kill_worker(self, script: ServingScript, round_: Round, zombies: ZombieWatch, load: Load) -> None:
+        self._worker_fault(script, round_, zombies, load, signal.SIGKILL)
+
+    def _segv_worker(self, script: ServingScript, round_: Round, zombies: ZombieWatch, load: Load) -> None:
+        self._worker_fault(script, round_, zombies, load, signal.SIGSEGV)
+
+    def _worker_fault(self, script: ServingScript, round_: Round, zombies: ZombieWatch, load: Load,
+                      signum: int) -> None:
+        """Signal the worker processes of ``slow`` and ``slow_stream`` while requests and streams
+        are in flight on them, over both protocols. Expected: every one of them is answered
+        within `WORKER_ANSWER_S` with an error naming the signal; fresh workers serve again within
+        the heal limit; then SIGTERM: exit 0, nothing left."""
+        in_flight = InFlight(script.http_url, script.grpc_url)
+        victims = {in_flight.worker_pid()}
+        in_flight.start()
+        for _ in range(2):  # one stream per protocol
+            in_flight.streams_started.acquire(timeout=10.0)
+        victims.update(in_flight.stream_pids)
+        time.sleep(0.5)  # the plain requests are in their worker's batch by now
+        for pid in victims:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                round_.fail(f"worker process {pid} was gone before the signal")
+        signalled = time.monotonic()
+        in_flight.wait(30.0)
+        name = signal.Signals(signum).name
+        expected = f"killed by signal {int(signum)} ({name}) while serving this request"
+        slowest = 0.0
+        for request, (seen, at) in sorted(in_flight.results.items()):
+            slowest = max(slowest, at - signalled)
+            if expected not in seen:
+                round_.fail(f"{request}: expected an error saying the worker was {expected[:-26]}, got {seen[:300]}")
+            elif at - signalled > WORKER_ANSWER_S:
+                round_.fail(f"{request}: answered {at - signalled:.2f} s after the signal (limit {WORKER_ANSWER_S} s)")
+        if len(in_flight.results) != 6:
+            round_.fail(f"only {len(in_flight.results)} of 6 requests in flight ended: {in_flight.results}")
+
+        def serves_again() -> bool:
+            try:
+                fresh = in_flight.worker_pid()
+            except Exception:  # noqa: BLE001 - not yet
+                return False
+            return fresh not in victims
+
+        healed = self.wait(serves_again, self.heal_limit_s, zombies, "healing")
+        round_.healed_s = healed
+        if healed is None:
+            round_.fail(f"slow did not serve again from a fresh worker within {self.heal_limit_s:.0f} s")
+        self.observe(script)
+        self._quiet(load)
+        self._sigterm(script, round_, zombies, "after the heal")
+        healed_words = f"answered <= {slowest:.2f} s, healed {healed:.1f} s" if healed is not None else "NOT healed"
+        round_.outcome = f"{healed_words}; SIGTERM: exit {exit_words(round_.exit_code)}"
+
     def _known_triton_abort(self, script: ServingScript, round_: Round, zombies: ZombieWatch) -> bool:
         """Whether tritonserver aborted of the Triton 2.51 fault pytriton cannot prevent, and said so.
 
@@ -417,8 +478,9 @@ class Matrix:
         round_.outcome = f"exit {exit_words(round_.exit_code)}"
 
     def _term_during_load(self, script: ServingScript, round_: Round, zombies: ZombieWatch) -> None:
-        def loading() -> bool:
-            return bool(script.stubs()) or not script.is_running()
+        def loading() -> bool:  # a stub runs (the proxy path), or the server does (pytriton's backend has none)
+            return bool(script.stubs()) or (self.native and script.tritonserver() is not None) or \
+                not script.is_running()
 
         if self.wait(loading, READY_TIMEOUT_S, zombies, "start") is None or not script.is_running():
             round_.fail(f"no stub started within {READY_TIMEOUT_S:.0f} s:\n{script.log_tail()}")
@@ -563,7 +625,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--rounds", type=int, default=20, help="rounds with the user process as an ordinary child")
     parser.add_argument("--pid1-rounds", type=int, default=None,
                         help="rounds with the user process as PID 1 (default: as many as --rounds; 0: none)")
-    parser.add_argument("--faults", default=",".join(FAULTS), help="faults to cycle through, in order")
+    parser.add_argument("--faults", default="", help="faults to cycle through, in order (default: all those of "
+                        "the backend that serves: no stub faults on pytriton's backend)")
+    parser.add_argument("--model-backend", choices=["pytriton", "python"], default="",
+                        help="TritonConfig.model_backend of the user process (default: the installation's)")
     parser.add_argument("--pid1-faults", default=None, help="faults of the PID 1 rounds (default: --faults)")
     parser.add_argument("--heal-limit-s", type=float, default=HEAL_LIMIT_S, help="a stub fault must heal within")
     parser.add_argument("--term-at-load-exit-s", type=float, default=TERM_AT_LOAD_EXIT_S,
@@ -572,6 +637,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--plant", default="", help=f"plant bugs in the user process of every round but the final "
                         f"one, to show that the checks notice them: some of {', '.join(PLANTS)}")
     args = parser.parse_args(argv)
+    if args.model_backend:
+        os.environ["PYTRITON_TRITON_CONFIG_MODEL_BACKEND"] = args.model_backend  # the user process inherits it
+    native = (args.model_backend or served_backend()) == "pytriton"
+    args.faults = args.faults or ",".join(BACKEND_FAULTS if native else FAULTS)
     faults = [f for f in args.faults.split(",") if f]
     pid1_faults = [f for f in (args.pid1_faults or args.faults).split(",") if f]
     unknown = sorted(set(faults + pid1_faults) - set(FAULTS))
@@ -591,7 +660,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     plant = [name for name in args.plant.split(",") if name]
     if sorted(set(plant) - set(PLANTS)):
         parser.error(f"unknown plants {sorted(set(plant) - set(PLANTS))}; expected some of {', '.join(PLANTS)}")
-    matrix = Matrix(args.heal_limit_s, args.term_at_load_exit_s, plant)
+    matrix = Matrix(args.heal_limit_s, args.term_at_load_exit_s, plant, native)
     started = time.monotonic()
     log(f"baseline: the matrix's /dev/shm entries {shm_cell(matrix.baseline)}, "
         f"the host's {shm_cell(matrix.host_baseline)}")

@@ -140,3 +140,60 @@ class Load:
     def undecodable_errors(self) -> List[str]:
         """Error messages whose body the client could not decode (garbage where a message belongs)."""
         return [kind for lane in self.lanes for kind in lane.error_kinds if "decoding the response" in kind]
+
+
+class InFlight:
+    """Requests the fault matrix keeps in flight on the process-instance models while it kills
+    their worker processes (``slow`` and ``slow_stream`` of harness/serve.py): two plain requests
+    and one stream per protocol. Each records what its client saw and when (`results`)."""
+
+    def __init__(self, http_url: str, grpc_url: str) -> None:
+        self._urls = {"http": http_url, "grpc": grpc_url}
+        self.results: Dict[str, Any] = {}
+        self._threads: List[threading.Thread] = []
+        self.streams_started = threading.Semaphore(0)
+        self.stream_pids: List[int] = []
+
+    def worker_pid(self) -> int:
+        """The pid of ``slow``'s worker process (asked with a negative x: answered at once)."""
+        with ModelClient(self._urls["http"], "slow", init_timeout_s=10.0, inference_timeout_s=10.0) as client:
+            return int(client.infer_sample(x=np.array([-1.0], np.float32))["pid"][0])
+
+    def start(self) -> None:
+        for protocol, url in self._urls.items():
+            for number in range(2):
+                self._spawn(f"slow/{protocol}/{number}", self._plain, url)
+            self._spawn(f"slow_stream/{protocol}", self._stream, url)
+
+    def _spawn(self, name: str, target: Callable[[str, str], None], url: str) -> None:
+        thread = threading.Thread(target=target, args=(name, url), name=f"in-flight-{name}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _plain(self, name: str, url: str) -> None:
+        try:
+            with ModelClient(url, "slow", init_timeout_s=10.0, inference_timeout_s=30.0) as client:
+                client.infer_sample(x=np.array([1.0], np.float32))
+            self.results[name] = ("answered", time.monotonic())
+        except Exception as error:  # noqa: BLE001 - what the client saw is the result
+            self.results[name] = (f"{type(error).__name__}: {error}", time.monotonic())
+
+    def _stream(self, name: str, url: str) -> None:
+        started = False
+        try:
+            with DecoupledModelClient(url, "slow_stream", init_timeout_s=10.0, inference_timeout_s=30.0) as client:
+                for part in client.infer_sample(x=np.array([1.0], np.float32)):
+                    if not started:
+                        started = True
+                        self.stream_pids.append(int(part["pid"][0]))
+                        self.streams_started.release()
+            self.results[name] = ("answered", time.monotonic())
+        except Exception as error:  # noqa: BLE001 - what the client saw is the result
+            self.results[name] = (f"{type(error).__name__}: {error}", time.monotonic())
+        if not started:
+            self.streams_started.release()
+
+    def wait(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))

@@ -14,6 +14,11 @@ Models:
   is the request id (see harness/README.md).
 * ``text`` (no batching): returns ``text`` (BYTES, any length) and ``x`` (FP32, two values)
   unchanged; the fuzzer's target for BYTES framing and a model without a batch axis.
+* ``slow`` (``@batch``, process instances): answers its worker process's ``pid`` at once when
+  every ``x`` is negative, else after `SLOW_S`: requests the fault matrix keeps in flight while
+  it kills the worker process.
+* ``slow_stream`` (decoupled, process instances): yields its worker's ``pid``, then, when ``x``
+  is positive, again after `SLOW_S`.
 
 ``PYTRITON_HARNESS_LOG`` sets the log level (DEBUG shows tritonserver's own output).
 ``PYTRITON_HARNESS_FAULT`` plants a bug, so that the harness can show it notices one:
@@ -29,6 +34,7 @@ import argparse
 import itertools
 import logging
 import os
+import time
 from typing import Any, Dict, Iterator, List
 
 import numpy as np
@@ -38,6 +44,7 @@ from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 
 STREAM_STEPS = 3
+SLOW_S = 3.0
 FAULT = os.environ.get("PYTRITON_HARNESS_FAULT", "")
 _calls = itertools.count(1)
 _kept: List[Any] = []
@@ -57,6 +64,21 @@ def echo(id: np.ndarray, payload: np.ndarray) -> Dict[str, np.ndarray]:
 def stream(rid: np.ndarray) -> Iterator[Dict[str, np.ndarray]]:
     for step in range(STREAM_STEPS):
         yield {"rid": rid, "step": np.full_like(rid, step)}
+
+
+@batch
+def slow(x: np.ndarray) -> Dict[str, np.ndarray]:
+    if (x >= 0).any():
+        time.sleep(SLOW_S)
+    return {"pid": np.full((len(x), 1), os.getpid(), np.int64)}
+
+
+@batch
+def slow_stream(x: np.ndarray) -> Iterator[Dict[str, np.ndarray]]:
+    yield {"pid": np.full((len(x), 1), os.getpid(), np.int64)}
+    if (x >= 0).any():
+        time.sleep(SLOW_S)
+        yield {"pid": np.full((len(x), 1), os.getpid(), np.int64)}
 
 
 def text(requests: List[Dict[str, np.ndarray]]) -> List[Dict[str, np.ndarray]]:
@@ -96,6 +118,12 @@ def main() -> None:
             outputs=[Tensor(name="text", dtype=np.bytes_, shape=(-1,)), Tensor(name="x", dtype=np.float32, shape=(2,))],
             config=ModelConfig(batching=False),
         )  # fmt: skip
+        x_tensor = Tensor(name="x", dtype=np.float32, shape=(1,))
+        pid_tensor = Tensor(name="pid", dtype=np.int64, shape=(1,))
+        triton.bind("slow", slow, inputs=[x_tensor], outputs=[pid_tensor],
+                    config=ModelConfig(max_batch_size=16, process_instances=True))
+        triton.bind("slow_stream", slow_stream, inputs=[x_tensor], outputs=[pid_tensor],
+                    config=ModelConfig(max_batch_size=16, process_instances=True, decoupled=True))
         triton.serve()
 
 

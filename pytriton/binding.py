@@ -279,7 +279,7 @@ class ModelBindings:
         endpoint = protocol.ipc_endpoint(sockets / key)
         model_shm_prefix = f"{shm_prefix}-{key}"
         relayed = any(declaration.asynchronous) or config.decoupled
-        native = self.backend != "python" and not relayed  # streams and coroutines: the proxy, for now
+        native = self.backend != "python"
         data_sockets = [
             protocol.data_socket_path(protocol.ipc_socket_path(protocol.instance_endpoint(endpoint, index)) or "")
             for index in range(len(declaration.infer_funcs))

@@ -269,7 +269,6 @@ class Triton:
             refuse_foreign_model(self._control, model_name)
         if self._gate is not None:
             self._gate.hold()  # a bind before it opened: the server stays not ready through this one too
-        self._bindings.backend = serving_backend(self._distribution())
         self._bindings.start(
             declaration,
             repository=workspace.model_repository,
@@ -315,8 +314,11 @@ class Triton:
         )
 
     def _distribution(self) -> ServerDistribution:
+        """The Triton installation, found once; the backend the models are written for, with it."""
         if self._server_distribution is None:
-            self._server_distribution = find_distribution()
+            distribution = find_distribution()
+            self._bindings.backend = serving_backend(distribution, self._config.model_backend)
+            self._server_distribution = distribution
         return self._server_distribution
 
     def _ensure_workspace(self) -> Workspace:
@@ -372,7 +374,7 @@ class Triton:
             started: Callable[[], bool] = lambda: control.is_ready()  # noqa: E731
             if not self._bindings.names():  # started on entering `with`: not ready until models are bound
                 self._gate = ReadinessGate(control, workspace.sockets / "readiness-gate.open",
-                                           proxy_import_paths(distribution))
+                                           proxy_import_paths(distribution), self._bindings.backend)
                 self._gate.close(deadline, process.is_running)
                 started = self._gate.holding
             try:

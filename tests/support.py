@@ -62,6 +62,10 @@ def server_config(**overrides) -> TritonConfig:
     return TritonConfig(**options)
 
 
+PROXY_ENV = {"PYTRITON_TRITON_CONFIG_MODEL_BACKEND": "python"}
+"""The environment of a serving script on the proxy path (stubs to kill: pytriton's backend runs none)."""
+
+
 @contextlib.contextmanager
 def running_triton(**config_overrides) -> Iterator[Triton]:
     """A `Triton` on free ports; the body binds models and calls `run()`; always stopped."""
@@ -264,3 +268,21 @@ HTTP_MODEL_CONFIG = {
     "response_cache": {"enable": True},
     "parameters": {"pytriton.protocol": {"string_value": "2"}},
 }
+
+
+def served_backend() -> str:
+    """The Triton backend this installation serves bound models with (``TritonConfig.model_backend`` unset)."""
+    from pytriton.server.distribution import find_distribution, serving_backend
+
+    return serving_backend(find_distribution())
+
+
+def triton_instances(server: TritonConfig | str, model_name: str) -> int:
+    """How many Triton instances serve `model_name` (`server`: its config or HTTP URL), as its loaded configuration says
+    (stub processes exist on the proxy path only, so they cannot be counted on both)."""
+    import urllib.request
+
+    base = server if isinstance(server, str) else http_url(server)
+    with urllib.request.urlopen(f"{base}/v2/models/{model_name}/config", timeout=10) as answer:
+        config = json.loads(answer.read())
+    return sum(int(group.get("count", 1)) for group in config.get("instance_group", []))

@@ -25,8 +25,9 @@ Exchanges on the data channel: per batch either `InferBatch` -> `BatchResult` (o
 for a decoupled model, `InferBatch` -> any number of `StreamPart` -> `StreamEnd`, with `Cancel`
 from the proxy when every requester of the batch has gone. On the control channel, a proxy
 asks its handler for the model's metrics (`MetricsPoll` -> `MetricsReport`) about once a
-second, off the batches' path. Version 8 added the greeting on the data channel (for the backend) and `Welcome.arena_stem`.
-Version 6 added the metrics and the trace contexts. Version 4 moved the batches from
+second, off the batches' path. Version 8 added the greeting on the data channel (for the
+backend), with the `Welcome`'s arena stem, metrics socket and greeting number. Version 6
+added the metrics and the trace contexts. Version 4 moved the batches from
 ZeroMQ to the data channel, added the timing stamps (`Stamp`) and fed each handler from
 one Triton instance (version 3 had two, "lanes").
 
@@ -39,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import marshal
 import os
+import time
 from typing import Any, NamedTuple, Optional, Tuple, Union
 
 PROTOCOL_VERSION = 8
@@ -376,6 +378,21 @@ def death_note_path(data_socket: str, pid: int) -> str:
     """Where the owner of worker process `pid` writes why it ended, beside the data socket it
     served: the backend, which holds that worker's requests, answers them with that cause."""
     return f"{data_socket}.ended-{pid}"
+
+
+def read_death_note(data_socket: str, pid: int, wait_s: float = 0.5) -> Optional[str]:
+    """Why worker process `pid` ended, as its owner wrote it (`death_note_path`), waiting up to
+    `wait_s` for the note: the owner reaps its child within milliseconds of its death."""
+    path = death_note_path(data_socket, pid)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with open(path, encoding="utf-8") as note:
+                return note.read().strip() or None
+        except OSError:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.005)
 
 
 def segment_name(shm_prefix: str, instance: int, direction: str, generation: int) -> str:

@@ -49,6 +49,8 @@ class Link:
         self._control.setsockopt(zmq.LINGER, 0)
         self._control.connect(endpoint)
         self.channel: Optional[channel.Channel] = None
+        self.data_path = ""
+        """The worker's data socket, from its last welcome (beside it: why a worker died)."""
         self._welcomed = False
 
     def connect(self, timeout_s: float, receive_timeout_s: Optional[float]) -> channel.Channel:
@@ -75,6 +77,7 @@ class Link:
             ) from exc
         opened.set_timeouts(receive_timeout_s, receive_timeout_s)
         self.channel = opened
+        self.data_path = welcome.data_path
         return opened
 
     def _handshake(self, timeout_s: float) -> protocol.Welcome:
@@ -102,6 +105,11 @@ class Link:
 
     def worker_alive(self) -> bool:
         return pid_alive(self.worker_pid)
+
+    def worker_gone(self) -> str:
+        """Why the worker is gone: its owner's note when a worker process died, else a plain statement."""
+        note = protocol.read_death_note(self.data_path, self.worker_pid) if self.data_path else None
+        return note or f"the pytriton worker process (pid {self.worker_pid}) is gone"
 
     def drop(self) -> None:
         """Close the data channel (after the worker was found gone); `connect` opens a new one."""

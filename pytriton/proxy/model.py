@@ -319,9 +319,7 @@ class TritonPythonModel:
             self._in_flight = 0
         if result is None:
             self._link.drop()
-            error = pb_utils.TritonError(
-                f"Model '{self._model_name}': the pytriton worker process (pid {self._link.worker_pid}) is gone"
-            )
+            error = pb_utils.TritonError(f"Model '{self._model_name}': {self._link.worker_gone()}")
             return [pb_utils.InferenceResponse(error=error) for _ in requests]
         received = time.monotonic_ns() if self._stamps else 0
         groups = codec.unpack(result.columns, result.segment, answer, self._reader, len(requests))

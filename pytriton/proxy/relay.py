@@ -137,7 +137,7 @@ class Relay:
                 self._ledger.close()
 
     def _gone(self) -> str:
-        return f"the pytriton worker process (pid {self._link.worker_pid}) is gone"
+        return self._link.worker_gone()
 
     # --- the relay thread ------------------------------------------------------------------
 

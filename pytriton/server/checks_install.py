@@ -112,8 +112,10 @@ def judge_server_tree(distribution: Optional[ServerDistribution], error: Optiona
         return CheckResult("server tree", Verdict.FAIL, error or "not found",
                            f"reinstall pytriton with pip (its build fetches the server), or point {SERVER_DIR_ENV} "
                            "at a complete Triton installation")
-    return CheckResult("server tree", Verdict.PASS,
-                       f"{distribution.root} (stub for Python {python_version_tag()}: {distribution.stub.name})")
+    stub = (f"stub for Python {python_version_tag()}: {distribution.stub.name}" if distribution.stub is not None
+            else f"no Python-backend stub for Python {python_version_tag()}")
+    native = "pytriton's backend built" if distribution.native_backend is not None else "pytriton's backend not built"
+    return CheckResult("server tree", Verdict.PASS, f"{distribution.root} ({native}; {stub})")
 
 
 def parse_ldd(text: str) -> Dict[str, Optional[str]]:

@@ -97,6 +97,7 @@ _CHOICES: Mapping[str, Tuple[str, ...]] = {
     "log_format": ("default", "ISO8601"),
     "grpc_infer_response_compression_level": ("none", "low", "medium", "high"),
     "rate_limit": ("execution_count", "off"),
+    "model_backend": ("pytriton", "python"),
 }
 # The shape tritonserver expects of each item of the list fields (see `tritonserver --help`).
 _ITEM_SHAPES: Mapping[str, Tuple[re.Pattern[str], str]] = {
@@ -202,6 +203,12 @@ class TritonConfig:
         sagemaker_safe_port_range: `"<low>-<high>"`: the ports allowed to the endpoints other
             than SageMaker's while it is on; tritonserver refuses to start with one outside.
         sagemaker_thread_count: Threads handling SageMaker requests (Triton's default: 8).
+        model_backend: pytriton's own setting, not a tritonserver option: the Triton backend
+            that serves the bound models. `"pytriton"` (the default wherever the package was
+            built with a C compiler): pytriton's own backend, which hands each batch from
+            tritonserver straight to your process. `"python"`: a proxy model in Triton's Python
+            backend, one stub process per instance in between (the published PyTriton's way;
+            it needs a Python-backend stub for this Python, see docs/installation.md).
 
     Either HTTP or gRPC must stay allowed: the library loads the models and watches the server
     through one of them, so `allow_http=False` with `allow_grpc=False` is refused here.
@@ -267,6 +274,7 @@ class TritonConfig:
     sagemaker_port: Optional[int] = None
     sagemaker_safe_port_range: Optional[str] = None
     sagemaker_thread_count: Optional[int] = None
+    model_backend: Optional[str] = None
 
     def __post_init__(self) -> None:
         """Check every set field, and normalise paths and lists so equal configs compare equal."""

@@ -31,35 +31,56 @@ NATIVE_BACKEND = "pytriton"
 """The name models give pytriton's own backend (``backend: "pytriton"``)."""
 NATIVE_LIBRARY = BUNDLED_ROOT / "backends" / NATIVE_BACKEND / f"libtriton_{NATIVE_BACKEND}.so"
 """Where the build puts pytriton's backend (`build_backend/native.py`), whichever server runs it."""
-BACKEND_ENV = "PYTRITON_BACKEND"
-"""``python`` serves every model through Triton's Python backend (the proxy); ``pytriton`` (the
-default where the library was built) through pytriton's own."""
-
-
 @dataclasses.dataclass(frozen=True)
 class ServerDistribution:
-    """The files of one Triton installation that a server start needs."""
+    """The files of one Triton installation that a server start needs.
+
+    `stub` is None where the installation has no Python-backend stub fit for this Python, and
+    `stub_problem` says why the proxy path cannot run here: only that path needs a stub, so the
+    error comes when the path is chosen (`serving_backend`), not on pytriton's backend.
+    """
 
     root: pathlib.Path
     binary: pathlib.Path
     python_backend: pathlib.Path  # folder holding libtriton_python.so and triton_python_backend_utils.py
-    stub: pathlib.Path  # triton_python_backend_stub for the running Python
+    stub: Optional[pathlib.Path]  # triton_python_backend_stub for the running Python
     caches: pathlib.Path
     library_dirs: Tuple[pathlib.Path, ...]
     stub_python_path: Optional[pathlib.Path] = None  # site folder with the stub's own NumPy 1.x
     native_backend: Optional[pathlib.Path] = None  # pytriton's backend library, when it was built
+    stub_problem: Optional[str] = None  # why the proxy path cannot run here (None: it can)
 
 
-def native_library() -> Optional[pathlib.Path]:
+SERVER_PRELOAD_ENV = "PYTRITON_SERVER_LD_PRELOAD"
+"""Libraries to preload into tritonserver alone (its ``LD_PRELOAD``): ``make asan`` puts the
+AddressSanitizer runtime there, which a sanitized backend needs loaded first."""
+NATIVE_LIBRARY_ENV = "PYTRITON_BACKEND_LIBRARY"
+"""Another build of pytriton's backend to load instead of the installed one (``make asan``'s)."""
+
+
+def native_library(environ: Mapping[str, str] = os.environ) -> Optional[pathlib.Path]:
     """pytriton's backend library, or None when the build had no C compiler."""
-    return NATIVE_LIBRARY if NATIVE_LIBRARY.is_file() else None
+    library = pathlib.Path(environ[NATIVE_LIBRARY_ENV]) if environ.get(NATIVE_LIBRARY_ENV) else NATIVE_LIBRARY
+    return library if library.is_file() else None
 
 
-def serving_backend(distribution: ServerDistribution, environ: Mapping[str, str] = os.environ) -> str:
-    """The Triton backend a server's models are written for: pytriton's where it was built and
-    not turned off (``PYTRITON_BACKEND=python``), else Triton's Python backend."""
-    chosen = environ.get(BACKEND_ENV, "").strip().lower()
-    if chosen == "python" or distribution.native_backend is None:
+def serving_backend(distribution: ServerDistribution, setting: Optional[str] = None) -> str:
+    """The Triton backend a server's models are written for: pytriton's where it was built,
+    unless `setting` (``TritonConfig.model_backend``) says ``python``.
+
+    Raises:
+        PyTritonServerStartupError: pytriton's backend is asked for but was not built, or the
+            proxy path is needed (chosen, or no backend was built) but cannot run here.
+    """
+    if setting == NATIVE_BACKEND and distribution.native_backend is None:
+        raise PyTritonServerStartupError(
+            f"TritonConfig(model_backend={NATIVE_BACKEND!r}) asks for pytriton's own Triton backend, but this "
+            f"installation has none ({NATIVE_LIBRARY} is missing: the package was built without a C compiler); "
+            "install a C compiler (e.g. apt-get install gcc) and reinstall pytriton, or leave model_backend unset"
+        )
+    if setting == "python" or distribution.native_backend is None:
+        if distribution.stub_problem is not None:
+            raise PyTritonServerStartupError(distribution.stub_problem)
         return "python"
     return NATIVE_BACKEND
 
@@ -90,8 +111,12 @@ def python_version_tag() -> str:
 def find_distribution(environ: Mapping[str, str] = os.environ) -> ServerDistribution:
     """The Triton installation to use: ``$PYTRITON_TRITON_SERVER_DIR`` or the bundled one.
 
+    A missing stub for this Python, NumPy 2 where the stub needs 1.x, or a Python without a
+    shared libpython do not stop pytriton's own backend: they are kept as `stub_problem`, which
+    `serving_backend` raises when the proxy path is needed.
+
     Raises:
-        PyTritonServerStartupError: the binary or a stub for this Python is missing.
+        PyTritonServerStartupError: the binary or the Python backend is missing.
     """
     configured = environ.get(SERVER_DIR_ENV)
     root = pathlib.Path(configured).expanduser() if configured else BUNDLED_ROOT
@@ -114,33 +139,49 @@ def find_distribution(environ: Mapping[str, str] = os.environ) -> ServerDistribu
     # The bundled tree has one stub per Python version; an installation such as NVIDIA's container
     # has a single stub, built for its own Python, beside the backend.
     stub_folder = stubs / tag if stubs.is_dir() else python_backend
-    stub = stub_folder / "triton_python_backend_stub"
+    stub: Optional[pathlib.Path] = stub_folder / "triton_python_backend_stub"
+    stub_python = root / "stub_python" / tag
+    problem = None
+    assert stub is not None
     if not stub.is_file():
         available = sorted(p.parent.name for p in stubs.glob("*/triton_python_backend_stub")) if stubs.is_dir() else []
-        raise PyTritonServerStartupError(
-            f"Python {tag} is not supported by the Triton installation at {root}: it has Python-backend stubs for "
-            f"{available or 'no version'}; run pytriton with one of those Python versions"
+        problem = (
+            f"Python {tag} is not supported by Triton's Python backend at {root}: it has stubs for "
+            f"{available or 'no version'}. pytriton's own backend serves any Python: build pytriton with a C "
+            "compiler and leave TritonConfig.model_backend unset, or run with one of those Python versions"
         )
+        stub = None
+    elif stubs.is_dir() and not stub_python.is_dir():
+        problem = _stub_numpy_problem(tag)
+    if problem is None:
+        problem = _libpython_problem()
     library_dirs = tuple(d for d in (root / "lib",) if d.is_dir())
-    stub_python = root / "stub_python" / tag
-    if stubs.is_dir() and not stub_python.is_dir():
-        _check_stub_numpy(tag)
     return ServerDistribution(
-        root, binary, python_backend, stub, root / "caches", library_dirs, stub_python if stub_python.is_dir() else None,
-        native_library(),
+        root, binary, python_backend, stub, root / "caches", library_dirs,
+        stub_python if stub_python.is_dir() else None, native_library(environ), problem,
     )
 
 
-def _check_stub_numpy(tag: str) -> None:
-    """Refuse NumPy 2 inside the 2.51 stubs, which would corrupt tensors without an error."""
+def _stub_numpy_problem(tag: str) -> Optional[str]:
+    """Why the 2.51 stubs cannot run here: NumPy 2 in them corrupts tensors without an error."""
     import numpy
 
     if int(numpy.__version__.split(".")[0]) >= 2:
-        raise PyTritonServerStartupError(
+        return (
             f"the bundled Triton 2.51 Python-backend stub needs NumPy 1.x, but the build bundled none for Python "
-            f"{tag} and this environment has NumPy {numpy.__version__}; use Python 3.8-3.12 (the build then bundles "
-            "NumPy 1.x for the stub), install numpy<2, or set PYTRITON_TRITON_SERVER_DIR to a Triton built for NumPy 2"
+            f"{tag} and this environment has NumPy {numpy.__version__}; use pytriton's own backend (the default "
+            "where the package was built with a C compiler), Python 3.8-3.12 (the build then bundles NumPy 1.x for "
+            "the stub), numpy<2, or PYTRITON_TRITON_SERVER_DIR set to a Triton built for NumPy 2"
         )
+    return None
+
+
+def _libpython_problem() -> Optional[str]:
+    try:
+        libpython_dir()
+    except PyTritonServerStartupError as exc:
+        return exc.message
+    return None
 
 
 def libpython_dir() -> pathlib.Path:
@@ -190,13 +231,15 @@ def assemble_backends(distribution: ServerDistribution, target: pathlib.Path) ->
     if distribution.native_backend is not None:
         native_dir = target / NATIVE_BACKEND
         native_dir.mkdir(parents=True, exist_ok=True)
-        link = native_dir / distribution.native_backend.name
+        link = native_dir / f"libtriton_{NATIVE_BACKEND}.so"  # the name Triton looks for
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(distribution.native_backend)
     stub = python_dir / "triton_python_backend_stub"
     if stub.is_symlink() or stub.exists():
         stub.unlink()
+    if distribution.stub is None:  # pytriton's backend only: no stub for this Python
+        return target
     try:
         shutil.copyfile(distribution.stub, stub)
         stub.chmod(0o755)
@@ -211,11 +254,17 @@ def server_environment(
 ) -> Dict[str, str]:
     """Environment of the tritonserver process (and, inherited, of its stubs).
 
-    ``LD_LIBRARY_PATH`` starts with the running interpreter's libpython folder, then the
-    server's libraries.
+    ``LD_LIBRARY_PATH`` starts with the running interpreter's libpython folder (for the stubs;
+    pytriton's backend needs none), then the server's libraries.
     """
     env = dict(os.environ if base is None else base)
-    library_path = [str(libpython_dir()), *(str(d) for d in distribution.library_dirs)]
+    if env.get(SERVER_PRELOAD_ENV):  # a sanitizer's runtime, for the server alone (``make asan``)
+        env["LD_PRELOAD"] = env[SERVER_PRELOAD_ENV]
+    try:
+        libpython = [str(libpython_dir())]
+    except PyTritonServerStartupError:  # only the proxy path needs it, and it refuses to start without
+        libpython = []
+    library_path = [*libpython, *(str(d) for d in distribution.library_dirs)]
     if env.get("LD_LIBRARY_PATH"):
         library_path.append(env["LD_LIBRARY_PATH"])
     env["LD_LIBRARY_PATH"] = os.pathsep.join(library_path)

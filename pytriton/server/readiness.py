@@ -27,10 +27,11 @@ another process owns, and leaves its readiness to that process.
 from __future__ import annotations
 
 import logging
+import os
 import pathlib
 import threading
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from pytriton.exceptions import PyTritonServerError
 from pytriton.server.control import placeholder_config
@@ -44,6 +45,23 @@ GRACE_S = 0.25
 _HOLD_S = 7 * 24 * 3600.0
 """The gate's load call waits this long at most (the script decides when it opens)."""
 _OPEN_WAIT_S = 10.0
+
+
+def gate_model(backend: str, release_path: str, import_paths: Sequence[str] = ()) -> Tuple[str, Dict[str, bytes]]:
+    """The gate's configuration and files, as its load call sends them.
+
+    On pytriton's backend the gate is a model without a worker whose initialize returns once
+    `release_path` exists, or fails once this process (which owns the server) is gone, so that
+    a server whose owner was killed during its start does not wait for the gate to shut down.
+    """
+    instances = [{"kind": "KIND_CPU", "count": 1}]
+    if backend == "python":
+        return (placeholder_config(GATE_MODEL, instance_group=instances),
+                {"1/model.py": gate_model_py(release_path, import_paths)})
+    parameters = {"pytriton.gate_release": {"string_value": release_path},
+                  "pytriton.worker_pid": {"string_value": str(os.getpid())}}
+    config = placeholder_config(GATE_MODEL, backend=backend, instance_group=instances, parameters=parameters)
+    return config, {"1/GATE.txt": b"pytriton's readiness gate: loaded once the script's models are bound\n"}
 
 
 def gate_model_py(release_path: str, import_paths: Sequence[str] = ()) -> bytes:
@@ -75,12 +93,16 @@ class ReadinessGate:
         control: the server's `ServerControl`.
         release_path: the file whose creation opens the gate (in the server's private workspace).
         import_paths: the folders the stub imports NumPy from (`distribution.proxy_import_paths`).
+        backend: the Triton backend the gate is a model of: ``pytriton`` (no stub: the backend's
+            initialize waits for the file, and gives up when this process is gone) or ``python``.
     """
 
-    def __init__(self, control: Any, release_path: pathlib.Path, import_paths: Sequence[str] = ()) -> None:
+    def __init__(self, control: Any, release_path: pathlib.Path, import_paths: Sequence[str] = (),
+                 backend: str = "python") -> None:
         self._control = control
         self._release_path = release_path
         self._import_paths = tuple(import_paths)
+        self._backend = backend
         self._thread: Optional[threading.Thread] = None
         self._timer: Optional[threading.Timer] = None
         self._lock = threading.Lock()
@@ -116,8 +138,7 @@ class ReadinessGate:
         try:
             # Sent with its load call, with no folder in the repository: Triton neither loads it at
             # start nor lists it in the repository index. One instance, on the CPU, GPU or not.
-            config = placeholder_config(GATE_MODEL, instance_group=[{"kind": "KIND_CPU", "count": 1}])
-            files = {"1/model.py": gate_model_py(str(self._release_path), self._import_paths)}
+            config, files = gate_model(self._backend, str(self._release_path), self._import_paths)
             self._control.load_model(GATE_MODEL, _HOLD_S, config, files)
         except PyTritonServerError as exc:
             if not self._opened:

@@ -21,7 +21,7 @@ import io
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import zmq
 
@@ -139,6 +139,7 @@ class AsyncLoop:
         self._on_unrecoverable = on_unrecoverable
         self._tasks: Dict[Tuple[int, int], asyncio.Task[None]] = {}  # by (connection fd, batch id)
         self._watched: Dict[int, Connection] = {}
+        self._metrics_watched: Set[int] = set()
         self.reader = SegmentReader()  # a relaying proxy sends inline; kept for the shape of the calls
 
     def run(self) -> None:
@@ -161,6 +162,7 @@ class AsyncLoop:
         control_fd = endpoint.control.getsockopt(zmq.FD)
         loop.add_reader(control_fd, endpoint.answer_greetings)
         loop.add_reader(endpoint.listener.fileno(), self._accept)
+        loop.add_reader(endpoint.metrics_listener.fileno(), self._accept_metrics)
         try:
             cut = False
             while not self._stop.is_set():
@@ -173,6 +175,9 @@ class AsyncLoop:
         finally:
             loop.remove_reader(control_fd)
             loop.remove_reader(endpoint.listener.fileno())
+            loop.remove_reader(endpoint.metrics_listener.fileno())
+            for fd in self._metrics_watched:
+                loop.remove_reader(fd)
             for fd in list(self._watched):
                 loop.remove_reader(fd)
             tasks = list(self._tasks.values())
@@ -183,11 +188,30 @@ class AsyncLoop:
 
     def _accept(self) -> None:
         self._endpoint.accept()
+        self._watch_connections()
+
+    def _watch_connections(self) -> None:
+        """Watch the endpoint's connections, and only those (a greeting drops older ones)."""
         loop = asyncio.get_running_loop()
+        connections = self._endpoint.connections
+        for fd in [fd for fd, connection in self._watched.items() if connections.get(fd) is not connection]:
+            del self._watched[fd]
+            loop.remove_reader(fd)
         for fd, connection in self._endpoint.connections.items():
             if fd not in self._watched:
                 self._watched[fd] = connection
                 loop.add_reader(fd, self._readable, connection)
+
+    def _accept_metrics(self) -> None:
+        loop = asyncio.get_running_loop()
+        for fd in self._endpoint.accept_metrics():
+            self._metrics_watched.add(fd)
+            loop.add_reader(fd, self._answer_metrics, fd)
+
+    def _answer_metrics(self, fd: int) -> None:
+        if not self._endpoint.answer_metrics(fd):
+            self._metrics_watched.discard(fd)
+            asyncio.get_running_loop().remove_reader(fd)
 
     def _readable(self, connection: Connection) -> None:
         try:
@@ -214,6 +238,7 @@ class AsyncLoop:
             self._tasks[key].cancel()
         elif isinstance(message, protocol.Hello):  # the backend greets on its data connection
             self._endpoint.greet(connection, message)
+            self._watch_connections()
 
     def _forget_task(self, key: Tuple[int, int], _task: Any) -> None:
         self._tasks.pop(key, None)

@@ -98,7 +98,7 @@ class BatchCalls:
         """The server traces with OpenTelemetry: batches may carry trace contexts (`tracing`)."""
         self.probe = CancelProbe()
         """The cancellations of the batch being served (a handler serves one at a time)."""
-        self._whole = whole if serves_whole(context, whole, asynchronous=asynchronous,
+        self._whole_batch = whole if serves_whole(context, whole, asynchronous=asynchronous,
                                             isolate_failures=self._isolate_failures,
                                             timed=timeout_s is not None) else None
 
@@ -161,7 +161,7 @@ class BatchCalls:
         Returns:
             Per request its batch size (when `strict` checks shapes, else None), and the outcome.
         """
-        if self._whole is not None and (taken := whole_inputs(batch, payload, reader)) is not None:
+        if self._whole_batch is not None and (taken := whole_inputs(batch, payload, reader)) is not None:
             return self._call_whole(batch, *taken, marks)
         batch_sizes = Expected([None] * len(batch.parameters), batch.requested)
         try:
@@ -203,14 +203,14 @@ class BatchCalls:
                     marks: Optional[List[int]]) -> Tuple[Expected, Any]:
         """`call` on the whole-batch path (`pytriton.worker.whole`): the function under ``@batch``
         gets the batch's inputs as built from the wire, without a request object per request."""
-        assert self._whole is not None
+        assert self._whole_batch is not None
         count = len(rows)
         batch_sizes = Expected(list(rows) if self._strict_sizes else [None] * count)
         if marks is not None:
             marks.append(time.monotonic_ns())
         started = self.measures.batch_started(count, batch.sent_ns, 0)
         try:
-            outcome = call_whole(self._whole, inputs, rows)
+            outcome = call_whole(self._whole_batch, inputs, rows)
         except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
             outcome = Failure(*self.callable_error(exc))
         if type(outcome) is WholeOutputs or not runs_on(outcome):

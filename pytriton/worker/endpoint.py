@@ -3,10 +3,12 @@
 A handler listens on two sockets: a ZeroMQ ROUTER for the control channel (`protocol.Hello` in,
 `protocol.Welcome` out) and a Unix SEQPACKET socket that each welcomed proxy connects to for
 its batches (`pytriton.ipc.channel`). pytriton's Triton backend connects to the data socket
-straight away and greets on it (`HandlerEndpoint.greet`), answered on the same connection. `HandlerEndpoint.wait` is the one place the handler's
-thread sleeps: it wakes for a batch on any connection (the kernel wakes this very thread), and
-answers greetings and accepts connections on its way. Both socket files are 0600 in the
-workspace's 0700 folder: only the user who started the server can reach them.
+straight away and greets on it (`HandlerEndpoint.greet`), answered on the same connection, and
+asks for the model's metrics on a third socket beside it (`protocol.metrics_socket_path`).
+`HandlerEndpoint.wait` is the one place the handler's thread sleeps: it wakes for a batch on
+any connection (the kernel wakes this very thread), and answers greetings, metrics polls and
+accepts connections on its way. The socket files are 0600 in the workspace's 0700 folder: only
+the user who started the server can reach them.
 """
 
 from __future__ import annotations
@@ -81,8 +83,8 @@ class HandlerEndpoint:
             self.listener = channel.listen(self._data_path)
             self.listener.setblocking(False)
             self._metrics_path = protocol.metrics_socket_path(self._data_path)
-            self._metrics_listener = channel.listen(self._metrics_path)
-            self._metrics_listener.setblocking(False)
+            self.metrics_listener = channel.listen(self._metrics_path)
+            self.metrics_listener.setblocking(False)
         except BaseException:
             self.control.close(linger=0)
             if self._data_path is not None and hasattr(self, "listener"):
@@ -97,7 +99,7 @@ class HandlerEndpoint:
         self._poller = zmq.Poller()
         self._poller.register(self.control, zmq.POLLIN)
         self._poller.register(self.listener.fileno(), zmq.POLLIN)
-        self._poller.register(self._metrics_listener.fileno(), zmq.POLLIN)
+        self._poller.register(self.metrics_listener.fileno(), zmq.POLLIN)
 
     def wait(self, timeout_ms: int) -> List[Connection]:
         """The connections with a message (or an end) to read, after up to `timeout_ms` of waiting.
@@ -111,41 +113,49 @@ class HandlerEndpoint:
             elif item == self.listener.fileno():
                 self.accept()
             elif item in self._metrics_connections:
-                self._answer_metrics(item)
-            elif item == self._metrics_listener.fileno():
-                self._accept_metrics()
+                self.answer_metrics(item)
+            elif item == self.metrics_listener.fileno():
+                self.accept_metrics()
             else:
                 connection = self.connections.get(item)
                 if connection is not None:
                     ready.append(connection)
         return ready
 
-    def _accept_metrics(self) -> None:
-        while (opened := channel.accept(self._metrics_listener)) is not None:
+    def accept_metrics(self) -> List[int]:
+        """Take the backend's pending metrics connections; their descriptors."""
+        accepted = []
+        while (opened := channel.accept(self.metrics_listener)) is not None:
             opened.set_timeouts(None, SEND_TIMEOUT_S)
             self._metrics_connections[opened.fileno()] = opened
             self._poller.register(opened.fileno(), zmq.POLLIN)
+            accepted.append(opened.fileno())
+        return accepted
 
-    def _answer_metrics(self, fd: int) -> None:
-        """Answer the backend's `MetricsPoll` on its metrics connection (only its latest
-        greeter's: an earlier instance, being unloaded, is told it is superseded)."""
-        connection = self._metrics_connections[fd]
+    def answer_metrics(self, fd: int) -> bool:
+        """Answer the backend's `MetricsPoll` on metrics connection `fd` (only its latest
+        greeter's: an earlier instance, being unloaded, is told it is superseded). False when
+        the connection ended (and is forgotten)."""
+        connection = self._metrics_connections.get(fd)
+        if connection is None:
+            return False
         try:
             received = connection.receive(wait=False)
             if received is None:
-                return
+                return True
             message = protocol.decode(received[0])
-            if not isinstance(message, protocol.MetricsPoll):
-                return
-            if message.greeting != self._greetings:
-                report = protocol.MetricsReport((), os.getpid(), superseded=True)
-            else:
-                report = protocol.MetricsReport(self._metrics_report(), os.getpid())
-            connection.send(protocol.encode(report))
+            if isinstance(message, protocol.MetricsPoll):
+                if message.greeting != self._greetings:
+                    report = protocol.MetricsReport((), os.getpid(), superseded=True)
+                else:
+                    report = protocol.MetricsReport(self._metrics_report(), os.getpid())
+                connection.send(protocol.encode(report))
+            return True
         except (ChannelClosed, BlockingIOError, ValueError):
             del self._metrics_connections[fd]
             self._poller.unregister(fd)
             connection.close()
+            return False
 
     def answer_greetings(self) -> None:
         """Answer every `Hello` and `MetricsPoll` waiting on the control socket."""
@@ -192,6 +202,8 @@ class HandlerEndpoint:
         error = self._refusal(hello)
         if error is None:
             self._greetings += 1
+            if self._greetings > 1:  # a reload: Triton's new instance took over from the one before
+                self._on_proxy_replaced()
             logger.debug("Model '%s' instance %d: the backend in pid %d greeted", self._model_name, self._instance,
                          hello.proxy_pid)
             for other in list(self.connections.values()):  # one greeter at a time: one arena of answers
@@ -269,7 +281,7 @@ class HandlerEndpoint:
             metrics.close()
         self._metrics_connections.clear()
         self.listener.close()
-        self._metrics_listener.close()
+        self.metrics_listener.close()
         self.control.close(linger=0)
         for path in (self._control_path, self._data_path, self._metrics_path):
             if path is not None:

@@ -31,8 +31,9 @@ DEADLINE_DROPPED = Definition(
 CALLABLE_ERRORS = Definition(
     "pytriton_callable_errors_total", "Requests answered with an error the inference callable raised", COUNTER, ())
 STUB_RESTARTS = Definition(
-    "pytriton_stub_restarts_total", "Times a new Triton stub process took over this instance from an earlier one "
-    "(a heal after a stub died, or a reload of the model)", COUNTER, ())
+    "pytriton_stub_restarts_total", "Times a new Triton model instance (a stub process, or an instance of pytriton's "
+    "backend) took over this instance from an earlier one (a heal after a stub died, or a reload of the model)",
+    COUNTER, ())
 WORKER_RESTARTS = Definition(
     "pytriton_worker_restarts_total", "Times the worker process of a process instance was forked anew after "
     "the one before died", COUNTER, ())

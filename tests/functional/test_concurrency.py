@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from support import grpc_url, http_url, our_leftovers, running_triton, stub_processes
+from support import grpc_url, http_url, our_leftovers, running_triton, triton_instances
 
 from pytriton.client import ModelClient
 from pytriton.client.exceptions import PyTritonClientInferenceServerError, PyTritonClientTimeoutError
@@ -61,7 +61,7 @@ def test_each_requester_gets_its_own_answer_in_gathered_batches(protocol_url):
     with running_triton() as triton:
         triton.bind("Slow", recorder.infer, **_TENSORS, config=ModelConfig(max_batch_size=8))
         triton.run()
-        assert len(stub_processes("Slow")) == 1, "one Triton instance per callable"
+        assert triton_instances(triton._config, "Slow") == 1, "one Triton instance per callable"
         url = protocol_url(triton._config)
         values = list(range(1, 49))
         with ThreadPoolExecutor(max_workers=16) as pool:
@@ -160,7 +160,7 @@ def test_a_request_to_a_model_with_two_callables_never_waits_behind_the_busy_one
         triton.bind("Slow", [first.infer, second.infer], **_TENSORS, config=ModelConfig(max_batch_size=4))
         triton.run()
         url = http_url(triton._config)
-        assert len(stub_processes("Slow")) == 2, "one Triton instance per callable"
+        assert triton_instances(triton._config, "Slow") == 2, "one Triton instance per callable"
         waits = []
         with ThreadPoolExecutor(2) as pool:
             for round_ in range(8):

@@ -271,7 +271,7 @@ def _kill_stub(model: str) -> set:
 def test_a_healed_stub_and_a_reforked_worker_are_counted_and_counts_continue(monkeypatch):
     monkeypatch.setenv(METRICS_PERIOD_ENV, "0.2")
     earlier = set(forked_children())  # another test's server may have its own
-    with running_triton() as triton:
+    with running_triton(model_backend="python") as triton:  # a stub to kill: the proxy path
         triton.bind("Healed", batch(lambda x: {"y": x}), X, Y, config=ModelConfig(max_batch_size=8))
         triton.bind("Forked", in_process, X, Y, config=ModelConfig(max_batch_size=8, process_instances=True))
         triton.run()

@@ -206,7 +206,7 @@ def test_a_stub_killed_mid_sequence_heals_and_its_sequences_must_start_again():
     # its state) lives in this process and survives. The next request of an open sequence gets
     # Triton's error asking for a START; a sequence started again counts from zero.
     total = RunningTotal()
-    config = server_config()
+    config = server_config(model_backend="python")  # a stub to kill: the proxy path
     url = f"http://127.0.0.1:{config.http_port}"
     with Triton(config=config) as triton:
         triton.bind("Healing", total, config=ModelConfig(max_batch_size=4, batcher=SequenceBatcher()), **TENSORS)

@@ -68,8 +68,13 @@ def _per_request(requests):
 
 
 @batch
+def _unnamed(INPUT_1):
+    return {"output_1": INPUT_1}  # declared without a name: OUTPUT_1, matched by position
+
+
+@batch
 def _misnamed(INPUT_1):
-    return {"output_1": INPUT_1}  # declared: OUTPUT_1
+    return {"Output": INPUT_1}  # declared: "output", a name the user wrote
 
 
 @sample
@@ -99,8 +104,10 @@ def server():
     triton.bind("StrictShape", _bad_shape, strict=True, inputs=f32["inputs"],
                 outputs=[Tensor(dtype=np.float32, shape=(2,))])
     triton.bind("PerRequest", _per_request, config=ModelConfig(max_batch_size=8, batcher=GATHER), **f32)
-    triton.bind("Misnamed", _misnamed, **f32)
-    triton.bind("MisnamedStrict", _misnamed, strict=True, **f32)
+    named = {"inputs": f32["inputs"], "outputs": [Tensor(name="output", dtype=np.float32, shape=(-1,))]}
+    triton.bind("Misnamed", _misnamed, **named)
+    triton.bind("MisnamedStrict", _misnamed, strict=True, **named)
+    triton.bind("Unnamed", _unnamed, **f32)
     triton.bind("Sample", _sample, config=ModelConfig(batching=False), **f32)
     bytes_io = {"inputs": [Tensor(dtype=object, shape=(-1,)), Tensor(name="s", dtype=np.bytes_, shape=(1,))],
                     "outputs": [Tensor(dtype=object, shape=(-1,)), Tensor(name="s", dtype=np.bytes_, shape=(1,))]}
@@ -181,14 +188,20 @@ def test_one_bad_response_fails_only_its_own_request(url):
 
 @pytest.mark.parametrize("model", ["Misnamed", "MisnamedStrict"])
 def test_a_misnamed_output_is_refused_naming_the_unknown_and_the_missing_name(url, model):
-    """Outputs match by name in both modes: a dict's key is never renamed to a declared output."""
+    """A name the user declared matches by name in both modes: a dict's key is never renamed to it."""
     with ModelClient(url, model) as client:
         with pytest.raises(PyTritonClientInferenceServerError) as info:
             client.infer_sample(np.ones(2, np.float32))
     message = str(info.value)
-    assert f"Model '{model}': the response to request 0 is missing output(s) ['OUTPUT_1']" in message
-    assert "has output(s) ['output_1'] that the model does not declare" in message
-    assert "'output_1' -> 'OUTPUT_1'" in message  # the case-only slip is pointed out
+    assert f"Model '{model}': the response to request 0 is missing output(s) ['output']" in message
+    assert "has output(s) ['Output'] that the model does not declare" in message
+    assert "'Output' -> 'output'" in message  # the case-only slip is pointed out
+
+
+def test_outputs_declared_without_names_take_any_names_by_position(url):
+    """The user never chose OUTPUT_1: a dict of other names maps to the unnamed outputs in order."""
+    with ModelClient(url, "Unnamed") as client:
+        np.testing.assert_array_equal(client.infer_sample(np.array([1.0, 2.0], np.float32))["OUTPUT_1"], [1.0, 2.0])
 
 
 def test_strict_refuses_wrong_dtype_naming_model_output_and_expectation(url):

@@ -182,9 +182,8 @@ def test_handshake_reports_a_protocol_or_instance_mismatch(serve):
     assert version.protocol == protocol.PROTOCOL_VERSION
     assert version.worker_pid == os.getpid()
     assert "protocol mismatch" in version.error
-    assert f"proxy speaks version {protocol.PROTOCOL_VERSION + 98}, worker {protocol.PROTOCOL_VERSION}" in (
-        version.error
-    )
+    expected = f"server side speaks version {protocol.PROTOCOL_VERSION + 98}, the worker {protocol.PROTOCOL_VERSION}"
+    assert expected in version.error
     assert instance.error == "instance 5 connected to the handler of instance 0"
 
 

@@ -18,7 +18,7 @@ import tritonclient.grpc
 import tritonclient.grpc.aio
 import tritonclient.http
 import tritonclient.http.aio
-from support import free_ports, grpc_url, http_url, server_config, wait_until
+from support import free_ports, grpc_url, http_url, served_backend, server_config, wait_until
 
 from pytriton.client import (
     AsyncioModelClient,
@@ -102,7 +102,7 @@ def test_model_config_has_the_published_attributes(url):
     assert config.response_cache == ResponseCache(enable=True)
     # one callable: one Triton instance
     assert config.instance_group == {DeviceKind.KIND_CPU: 1}
-    assert config.backend == "python"
+    assert config.backend == served_backend()
     assert [(spec.name, spec.shape, spec.dtype, spec.optional) for spec in config.inputs] == [
         ("x", (-1,), np.float32, False)
     ]

@@ -19,7 +19,7 @@ import time
 import numpy as np
 import psutil
 import pytest
-from support import SERVING_SCRIPT, ServingScript, http_status, stub_processes, wait_until
+from support import PROXY_ENV, SERVING_SCRIPT, ServingScript, http_status, stub_processes, wait_until
 
 from pytriton.client import ModelClient
 
@@ -70,7 +70,8 @@ PID_1 = ("unshare", "-p", "-f", "--mount-proc")
 @pytest.mark.parametrize("fault", ["sigterm", "stub killed, then sigterm", "tritonserver killed"])
 def test_as_pid_1_the_script_reaps_every_child_and_stops_within_the_exit_timeout(fault):
     exit_timeout_s = 10
-    script = ServingScript(exit_timeout_s=exit_timeout_s, wrapper=PID_1)
+    env = dict(os.environ, **PROXY_ENV) if fault == "stub killed, then sigterm" else None  # a stub to kill
+    script = ServingScript(exit_timeout_s=exit_timeout_s, wrapper=PID_1, env=env)
     try:
         assert script.info["pid"] == 1
         root = script.root()

@@ -76,7 +76,8 @@ def main(sizes_mib: list) -> dict:
                 entry["shm_used_mib"] = round(_shm_used() / MIB, 1)
                 results.append(entry)
         report["results"] = results
-        report["same_processes"] = bool(servers and stubs) and (
+        proxy = os.environ.get("PYTRITON_TRITON_CONFIG_MODEL_BACKEND") == "python"
+        report["same_processes"] = bool(servers and (stubs or not proxy)) and (
             _children("bin/tritonserver") == servers and _children("triton_python_backend_stub") == stubs
         )
         report["alive"] = all(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE

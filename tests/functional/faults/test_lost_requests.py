@@ -4,7 +4,8 @@ Triton 2.51 never answers them: without pytriton's notice (`pytriton.ipc.lost`) 
 below would wait its whole inference timeout (60 s here). Each client class, over HTTP and gRPC,
 has a request in flight when the model's stub is killed; each must end within 5 s of the kill
 with `PyTritonClientRequestLostError` naming the death, and a retry on the same client must be
-served by the restarted instance.
+served by the restarted instance. On the proxy path (``model_backend="python"``): pytriton's own
+backend runs no stub, and answers every request of a dead worker itself (test_native_backend.py).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ async def held_stream(requests):
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[Dict[str, Any]]:
-    with running_triton() as triton:
+    with running_triton(model_backend="python") as triton:
         triton.bind("Unary", held_async, X, Y, config=ModelConfig(max_batch_size=8))
         triton.bind("Streamed", held_stream, X, Y, config=ModelConfig(max_batch_size=8, decoupled=True))
         triton.run()

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -17,7 +18,7 @@ import time
 import numpy as np
 import psutil
 import pytest
-from support import ServingScript, http_status, our_leftovers, stub_processes, wait_until
+from support import PROXY_ENV, ServingScript, http_status, our_leftovers, served_backend, stub_processes, wait_until
 
 from pytriton.client import DecoupledModelClient, ModelClient
 from pytriton.client.exceptions import PyTritonClientError
@@ -46,8 +47,26 @@ def _leftovers_of(pid_prefix: str) -> dict:
     return {"processes": processes, "segments": segments}
 
 
+def _loading(script: ServingScript, model: str) -> list:
+    """The command line of the script's tritonserver once `model` loads: on the proxy path its stub
+    runs; on pytriton's backend the server connected to the worker (its warm-up runs next)."""
+    try:
+        servers = [p for p in script.root().children(recursive=True) if p.name() == "tritonserver"]
+        if not servers:
+            return []
+        if served_backend() == "python":
+            connected = bool(stub_processes(model, script.process.pid))
+        else:  # the backend's instance holds a connection to the worker's data socket (SEQPACKET: tritonserver's only)
+            connected = any(c.type == socket.SOCK_SEQPACKET for c in servers[0].net_connections(kind="unix"))
+    except (AssertionError, psutil.Error):
+        return []
+    if not connected or http_status(f"{script.base}/v2/models/{model}/ready") == 200:
+        return []
+    return servers[0].cmdline()
+
+
 def test_killed_tritonserver_makes_serve_raise_and_leaves_no_stub():
-    script = ServingScript()
+    script = ServingScript(env=dict(os.environ, **PROXY_ENV))  # stubs to watch: the proxy path
     try:
         server = script.server()
         sleep_stubs, token_stubs = stub_processes("Sleep", server.pid), stub_processes("Tokens", server.pid)
@@ -228,7 +247,7 @@ def _can_unshare() -> bool:
 
 @pytest.mark.skipif(not _can_unshare(), reason="needs root and unshare for a PID namespace")
 def test_as_pid_1_a_killed_stub_is_healed_and_sigterm_leaves_nothing_behind():
-    script = ServingScript(wrapper=("unshare", "-p", "-f", "--mount-proc"))
+    script = ServingScript(wrapper=("unshare", "-p", "-f", "--mount-proc"), env=dict(os.environ, **PROXY_ENV))
     try:
         assert script.info["pid"] == 1
         segments = script.info["segments"]
@@ -268,10 +287,10 @@ def test_sigterm_while_the_models_load_stops_the_start_cleanly(as_pid_1, start):
     wrapper = ("unshare", "-p", "-f", "--mount-proc") if as_pid_1 else ()
     script = ServingScript(exit_timeout_s=10, wrapper=wrapper, env=env, wait_ready=False)
     try:
-        loading = wait_until(lambda: stub_processes("Sleep", script.process.pid), timeout_s=60)
+        loading = wait_until(lambda: _loading(script, "Sleep"), timeout_s=60)
         assert loading, "the model never started loading"
         time.sleep(0.5)  # its warm-up (6 s) runs now: the model is loading, serve() not yet serving
-        server_ids = {arg.split("-tpb")[0] for stub in loading for arg in stub.cmdline() if "-tpb" in arg}
+        server_ids = {arg.split("-tpb")[0] for arg in loading if "-tpb" in arg}
         script.root().send_signal(signal.SIGTERM)
         signalled = time.monotonic()
         returncode, err = script.finish(timeout_s=30)

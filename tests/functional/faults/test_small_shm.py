@@ -1,6 +1,10 @@
 """A server on Docker's default /dev/shm (64 MB): large requests that fit are served, one that
 cannot fit gets an error that says why and how to fix it, and the server goes on.
 
+That is the proxy path, where Triton's Python backend copies every tensor into its own pool in
+/dev/shm. pytriton's backend keeps Triton's tensors in Triton's memory and sends what its arenas
+cannot hold through the socket: on it every request is served.
+
 The test needs root to give a child process its own 64 MB tmpfs on /dev/shm (``unshare -m``);
 the child runs small_shm_server.py, which serves and prints a JSON report.
 """
@@ -15,6 +19,7 @@ import subprocess
 import sys
 
 import pytest
+from support import served_backend
 
 pytestmark = pytest.mark.functional
 
@@ -34,12 +39,14 @@ def _namespace_allowed() -> str:
     return ""
 
 
-def _serve_on_small_shm(*sizes_mib: int) -> dict:
+def _serve_on_small_shm(*sizes_mib: int, backend: str = "python") -> dict:
     reason = _namespace_allowed()
     if reason:
         pytest.skip(reason)
     command = f"{MOUNT} && exec {sys.executable} {SCRIPT} {' '.join(map(str, sizes_mib))}"
-    run = subprocess.run(["unshare", "-m", "sh", "-c", command], capture_output=True, text=True, timeout=150)
+    env = dict(os.environ, PYTRITON_TRITON_CONFIG_MODEL_BACKEND=backend)
+    run = subprocess.run(["unshare", "-m", "sh", "-c", command], capture_output=True, text=True, timeout=150,
+                         env=env)
     lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
     assert run.returncode == 0 and lines, f"the serving script failed ({run.returncode}):\n{run.stderr[-3000:]}"
     return json.loads(lines[-1])
@@ -47,7 +54,7 @@ def _serve_on_small_shm(*sizes_mib: int) -> dict:
 
 @pytest.fixture(scope="module")
 def report():
-    """One server on a 64 MB /dev/shm: 24 MiB, then 40 MiB (cannot fit), then 4 and 24 MiB again."""
+    """One server on a 64 MB /dev/shm (the proxy path): 24 MiB, then 40 MiB (cannot fit), then 4 and 24 MiB again."""
     return _serve_on_small_shm(24, 40, 4, 24)
 
 
@@ -70,6 +77,17 @@ def test_64mb_shm_serves_24_mib_refuses_what_cannot_fit_and_goes_on(report):
     # the same server and stub served every request: nothing crashed or was restarted
     assert report["same_processes"] and report["alive"]
     # everything the server and pytriton put in /dev/shm, and every process, is gone after stop
+    assert report["left_in_shm"] == []
+    assert report["left_children"] == []
+
+
+@pytest.mark.skipif(served_backend() != "pytriton", reason="needs pytriton's backend (built with a C compiler)")
+def test_on_pytritons_backend_64mb_shm_serves_every_size_and_leaves_nothing():
+    report = _serve_on_small_shm(24, 40, 4, 24, backend="pytriton")
+    assert report["shm_total"] == 64 << 20
+    for result in report["results"]:
+        assert result["error"] is None and result["equal"], result
+    assert report["same_processes"] and report["alive"]
     assert report["left_in_shm"] == []
     assert report["left_children"] == []
 

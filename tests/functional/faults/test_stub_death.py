@@ -1,4 +1,7 @@
-"""A model's Python-backend stub dies (kill -9, as the OOM killer does): honest health, healing, crash loops."""
+"""A model's Python-backend stub dies (kill -9, as the OOM killer does): honest health, healing, crash loops.
+
+On the proxy path (``model_backend="python"``): pytriton's own backend runs no stub.
+"""
 
 from __future__ import annotations
 
@@ -70,7 +73,7 @@ def _ask_in_background(base: str, model: str, seconds: float, timeout_s: float):
 
 def test_killed_stub_turns_readiness_false_fails_in_flight_request_and_is_healed(caplog):
     caplog.set_level(logging.WARNING, logger="pytriton")
-    with running_triton() as triton:
+    with running_triton(model_backend="python") as triton:
         _bind_sleep(triton)
         triton.run()
         base = http_url(triton._config)
@@ -103,7 +106,7 @@ def test_killed_stub_turns_readiness_false_fails_in_flight_request_and_is_healed
 
 
 def test_a_model_whose_stubs_keep_dying_is_given_up_and_serve_raises():
-    with running_triton() as triton:
+    with running_triton(model_backend="python") as triton:
         _bind_sleep(triton, max_restarts=1, restart_window_s=60)
         triton.run()
         base = http_url(triton._config)
@@ -134,7 +137,7 @@ def test_a_segfaulted_stub_is_named_by_its_signal_and_leaves_no_zombie(caplog):
     # tritonserver runs with SIGCHLD ignored: a dead stub is reaped at once (Triton 2.51 never waits
     # for one that died mid-request), and the proxy's fault trace tells the supervisor the signal.
     caplog.set_level(logging.WARNING, logger="pytriton")
-    with running_triton() as triton:
+    with running_triton(model_backend="python") as triton:
         _bind_sleep(triton)
         triton.run()
         base = http_url(triton._config)
@@ -161,7 +164,7 @@ def test_a_relayed_request_on_a_dying_stub_leaves_a_raw_tritonclient_waiting_and
     timeout error, never a hang past it, and a model that serves again."""
     import tritonclient.http
 
-    with running_triton(exit_timeout_secs=4) as triton:
+    with running_triton(model_backend="python", exit_timeout_secs=4) as triton:
         triton.bind(
             "AsyncSleep", _async_sleep,
             inputs=[Tensor(name="seconds", dtype=np.float32, shape=(1,))],

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from support import http_url, server_config, stub_processes
+from support import http_url, server_config, triton_instances
 from tritonclient.utils import InferenceServerException
 
 from pytriton.decorators import batch
@@ -175,7 +175,7 @@ def test_preserve_ordering_holds_back_a_response_that_finished_early(server):
             return slow.result() - fast.result()
 
     # One Triton instance per callable, so the fast request finds the idle one.
-    assert len(stub_processes("Ordered")) == len(stub_processes("Unordered")) == 2
+    assert triton_instances(url, "Ordered") == triton_instances(url, "Unordered") == 2
     # Unordered, the fast request returns about 0.5 s before the slow one; ordered, it is held
     # until the slow one is answered, so both come back together (the exact order of two
     # responses released at once depends on the client threads).

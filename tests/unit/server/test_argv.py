@@ -8,7 +8,7 @@ import pathlib
 import pytest
 
 from pytriton.exceptions import PyTritonBadParameterError
-from pytriton.server.argv import FIELDS_FROM_KEYWORDS, LIBRARY_FLAGS, OPTION_FLAGS, build_argv
+from pytriton.server.argv import FIELDS_FROM_KEYWORDS, LIBRARY_FLAGS, OPTION_FLAGS, PYTRITON_SETTINGS, build_argv
 from pytriton.server.config import TritonConfig
 
 # Every option listed by `tritonserver --help` of Triton 2.51 (the binary shipped in nvidia-pytriton 0.7.0).
@@ -136,8 +136,14 @@ def test_defaults_give_the_library_flags_and_the_three_ports_only():
 
 def test_every_field_has_a_flag_or_comes_through_a_keyword():
     fields = {field.name for field in dataclasses.fields(TritonConfig)}
-    assert fields == set(OPTION_FLAGS) | FIELDS_FROM_KEYWORDS
+    assert fields == set(OPTION_FLAGS) | FIELDS_FROM_KEYWORDS | PYTRITON_SETTINGS
     assert not set(OPTION_FLAGS) & FIELDS_FROM_KEYWORDS
+    assert not (set(OPTION_FLAGS) | FIELDS_FROM_KEYWORDS) & PYTRITON_SETTINGS
+
+
+def test_pytriton_settings_never_reach_the_argv():
+    argv = build_argv(TritonConfig(model_backend="python"), **PATHS)
+    assert not any("backend=python" in word or "model-backend" in word for word in argv)
 
 
 def test_every_flag_written_exists_in_triton_2_51_and_none_is_deprecated():

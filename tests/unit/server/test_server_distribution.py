@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import sys
 import sysconfig
 
@@ -23,6 +24,7 @@ from pytriton.server.distribution import (
     proxy_import_paths,
     python_version_tag,
     server_environment,
+    serving_backend,
 )
 
 TAG = python_version_tag()
@@ -81,6 +83,8 @@ def test_bundled_like_tree(tmp_path):
         caches=root / "caches",
         library_dirs=(root / "lib",),
         stub_python_path=root / "stub_python" / TAG,
+        native_backend=distribution.native_library(),
+        stub_problem=found.stub_problem,  # None, unless this Python lacks a shared libpython
     )
     assert found.stub.read_text() == f"stub {TAG}"
 
@@ -91,17 +95,26 @@ def test_bundled_like_tree_without_stub_python_and_numpy_1(tmp_path, monkeypatch
     assert find_distribution(_env(root)).stub_python_path is None
 
 
+def _proxy_refused(found) -> str:
+    """The error the proxy path gives on `found` (pytriton's own backend is not refused)."""
+    with pytest.raises(PyTritonServerStartupError) as excinfo:
+        serving_backend(found, "python")
+    return str(excinfo.value)
+
+
 @pytest.mark.parametrize("version", ["2.0.0", "2.4.6"])
-def test_bundled_like_tree_without_stub_python_refuses_numpy_2(tmp_path, monkeypatch, version):
+def test_bundled_like_tree_without_stub_python_refuses_numpy_2_on_the_proxy_path_only(tmp_path, monkeypatch,
+                                                                                        version):
     monkeypatch.setattr(numpy, "__version__", version)
     root = _bundled_tree(tmp_path / "triton", stub_python=False)
     (root / "stub_python" / OTHER_TAGS[0]).mkdir(parents=True)  # another Python's NumPy does not count
-    with pytest.raises(PyTritonServerStartupError) as excinfo:
-        find_distribution(_env(root))
-    message = str(excinfo.value)
+    found = find_distribution(_env(root))
+    message = _proxy_refused(found)
     assert f"bundled none for Python {TAG}" in message
     assert f"NumPy {version}" in message
     assert "numpy<2" in message
+    if found.native_backend is not None:
+        assert serving_backend(found, None) == "pytriton"
 
 
 def test_ngc_like_tree_does_not_check_numpy(tmp_path, monkeypatch):
@@ -161,26 +174,37 @@ def test_missing_python_backend(tmp_path):
 
 def test_missing_stub_for_this_python_lists_available_versions(tmp_path):
     root = _bundled_tree(tmp_path / "triton", tags=OTHER_TAGS)
-    with pytest.raises(PyTritonServerStartupError) as excinfo:
-        find_distribution(_env(root))
-    message = str(excinfo.value)
-    assert f"Python {TAG} is not supported by the Triton installation at {root}" in message
+    found = find_distribution(_env(root))
+    assert found.stub is None
+    message = _proxy_refused(found)
+    assert f"Python {TAG} is not supported by Triton's Python backend at {root}" in message
     assert "['2.7', '9.9']" in message
-    assert "run pytriton with one of those Python versions" in message
+    assert "run with one of those Python versions" in message
+    assert "pytriton's own backend serves any Python" in message
 
 
 def test_missing_stub_in_ngc_like_tree(tmp_path):
     root = _ngc_tree(tmp_path / "triton", with_stub=False)
-    with pytest.raises(PyTritonServerStartupError, match=f"Python {TAG} is not supported.*no version"):
-        find_distribution(_env(root))
+    assert re.search(f"Python {TAG} is not supported.*no version", _proxy_refused(find_distribution(_env(root))))
 
 
 def test_stub_folder_without_binary_is_not_listed_as_available(tmp_path):
     root = _bundled_tree(tmp_path / "triton", tags=OTHER_TAGS)
     (root / "python_backend_stubs" / TAG).mkdir()
-    with pytest.raises(PyTritonServerStartupError) as excinfo:
-        find_distribution(_env(root))
-    assert f"'{TAG}'" not in str(excinfo.value)
+    assert f"'{TAG}'" not in _proxy_refused(find_distribution(_env(root)))
+
+
+def test_pytriton_backend_serves_without_a_stub_and_the_proxy_path_can_be_chosen(tmp_path, monkeypatch):
+    library = tmp_path / "libtriton_pytriton.so"
+    library.write_bytes(b"")
+    monkeypatch.setattr(distribution, "NATIVE_LIBRARY", library)
+    found = find_distribution(_env(_bundled_tree(tmp_path / "triton", tags=OTHER_TAGS)))
+    assert found.native_backend == library and found.stub is None
+    assert serving_backend(found, None) == "pytriton" and serving_backend(found, "pytriton") == "pytriton"
+    monkeypatch.setattr(distribution, "NATIVE_LIBRARY", tmp_path / "missing.so")
+    unbuilt = find_distribution(_env(_bundled_tree(tmp_path / "other")))
+    with pytest.raises(PyTritonServerStartupError, match="built without a C compiler"):
+        serving_backend(unbuilt, "pytriton")
 
 
 def test_bundled_distribution_has_a_stub_for_this_python():
@@ -334,10 +358,12 @@ def test_server_environment_defaults_to_this_process_environment(tmp_path, share
     assert os.environ["LD_LIBRARY_PATH"] == "/from/process"
 
 
-def test_server_environment_needs_a_shared_libpython(tmp_path, monkeypatch):
+def test_without_a_shared_libpython_only_the_proxy_path_is_refused(tmp_path, monkeypatch):
     _fake_sysconfig(monkeypatch, LIBDIR="/usr/lib", LDLIBRARY="libpython3.11.a", Py_ENABLE_SHARED=0)
-    with pytest.raises(PyTritonServerStartupError, match="shared libpython"):
-        server_environment(_with_libraries(tmp_path, "lib"), {})
+    env = server_environment(_with_libraries(tmp_path, "lib"), {})  # pytriton's backend needs no libpython
+    assert env["LD_LIBRARY_PATH"] == str(tmp_path / "lib")
+    found = find_distribution(_env(_bundled_tree(tmp_path / "other")))
+    assert "shared libpython" in _proxy_refused(found)
 
 
 # --- proxy_import_paths --------------------------------------------------------------------------

@@ -1,0 +1,113 @@
+"""Python 3.13 serves on pytriton's backend: no stub, no NumPy 1.x, no shared libpython needed.
+
+Triton 2.51's Python-backend stubs need NumPy 1.x, which has no build for Python 3.13, so the
+proxy path cannot serve there; pytriton's own backend hands the batches to the worker in the
+user's process, whatever its Python. This test runs a serving script under the machine's
+Python 3.13 (pyenv's, or ``PYTRITON_TEST_PYTHON313``) in a virtual environment of its own
+(kept in the cache, keyed by the dependencies), with this checkout on its path.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import pathlib
+import shutil
+import subprocess
+import textwrap
+
+import numpy as np
+import pytest
+from support import free_ports, served_backend
+
+from pytriton.client import ModelClient
+
+pytestmark = pytest.mark.functional
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+DEPENDENCIES = ("numpy", "tritonclient[http,grpc]", "pyzmq", "wrapt", "typing_inspect", "sh", "psutil")
+
+
+def _python313() -> str:
+    configured = os.environ.get("PYTRITON_TEST_PYTHON313")
+    if configured:
+        return configured
+    found = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.13*/bin/python3.13"))) or \
+        [path for path in (shutil.which("python3.13"),) if path]
+    return found[-1] if found else ""
+
+
+PYTHON313 = _python313()
+
+
+def _environment() -> pathlib.Path:
+    """A virtual environment of Python 3.13 with pytriton's dependencies (made once, then reused)."""
+    key = hashlib.sha256("\n".join((PYTHON313, *DEPENDENCIES)).encode()).hexdigest()[:12]
+    cache = pathlib.Path(os.environ.get("PYTRITON_CACHE_DIR") or os.path.expanduser("~/.cache/pytriton"))
+    venv = cache / "test-venvs" / f"py313-{key}"
+    python = venv / "bin" / "python"
+    if not (venv / ".complete").is_file():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([PYTHON313, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *DEPENDENCIES],
+                       check=True, timeout=600)
+        (venv / ".complete").write_text("ok\n")
+    return python
+
+
+SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from pytriton.decorators import batch
+    from pytriton.exceptions import PyTritonServerStartupError
+    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    http, grpc, metrics = (int(port) for port in sys.argv[1:4])
+    try:
+        Triton(config=TritonConfig(model_backend="python", http_port=http, grpc_port=grpc,
+                                   metrics_port=metrics)).run()
+    except PyTritonServerStartupError as exc:
+        print("proxy refused:", exc, flush=True)
+
+    @batch
+    def scale(x):
+        return {"y": x * 10, "version": np.full((len(x), 1), sys.version_info[1], np.int64)}
+
+    config = TritonConfig(http_port=http, grpc_port=grpc, metrics_port=metrics)
+    with Triton(config=config) as triton:
+        triton.bind("Scale", scale, [Tensor(name="x", dtype=np.float32, shape=(-1,))],
+                    [Tensor(name="y", dtype=np.float32, shape=(-1,)),
+                     Tensor(name="version", dtype=np.int64, shape=(1,))],
+                    config=ModelConfig(max_batch_size=8))
+        print("serving", flush=True)
+        triton.serve()
+""")
+
+
+@pytest.mark.skipif(not PYTHON313, reason="no Python 3.13 on this machine (set PYTRITON_TEST_PYTHON313)")
+@pytest.mark.skipif(served_backend() != "pytriton", reason="needs pytriton's backend (built with a C compiler)")
+def test_a_python_313_process_serves_through_pytritons_backend(tmp_path):
+    python = _environment()
+    script = tmp_path / "serve313.py"
+    script.write_text(SCRIPT)
+    http, grpc, metrics = free_ports(3)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    log = tmp_path / "serve313.log"
+    with open(log, "w") as output:
+        process = subprocess.Popen([str(python), str(script), str(http), str(grpc), str(metrics)], env=env,
+                                   stdout=output, stderr=subprocess.STDOUT)
+    try:
+        for url in (f"http://127.0.0.1:{http}", f"grpc://127.0.0.1:{grpc}"):
+            with ModelClient(url, "Scale", init_timeout_s=120) as client:
+                result = client.infer_sample(x=np.array([1.5, -2.0], np.float32))
+                np.testing.assert_array_equal(result["y"], [15.0, -20.0])
+                assert int(result["version"][0]) == 13
+                assert client.model_config.backend == "pytriton"
+    finally:
+        process.terminate()
+        code = process.wait(60)
+    text = log.read_text()
+    assert code == 0, text
+    assert "proxy refused:" in text and "NumPy" in text, text  # the stub cannot run on 3.13: said, not served
