@@ -41,6 +41,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
+from native import ensure_built as ensure_native_backend
 from setuptools import build_meta as _setuptools
 from setuptools.build_meta import (  # noqa: F401  (hooks passed through unchanged)
     get_requires_for_build_editable,
@@ -50,7 +51,6 @@ from setuptools.build_meta import (  # noqa: F401  (hooks passed through unchang
     prepare_metadata_for_build_wheel,
 )
 from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
-from native import ensure_built as ensure_native_backend
 from stub_numpy import ensure_stub_numpy, sha256_of
 from unasync import write as write_blocking_clients
 

@@ -410,15 +410,20 @@ class Matrix:
         in_flight.wait(30.0)
         name = signal.Signals(signum).name
         expected = f"killed by signal {int(signum)} ({name}) while serving this request"
-        slowest = 0.0
+        slowest, failed = 0.0, 0
         for request, (seen, at) in sorted(in_flight.results.items()):
+            if seen.startswith("answered by pid "):  # queued in Triton behind the batch: the fresh worker's
+                if int(seen.rsplit(" ", 1)[1]) in victims:
+                    round_.fail(f"{request}: answered by the signalled worker process: {seen}")
+                continue
+            failed += 1
             slowest = max(slowest, at - signalled)
             if expected not in seen:
                 round_.fail(f"{request}: expected an error saying the worker was {expected[:-26]}, got {seen[:300]}")
             elif at - signalled > WORKER_ANSWER_S:
                 round_.fail(f"{request}: answered {at - signalled:.2f} s after the signal (limit {WORKER_ANSWER_S} s)")
-        if len(in_flight.results) != 6:
-            round_.fail(f"only {len(in_flight.results)} of 6 requests in flight ended: {in_flight.results}")
+        if len(in_flight.results) != 6 or failed < 3:  # a plain request per model and the two streams at least
+            round_.fail(f"expected 6 requests ended, 3 or more with the error; got {in_flight.results}")
 
         def serves_again() -> bool:
             try:

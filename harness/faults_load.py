@@ -145,7 +145,9 @@ class Load:
 class InFlight:
     """Requests the fault matrix keeps in flight on the process-instance models while it kills
     their worker processes (``slow`` and ``slow_stream`` of harness/serve.py): two plain requests
-    and one stream per protocol. Each records what its client saw and when (`results`)."""
+    and one stream per protocol. Each records what its client saw and when (`results`): an
+    error, or ``answered by pid N`` (a request still queued in Triton when the worker died is
+    served by the fresh one). `stream_pids` holds the worker of each stream that started."""
 
     def __init__(self, http_url: str, grpc_url: str) -> None:
         self._urls = {"http": http_url, "grpc": grpc_url}
@@ -173,21 +175,23 @@ class InFlight:
     def _plain(self, name: str, url: str) -> None:
         try:
             with ModelClient(url, "slow", init_timeout_s=10.0, inference_timeout_s=30.0) as client:
-                client.infer_sample(x=np.array([1.0], np.float32))
-            self.results[name] = ("answered", time.monotonic())
+                pid = int(client.infer_sample(x=np.array([1.0], np.float32))["pid"][0])
+            self.results[name] = (f"answered by pid {pid}", time.monotonic())
         except Exception as error:  # noqa: BLE001 - what the client saw is the result
             self.results[name] = (f"{type(error).__name__}: {error}", time.monotonic())
 
     def _stream(self, name: str, url: str) -> None:
         started = False
+        pid = 0
         try:
             with DecoupledModelClient(url, "slow_stream", init_timeout_s=10.0, inference_timeout_s=30.0) as client:
                 for part in client.infer_sample(x=np.array([1.0], np.float32)):
+                    pid = int(part["pid"][0])
                     if not started:
                         started = True
-                        self.stream_pids.append(int(part["pid"][0]))
+                        self.stream_pids.append(pid)
                         self.streams_started.release()
-            self.results[name] = ("answered", time.monotonic())
+            self.results[name] = (f"answered by pid {pid}", time.monotonic())
         except Exception as error:  # noqa: BLE001 - what the client saw is the result
             self.results[name] = (f"{type(error).__name__}: {error}", time.monotonic())
         if not started:

@@ -17,8 +17,8 @@ Models:
 * ``slow`` (``@batch``, process instances): answers its worker process's ``pid`` at once when
   every ``x`` is negative, else after `SLOW_S`: requests the fault matrix keeps in flight while
   it kills the worker process.
-* ``slow_stream`` (decoupled, process instances): yields its worker's ``pid``, then, when ``x``
-  is positive, again after `SLOW_S`.
+* ``slow_stream`` (decoupled, two process instances: two streams run at once): yields its
+  worker's ``pid``, then, when ``x`` is positive, again after `SLOW_S`.
 
 ``PYTRITON_HARNESS_LOG`` sets the log level (DEBUG shows tritonserver's own output).
 ``PYTRITON_HARNESS_FAULT`` plants a bug, so that the harness can show it notices one:
@@ -122,7 +122,7 @@ def main() -> None:
         pid_tensor = Tensor(name="pid", dtype=np.int64, shape=(1,))
         triton.bind("slow", slow, inputs=[x_tensor], outputs=[pid_tensor],
                     config=ModelConfig(max_batch_size=16, process_instances=True))
-        triton.bind("slow_stream", slow_stream, inputs=[x_tensor], outputs=[pid_tensor],
+        triton.bind("slow_stream", [slow_stream, slow_stream], inputs=[x_tensor], outputs=[pid_tensor],
                     config=ModelConfig(max_batch_size=16, process_instances=True, decoupled=True))
         triton.serve()
 

@@ -1,6 +1,9 @@
 """``pytriton`` on the command line (``python -m pytriton``, or the ``pytriton`` script).
 
 ``pytriton --version`` prints the library's version and the Triton server's it runs.
+``pytriton backend-path`` prints where pytriton's own Triton backend library is (exit 1 when
+this installation built none): what to copy into a Triton server image's backend directory, as
+``<backend directory>/pytriton/libtriton_pytriton.so``, so that `RemoteTriton` serves through it.
 ``pytriton check [--build] [--timeout SECONDS] [SCRIPT]`` runs `pytriton.server.checks`: the
 versions, then one line per check, ``PASS``/``WARN``/``FAIL``, the remedy after each failure;
 the exit status is 1 when a check failed, so a container build or a deployment script can stop
@@ -18,6 +21,7 @@ from typing import Optional, Sequence
 from pytriton.server.check_results import exit_status, format_result
 from pytriton.server.checks import run_checks, summary, versions_line
 from pytriton.server.checks_install import SERVER_START_TIMEOUT_S
+from pytriton.server.distribution import NATIVE_LIBRARY, native_library
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,6 +50,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help=f"how long the throwaway server may take to become ready (default {SERVER_START_TIMEOUT_S:.0f})",
     )
+    commands.add_parser(
+        "backend-path",
+        help="print the path of pytriton's Triton backend library (to copy into a server image)",
+        description="Print where pytriton's own Triton backend library is. Copy it into a Triton server's backend "
+        "directory as <backend directory>/pytriton/libtriton_pytriton.so (e.g. /opt/tritonserver/backends/pytriton/ "
+        "in NVIDIA's server image) so that RemoteTriton serves through it. Exits 1 when this installation was "
+        "built without a C compiler and has none.",
+    )
     check.add_argument(
         "script",
         nargs="?",
@@ -59,6 +71,14 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command in `argv` (default: the process's arguments); returns the exit status."""
     args = _parser().parse_args(argv)
+    if args.command == "backend-path":
+        library = native_library()
+        if library is None:
+            print(f"pytriton's backend was not built here (no {NATIVE_LIBRARY}); reinstall pytriton with a C compiler",
+                  file=sys.stderr)
+            return 1
+        print(library)
+        return 0
     # The throwaway server's log lines belong to the check's own verdict, not to stderr.
     logging.getLogger("pytriton").addHandler(logging.NullHandler())
     print(versions_line(), flush=True)

@@ -13,7 +13,6 @@ and in who loads the model into which server.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import pathlib
@@ -31,7 +30,8 @@ from pytriton.model_config.common import rechecked
 from pytriton.model_config.ensemble import EnsembleStep
 from pytriton.model_config.tensor import resolve_tensor_names
 from pytriton.repository.ensemble import EnsemblePlan, ensemble_config_proto, plan_ensemble, step_model
-from pytriton.repository.pbtxt import model_config_proto, to_pbtxt, to_triton_data_type
+from pytriton.repository.pbtxt import to_pbtxt, to_triton_data_type
+from pytriton.repository.served import served_config_text
 from pytriton.repository.warmup import local_warmups, warmup_entries
 from pytriton.repository.writer import remove_model, write_ensemble, write_model
 from pytriton.server.model_trace import model_trace_settings
@@ -80,6 +80,8 @@ class BoundModel:
     handlers: List[Instance]
     shm_prefix: str = ""
     """Prefix of this model's shared-memory segments."""
+    endpoint: str = ""
+    """The ZeroMQ endpoint its handlers' sockets are named after (`protocol.instance_endpoint`)."""
 
     @property
     def version(self) -> int:
@@ -279,37 +281,12 @@ class ModelBindings:
         endpoint = protocol.ipc_endpoint(sockets / key)
         model_shm_prefix = f"{shm_prefix}-{key}"
         relayed = any(declaration.asynchronous) or config.decoupled
-        native = self.backend != "python"
-        data_sockets = [
-            protocol.data_socket_path(protocol.ipc_socket_path(protocol.instance_endpoint(endpoint, index)) or "")
-            for index in range(len(declaration.infer_funcs))
-        ]
-        proto = model_config_proto(
-            model_name,
-            context.inputs,
-            context.outputs,
-            config,
-            instance_count=len(declaration.infer_funcs),
-            backend=self.backend if native else "python",
-            parameters={
-                **({protocol.PARAM_DATA_SOCKETS: json.dumps(data_sockets)} if native else {}),
-                protocol.PARAM_ENDPOINT: endpoint,
-                protocol.PARAM_SHM_PREFIX: model_shm_prefix,
-                protocol.PARAM_PROTOCOL: str(protocol.PROTOCOL_VERSION),
-                protocol.PARAM_WORKER_PID: str(os.getpid()),
-                protocol.PARAM_HANDLERS: str(len(declaration.infer_funcs)),
-                **({protocol.PARAM_RELAYED: "1"} if any(declaration.asynchronous) else {}),
-                **({protocol.PARAM_STAMPS: "1"} if stamps_folder() and not relayed else {}),
-                **({protocol.PARAM_SPIN_US: spin} if (spin := os.environ.get(SPIN_ENV)) else {}),
-                **self.model_parameters,
-            },
-        )
-        config_text = to_pbtxt(proto)
+        config_text = self._config_text(declaration, context, endpoint, model_shm_prefix, self.backend)
         if self._zmq is None:
             self._zmq = zmq.Context()
         # Warm-ups Triton cannot send run here, before the handlers (and any fork) start.
         run_local_warmups(context, declaration.infer_funcs, local_warmups(model_name, context.inputs, config))
-        bound = BoundModel(declaration, handlers=[], shm_prefix=model_shm_prefix)
+        bound = BoundModel(declaration, handlers=[], shm_prefix=model_shm_prefix, endpoint=endpoint)
         self._models[model_name] = bound  # registered first, so stop_handlers() finds whatever started
         try:
             for index, func in enumerate(declaration.infer_funcs):
@@ -339,6 +316,24 @@ class ModelBindings:
         logger.debug("Bound model '%s' version %d with %d instance(s)", model_name, model_version,
                      len(bound.handlers))
         return bound
+
+    def _config_text(self, declaration: ModelDeclaration, context: TritonContext, endpoint: str, shm_prefix: str,
+                     backend: str) -> str:
+        return served_config_text(
+            context.model_name, context.inputs, context.outputs, context.config, len(declaration.infer_funcs),
+            coroutines=any(declaration.asynchronous), endpoint=endpoint, shm_prefix=shm_prefix, backend=backend,
+            parameters={**({protocol.PARAM_STAMPS: "1"} if stamps_folder() else {}),
+                        **({protocol.PARAM_SPIN_US: spin} if (spin := os.environ.get(SPIN_ENV)) else {}),
+                        **self.model_parameters},
+        )
+
+    def rewrite_for(self, model_name: str, backend: str, repository: pathlib.Path) -> None:
+        """Write model `model_name`'s config.pbtxt again, for `backend` (a server without
+        pytriton's backend gets the proxy's); its workers serve on unchanged."""
+        bound = self._models[model_name]
+        context = bound.declaration.context
+        text = self._config_text(bound.declaration, context, bound.endpoint, bound.shm_prefix, backend)
+        (repository / model_name / "config.pbtxt").write_text(text)
 
     def discard(self, model_name: str, repository: pathlib.Path) -> None:
         """Undo `start` for a model whose load failed: stop its handlers, forget it, remove its

@@ -37,7 +37,7 @@ from pytriton.exceptions import (
 from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
 from pytriton.repository.override import load_override
 from pytriton.server.control import ServerControl, wait_for
-from pytriton.server.distribution import find_distribution, proxy_import_paths
+from pytriton.server.distribution import find_distribution, lacks_backend, proxy_import_paths, remote_backend
 from pytriton.server.launch import MODEL_LOAD_TIMEOUT_S
 from pytriton.server.workspace import SharedWorkspace, Workspace, remote_server_flags
 
@@ -173,7 +173,9 @@ class RemoteTriton:
                 model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config
             )
             if self._import_paths is None:
-                self._import_paths = proxy_import_paths(find_distribution())
+                distribution = find_distribution()
+                self._import_paths = proxy_import_paths(distribution)
+                self._bindings.backend = remote_backend(distribution)
             self._reach()
             if self._shared is not None:
                 self._shared.claim(model_name)
@@ -333,6 +335,10 @@ class RemoteTriton:
             self._running = True
             logger.info("Models %s are ready on the tritonserver at %s", self._ready, self._url)
 
+    def _load_one(self, name: str) -> None:
+        override = (None, None) if self._shared is not None else load_override(self._repository / name)
+        self._control.load_model(name, MODEL_LOAD_TIMEOUT_S, *override)
+
     def run(self) -> None:
         """The same as `connect`: load every bound model and return once they are ready."""
         self.connect()
@@ -345,11 +351,22 @@ class RemoteTriton:
         deadline = time.monotonic() + MODEL_LOAD_TIMEOUT_S
         for name in names:
             self._loaded.append(name)  # before the call: a load that half happened is unloaded too
-            override = (None, None) if self._shared is not None else load_override(self._repository / name)
             try:
-                self._control.load_model(name, MODEL_LOAD_TIMEOUT_S, *override)
+                self._load_one(name)
             except PyTritonServerError as exc:
-                raise PyTritonServerError(f"tritonserver at {self._url}: {exc}") from exc
+                if self._bindings.backend == "python" or not lacks_backend(str(exc)):
+                    raise PyTritonServerError(f"tritonserver at {self._url}: {exc}") from exc
+                logger.warning("The tritonserver at %s has no pytriton backend (%s); serving through Triton's "
+                               "Python backend instead. To serve through pytriton's own, copy the library that "
+                               "`python -m pytriton backend-path` prints to <backend directory>/pytriton/ in the "
+                               "server's image", self._url, " ".join(str(exc).split()))
+                self._bindings.backend = "python"
+                for bound in [*self._loaded, *[n for n in names if n not in self._loaded]]:
+                    self._bindings.rewrite_for(bound, "python", self._repository)
+                try:
+                    self._load_one(name)
+                except PyTritonServerError as again:
+                    raise PyTritonServerError(f"tritonserver at {self._url}: {again}") from again
         for name in names:
             version = self._bindings.version(name)
             ready = functools.partial(self._control.is_model_ready, name, version)

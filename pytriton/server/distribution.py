@@ -85,6 +85,21 @@ def serving_backend(distribution: ServerDistribution, setting: Optional[str] = N
     return NATIVE_BACKEND
 
 
+def remote_backend(distribution: ServerDistribution, environ: Mapping[str, str] = os.environ) -> str:
+    """The backend a `RemoteTriton` first writes its models for: pytriton's where this installation
+    built it (the server may lack it: see `lacks_backend`), unless the environment's
+    ``PYTRITON_TRITON_CONFIG_MODEL_BACKEND`` says ``python``."""
+    if environ.get("PYTRITON_TRITON_CONFIG_MODEL_BACKEND", "").strip().lower() == "python":
+        return "python"
+    return NATIVE_BACKEND if distribution.native_backend is not None else "python"
+
+
+def lacks_backend(reason: str) -> bool:
+    """Whether a load failed because the server cannot run pytriton's backend (none in its
+    backend directory, or one whose API version it refuses)."""
+    return f"libtriton_{NATIVE_BACKEND}.so" in reason or f"'{NATIVE_BACKEND}'" in reason and "backend" in reason
+
+
 def server_version(root: pathlib.Path) -> Optional[str]:
     """The Triton server version of the installation at `root`, or None when it does not say.
 

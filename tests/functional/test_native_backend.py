@@ -6,21 +6,34 @@ with the cause (the backend holds them; nothing waits for a client timeout).
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
 import numpy as np
 import psutil
 import pytest
-from support import forked_children, grpc_url, http_url, our_leftovers, served_backend, server_config, wait_until
+from support import (
+    forked_children,
+    free_ports,
+    grpc_url,
+    http_status,
+    http_url,
+    our_leftovers,
+    served_backend,
+    server_config,
+    wait_until,
+)
 
 from pytriton.client import DecoupledModelClient, ModelClient
 from pytriton.client.exceptions import PyTritonClientInferenceServerError
 from pytriton.decorators import batch
 from pytriton.model_config import ModelConfig, Tensor
-from pytriton.triton import Triton
+from pytriton.triton import RemoteTriton, Triton
 
 pytestmark = [
     pytest.mark.functional,
@@ -157,3 +170,53 @@ def test_a_dead_worker_process_ends_its_streams_within_a_second_with_the_cause(p
         assert f"(pid {victim}) killed by signal 9 (SIGKILL) while serving this request" in text, text
         assert at - killed_at < 1.0, f"the stream ended {at - killed_at:.2f} s after the worker died"
     assert our_leftovers() == {"processes": [], "segments": []}
+
+
+@pytest.fixture
+def server_without_our_backend(tmp_path):
+    """A bare tritonserver of the bundled tree whose backend directory holds Triton's Python backend only."""
+    from pytriton.server.distribution import find_distribution, libpython_dir, python_version_tag
+
+    distribution = find_distribution()
+    python = tmp_path / "backends" / "python"
+    python.mkdir(parents=True)
+    for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
+        (python / name).symlink_to(distribution.python_backend / name)
+    stub = distribution.root / "python_backend_stubs" / python_version_tag() / "triton_python_backend_stub"
+    (python / "triton_python_backend_stub").write_bytes(stub.read_bytes())
+    (python / "triton_python_backend_stub").chmod(0o755)
+    (tmp_path / "models").mkdir()
+    http, grpc, metrics = free_ports(3)
+    env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join([str(libpython_dir()), str(distribution.root / "lib")]))
+    process = subprocess.Popen(
+        [str(distribution.binary), f"--model-repository={tmp_path / 'models'}", "--model-control-mode=explicit",
+         f"--backend-directory={tmp_path / 'backends'}", f"--http-port={http}", f"--grpc-port={grpc}",
+         f"--metrics-port={metrics}"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: http_status(f"http://127.0.0.1:{http}/v2/health/ready") == 200, 60.0)
+        yield f"http://127.0.0.1:{http}"
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def test_a_remote_server_without_pytritons_backend_serves_through_the_proxy_after_one_warning(
+    server_without_our_backend, caplog
+):
+    with caplog.at_level(logging.WARNING, logger="pytriton.triton"):
+        with RemoteTriton(server_without_our_backend) as remote:
+            remote.bind("Double", double, X, Y, config=ModelConfig(max_batch_size=8))
+            remote.bind("Double2", double, X, Y, config=ModelConfig(max_batch_size=8))
+            for model in ("Double", "Double2"):
+                with ModelClient(server_without_our_backend, model) as client:
+                    np.testing.assert_array_equal(client.infer_sample(x=np.ones(2, np.float32))["y"], [2.0, 2.0])
+                    assert client.model_config.backend == "python"
+    warnings = [record.getMessage() for record in caplog.records if "has no pytriton backend" in record.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "python -m pytriton backend-path" in warnings[0] and "unable to find backend library" in warnings[0]
+
+
+def test_pytriton_backend_path_prints_the_library_a_server_image_needs():
+    printed = subprocess.run([sys.executable, "-m", "pytriton", "backend-path"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    assert printed.endswith("libtriton_pytriton.so") and os.path.isfile(printed)

@@ -2,7 +2,8 @@
 
 `make faults` runs 20 rounds, then 20 more with the user process as PID 1. Here one run of the
 harness (a child process, about 90 s) gives one round of each of the six faults of pytriton's
-backend and two rounds as PID 1: a killed tritonserver and SIGTERM during model load. Each test reads that run's figures and asserts one round's checks. A stream in
+backend and two rounds as PID 1: a killed tritonserver and SIGTERM during model load. Each test
+reads that run's figures and asserts one round's checks. A stream in
 flight on a killed stub used to stall its lane past the heal limit (Triton 2.51 never answers
 it); pytriton's clients now end it (docs/reliability.md), so no round may fail on it.
 """
