@@ -1,6 +1,7 @@
 """Where one request's time goes, stage by stage, and the CPU each process spends (``run.py --breakdown``).
 
-Two measurements, each on both servers (the plain Python-backend reference and ours):
+Two measurements, each on three servers: the plain Python-backend reference, ours on pytriton's
+backend (``ours``) and ours on the proxy path (``proxy``, ``model_backend="python"``):
 
 1. **Stages at concurrency 1**, 16 values, over HTTP and gRPC. Triton traces every request's
    timestamps (``--trace-config triton,file=...,level=TIMESTAMPS,rate=1``), and the Python
@@ -72,11 +73,17 @@ def _server_total(trace: Dict[str, int], _stamps: Optional[Sequence[int]]) -> Op
 
 
 def _to_stub(trace: Dict[str, int], stamps: Optional[Sequence[int]]) -> Optional[int]:
-    return stamps[0] - trace["COMPUTE_INPUT_END"] if stamps else None
+    """From Triton's compute to the stub's execute (pytriton's backend has no stub: it reports
+    its compute once the batch is laid out, after its execute began)."""
+    if not stamps or stamps[0] < trace["COMPUTE_INPUT_END"]:
+        return None
+    return stamps[0] - trace["COMPUTE_INPUT_END"]
 
 
 def _from_stub(trace: Dict[str, int], stamps: Optional[Sequence[int]]) -> Optional[int]:
-    return trace["COMPUTE_OUTPUT_START"] - stamps[-1] if stamps else None
+    if not stamps or stamps[-1] > trace["COMPUTE_OUTPUT_START"]:
+        return None
+    return trace["COMPUTE_OUTPUT_START"] - stamps[-1]
 
 
 def _stamp(first: int, last: int) -> Callable[[Dict[str, int], Optional[Sequence[int]]], Optional[int]]:
@@ -95,17 +102,18 @@ def _execute(trace: Dict[str, int], stamps: Optional[Sequence[int]]) -> Optional
 STAGES: List[Stage] = [
     ("Triton front end (receive, parse)", _front_end),
     ("Triton queue", _between("QUEUE_START", "COMPUTE_START")),
-    ("Triton compute input", _between("COMPUTE_START", "COMPUTE_INPUT_END")),
-    ("Triton compute infer (the stub, and the hop for ours)", _between("COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START")),
+    ("Triton compute input (ours on the backend: the batch laid out)", _between("COMPUTE_START", "COMPUTE_INPUT_END")),
+    ("Triton compute infer (the stub, or the hop and the callable)", _between("COMPUTE_INPUT_END",
+                                                                               "COMPUTE_OUTPUT_START")),
     ("Triton -> stub (into execute)", _to_stub),
-    ("stub execute, all of it", _execute),
-    ("- proxy: read requests, lay out", _stamp(EXECUTE, SENT)),
+    ("execute, all of it (the stub's, or the backend's)", _execute),
+    ("- backend or proxy: read requests, lay out", _stamp(EXECUTE, SENT)),
     ("- carrier to the worker (send, wake)", _stamp(SENT, RECEIVED)),
     ("- worker: decode, build requests", _stamp(RECEIVED, DECODED)),
     ("- @batch and the callable", _stamp(DECODED, CALLED)),
     ("- worker: check, encode", _stamp(CALLED, ANSWERED)),
-    ("- carrier to the proxy (send, wake)", _stamp(ANSWERED, RESULT)),
-    ("- proxy: Triton responses", _stamp(RESULT, RESPONDED)),
+    ("- carrier back (send, wake)", _stamp(ANSWERED, RESULT)),
+    ("- backend or proxy: Triton responses", _stamp(RESULT, RESPONDED)),
     ("stub -> Triton (out of execute)", _from_stub),
     ("Triton compute output", _between("COMPUTE_OUTPUT_START", "INFER_RESPONSE_COMPLETE")),
     ("Triton reply (send)", _reply),
@@ -177,7 +185,7 @@ def measure_stages(pa: Any, make_server: Callable[[str], Any], run_dir: pathlib.
                    protocols: Sequence[str]) -> Dict[str, Any]:
     """Phase 1 of the module docstring; per protocol and server: client figures and stages."""
     results: Dict[str, Any] = {protocol: {} for protocol in protocols}
-    for name in ("reference", "ours"):
+    for name in SERVERS:
         server = make_server(name)
         server.trace_file = run_dir / f"trace-{name}.json"
         server.stamps_dir = run_dir / f"stamps-{name}"
@@ -199,7 +207,7 @@ def measure_stages(pa: Any, make_server: Callable[[str], Any], run_dir: pathlib.
         finally:
             server.stop()  # writes the trace file and the models' stamps
         traces = read_trace(server.trace_file)
-        records = read_stamps(server.stamps_dir, "identity-*.json" if name == "ours" else "reference-identity-*.json")
+        records = read_stamps(server.stamps_dir, "reference-identity-*.json" if name == "reference" else "identity-*.json")
         for protocol in protocols:
             joined = join((t for t in traces if _protocol_of(t) == protocol), records, windows[protocol])
             results[protocol][name] = {
@@ -235,7 +243,7 @@ def _cpu_by_kind(root: psutil.Process) -> Dict[str, float]:
 def measure_cpu(pa: Any, make_server: Callable[[str], Any], run_dir: pathlib.Path) -> Dict[str, Any]:
     """Phase 2 of the module docstring: per server and process kind, CPU ms per 1,000 requests."""
     results: Dict[str, Any] = {}
-    for name in ("reference", "ours"):
+    for name in SERVERS:
         server = make_server(name)
         try:
             server.start()
@@ -258,31 +266,38 @@ def measure_cpu(pa: Any, make_server: Callable[[str], Any], run_dir: pathlib.Pat
     return results
 
 
+SERVERS = ("reference", "ours", "proxy")
+"""The plain Python backend, ours on pytriton's backend, ours on the proxy path."""
+_COLUMNS = {"reference": "plain", "ours": "ours", "proxy": "ours, proxy"}
+
+
 def markdown(breakdown: Dict[str, Any]) -> str:
     """The two tables of the docs: stages (median / p99, us) and CPU per 1,000 requests."""
     lines: List[str] = []
     stages = breakdown["stages"]
     protocols = list(stages)
-    header = "| stage (µs, median / p99) |" + "".join(f" plain, {p} | ours, {p} |" for p in protocols)
-    lines += [header, "| --- |" + " ---: | ---: |" * len(protocols)]
+    names = [name for name in SERVERS if all(name in stages[p] for p in protocols)]
+    header = "| stage (µs, median / p99) |" + "".join(f" {_COLUMNS[n]}, {p} |" for p in protocols for n in names)
+    lines += [header, "| --- |" + " ---: |" * (len(protocols) * len(names))]
 
     def cell(protocol: str, name: str, label: str) -> str:
         figure = stages[protocol][name]["stages"].get(label)
         return f"{figure['median_us']:g} / {figure['p99_us']:g}" if figure else "–"
 
     for label, _ in STAGES:
-        lines.append(f"| {label} |" + "".join(f" {cell(p, 'reference', label)} | {cell(p, 'ours', label)} |"
-                                            for p in protocols))
+        lines.append(f"| {label} |" + "".join(f" {cell(p, n, label)} |" for p in protocols for n in names))
     client = "| client latency, mean (perf_analyzer) |"
     for protocol in protocols:
-        for name in ("reference", "ours"):
+        for name in names:
             client += f" {stages[protocol][name]['client']['latency_avg_us']:.0f} |"
     lines += [client, ""]
     cpu = breakdown["cpu"]
     kinds = ["tritonserver", "stubs", "user process", "all"]
     lines += ["| CPU ms per 1,000 requests (16 values, c=16, HTTP) |" + "".join(f" {kind} |" for kind in kinds),
               "| --- |" + " ---: |" * len(kinds)]
-    for name, label in (("reference", "plain backend"), ("ours", "pytriton")):
+    for name, label in (("reference", "plain backend"), ("ours", "pytriton's backend"), ("proxy", "pytriton, proxy")):
+        if name not in cpu:
+            continue
         per_kind = cpu[name]["ms_per_1000_requests"]
         lines.append(f"| {label} ({cpu[name]['throughput']:,.0f} infer/s) |"
                      + "".join(f" {per_kind.get(kind, 0.0):g} |" for kind in kinds))

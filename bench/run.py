@@ -337,7 +337,8 @@ def run_breakdown(args: argparse.Namespace) -> Dict[str, Any]:
 
     def make_server(name: str) -> Server:
         server: Server = (ReferenceServer(run_dir / "logs", loop_count) if name == "reference"
-                          else OursServer(run_dir / "logs", loop_count, args.ours_pythonpath))
+                          else OursServer(run_dir / "logs", loop_count, args.ours_pythonpath,
+                                          model_backend="python" if name == "proxy" else None))
         created.append(server)
         return server
 

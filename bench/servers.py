@@ -395,9 +395,12 @@ class OursServer(Server):
 
     def __init__(
         self, log_dir: pathlib.Path, loop_count: int, pythonpath: Optional[pathlib.Path] = None,
-        torch_device: Optional[str] = None,
+        torch_device: Optional[str] = None, model_backend: Optional[str] = None,
     ) -> None:
         super().__init__(log_dir, torch_device)
+        self.model_backend = model_backend
+        if model_backend == "python":
+            self.name = "proxy"
         if torch_device:
             self.models.append(TORCH_NUMPY_MODEL)
         self.loop_count = loop_count
@@ -420,6 +423,8 @@ class OursServer(Server):
             argv += ["--trace-file", str(self.trace_file)]
         env = dict(os.environ)
         env[ACCESS_TOKEN_ENV] = self.access_token or ""
+        if self.model_backend:
+            env["PYTRITON_TRITON_CONFIG_MODEL_BACKEND"] = self.model_backend
         if self.stamps_dir is not None:
             env["PYTRITON_HOP_STAMPS"] = str(self.stamps_dir)
         if self.pythonpath is not None:

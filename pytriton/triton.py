@@ -138,8 +138,7 @@ class Triton:
         self._termination = TerminationScope()
         self._hurry = threading.Event()  # a second signal during the drain: stop at once
         self._start_interrupted: Callable[[], bool] = lambda: False  # a signal came while starting
-        self._in_serve = False
-        self._stopped = False
+        self._in_serve = self._stopped = False
         self._server_distribution: Optional[ServerDistribution] = None
 
     # -- context manager -------------------------------------------------------------------
@@ -316,8 +315,7 @@ class Triton:
     def _distribution(self) -> ServerDistribution:
         """The Triton installation, found once; the backend the models are written for, with it."""
         if self._server_distribution is None:
-            distribution = find_distribution()
-            self._bindings.backend = serving_backend(distribution, self._config.model_backend)
+            self._bindings.backend = serving_backend(distribution := find_distribution(), self._config.model_backend)
             self._server_distribution = distribution
         return self._server_distribution
 
@@ -407,9 +405,8 @@ class Triton:
             raise self._fatal
 
     def _wait_models_ready(self, names: Sequence[str], deadline: float) -> bool:
-        """Wait until the models serve (False: a signal came first), then make their new
-        shared-memory segments private: the Python backend creates its regions (0644 whatever
-        the umask) while loading a model, so once the models are ready is when they all exist."""
+        """Wait until the models serve (False: a signal came first), then make their new segments
+        private (the Python backend creates its regions 0644 while it loads a model)."""
         assert self._process is not None and self._control is not None and self._workspace is not None
         models = [(name, self._bindings.version(name), self._bindings.trace_settings(name)) for name in names]
         if not wait_models_ready(self._control, self._process, models, deadline, self._start_interrupted):

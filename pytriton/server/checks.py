@@ -52,7 +52,9 @@ from pytriton.server.checks_install import (
     check_server_start,
     check_stub_libraries,
     check_stub_numpy,
+    judge_backend,
     judge_server_tree,
+    proxy_only,
 )
 from pytriton.server.config import ENV_PREFIX, TritonConfig
 from pytriton.server.config_merge import merge
@@ -469,8 +471,16 @@ def run_checks(build: bool = False, timeout_s: float = SERVER_START_TIMEOUT_S,
     except PyTritonError as exc:
         results.append(judge_server_tree(None, exc.message))
     if distribution is not None:
-        results.append(check_stub_libraries(distribution, timeout_s))
+        results.append(judge_backend(distribution, os.environ.get(ENV_PREFIX + "MODEL_BACKEND")))
+        if distribution.stub is None:
+            results.append(CheckResult("stub libraries", Verdict.FAIL, "no Python-backend stub for this Python",
+                                       "use pytriton's own backend (build pytriton with a C compiler)"))
+        else:
+            results.append(check_stub_libraries(distribution, timeout_s))
         results.append(check_stub_numpy(distribution))
+        if results[-3].verdict is Verdict.PASS and "pytriton's own" in results[-3].detail:
+            # Only the proxy path runs stubs: on pytriton's backend their failures are warnings.
+            results = [proxy_only(result) for result in results]
         results.append(check_server_start(distribution, timeout_s))
     else:
         for name in ("stub libraries", "stub numpy", "server start"):
@@ -480,3 +490,4 @@ def run_checks(build: bool = False, timeout_s: float = SERVER_START_TIMEOUT_S,
         results.extend([check_shm(), check_gpu(), check_ports(script=script), check_observability(script=script)])
     results.append(check_workspace())
     return results
+

@@ -22,7 +22,7 @@ from typing import Callable, Dict, Mapping, Optional, Tuple
 from pytriton.exceptions import PyTritonError
 from pytriton.server.argv import build_argv
 from pytriton.server.check_results import CheckResult, Verdict
-from pytriton.server.config import TritonConfig
+from pytriton.server.config import ENV_PREFIX, TritonConfig
 from pytriton.server.control import ServerControl, wait_for
 from pytriton.server.distribution import (
     SERVER_DIR_ENV,
@@ -268,3 +268,27 @@ def check_server_start(distribution: ServerDistribution, timeout_s: float) -> Ch
         if process is not None:
             process.stop(timeout_s=10)
         workspace.cleanup()
+
+
+_PROXY_CHECKS = ("libpython", "stub libraries", "stub numpy")
+
+
+def judge_backend(distribution: ServerDistribution, setting: Optional[str]) -> CheckResult:
+    """Which Triton backend serves the models: pytriton's own (built, and not turned off) or the proxy."""
+    if distribution.native_backend is not None and (setting or "").strip().lower() != "python":
+        return CheckResult("backend", Verdict.PASS, f"pytriton's own: {distribution.native_backend}")
+    if distribution.native_backend is not None:
+        return CheckResult("backend", Verdict.PASS, "the proxy in Triton's Python backend "
+                           f"({ENV_PREFIX}MODEL_BACKEND=python); pytriton's own is built")
+    return CheckResult("backend", Verdict.WARN, "the proxy in Triton's Python backend: pytriton's own backend was "
+                       "not built (no C compiler when pytriton was installed)",
+                       "install a C compiler (e.g. apt-get install gcc) and reinstall pytriton: requests then cross "
+                       "no stub process, and any Python serves")
+
+
+def proxy_only(result: CheckResult) -> CheckResult:
+    """A failed stub check as a warning, where pytriton's own backend serves without stubs."""
+    if result.name not in _PROXY_CHECKS or result.verdict is not Verdict.FAIL:
+        return result
+    return CheckResult(result.name, Verdict.WARN, f"{result.detail} (only the proxy path needs it: "
+                       "pytriton's own backend serves without it)", result.remedy)

@@ -81,13 +81,13 @@ def _pid_then_sleep(requests):
     """Answers with its pid at once when asked with x < 0; else sleeps, so requests stay in flight."""
     if all(float(request["x"].flat[0]) < 0 for request in requests):
         return [{"pid": np.array([[os.getpid()]], np.int64)} for _ in requests]
-    time.sleep(30)
+    time.sleep(5)
     return [{"pid": np.array([[os.getpid()]], np.int64)} for _ in requests]
 
 
 def _stream_then_sleep(requests):
     yield [{"pid": np.array([[os.getpid()]], np.int64)} for _ in requests]
-    time.sleep(30)
+    time.sleep(5)
     yield [{"pid": np.array([[os.getpid()]], np.int64)} for _ in requests]
 
 

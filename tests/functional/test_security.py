@@ -149,9 +149,11 @@ def test_bind_after_run_loads_with_the_token(default_server):
     np.testing.assert_array_equal(_infer(http_url(config), "EchoLate"), DATA)
 
 
-def test_regions_of_a_model_loaded_behind_the_librarys_back_become_private(default_server):
+def test_regions_of_a_model_loaded_behind_the_librarys_back_become_private(default_server, monkeypatch):
     """The Python backend creates its regions 0644; a model another process sends (RemoteTriton),
-    or that a client loads, gets them made private within about a second, like the library's own."""
+    or that a client loads, gets them made private within about a second, like the library's own.
+    (The model goes on the proxy path: pytriton's backend makes no regions.)"""
+    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_MODEL_BACKEND", "python")
     triton, config = default_server
     marker = f"pytriton-{os.getpid()}-"
 

@@ -15,8 +15,8 @@ from support import free_ports
 
 pytestmark = pytest.mark.functional
 
-ALL_CHECKS = ["glibc", "libpython", "server tree", "stub libraries", "stub numpy", "server start", "/dev/shm",
-              "gpu", "ports", "metrics, tracing", "workspace"]
+ALL_CHECKS = ["glibc", "libpython", "server tree", "backend", "stub libraries", "stub numpy", "server start",
+              "/dev/shm", "gpu", "ports", "metrics, tracing", "workspace"]
 RUNTIME_ONLY = ["/dev/shm", "gpu", "ports", "metrics, tracing"]
 
 
