@@ -102,7 +102,8 @@ def _execute(trace: Dict[str, int], stamps: Optional[Sequence[int]]) -> Optional
 STAGES: List[Stage] = [
     ("Triton front end (receive, parse)", _front_end),
     ("Triton queue", _between("QUEUE_START", "COMPUTE_START")),
-    ("Triton compute input (ours on the backend: the batch laid out)", _between("COMPUTE_START", "COMPUTE_INPUT_END")),
+    ("Triton compute input (ours on the backend: the batch laid out)", _between("COMPUTE_START",
+                                                                                 "COMPUTE_INPUT_END")),
     ("Triton compute infer (the stub, or the hop and the callable)", _between("COMPUTE_INPUT_END",
                                                                                "COMPUTE_OUTPUT_START")),
     ("Triton -> stub (into execute)", _to_stub),
@@ -207,7 +208,8 @@ def measure_stages(pa: Any, make_server: Callable[[str], Any], run_dir: pathlib.
         finally:
             server.stop()  # writes the trace file and the models' stamps
         traces = read_trace(server.trace_file)
-        records = read_stamps(server.stamps_dir, "reference-identity-*.json" if name == "reference" else "identity-*.json")
+        pattern = "reference-identity-*.json" if name == "reference" else "identity-*.json"
+        records = read_stamps(server.stamps_dir, pattern)
         for protocol in protocols:
             joined = join((t for t in traces if _protocol_of(t) == protocol), records, windows[protocol])
             results[protocol][name] = {

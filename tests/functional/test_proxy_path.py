@@ -68,7 +68,7 @@ def running_total(requests):
 
 
 def two_outputs(requests):
-    return [{name: request["x"] for name in request.requested_output_names} for request in requests]
+    return [dict.fromkeys(request.requested_output_names, request["x"]) for request in requests]
 
 
 def watchful(requests):
@@ -113,7 +113,8 @@ def server():
     triton.bind("Picky", picky, X, Y, config=ModelConfig(max_batch_size=8, isolate_failures=True))
     triton.bind("Forked", pid, X, [Tensor(name="pid", dtype=np.int64, shape=(1,))],
                 config=ModelConfig(max_batch_size=8, process_instances=True))
-    warmup = ModelWarmup(name="w", batch_size=2, inputs={"x": WarmupInput(dtype=np.float32, shape=(3,), zero_data=True)})
+    zeros = WarmupInput(dtype=np.float32, shape=(3,), zero_data=True)
+    warmup = ModelWarmup(name="w", batch_size=2, inputs={"x": zeros})
     triton.bind("Warmed", warmed, X, Y, config=ModelConfig(max_batch_size=8, model_warmup=[warmup]))
     triton.bind("Cached", plain, X, Y, config=ModelConfig(max_batch_size=8, response_cache=True))
     triton.run()

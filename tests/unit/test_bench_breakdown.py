@@ -50,17 +50,30 @@ def test_trace_join_and_stages(tmp_path):
     assert figures["Triton front end (receive, parse)"]["median_us"] == 10.0
     assert figures["Triton queue"]["median_us"] == 8.0
     assert figures["Triton -> stub (into execute)"]["median_us"] == 10.0
-    assert figures["stub execute, all of it"]["median_us"] == 150.0
+    assert figures["execute, all of it (the stub's, or the backend's)"]["median_us"] == 150.0
     assert figures["- carrier to the worker (send, wake)"]["median_us"] == 30.0
-    assert figures["- proxy: Triton responses"]["median_us"] == 30.0
+    assert figures["- backend or proxy: Triton responses"]["median_us"] == 30.0
     assert figures["stub -> Triton (out of execute)"]["median_us"] == 40.0
     assert figures["server, receive to send"]["median_us"] == 260.0
 
     grpc = [t for t in traces if breakdown._protocol_of(t) == "grpc"]
     (unmatched,) = breakdown.join(grpc, records, (0, 10**12))
     assert unmatched[1] is None  # no record inside its compute
-    assert "stub execute, all of it" not in breakdown.stage_figures([unmatched])
+    assert "execute, all of it (the stub's, or the backend's)" not in breakdown.stage_figures([unmatched])
     assert breakdown.join(grpc, records, (0, 1)) == []  # outside the measured window
+
+
+def test_the_backends_record_has_no_stub_stages_but_its_own(tmp_path):
+    # pytriton's backend reports its compute once the batch is laid out: its execute began before
+    # COMPUTE_INPUT_END and ended after COMPUTE_OUTPUT_START, and there is no stub in between.
+    us = 1000
+    (tmp_path / "trace.json").write_text(json.dumps(_trace_events(1, 1_000_000)))
+    (trace,) = breakdown.read_trace(tmp_path / "trace.json")
+    record = tuple(1_000_000 + offset * us for offset in (25, 29, 60, 80, 100, 120, 225, 240))
+    figures = breakdown.stage_figures([(trace, record)])
+    assert "Triton -> stub (into execute)" not in figures and "stub -> Triton (out of execute)" not in figures
+    assert figures["- carrier to the worker (send, wake)"]["median_us"] == 31.0
+    assert figures["execute, all of it (the stub's, or the backend's)"]["median_us"] == 215.0
 
 
 def test_markdown_has_every_stage_and_the_cpu_rows():
