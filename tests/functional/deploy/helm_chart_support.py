@@ -7,11 +7,15 @@ installed; the tests render every one of them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import http.server
+import json
 import pathlib
 import re
 import sys
-from typing import Any, Dict, List, Optional
+import threading
+from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 import yaml
@@ -31,6 +35,17 @@ TRITON_HEALTH_PATHS = ("/v2/health/live", "/v2/health/ready")
 # every switch and optional group of values.yaml is exercised by at least one set here.
 INFERENCE_PEER = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "clients"}}}
 SMOKE_REQUEST = {"inputs": [{"name": "features", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}
+# kube-prometheus-stack's Prometheus selects the monitors labelled with its Helm release.
+PROMETHEUS_RELEASE_LABEL = {"release": "kube-prometheus-stack"}
+# Model weights on a PersistentVolumeClaim, copied there by an init container, beside a sidecar.
+WEIGHTS_VOLUME = {"name": "weights", "persistentVolumeClaim": {"claimName": "llm-weights", "readOnly": True}}
+WEIGHTS_MOUNT = {"name": "weights", "mountPath": "/models", "readOnly": True}
+FETCH_WEIGHTS = {"name": "fetch-weights", "image": "registry.example.com/tools/s5cmd:2.3.0",
+                 "args": ["sync", "s3://models/llm/*", "/models/"],
+                 "volumeMounts": [{"name": "weights", "mountPath": "/models"}]}
+SIDECAR = {"name": "log-shipper", "image": "registry.example.com/tools/fluent-bit:3.2.4",
+           "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}}}
+GATEWAY = {"name": "public", "namespace": "gateways", "sectionName": "https"}
 VALUE_SETS: Dict[str, Dict[str, Any]] = {
     "defaults": {},
     "gpu": {"gpu": {"enabled": True, "count": 2}, "nodeSelector": {"nvidia.com/gpu.present": "true"}},
@@ -46,8 +61,17 @@ VALUE_SETS: Dict[str, Dict[str, Any]] = {
         "resources": {"requests": {"cpu": "2", "memory": "14.5Gi"}, "limits": {"cpu": "4", "memory": "16G"}},
         "shm": {"sizeLimit": "2Gi"},
     },
-    "hpa": {"autoscaling": {"hpa": {"enabled": True}}, "serviceMonitor": {"enabled": True}},
-    "keda": {"autoscaling": {"keda": {"enabled": True}}, "serviceMonitor": {"enabled": True}},
+    "hpa": {"autoscaling": {"hpa": {"enabled": True}},
+            "serviceMonitor": {"enabled": True, "labels": PROMETHEUS_RELEASE_LABEL}},
+    "keda": {"autoscaling": {"keda": {"enabled": True}},
+             "serviceMonitor": {"enabled": True, "labels": PROMETHEUS_RELEASE_LABEL}},
+    # The pods scraped by a PodMonitor instead of through the Service.
+    "keda-pod-monitor": {"autoscaling": {"keda": {"enabled": True}},
+                         "podMonitor": {"enabled": True, "labels": PROMETHEUS_RELEASE_LABEL}},
+    # A Prometheus that selects every monitor (its selectors are {}): no labels needed, said so.
+    "hpa-prometheus-selects-every-monitor": {"autoscaling": {"hpa": {"enabled": True}},
+                                             "serviceMonitor": {"enabled": True, "labelsNotNeeded": True}},
+    "pod-monitor-without-labels": {"podMonitor": {"enabled": True, "labelsNotNeeded": True}},
     # The optional signal, with a Prometheus that scrapes the pods by a configuration of its own.
     "keda-ratio-external-scrape": {
         "autoscaling": {"keda": {"enabled": True}, "signal": "queueRatio", "externalScrape": True},
@@ -84,6 +108,41 @@ VALUE_SETS: Dict[str, Dict[str, Any]] = {
     "token": {"accessToken": {"enabled": True, "value": "s3cr3t-token"}, "service": {"headless": True}},
     "token-existing-secret": {"accessToken": {"enabled": True, "existingSecret": "team-token", "secretKey": "tok"}},
     "sleep-action": {"lifecycle": {"preStopAction": "sleep", "preStopSleepSeconds": 5}},
+    # A release named by the user, in a registry given apart, with labels of the user's on everything.
+    "renamed": {
+        "nameOverride": "llm",
+        "fullnameOverride": "llm-serving",
+        "commonLabels": {"team": "ml-platform", "cost-center": "4711"},
+        "podLabels": {"example.com/tier": "gold"},
+        "image": {"registry": "registry.example.com:5000", "repository": "ml/llm-server", "tag": "2.0.1"},
+    },
+    # Weights on a volume an init container fills, a sidecar, credentials from a Secret and a cloud
+    # identity for object storage, a priority class, the user's own spreading, and a drain that keeps
+    # serving for 5 s after readiness turned false.
+    "weights-on-a-volume": {
+        "extraVolumes": [WEIGHTS_VOLUME],
+        "extraVolumeMounts": [WEIGHTS_MOUNT],
+        "initContainers": [FETCH_WEIGHTS],
+        "extraContainers": [SIDECAR],
+        "envFrom": [{"secretRef": {"name": "object-store-credentials"}}],
+        "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/llm-reader"}},
+        "priorityClassName": "serving-high",
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                       "whenUnsatisfiable": "DoNotSchedule",
+                                       "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": RELEASE}}}],
+        "triton": {"drainServingSeconds": 5},
+    },
+    # Reached from outside: an Ingress with TLS, Gateway API routes, a LoadBalancer for a few ranges.
+    "exposed": {
+        "ingress": {"enabled": True, "className": "nginx", "hosts": ["models.example.com"],
+                    "annotations": {"nginx.ingress.kubernetes.io/proxy-body-size": "64m"},
+                    "tls": [{"hosts": ["models.example.com"], "secretName": "models-tls"}]},
+        "httpRoute": {"enabled": True, "parentRefs": [GATEWAY], "hostnames": ["models.example.com"],
+                      "annotations": {"example.com/owner": "ml-platform"}},
+        "grpcRoute": {"enabled": True, "parentRefs": [GATEWAY], "hostnames": ["grpc.models.example.com"],
+                      "annotations": {"example.com/owner": "ml-platform"}},
+        "service": {"type": "LoadBalancer", "loadBalancerSourceRanges": ["203.0.113.0/24", "2001:db8::/32"]},
+    },
 }
 
 
@@ -129,6 +188,78 @@ def render(values: Optional[Dict[str, Any]] = None, release: str = RELEASE,
     return objects
 
 
+class _KubernetesVersionServer(http.server.ThreadingHTTPServer):
+    git_version = "v1.29.4"
+
+
+class _KubernetesVersionHandler(http.server.BaseHTTPRequestHandler):
+    """Answers the few reads `helm install` makes before it renders: the server's version, API
+    discovery (only the core group, v1) and the list of release Secrets (none). Anything else,
+    e.g. the OpenAPI documents Helm fetches after rendering to build the objects, is a 404."""
+
+    def do_GET(self) -> None:  # the name http.server calls
+        path = self.path.split("?")[0]
+        version = self.server.git_version  # type: ignore[attr-defined]
+        major, minor = version.lstrip("v").split(".")[:2]
+        answers = {
+            "/version": {"major": major, "minor": minor, "gitVersion": version, "platform": "linux/amd64"},
+            "/api": {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []},
+            "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": []},
+            "/api/v1": {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                {"name": "secrets", "singularName": "secret", "namespaced": True, "kind": "Secret",
+                 "verbs": ["create", "get", "list"]}]},
+        }
+        body = answers.get(path)
+        if body is None and path.endswith("/secrets"):
+            body = {"kind": "SecretList", "apiVersion": "v1", "metadata": {}, "items": []}
+        if body is None:
+            self.send_response(404)
+            self.end_headers()
+            return
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def cluster_of_version(git_version: str) -> Iterator[Any]:
+    """A helm_python.Config whose API server says it is Kubernetes `git_version` (e.g. "v1.29.4").
+
+    Offline rendering gives the templates the SDK's own Kubernetes version, and `helm lint
+    --kube-version` only logs a template's `fail`. An install reads the version from the cluster,
+    so `install(..., dry_run="server")` against this stand-in renders the templates with that
+    version, exactly as `helm install` on such a cluster would, and fails after rendering (the
+    stand-in serves no OpenAPI documents), creating nothing.
+    """
+    server = _KubernetesVersionServer(("127.0.0.1", 0), _KubernetesVersionHandler)
+    server.git_version = git_version
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield helm().Config(kube_apiserver=f"http://127.0.0.1:{server.server_port}", namespace=NAMESPACE)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def install_on(git_version: str, values: Dict[str, Any]) -> str:
+    """What `helm install --dry-run=server` says on a cluster of `git_version`: the error message of
+    the first step that failed (a template's refusal, or the build of the objects after rendering)."""
+    with cluster_of_version(git_version) as config:
+        try:
+            config.install(CHART, RELEASE, values, namespace=NAMESPACE, dry_run="server", timeout=30)
+        except helm().HelmError as exc:
+            return str(exc)
+    return ""
+
+
 def only(objects: List[Dict[str, Any]], kind: str, name: Optional[str] = None) -> Dict[str, Any]:
     """The one object of `kind` (and `name`), failing the test when there is not exactly one."""
     found = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
@@ -137,8 +268,10 @@ def only(objects: List[Dict[str, Any]], kind: str, name: Optional[str] = None) -
 
 
 def server_container(objects: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The server's container: the first of the pod, named pytriton (sidecars of extraContainers follow)."""
     containers = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
-    assert [c["name"] for c in containers] == ["pytriton"]
+    assert containers[0]["name"] == "pytriton", [c["name"] for c in containers]
+    assert [c["name"] for c in containers].count("pytriton") == 1
     return containers[0]
 
 
@@ -184,7 +317,10 @@ def quantity_bytes(quantity: Any) -> float:
 CRD_DIR = pathlib.Path(__file__).resolve().parent / "data" / "crds"
 CRD_FILES = {
     "ServiceMonitor": CRD_DIR / "monitoring.coreos.com_servicemonitors.yaml",
+    "PodMonitor": CRD_DIR / "monitoring.coreos.com_podmonitors.yaml",
     "ScaledObject": CRD_DIR / "keda.sh_scaledobjects.yaml",
+    "HTTPRoute": CRD_DIR / "gateway.networking.k8s.io_httproutes.yaml",
+    "GRPCRoute": CRD_DIR / "gateway.networking.k8s.io_grpcroutes.yaml",
 }
 
 

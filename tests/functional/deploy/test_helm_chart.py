@@ -21,15 +21,22 @@ import yaml
 from helm_chart_support import (
     CHART,
     CRD_FILES,
+    FETCH_WEIGHTS,
+    GATEWAY,
     INFERENCE_PEER,
     NAMESPACE,
+    PROMETHEUS_RELEASE_LABEL,
     RELEASE,
+    SIDECAR,
     SMOKE_REQUEST,
     TRITON_HEALTH_PATHS,
     VALUE_SETS,
+    WEIGHTS_MOUNT,
+    WEIGHTS_VOLUME,
     adapter_rule,
     crd_schema,
     helm,
+    install_on,
     kubernetes_validate,
     only,
     plain_env,
@@ -80,6 +87,11 @@ def test_every_value_set_renders_the_objects_it_asks_for():
     assert kinds["defaults"] == base
     assert kinds["hpa"] == sorted(base + ["HorizontalPodAutoscaler", "ServiceMonitor"])
     assert kinds["keda"] == sorted(base + ["ScaledObject", "ServiceMonitor"])
+    assert kinds["keda-pod-monitor"] == sorted(base + ["PodMonitor", "ScaledObject"])
+    assert kinds["hpa-prometheus-selects-every-monitor"] == sorted(base + ["HorizontalPodAutoscaler", "ServiceMonitor"])
+    assert kinds["pod-monitor-without-labels"] == sorted(base + ["PodMonitor"])
+    assert kinds["exposed"] == sorted(base + ["GRPCRoute", "HTTPRoute", "Ingress"])
+    assert kinds["renamed"] == kinds["weights-on-a-volume"] == base
     assert kinds["keda-ratio-external-scrape"] == sorted(base + ["ScaledObject"])
     assert kinds["service-monitor"] == sorted(base + ["ServiceMonitor"])
     assert kinds["token"] == sorted(base + ["Secret", "Service"])  # and the headless Service
@@ -116,8 +128,12 @@ def test_the_value_sets_cover_every_switch_and_optional_group_of_values_yaml():
     untested = []
     for path, default in _leaves(defaults):
         # Filled by the user in every install, or Kubernetes objects passed through as they are.
-        if path[0] in ("command", "args", "extraEnv", "imagePullSecrets", "podAnnotations", "podLabels",
-                       "topologySpreadConstraints", "podSecurityContext", "securityContext") or path[-1] == "digest":
+        if path[0] in ("command", "args", "extraEnv", "imagePullSecrets", "podAnnotations",
+                       "podSecurityContext", "securityContext") or path[-1] == "digest":
+            continue
+        # Its objects changed shape in Kubernetes 1.31, so no value set validated against every
+        # version can hold one: test_resource_claims_reach_the_container_and_the_pod covers it.
+        if path == ("resourceClaims",):
             continue
         if path == ("serviceAccount", "automountToken"):  # no API token in any set: the security test holds it
             continue
@@ -219,12 +235,29 @@ def test_custom_resources_fit_their_crds_schemas(rendered):
                 pytest.fail(f"{name}: {obj['kind']} invalid at {'.'.join(map(str, exc.path))}: {exc.message}")
             assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", obj["metadata"]["name"])
     deployment = only(objects, "Deployment")
+    fullname = deployment["metadata"]["name"]
+    service = only(objects, "Service", fullname)
     for monitor in [o for o in objects if o["kind"] == "ServiceMonitor"]:
         # It must select the chart's Service and scrape a port that Service has.
-        service = only(objects, "Service", FULLNAME)
         assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
         assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
         assert monitor["spec"]["namespaceSelector"]["matchNames"] == [NAMESPACE]
+    for monitor in [o for o in objects if o["kind"] == "PodMonitor"]:
+        # It must select the server's pods (and no other: see the helm test pod's labels) and
+        # scrape a port their server container names.
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert monitor["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+        [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+        assert endpoint["port"] in {p["name"] for p in server_container(objects)["ports"]}
+        assert monitor["spec"]["namespaceSelector"]["matchNames"] == [NAMESPACE]
+    for route in [o for o in objects if o["kind"] in ("HTTPRoute", "GRPCRoute")]:
+        # Every rule sends to the chart's Service, on the port of the route's protocol.
+        wanted = {"HTTPRoute": "http", "GRPCRoute": "grpc"}[route["kind"]]
+        ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+        for rule in route["spec"]["rules"]:
+            assert rule["backendRefs"] == [{"name": fullname, "port": ports[wanted]}]
+        assert route["spec"]["parentRefs"], "a route with no parent attaches to nothing"
     for scaled in [o for o in objects if o["kind"] == "ScaledObject"]:
         assert scaled["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
         assert "replicas" not in deployment["spec"], "KEDA owns the replica count"
@@ -245,6 +278,25 @@ def test_crd_schemas_refuse_a_misspelt_field_and_a_wrong_type():
     scaled["spec"]["pollingInterval"] = "15"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(scaled, crd_schema("ScaledObject"))
+    pod_monitor = only(render(VALUE_SETS["keda-pod-monitor"]), "PodMonitor")
+    jsonschema.validate(pod_monitor, crd_schema("PodMonitor"))
+    pod_monitor["spec"]["endpoints"] = pod_monitor["spec"].pop("podMetricsEndpoints")  # a ServiceMonitor's field
+    with pytest.raises(jsonschema.ValidationError, match="endpoints"):
+        jsonschema.validate(pod_monitor, crd_schema("PodMonitor"))
+    exposed = render(VALUE_SETS["exposed"])
+    http_route = only(exposed, "HTTPRoute")
+    jsonschema.validate(http_route, crd_schema("HTTPRoute"))
+    http_route["spec"]["rules"][0]["matches"][0]["path"]["type"] = "Prefix"  # Ingress's word, not the route's
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(http_route, crd_schema("HTTPRoute"))
+    grpc_route = only(exposed, "GRPCRoute")
+    jsonschema.validate(grpc_route, crd_schema("GRPCRoute"))
+    grpc_route["spec"]["rules"][0]["backendRefs"][0]["servicePort"] = 8001
+    with pytest.raises(jsonschema.ValidationError, match="servicePort"):
+        jsonschema.validate(grpc_route, crd_schema("GRPCRoute"))
+    grpc_route["apiVersion"] = "gateway.networking.k8s.io/v1alpha2"  # the version before GA
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(grpc_route, crd_schema("GRPCRoute"))
 
 
 # --- policies: probes and ports ------------------------------------------------------------------
@@ -475,8 +527,15 @@ def test_the_schema_describes_values_yaml_and_accepts_its_defaults():
             if isinstance(value, dict) and value and key not in ("config", "podSecurityContext", "securityContext"):
                 yield from keys(value, prefix + key + ".")
 
+    def resolved(node):
+        # A shared definition ("$ref": "#/definitions/monitor") stands for its content.
+        while "$ref" in node:
+            node = schema["definitions"][node["$ref"].rsplit("/", 1)[-1]]
+        return node
+
     def schema_keys(node, prefix=""):
         for key, value in node.get("properties", {}).items():
+            value = resolved(value)
             if "Removed" in value.get("description", ""):
                 continue
             yield prefix + key
@@ -485,6 +544,7 @@ def test_the_schema_describes_values_yaml_and_accepts_its_defaults():
 
     def closed(node, path=""):
         # Every object the chart defines is closed; open ones are maps or Kubernetes objects.
+        node = resolved(node)
         if node.get("type") == "object" and "properties" in node:
             assert node.get("additionalProperties") is False, path
         for key, value in node.get("properties", {}).items():
@@ -516,6 +576,24 @@ def test_the_schema_describes_values_yaml_and_accepts_its_defaults():
         ({"resources": {"limits": {"memory": "2 GB"}}}, "/resources/limits/memory", ""),
         ({"helmTest": {"modle": "Linear"}}, "/helmTest", "'modle' not allowed"),
         ({"lifecycle": {"preStopAction": "http"}}, "/lifecycle/preStopAction", ""),
+        ({"podMonitor": {"label": {"release": "x"}}}, "/podMonitor", "'label' not allowed"),
+        ({"serviceMonitor": {"labelsNotNeeded": "yes"}}, "/serviceMonitor/labelsNotNeeded", "want boolean"),
+        ({"podDisruptionBudget": {"maxUnavailable": "abc"}}, "/podDisruptionBudget/maxUnavailable", ""),
+        ({"podDisruptionBudget": {"maxUnavailable": -1}}, "/podDisruptionBudget/maxUnavailable", ""),
+        ({"autoscaling": {"requests": {"target": 0}}}, "/autoscaling/requests/target", ""),
+        ({"nameOverride": "My_Model"}, "/nameOverride", ""),
+        ({"fullnameOverride": "x" * 64}, "/fullnameOverride", ""),
+        ({"commonLabels": {"team": "ml platform"}}, "/commonLabels/team", ""),
+        ({"image": {"registry": "https://registry.example.com"}}, "/image/registry", ""),
+        ({"extraVolumes": [{"persistentVolumeClaim": {"claimName": "w"}}]}, "/extraVolumes/0", "name"),
+        ({"extraVolumeMounts": [{"name": "weights", "mountPath": "models"}]}, "/extraVolumeMounts/0/mountPath", ""),
+        ({"resources": {"claims": [{"name": "gpu", "count": 1}]}}, "/resources/claims/0", "'count' not allowed"),
+        ({"serviceAccount": {"annotation": {}}}, "/serviceAccount", "'annotation' not allowed"),
+        ({"service": {"loadBalancerSourceRanges": ["203.0.113.0"]}}, "/service/loadBalancerSourceRanges/0", ""),
+        ({"triton": {"drainServingSeconds": -1}}, "/triton/drainServingSeconds", ""),
+        ({"ingress": {"servicePort": "metrics"}}, "/ingress/servicePort", ""),
+        ({"httpRoute": {"parentRefs": [{"gateway": "public"}]}}, "/httpRoute/parentRefs/0", "'gateway' not allowed"),
+        ({"grpcRoute": {"hostnames": ["Models.Example.com"]}}, "/grpcRoute/hostnames/0", ""),
     ],
 )
 def test_the_schema_refuses_typos_wrong_types_and_unknown_keys_naming_the_path(values, path, words):
@@ -744,9 +822,10 @@ def test_the_helm_test_pod_checks_readiness_and_one_inference_as_the_server_user
     assert check["securityContext"]["runAsNonRoot"] is True and check["securityContext"]["runAsUser"] > 0
     assert pod["spec"]["restartPolicy"] == "Never" and pod["spec"]["automountServiceAccountToken"] is False
     env = plain_env(check)
-    service = only(objects, "Service", FULLNAME)
+    fullname = only(objects, "Deployment")["metadata"]["name"]
+    service = only(objects, "Service", fullname)
     http_port = {p["name"]: p["port"] for p in service["spec"]["ports"]}["http"]
-    assert env["PYTRITON_TEST_URL"] == f"http://{FULLNAME}.{NAMESPACE}.svc:{http_port}"
+    assert env["PYTRITON_TEST_URL"] == f"http://{fullname}.{NAMESPACE}.svc:{http_port}"
     chosen = VALUE_SETS[name].get("helmTest", {})
     assert env["PYTRITON_TEST_MODEL"] == chosen.get("model", "")
     assert (json.loads(env["PYTRITON_TEST_INPUT"]) if env["PYTRITON_TEST_INPUT"] else {}) == chosen.get("input", {})
@@ -862,11 +941,13 @@ def test_autoscaling_with_nothing_scraping_the_pods_is_refused():
         with pytest.raises(helm().HelmRenderError, match=refusal) as caught:
             render(alone)
         # The message says what to set.
-        assert "serviceMonitor.enabled=true" in str(caught.value)
+        assert "serviceMonitor.enabled=true or podMonitor.enabled=true" in str(caught.value)
         assert "autoscaling.externalScrape=true" in str(caught.value)
-        # Rendered when the chart's ServiceMonitor scrapes the pods ...
-        kinds = {o["kind"] for o in render(_merged(alone, {"serviceMonitor": {"enabled": True}}))}
-        assert "ServiceMonitor" in kinds and kinds & {"HorizontalPodAutoscaler", "ScaledObject"}
+        # Rendered when the chart's ServiceMonitor or PodMonitor scrapes the pods ...
+        for monitor in ("ServiceMonitor", "PodMonitor"):
+            chosen = {monitor[0].lower() + monitor[1:]: {"enabled": True, "labels": PROMETHEUS_RELEASE_LABEL}}
+            kinds = {o["kind"] for o in render(_merged(alone, chosen))}
+            assert monitor in kinds and kinds & {"HorizontalPodAutoscaler", "ScaledObject"}
         # ... or when the values say another scrape configuration does.
         kinds = {o["kind"] for o in render(_merged(alone, {"autoscaling": {"externalScrape": True}}))}
         assert "ServiceMonitor" not in kinds and kinds & {"HorizontalPodAutoscaler", "ScaledObject"}
@@ -949,3 +1030,473 @@ def test_notes_name_the_endpoints():
     assert f"helm test {RELEASE} -n {NAMESPACE}   (readiness)" in notes
     tested = render_manifests(VALUE_SETS["inference-from-and-helm-test"])["pytriton/templates/NOTES.txt"]
     assert "(readiness and one inference of Linear)" in tested
+
+
+# --- escape hatches: what a real cluster needs besides the server -------------------------------
+
+
+def _validated(obj, versions=None):
+    """`obj`, after checking it strictly against every supported Kubernetes version (or `versions`)."""
+    utils = kubernetes_validate()
+    for version in versions or _kubernetes_versions():
+        try:
+            utils.validate(obj, version, strict=True)
+        except utils.ValidationError as exc:
+            pytest.fail(f"{obj['kind']} invalid in Kubernetes {version}: {'.'.join(map(str, exc.path))}: {exc.message}")
+    return obj
+
+
+def _pod_spec(objects):
+    return only(objects, "Deployment")["spec"]["template"]["spec"]
+
+
+def test_weights_on_a_volume_reach_the_server_through_extra_volumes_and_mounts():
+    objects = render(VALUE_SETS["weights-on-a-volume"])
+    _validated(only(objects, "Deployment"))
+    pod = _pod_spec(objects)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["weights"] == WEIGHTS_VOLUME
+    assert {"dshm", "tmp", "home"} < set(volumes)  # the chart's own stay
+    mounts = server_container(objects)["volumeMounts"]
+    assert WEIGHTS_MOUNT in mounts and {m["mountPath"] for m in mounts} >= {"/dev/shm", "/tmp", "/home/pytriton"}
+    assert "weights" not in {v["name"] for v in _pod_spec(render())["volumes"]}
+
+
+@pytest.mark.parametrize(
+    "values, refusal",
+    [
+        ({"extraVolumes": [{"name": "dshm", "emptyDir": {}}]}, 'a volume named "dshm" already exists'),
+        ({"extraVolumes": [WEIGHTS_VOLUME, WEIGHTS_VOLUME], "extraVolumeMounts": [WEIGHTS_MOUNT]},
+         'a volume named "weights" already exists'),
+        ({"extraVolumes": [WEIGHTS_VOLUME], "extraVolumeMounts": [{**WEIGHTS_MOUNT, "mountPath": "/tmp"}]},
+         'mountPath "/tmp" is one of the chart\'s own mounts'),
+        ({"extraVolumeMounts": [WEIGHTS_MOUNT]},
+         'the mount at "/models" names the volume "weights", which the pod does not have: '
+         "expected one of dshm, tmp, home"),
+        ({"extraContainers": [{**SIDECAR, "name": "pytriton"}]}, 'a container named "pytriton" already exists'),
+        ({"initContainers": [FETCH_WEIGHTS], "extraContainers": [{**SIDECAR, "name": "fetch-weights"}]},
+         'a container named "fetch-weights" already exists'),
+    ],
+    ids=["chart-volume-name", "twice", "chart-mount-path", "unknown-volume", "server-name", "init-and-sidecar"],
+)
+def test_volumes_mounts_and_containers_that_clash_are_refused_by_name(values, refusal):
+    with pytest.raises(helm().HelmRenderError, match=re.escape(refusal)):
+        render(values)
+
+
+def test_init_containers_and_sidecars_run_beside_the_server_which_kubectl_still_picks():
+    objects = render(VALUE_SETS["weights-on-a-volume"])
+    pod = _pod_spec(objects)
+    assert pod["initContainers"] == [FETCH_WEIGHTS]
+    assert [c["name"] for c in pod["containers"]] == ["pytriton", SIDECAR["name"]]
+    assert pod["containers"][1] == SIDECAR
+    annotations = only(objects, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["kubectl.kubernetes.io/default-container"] == "pytriton"
+    default = _pod_spec(render())
+    assert "initContainers" not in default and len(default["containers"]) == 1
+    # A pod of one container needs no default-container annotation (and gets no other annotation).
+    assert "annotations" not in only(render(), "Deployment")["spec"]["template"]["metadata"]
+
+
+def test_env_from_brings_whole_secrets_and_config_maps_into_the_server():
+    container = server_container(render(VALUE_SETS["weights-on-a-volume"]))
+    assert container["envFrom"] == [{"secretRef": {"name": "object-store-credentials"}}]
+    assert "envFrom" not in server_container(render())
+
+
+def test_service_account_annotations_carry_a_cloud_identity_and_need_the_charts_account():
+    objects = render(VALUE_SETS["weights-on-a-volume"])
+    account = only(objects, "ServiceAccount")
+    assert account["metadata"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/llm-reader"}
+    assert _pod_spec(objects)["serviceAccountName"] == account["metadata"]["name"]
+    assert "annotations" not in only(render(), "ServiceAccount")["metadata"]
+    refusal = ('serviceAccount.annotations is set, but serviceAccount.create=false: '
+               '.* annotate your own ServiceAccount \\("inference"\\)')
+    with pytest.raises(helm().HelmRenderError, match=refusal):
+        render({"serviceAccount": {"create": False, "name": "inference",
+                                   "annotations": {"iam.gke.io/gcp-service-account": "x"}}})
+
+
+def test_priority_class_name_reaches_the_server_pods_and_the_test_pod():
+    objects = render(VALUE_SETS["weights-on-a-volume"])
+    assert _pod_spec(objects)["priorityClassName"] == "serving-high"
+    assert only(objects, "Pod")["spec"]["priorityClassName"] == "serving-high"
+    assert "priorityClassName" not in _pod_spec(render())
+
+
+def test_name_overrides_rename_every_object_and_the_selector_follows():
+    objects = render(VALUE_SETS["renamed"])
+    names = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert names == {("Deployment", "llm-serving"), ("Service", "llm-serving"), ("ServiceAccount", "llm-serving"),
+                     ("PodDisruptionBudget", "llm-serving"), ("NetworkPolicy", "llm-serving"),
+                     ("Pod", "llm-serving-test")}
+    deployment = only(objects, "Deployment")
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert selector == {"app.kubernetes.io/name": "llm", "app.kubernetes.io/instance": RELEASE}
+    assert only(objects, "Service")["spec"]["selector"] == selector
+    assert only(objects, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"] == selector
+    # nameOverride alone: <release>-<name>; a release name holding the name is used as it stands.
+    assert only(render({"nameOverride": "llm"}), "Deployment")["metadata"]["name"] == f"{RELEASE}-llm"
+    assert only(render({"nameOverride": "llm"}, release="llm-prod"), "Deployment")["metadata"]["name"] == "llm-prod"
+    # The headless Service's name stays a DNS label (63 characters at most) with the longest fullname.
+    longest = render({"fullnameOverride": "a" * 63, "service": {"headless": True}})
+    headless = [o["metadata"]["name"] for o in longest if o["kind"] == "Service" and o["metadata"]["name"] != "a" * 63]
+    assert headless == ["a" * 54 + "-headless"]
+
+
+def test_common_labels_reach_every_object_and_the_pods_without_changing_the_selector():
+    for name in ("renamed", "exposed", "keda-pod-monitor", "token"):
+        values = {**VALUE_SETS[name], "commonLabels": {"team": "ml-platform", "cost-center": "4711"}}
+        objects = render(values)
+        for obj in objects:
+            assert obj["metadata"]["labels"]["team"] == "ml-platform", (name, obj["kind"])
+            assert obj["metadata"]["labels"]["cost-center"] == "4711", (name, obj["kind"])
+        deployment = only(objects, "Deployment")
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert pod_labels["team"] == "ml-platform"
+        assert "team" not in deployment["spec"]["selector"]["matchLabels"]  # a selector is immutable
+    pod_labels = only(render(VALUE_SETS["renamed"]), "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels["example.com/tier"] == "gold"  # podLabels too
+    for key in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "helm.sh/chart"):
+        with pytest.raises(helm().HelmRenderError, match=re.escape(f"commonLabels.{key} is set by the chart itself")):
+            render({"commonLabels": {key: "x"}})
+    refusal = "podLabels.app.kubernetes.io/name is one of the Deployment's selector labels"
+    with pytest.raises(helm().HelmRenderError, match=re.escape(refusal)):
+        render({"podLabels": {"app.kubernetes.io/name": "x"}})
+
+
+def test_image_registry_is_prefixed_once():
+    objects = render(VALUE_SETS["renamed"])
+    assert server_container(objects)["image"] == "registry.example.com:5000/ml/llm-server:2.0.1"
+    assert only(objects, "Pod")["spec"]["containers"][0]["image"] == server_container(objects)["image"]
+    digest = "sha256:" + "b" * 64
+    pinned = server_container(render({"image": {"registry": "localhost:5000/", "repository": "llm", "digest": digest}}))
+    assert pinned["image"] == f"localhost:5000/llm@{digest}"
+    refusal = ('image.registry="mirror.example.com" is set, but image.repository="registry.example.com/my-team/'
+               'my-pytriton-server" already starts with the registry host "registry.example.com"')
+    with pytest.raises(helm().HelmRenderError, match=re.escape(refusal)):
+        render({"image": {"registry": "mirror.example.com"}})
+
+
+# --- the autoscaler must read something -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("autoscaler", ["hpa", "keda"])
+@pytest.mark.parametrize("monitor", ["serviceMonitor", "podMonitor"])
+def test_an_autoscaler_on_a_monitor_prometheus_would_not_select_is_refused(autoscaler, monitor):
+    unlabelled = {"autoscaling": {autoscaler: {"enabled": True}}, monitor: {"enabled": True}}
+    with pytest.raises(helm().HelmRenderError) as caught:
+        render(unlabelled)
+    message = str(caught.value)
+    assert f"autoscaling.{autoscaler}.enabled=true with {monitor}.labels empty" in message
+    assert f"Set {monitor}.labels (e.g. {{release: kube-prometheus-stack}}" in message
+    assert f"or {monitor}.labelsNotNeeded=true" in message
+    # Labels Prometheus selects by, or the user's word that it needs none, and it renders.
+    for chosen in ({"labels": PROMETHEUS_RELEASE_LABEL}, {"labelsNotNeeded": True}):
+        objects = render(_merged(unlabelled, {monitor: chosen}))
+        [found] = [o for o in objects if o["kind"] == monitor[0].upper() + monitor[1:]]
+        assert found["metadata"]["labels"].items() >= chosen.get("labels", {}).items()
+    # A monitor without an autoscaler feeds only dashboards: not refused.
+    render({monitor: {"enabled": True}})
+
+
+def test_both_monitors_at_once_are_refused_since_they_would_double_the_signal():
+    both = {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}
+    with pytest.raises(helm().HelmRenderError, match="serviceMonitor.enabled and podMonitor.enabled are both true"):
+        render(both)
+
+
+def test_a_pod_monitor_scrapes_the_server_pods_and_not_the_test_pod():
+    objects = render(VALUE_SETS["keda-pod-monitor"])
+    monitor = only(objects, "PodMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= only(objects, "Deployment")["spec"]["template"]["metadata"]["labels"].items()
+    assert not selector.items() <= only(objects, "Pod")["metadata"]["labels"].items()
+    assert monitor["spec"]["podMetricsEndpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s"}]
+    assert "ServiceMonitor" not in {o["kind"] for o in objects}
+
+
+@pytest.mark.parametrize(
+    "values, lines",
+    [
+        (VALUE_SETS["hpa"], [
+            "Autoscaling (HPA) on pytriton_requests_in_server, target 4 per pod,",
+            "scraped through the ServiceMonitor demo-pytriton (labels release=kube-prometheus-stack).",
+            'kubectl get --raw "/apis/custom.metrics.k8s.io/v1beta1/namespaces/serving/pods/*/'
+            'pytriton_requests_in_server"',
+            "kubectl -n serving describe hpa demo-pytriton",
+        ]),
+        (VALUE_SETS["keda-pod-monitor"], [
+            "Autoscaling (KEDA) on pytriton_requests_in_server, target 4 per pod,",
+            "scraped through the PodMonitor demo-pytriton (labels release=kube-prometheus-stack).",
+            'kubectl get --raw "/apis/external.metrics.k8s.io/v1beta1/namespaces/serving/$(kubectl -n serving get '
+            "scaledobject demo-pytriton -o jsonpath='{.status.externalMetricNames[0]}')?labelSelector="
+            'scaledobject.keda.sh%2Fname%3Ddemo-pytriton"',
+        ]),
+        (VALUE_SETS["hpa-prometheus-selects-every-monitor"], [
+            "scraped through the ServiceMonitor demo-pytriton (no labels: labelsNotNeeded).",
+        ]),
+        (_merged(VALUE_SETS["keda-ratio-external-scrape"],
+                 {"networkPolicy": {"metricsNamespaces": ["observability"]}}), [
+            "Autoscaling (KEDA) on pytriton_queue_compute_ratio, target 0.5 per pod,",
+            "scraped through a scrape configuration of yours (autoscaling.externalScrape).",
+            "kubectl -n observability port-forward svc/prometheus-operated 9090",
+        ]),
+    ],
+    ids=["hpa", "keda-pod-monitor", "no-labels", "external-scrape"],
+)
+def test_notes_print_the_commands_that_show_whether_the_metric_arrives(values, lines):
+    notes = render_manifests(values)["pytriton/templates/NOTES.txt"]
+    for line in lines:
+        assert line in notes, notes
+    query = "query=up{namespace=\"serving\",pod=~\"demo-pytriton-[a-z0-9]+-[a-z0-9]{5}\"}"
+    assert query in notes
+    assert "Autoscaling" not in render_manifests()["pytriton/templates/NOTES.txt"]
+
+
+# --- two replicas, two nodes -------------------------------------------------------------------
+
+
+def test_replicas_spread_over_nodes_by_default_and_the_users_spread_replaces_it():
+    objects = render()
+    deployment = only(objects, "Deployment")
+    [spread] = _pod_spec(objects)["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway"  # never keeps a pod Pending
+    assert spread["maxSkew"] == 1
+    assert spread["labelSelector"] == {"matchLabels": deployment["spec"]["selector"]["matchLabels"]}
+    assert spread["matchLabelKeys"] == ["pod-template-hash"]
+    # The selector counts the server's pods: those of the Deployment, not the helm test pod.
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert spread["labelSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert not spread["labelSelector"]["matchLabels"].items() <= only(objects, "Pod")["metadata"]["labels"].items()
+    # Renamed, the selector follows.
+    [renamed] = _pod_spec(render(VALUE_SETS["renamed"]))["topologySpreadConstraints"]
+    assert renamed["labelSelector"]["matchLabels"]["app.kubernetes.io/name"] == "llm"
+    chosen = VALUE_SETS["weights-on-a-volume"]["topologySpreadConstraints"]
+    assert _pod_spec(render(VALUE_SETS["weights-on-a-volume"]))["topologySpreadConstraints"] == chosen
+
+
+# --- values that broke or vanished -------------------------------------------------------------
+
+
+def test_resource_claims_reach_the_container_and_the_pod():
+    claims = {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}],
+              "resources": {"claims": [{"name": "gpu"}]}}
+    objects = render(claims)
+    assert server_container(objects)["resources"]["claims"] == [{"name": "gpu"}]
+    assert _pod_spec(objects)["resourceClaims"] == claims["resourceClaims"]
+    # This form of PodResourceClaim is Kubernetes 1.31's (1.29 and 1.30 had an alpha `source`);
+    # dynamic resource allocation is on by default from 1.34.
+    newer = [v for v in _kubernetes_versions() if _minor(v) >= (1, 31)]
+    _validated(only(objects, "Deployment"), newer)
+    assert "claims" not in server_container(render())["resources"]
+    refusal = 'resources.claims names "gpu", which is not in resourceClaims (empty)'
+    with pytest.raises(helm().HelmRenderError, match=re.escape(refusal)):
+        render({"resources": {"claims": [{"name": "gpu"}]}})
+
+
+def test_min_replicas_above_max_replicas_is_refused():
+    refusal = "autoscaling.minReplicas=5 is greater than autoscaling.maxReplicas=3: expected minReplicas <= maxReplicas"
+    with pytest.raises(helm().HelmRenderError, match=re.escape(refusal)):
+        render(_merged(VALUE_SETS["hpa"], {"autoscaling": {"minReplicas": 5, "maxReplicas": 3}}))
+    hpa = only(render(_merged(VALUE_SETS["hpa"], {"autoscaling": {"minReplicas": 3, "maxReplicas": 3}})),
+               "HorizontalPodAutoscaler")
+    assert hpa["spec"]["minReplicas"] == hpa["spec"]["maxReplicas"] == 3
+
+
+@pytest.mark.parametrize("target", ["0", "0m", "0.0", "000"])
+def test_a_zero_autoscaling_target_is_refused(target):
+    for autoscaler in ("hpa", "keda"):
+        values = _merged(VALUE_SETS[autoscaler], {"autoscaling": {"requests": {"target": target}}})
+        with pytest.raises(helm().HelmRenderError,
+                           match=re.escape(f'autoscaling.requests.target="{target}": expected a number above 0')):
+            render(values)
+    ratio = _merged(VALUE_SETS["hpa"], {"autoscaling": {"signal": "queueRatio", "queueRatio": {"target": target}}})
+    with pytest.raises(helm().HelmRenderError, match=re.escape(f'autoscaling.queueRatio.target="{target}"')):
+        render(ratio)
+    # The smallest positive targets still render.
+    small = only(render(_merged(VALUE_SETS["hpa"], {"autoscaling": {"requests": {"target": "1m"}}})),
+                 "HorizontalPodAutoscaler")
+    assert small["spec"]["metrics"][0]["pods"]["target"]["averageValue"] == "1m"
+
+
+@pytest.mark.parametrize("budget", ["abc", "1.5", "50 %", "101%", "-1"])
+def test_a_disruption_budget_that_is_no_number_or_percentage_is_refused(tmp_path, budget):
+    values = {"podDisruptionBudget": {"maxUnavailable": budget}}
+    with pytest.raises(helm().HelmValuesError, match="at '/podDisruptionBudget/maxUnavailable'"):
+        render(values)
+    # The template's own check, for an install that skips the schema.
+    refusal = f'podDisruptionBudget.maxUnavailable="{budget}": expected a number of pods (0 or more) or a percentage'
+    with pytest.raises(helm().HelmRenderError, match=re.escape(refusal)):
+        render(values, chart_dir=_without_schema(tmp_path))
+
+
+@pytest.mark.parametrize("budget", [0, 2, "25%", "100%"])
+def test_a_disruption_budget_of_pods_or_a_percentage_renders(budget):
+    budget_object = _validated(only(render({"podDisruptionBudget": {"maxUnavailable": budget}}), "PodDisruptionBudget"))
+    assert budget_object["spec"]["maxUnavailable"] == budget
+
+
+@pytest.mark.parametrize(
+    "ports, refusal",
+    [
+        ({"grpc": 8000}, "ports.grpc=8000 is the same as ports.http"),
+        ({"metrics": 8000}, "ports.metrics=8000 is the same as ports.http"),
+        ({"metrics": 8001}, "ports.metrics=8001 is the same as ports.grpc"),
+    ],
+)
+def test_one_port_for_two_endpoints_is_refused(ports, refusal):
+    with pytest.raises(helm().HelmRenderError, match=re.escape(refusal + ": expected a port of its own")):
+        render({"ports": ports})
+
+
+def test_the_kubelet_sleep_action_is_refused_below_kubernetes_1_30():
+    # The version is the cluster's (an install asks the API server), so the stand-in cluster of
+    # install_on decides it; a refusal is a template's, anything later means rendering passed.
+    sleep = VALUE_SETS["sleep-action"]
+    rendered = "unable to build kubernetes objects from release manifest"  # the step after rendering
+    refused = install_on("v1.29.4", sleep)
+    assert refused.endswith(
+        'lifecycle.preStopAction="sleep" needs Kubernetes 1.30 or newer (the kubelet\'s sleep action is alpha and '
+        "off by default in 1.29), and this cluster is v1.29.4: use lifecycle.preStopAction=exec (a `sleep` from "
+        "the image)"), refused
+    assert rendered in install_on("v1.30.0", sleep)
+    assert rendered in install_on("v1.29.4", {})  # the exec sleep, the default, works on 1.29
+    # Offline (the SDK's own, newer version) it renders.
+    assert server_container(render(sleep))["lifecycle"]["preStop"] == {"sleep": {"seconds": 5}}
+
+
+def test_the_helm_test_pod_is_no_server_pod_for_any_selector():
+    # A selector that matched the test pod would count it: the PDB as one of the server's pods
+    # (a finished test pod is unavailable, so a drain could be refused), the Service as an
+    # endpoint, a PodMonitor as a target.
+    for name in ("defaults", "keda-pod-monitor", "renamed", "inference-from-and-helm-test"):
+        objects = render(VALUE_SETS[name])
+        test_labels = only(objects, "Pod")["metadata"]["labels"]
+        selectors = {
+            "Deployment": only(objects, "Deployment")["spec"]["selector"]["matchLabels"],
+            "Service": only(objects, "Service")["spec"]["selector"],
+            "PodDisruptionBudget": only(objects, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
+            "NetworkPolicy": only(objects, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"],
+        }
+        for monitor in [o for o in objects if o["kind"] == "PodMonitor"]:
+            selectors["PodMonitor"] = monitor["spec"]["selector"]["matchLabels"]
+        for kind, selector in selectors.items():
+            assert not selector.items() <= test_labels.items(), (name, kind, selector, test_labels)
+        # It still says what it is and whose it is.
+        assert test_labels["app.kubernetes.io/component"] == "helm-test"
+        assert test_labels["app.kubernetes.io/instance"] == RELEASE
+    # The negative control: the labels the test pod had before matched every one of them.
+    objects = render()
+    before = {**only(objects, "Deployment")["metadata"]["labels"], "app.kubernetes.io/component": "helm-test"}
+    assert only(objects, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"].items() <= before.items()
+
+
+# --- exposure ------------------------------------------------------------------------------------
+
+
+def test_an_ingress_sends_its_hosts_to_the_chosen_service_port():
+    objects = render(VALUE_SETS["exposed"])
+    ingress = only(objects, "Ingress")
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    assert ingress["spec"]["tls"] == [{"hosts": ["models.example.com"], "secretName": "models-tls"}]
+    assert ingress["metadata"]["annotations"] == {"nginx.ingress.kubernetes.io/proxy-body-size": "64m"}
+    [rule] = ingress["spec"]["rules"]
+    assert rule["host"] == "models.example.com"
+    [path] = rule["http"]["paths"]
+    assert path["path"] == "/" and path["pathType"] == "Prefix"
+    service = only(objects, "Service")
+    assert path["backend"] == {"service": {"name": service["metadata"]["name"], "port": {"name": "http"}}}
+    assert "http" in {p["name"] for p in service["spec"]["ports"]}
+    # No host: one rule for every host; and gRPC for a controller told to speak it to the backend.
+    grpc = _validated(only(render({"ingress": {"enabled": True, "servicePort": "grpc"}}), "Ingress"))
+    [rule] = grpc["spec"]["rules"]
+    assert "host" not in rule and rule["http"]["paths"][0]["backend"]["service"]["port"] == {"name": "grpc"}
+    assert "Ingress" not in {o["kind"] for o in render()}
+
+
+def test_gateway_routes_send_http_and_grpc_to_their_ports():
+    objects = render(VALUE_SETS["exposed"])
+    http_route, grpc_route = only(objects, "HTTPRoute"), only(objects, "GRPCRoute")
+    assert http_route["apiVersion"] == grpc_route["apiVersion"] == "gateway.networking.k8s.io/v1"
+    assert http_route["spec"]["parentRefs"] == grpc_route["spec"]["parentRefs"] == [GATEWAY]
+    assert http_route["spec"]["hostnames"] == ["models.example.com"]
+    assert grpc_route["spec"]["hostnames"] == ["grpc.models.example.com"]
+    [http_rule] = http_route["spec"]["rules"]
+    assert http_rule["matches"] == [{"path": {"type": "PathPrefix", "value": "/"}}]
+    assert http_rule["backendRefs"] == [{"name": FULLNAME, "port": 8000}]
+    [grpc_rule] = grpc_route["spec"]["rules"]
+    assert grpc_rule == {"backendRefs": [{"name": FULLNAME, "port": 8001}]}  # every service and method
+    moved = render({**VALUE_SETS["exposed"], "ports": {"http": 9000, "grpc": 9001, "metrics": 9002}})
+    assert only(moved, "HTTPRoute")["spec"]["rules"][0]["backendRefs"][0]["port"] == 9000
+    assert only(moved, "GRPCRoute")["spec"]["rules"][0]["backendRefs"][0]["port"] == 9001
+    notes = render_manifests(VALUE_SETS["exposed"])["pytriton/templates/NOTES.txt"]
+    assert "HTTPRoute demo-pytriton: from Gateway gateways/public (https), for models.example.com -> port http" in notes
+    assert "Ingress demo-pytriton: for models.example.com, path / -> port http" in notes
+
+
+@pytest.mark.parametrize("route", ["httpRoute", "grpcRoute"])
+def test_a_route_attached_to_no_gateway_is_refused(route):
+    with pytest.raises(helm().HelmRenderError, match=re.escape(f"{route}.enabled=true with {route}.parentRefs empty")):
+        render({route: {"enabled": True}})
+
+
+def test_load_balancer_source_ranges_reach_a_load_balancer_and_are_refused_elsewhere():
+    service = only(render(VALUE_SETS["exposed"]), "Service")
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert service["spec"]["loadBalancerSourceRanges"] == ["203.0.113.0/24", "2001:db8::/32"]
+    assert "loadBalancerSourceRanges" not in only(render(), "Service")["spec"]
+    refusal = ('service.loadBalancerSourceRanges is set, but service.type="ClusterIP": '
+               "only a LoadBalancer Service uses it")
+    with pytest.raises(helm().HelmRenderError, match=re.escape(refusal)):
+        render({"service": {"loadBalancerSourceRanges": ["203.0.113.0/24"]}})
+
+
+# --- the drain that keeps serving --------------------------------------------------------------
+
+
+def test_drain_serving_seconds_reaches_the_server_and_lengthens_the_grace_period():
+    objects = render(VALUE_SETS["weights-on-a-volume"])
+    container = server_container(objects)
+    served = TritonConfig.from_env(plain_env(container))
+    assert served.drain_serving_s == 5
+    grace = _pod_spec(objects)["terminationGracePeriodSeconds"]
+    assert grace == 10 + 5 + 30 + PYTRITON_KILL_MARGIN_S + 5
+    # Unset by default: pytriton's own 0, since the preStop sleep already took the pod out.
+    assert "PYTRITON_TRITON_CONFIG_DRAIN_SERVING_S" not in plain_env(server_container(render()))
+    assert TritonConfig.from_env(plain_env(server_container(render()))).drain_serving_s is None
+    # A fraction of a second is passed as it is, and the grace period rounds it up.
+    fraction = render({"triton": {"drainServingSeconds": 2.5}})
+    assert TritonConfig.from_env(plain_env(server_container(fraction))).drain_serving_s == 2.5
+    assert _pod_spec(fraction)["terminationGracePeriodSeconds"] == 10 + 3 + 30 + PYTRITON_KILL_MARGIN_S + 5
+    refusal = ("terminationGracePeriodSeconds=60 is too short: it must be at least lifecycle.preStopSleepSeconds (10) "
+               "+ triton.drainServingSeconds (5, rounded up) + triton.exitTimeoutSecs (30)")
+    with pytest.raises(helm().HelmRenderError, match=re.escape(refusal)):
+        render({"triton": {"drainServingSeconds": 5}, "terminationGracePeriodSeconds": 60})
+    with pytest.raises(helm().HelmRenderError, match="triton.config.DRAIN_SERVING_S is set by the chart"):
+        render({"triton": {"config": {"DRAIN_SERVING_S": "5"}}})
+
+
+# --- the chart's README --------------------------------------------------------------------------
+
+
+def test_every_repository_path_the_chart_readme_names_exists():
+    text = (CHART / "README.md").read_text()
+    paths = set(re.findall(r"`((?:tests|deploy|docs|bench|examples)/[^`\s]+)`", text))
+    assert "tests/functional/deploy/data/README.md" in paths, "say where the CRD copies come from"
+    root = CHART.parents[2]
+    assert [p for p in sorted(paths) if not (root / p).exists()] == []
+
+
+def test_every_crd_copy_is_used_and_its_source_is_recorded():
+    crd_dir = CHART.parents[2] / "tests" / "functional" / "deploy" / "data" / "crds"
+    readme = (crd_dir.parent / "README.md").read_text()
+    copies = sorted(path.name for path in crd_dir.iterdir())
+    assert copies == sorted(path.name for path in CRD_FILES.values())
+    for name in copies:
+        [row] = [line for line in readme.splitlines() if line.startswith(f"| `{name}` |")]
+        assert re.search(r"`[0-9a-f]{40}`", row), f"{name}: no commit in data/README.md"

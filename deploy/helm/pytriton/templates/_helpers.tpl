@@ -1,28 +1,78 @@
 {{/* Names and labels shared by every object of a release. */}}
 
+{{/* The chart's name, or nameOverride. */}}
 {{- define "pytriton.name" -}}
-{{- .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* <release>-pytriton, or the release name alone when it already holds the chart's name. */}}
+{{/*
+fullnameOverride, else <release>-<name>, or the release name alone when it already holds the
+name (so `helm install pytriton ...` does not give pytriton-pytriton).
+*/}}
 {{- define "pytriton.fullname" -}}
-{{- if contains .Chart.Name .Release.Name }}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := include "pytriton.name" . }}
+{{- if contains $name .Release.Name }}
 {{- .Release.Name | trunc 63 | trimSuffix "-" }}
 {{- else }}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
 {{- end }}
 {{- end }}
 
+{{/* The labels that select the server's pods (Deployment, Service, PDB, NetworkPolicy, monitors). */}}
 {{- define "pytriton.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "pytriton.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* Label keys the chart sets itself; commonLabels may not change them. */}}
+{{- define "pytriton.ownLabelKeys" -}}
+{{- toJson (list "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/version" "app.kubernetes.io/managed-by" "app.kubernetes.io/component" "helm.sh/chart") }}
+{{- end }}
+
+{{/*
+The labels of every object: the chart's own and commonLabels (built as one map, so no key is
+written twice). Call with the root context, or with (dict "root" $ "extra" <map>) to add
+labels of one object (an extra label never replaces one of the chart's).
+*/}}
 {{- define "pytriton.labels" -}}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
-{{ include "pytriton.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- $root := . }}
+{{- $extra := dict }}
+{{- if hasKey . "root" }}
+{{- $root = .root }}
+{{- $extra = .extra }}
+{{- end }}
+{{- $own := include "pytriton.selectorLabels" $root | fromYaml }}
+{{- $_ := set $own "helm.sh/chart" (printf "%s-%s" $root.Chart.Name $root.Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-") }}
+{{- $_ := set $own "app.kubernetes.io/version" (toString $root.Chart.AppVersion) }}
+{{- $_ := set $own "app.kubernetes.io/managed-by" $root.Release.Service }}
+{{- toYaml (merge $own (deepCopy (default dict $root.Values.commonLabels)) (deepCopy (default dict $extra))) }}
+{{- end }}
+
+{{/*
+The labels of the `helm test` pod. They must not match the server's selector: the Service
+would send it traffic, the PodDisruptionBudget would count it as one of the server's pods
+(a finished test pod is an unavailable one, so a drain could be refused), and a PodMonitor
+would scrape it. So its app.kubernetes.io/name is <name>-test; the NetworkPolicy lets it in by
+instance and component.
+*/}}
+{{- define "pytriton.testLabels" -}}
+{{- $labels := include "pytriton.labels" . | fromYaml }}
+{{- $_ := set $labels "app.kubernetes.io/name" (printf "%s-test" (include "pytriton.name" . | trunc 58 | trimSuffix "-")) }}
+{{- $_ := set $labels "app.kubernetes.io/component" "helm-test" }}
+{{- toYaml $labels }}
+{{- end }}
+
+{{/* The labels of the server's pods: the selector's, commonLabels and podLabels. */}}
+{{- define "pytriton.podLabels" -}}
+{{- $labels := include "pytriton.labels" . | fromYaml }}
+{{- $_ := unset $labels "helm.sh/chart" }}
+{{- $_ := unset $labels "app.kubernetes.io/version" }}
+{{- $_ := unset $labels "app.kubernetes.io/managed-by" }}
+{{- toYaml (merge $labels (deepCopy (default dict .Values.podLabels))) }}
 {{- end }}
 
 {{- define "pytriton.serviceAccountName" -}}
@@ -33,17 +83,31 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{/* The image reference; a moving tag ("latest" or none) is refused. */}}
+{{/*
+The image reference: [registry/]repository then @digest or :tag. A moving tag ("latest" or none)
+is refused, and so is a registry given twice (image.registry and a host in image.repository):
+the first part of a repository is a registry host when it holds "." or ":" or is "localhost",
+as Docker reads it.
+*/}}
 {{- define "pytriton.image" -}}
 {{- $image := .Values.image }}
+{{- $repository := $image.repository }}
+{{- with $image.registry }}
+{{- $parts := splitList "/" $repository }}
+{{- $first := first $parts }}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) }}
+{{- fail (printf "image.registry=%q is set, but image.repository=%q already starts with the registry host %q: name the host in one of the two (e.g. image.repository=%q)" . $repository $first (join "/" (rest $parts))) }}
+{{- end }}
+{{- $repository = printf "%s/%s" (trimSuffix "/" .) $repository }}
+{{- end }}
 {{- if $image.digest }}
-{{- printf "%s@%s" $image.repository $image.digest }}
+{{- printf "%s@%s" $repository $image.digest }}
 {{- else }}
 {{- $tag := toString $image.tag }}
 {{- if or (eq $tag "") (eq (lower $tag) "latest") }}
 {{- fail (printf "image.tag=%q is not allowed: set a fixed version tag (or image.digest), since a moving tag makes a rollback or a cached node serve another build than the one tested" $tag) }}
 {{- end }}
-{{- printf "%s:%s" $image.repository $tag }}
+{{- printf "%s:%s" $repository $tag }}
 {{- end }}
 {{- end }}
 
@@ -71,9 +135,22 @@ value named. Call with (dict "name" "<value path>" "value" <quantity>).
 {{- end }}
 {{- end }}
 
-{{/* The least grace period that lets the preStop sleep, the drain and pytriton's kill margin run. */}}
+{{/* triton.drainServingSeconds rounded up to whole seconds (0 when unset), for the grace period. */}}
+{{- define "pytriton.drainServingSeconds" -}}
+{{- $chosen := .Values.triton.drainServingSeconds }}
+{{- if kindIs "invalid" $chosen }}
+{{- 0 }}
+{{- else }}
+{{- int (ceil (float64 $chosen)) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The least grace period that lets the preStop sleep, the serving part of the drain, the drain of
+the requests in flight and pytriton's kill margin run, one after the other.
+*/}}
 {{- define "pytriton.minimumGracePeriod" -}}
-{{- add (int .Values.lifecycle.preStopSleepSeconds) (int .Values.triton.exitTimeoutSecs) 15 5 }}
+{{- add (int .Values.lifecycle.preStopSleepSeconds) (include "pytriton.drainServingSeconds" . | int) (int .Values.triton.exitTimeoutSecs) 15 5 }}
 {{- end }}
 
 {{- define "pytriton.terminationGracePeriodSeconds" -}}
@@ -82,7 +159,7 @@ value named. Call with (dict "name" "<value path>" "value" <quantity>).
 {{- if kindIs "invalid" $chosen }}
 {{- $minimum }}
 {{- else if lt (int $chosen) $minimum }}
-{{- fail (printf "terminationGracePeriodSeconds=%v is too short: it must be at least lifecycle.preStopSleepSeconds (%v) + triton.exitTimeoutSecs (%v) + 15 (pytriton's kill margin) + 5 = %d, or Kubernetes kills the server during its drain" $chosen .Values.lifecycle.preStopSleepSeconds .Values.triton.exitTimeoutSecs $minimum) }}
+{{- fail (printf "terminationGracePeriodSeconds=%v is too short: it must be at least lifecycle.preStopSleepSeconds (%v) + triton.drainServingSeconds (%v, rounded up) + triton.exitTimeoutSecs (%v) + 15 (pytriton's kill margin) + 5 = %d, or Kubernetes kills the server during its drain" $chosen .Values.lifecycle.preStopSleepSeconds (include "pytriton.drainServingSeconds" .) .Values.triton.exitTimeoutSecs $minimum) }}
 {{- else }}
 {{- int $chosen }}
 {{- end }}
@@ -97,12 +174,15 @@ value named. Call with (dict "name" "<value path>" "value" <quantity>).
 {{- toYaml (get .Values.autoscaling $signal) }}
 {{- end }}
 
-{{/* The target of the chosen signal, as a quoted Kubernetes quantity. */}}
+{{/* The target of the chosen signal, as a quoted Kubernetes quantity above 0. */}}
 {{- define "pytriton.autoscaling.target" -}}
 {{- $settings := include "pytriton.autoscaling.signal" . | fromYaml }}
 {{- $target := toString $settings.target }}
 {{- if not (regexMatch "^[0-9]+(\\.[0-9]+)?m?$" $target) }}
 {{- fail (printf "autoscaling.%s.target=%q: expected a positive number such as \"4\" or \"0.5\"" .Values.autoscaling.signal $target) }}
+{{- end }}
+{{- if eq (float64 (trimSuffix "m" $target)) 0.0 }}
+{{- fail (printf "autoscaling.%s.target=%q: expected a number above 0 such as \"4\" or \"0.5\", since the autoscaler divides the signal by it" .Values.autoscaling.signal $target) }}
 {{- end }}
 {{- $target | quote }}
 {{- end }}
@@ -152,9 +232,23 @@ Kubernetes shortens names beyond 58 characters before the 5, hence the length ch
 {{- if hasKey $autoscaling.hpa "metricName" }}
 {{- fail "autoscaling.hpa.metricName was replaced by autoscaling.requests.metricName and autoscaling.queueRatio.metricName" }}
 {{- end }}
+{{- if and .Values.serviceMonitor.enabled .Values.podMonitor.enabled }}
+{{- fail "serviceMonitor.enabled and podMonitor.enabled are both true: choose one, since both would scrape every pod and each series would be counted twice (the autoscaling signal sums them)" }}
+{{- end }}
 {{- if or $autoscaling.hpa.enabled $autoscaling.keda.enabled }}
-{{- if not (or .Values.serviceMonitor.enabled $autoscaling.externalScrape) }}
-{{- fail (printf "autoscaling.%s.enabled=true, but nothing scrapes the pods' metrics, so the autoscaler would never get a value: set serviceMonitor.enabled=true (Prometheus operator), or autoscaling.externalScrape=true if another scrape configuration already collects the metrics port with namespace and pod labels" (ternary "hpa" "keda" (and $autoscaling.hpa.enabled true))) }}
+{{- $autoscaler := ternary "hpa" "keda" (and $autoscaling.hpa.enabled true) }}
+{{- if not (or .Values.serviceMonitor.enabled .Values.podMonitor.enabled $autoscaling.externalScrape) }}
+{{- fail (printf "autoscaling.%s.enabled=true, but nothing scrapes the pods' metrics, so the autoscaler would never get a value: set serviceMonitor.enabled=true or podMonitor.enabled=true (Prometheus operator), or autoscaling.externalScrape=true if another scrape configuration already collects the metrics port with namespace and pod labels" $autoscaler) }}
+{{- end }}
+{{- /* A monitor Prometheus does not select scrapes nothing: the usual install selects by its release label. */}}
+{{- range $kind := list "serviceMonitor" "podMonitor" }}
+{{- $monitor := get $.Values $kind }}
+{{- if and $monitor.enabled (not $monitor.labels) (not $monitor.labelsNotNeeded) }}
+{{- fail (printf "autoscaling.%s.enabled=true with %s.labels empty: the Prometheus operator's Prometheus picks up only the monitors its %sSelector matches (kube-prometheus-stack: release=<its Helm release>), so the autoscaler would silently get no value. Set %s.labels (e.g. {release: kube-prometheus-stack}; `kubectl get prometheus -A -o jsonpath='{..%sSelector}'` shows what yours selects), or %s.labelsNotNeeded=true if your Prometheus selects monitors without labels" $autoscaler $kind $kind $kind $kind $kind) }}
+{{- end }}
+{{- end }}
+{{- if gt (int $autoscaling.minReplicas) (int $autoscaling.maxReplicas) }}
+{{- fail (printf "autoscaling.minReplicas=%v is greater than autoscaling.maxReplicas=%v: expected minReplicas <= maxReplicas" $autoscaling.minReplicas $autoscaling.maxReplicas) }}
 {{- end }}
 {{- $_ := include "pytriton.autoscaling.target" . }}
 {{- range $direction := list "scaleUp" "scaleDown" }}
@@ -167,8 +261,17 @@ Kubernetes shortens names beyond 58 characters before the 5, hence the length ch
 {{- end }}
 {{- end }}
 {{- range $name, $_ := .Values.triton.config }}
-{{- if has (upper $name) (list "HTTP_PORT" "GRPC_PORT" "METRICS_PORT" "EXIT_TIMEOUT_SECS") }}
-{{- fail (printf "triton.config.%s is set by the chart: use ports.* or triton.exitTimeoutSecs, which the probes, the Service and the grace period follow" $name) }}
+{{- if has (upper $name) (list "HTTP_PORT" "GRPC_PORT" "METRICS_PORT" "EXIT_TIMEOUT_SECS" "DRAIN_SERVING_S") }}
+{{- fail (printf "triton.config.%s is set by the chart: use ports.*, triton.exitTimeoutSecs or triton.drainServingSeconds, which the probes, the Service and the grace period follow" $name) }}
+{{- end }}
+{{- end }}
+{{- /* Each endpoint needs a port of its own: the second listener would fail to bind. */}}
+{{- $ports := .Values.ports }}
+{{- range $pair := list (list "http" "grpc") (list "http" "metrics") (list "grpc" "metrics") }}
+{{- $a := index $pair 0 }}
+{{- $b := index $pair 1 }}
+{{- if eq (int (get $ports $a)) (int (get $ports $b)) }}
+{{- fail (printf "ports.%s=%v is the same as ports.%s: expected a port of its own for each of http, grpc and metrics (Triton cannot listen twice on one port)" $b (get $ports $b) $a) }}
 {{- end }}
 {{- end }}
 {{- $limit := dig "limits" "memory" "" .Values.resources }}
@@ -197,6 +300,73 @@ Kubernetes shortens names beyond 58 characters before the 5, hence the length ch
 {{- end }}
 {{- if and .Values.accessToken.enabled (not .Values.accessToken.existingSecret) (not .Values.accessToken.value) }}
 {{- fail "accessToken.enabled=true needs accessToken.existingSecret (a Secret you manage) or accessToken.value" }}
+{{- end }}
+{{- include "pytriton.checks.cluster" . }}
+{{- end }}
+
+{{/* Checks of the values that fit the pods and their exposure into a cluster. */}}
+{{- define "pytriton.checks.cluster" -}}
+{{- $budget := toString .Values.podDisruptionBudget.maxUnavailable }}
+{{- if and .Values.podDisruptionBudget.enabled (not (regexMatch "^([0-9]+|([0-9]|[1-9][0-9]|100)%)$" $budget)) }}
+{{- fail (printf "podDisruptionBudget.maxUnavailable=%q: expected a number of pods (0 or more) or a percentage such as \"25%%\"" $budget) }}
+{{- end }}
+{{- $own := include "pytriton.ownLabelKeys" . | fromJsonArray }}
+{{- range $key, $_ := .Values.commonLabels }}
+{{- if has $key $own }}
+{{- fail (printf "commonLabels.%s is set by the chart itself (it selects the pods or names the release): use nameOverride for the name, or another label key" $key) }}
+{{- end }}
+{{- end }}
+{{- range $key, $_ := .Values.podLabels }}
+{{- if has $key (list "app.kubernetes.io/name" "app.kubernetes.io/instance") }}
+{{- fail (printf "podLabels.%s is one of the Deployment's selector labels, which the chart sets: use nameOverride, or another label key" $key) }}
+{{- end }}
+{{- end }}
+{{- if and (not .Values.serviceAccount.create) .Values.serviceAccount.annotations }}
+{{- fail (printf "serviceAccount.annotations is set, but serviceAccount.create=false: the chart renders no ServiceAccount to carry them; annotate your own ServiceAccount (%q) instead" (default "default" .Values.serviceAccount.name)) }}
+{{- end }}
+{{- if and .Values.service.loadBalancerSourceRanges (ne .Values.service.type "LoadBalancer") }}
+{{- fail (printf "service.loadBalancerSourceRanges is set, but service.type=%q: only a LoadBalancer Service uses it; set service.type=LoadBalancer or drop the ranges" .Values.service.type) }}
+{{- end }}
+{{- /* The chart's own volumes and mounts; a second one of a name or path is refused by the API server, less clearly. */}}
+{{- $volumes := list "dshm" "tmp" "home" }}
+{{- range .Values.extraVolumes }}
+{{- if has .name $volumes }}
+{{- fail (printf "extraVolumes: a volume named %q already exists (the chart's dshm, tmp and home, or an earlier entry): choose another name" .name) }}
+{{- end }}
+{{- $volumes = append $volumes .name }}
+{{- end }}
+{{- range .Values.extraVolumeMounts }}
+{{- if has .mountPath (list "/dev/shm" "/tmp" "/home/pytriton") }}
+{{- fail (printf "extraVolumeMounts: mountPath %q is one of the chart's own mounts (/dev/shm, /tmp, /home/pytriton): choose another path" .mountPath) }}
+{{- end }}
+{{- if not (has .name $volumes) }}
+{{- fail (printf "extraVolumeMounts: the mount at %q names the volume %q, which the pod does not have: expected one of %s (add it to extraVolumes)" .mountPath .name (join ", " $volumes)) }}
+{{- end }}
+{{- end }}
+{{- $containers := list "pytriton" }}
+{{- range concat .Values.initContainers .Values.extraContainers }}
+{{- if has .name $containers }}
+{{- fail (printf "initContainers/extraContainers: a container named %q already exists (\"pytriton\" is the server's): choose another name" .name) }}
+{{- end }}
+{{- $containers = append $containers .name }}
+{{- end }}
+{{- $claims := list }}
+{{- range .Values.resourceClaims }}
+{{- $claims = append $claims .name }}
+{{- end }}
+{{- range (default list .Values.resources.claims) }}
+{{- if not (has .name $claims) }}
+{{- fail (printf "resources.claims names %q, which is not in resourceClaims (%s): add a resourceClaims entry of that name (e.g. {name: %s, resourceClaimTemplateName: ...})" .name (ternary "empty" (join ", " $claims) (empty $claims)) .name) }}
+{{- end }}
+{{- end }}
+{{- range $kind := list "httpRoute" "grpcRoute" }}
+{{- $route := get $.Values $kind }}
+{{- if and $route.enabled (not $route.parentRefs) }}
+{{- fail (printf "%s.enabled=true with %s.parentRefs empty: a route attaches to nothing without a Gateway, so no traffic would reach it; name your Gateway, e.g. [{name: public, namespace: gateways}]" $kind $kind) }}
+{{- end }}
+{{- end }}
+{{- if and (eq .Values.lifecycle.preStopAction "sleep") (semverCompare "<1.30.0-0" .Capabilities.KubeVersion.Version) }}
+{{- fail (printf "lifecycle.preStopAction=\"sleep\" needs Kubernetes 1.30 or newer (the kubelet's sleep action is alpha and off by default in %s), and this cluster is %s: use lifecycle.preStopAction=exec (a `sleep` from the image)" (printf "%s.%s" .Capabilities.KubeVersion.Major (trimSuffix "+" .Capabilities.KubeVersion.Minor)) .Capabilities.KubeVersion.Version) }}
 {{- end }}
 {{- end }}
 
