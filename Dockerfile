@@ -4,7 +4,11 @@
 # the two models of examples/serve.py (Linear, Upper) with `Triton.serve()`:
 #
 #   docker build -t pytriton-serve .
-#   docker run --rm --shm-size=1g -p 8000:8000 -p 8001:8001 -p 8002:8002 pytriton-serve
+#   docker run --rm --shm-size=1g --stop-timeout 60 -p 8000:8000 -p 8001:8001 -p 8002:8002 pytriton-serve
+#
+# --stop-timeout: `docker stop` waits 10 s by default before SIGKILL, and the drain may take
+# TritonConfig.exit_timeout_secs (30 s) + 15 s; an image cannot change Docker's wait (compose:
+# stop_grace_period). docs/deploying.md, "Docker", has the arithmetic.
 #
 # Your own serving script, either way (docs/deploying.md, "Docker"):
 #   - a build argument naming a script in the build context:
@@ -63,10 +67,15 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 
 # Only the wheel comes from the first stage, through a bind mount so that it stays in no layer.
+# With its `telemetry` extra (pyproject.toml: the OpenTelemetry SDK and OTLP/HTTP exporter):
+# without it a server that traces exports Triton's spans only, never pytriton's own nor those
+# of the callables (docs/observability.md). `set --` expands the wheel's file name, so that the
+# extra can follow it ("<file>.whl[telemetry]"; a glob would take the brackets as a pattern).
 RUN --mount=type=bind,from=wheel,source=/wheels,target=/wheels \
     --mount=type=bind,source=docker/constraints.txt,target=/tmp/constraints.txt \
-    python -m pip install --no-cache-dir --root-user-action=ignore \
-        --constraint /tmp/constraints.txt /wheels/pytriton-*.whl
+    set -- /wheels/pytriton-*.whl \
+ && python -m pip install --no-cache-dir --root-user-action=ignore \
+        --constraint /tmp/constraints.txt "${1}[telemetry]"
 
 # A user of its own, by number so that Kubernetes' runAsNonRoot can verify it.
 RUN useradd --create-home --no-log-init --uid 10001 --user-group pytriton

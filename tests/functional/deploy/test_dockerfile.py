@@ -24,6 +24,7 @@ from typing import Dict, List
 
 import numpy as np
 import pytest
+import yaml
 from dockerfile_parse import DockerfileParser
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -170,6 +171,58 @@ def test_the_final_stage_installs_only_the_wheel(parser):
     assert "from=wheel" in install and "/wheels/pytriton-*.whl" in install
     assert "--constraint" in install
     assert not [value for value in values(final, "COPY") if "--from" in value]  # the wheel stays in no layer
+
+
+def _install_run(parser: DockerfileParser) -> str:
+    (install,) = [run for run in values(stages(parser)[-1], "RUN") if "pip install" in run]
+    return install
+
+
+def test_the_image_installs_the_wheel_with_its_telemetry_extra(parser, tmp_path):
+    # Without the extra the image cannot export pytriton's own spans (docs/observability.md).
+    tomllib = pytest.importorskip("tomllib")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert {canonicalize_name(Requirement(line).name) for line in extras["telemetry"]} >= {
+        "opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"}
+    expand, _, install = _install_run(parser).partition("&&")
+    words = shlex.split(expand)
+    assert words[words.index("set"):] == ["set", "--", "/wheels/pytriton-*.whl"], expand
+    requirement = shlex.split(install)[-1]
+    assert requirement == "${1}[telemetry]", install
+    # The shell really gives pip "<the wheel's path>[telemetry]" (the image's /bin/sh is dash, a
+    # POSIX shell like this one's) ...
+    wheel = tmp_path / "pytriton-0.1.0-cp311-cp311-manylinux_2_35_x86_64.whl"
+    wheel.write_bytes(b"")
+    script = f'set -- {tmp_path}/pytriton-*.whl && printf "%s" "{requirement}"'
+    given = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True, timeout=30).stdout
+    assert given == f"{wheel}[telemetry]"
+    # ... which a glob with the extra attached could not: the brackets are a pattern there.
+    assert not fnmatch.fnmatch(wheel.name, "pytriton-*.whl[telemetry]")
+
+
+def test_the_docs_give_docker_a_stop_timeout_that_covers_the_drain():
+    # Docker waits 10 s after SIGTERM by default and an image cannot change that; the drain
+    # takes the exit timeout, then pytriton gives tritonserver 15 s more before killing it.
+    from pytriton.server.drain import DEFAULT_EXIT_TIMEOUT_S
+
+    drain_s = DEFAULT_EXIT_TIMEOUT_S + 15
+    text = (ROOT / "docs" / "deploying.md").read_text()
+    docker = text[text.index("\n## Docker\n"):]
+    blocks = re.findall(r"```(\w*)\n(.*?)```", docker, re.S)
+    runs = [line for language, block in blocks if language == "sh" for line in block.splitlines()
+            if line.startswith("docker run") and "--stop-timeout" in line]
+    assert runs, "no `docker run --stop-timeout` in the Docker section"
+    for line in runs:
+        words = shlex.split(line.split("#")[0])
+        wait = int(words[words.index("--stop-timeout") + 1])
+        chosen = [int(w.split("=", 1)[1]) for w in words if w.startswith("PYTRITON_TRITON_CONFIG_EXIT_TIMEOUT_SECS=")]
+        timeout = chosen[0] if chosen else DEFAULT_EXIT_TIMEOUT_S
+        assert wait > timeout + 15, line
+    [compose] = [yaml.safe_load(b) for language, b in blocks if language == "yaml" and "stop_grace_period" in b]
+    [service] = compose["services"].values()
+    assert re.fullmatch(r"\d+s", service["stop_grace_period"]) and int(service["stop_grace_period"][:-1]) > drain_s
+    # The Dockerfile's own example says it too.
+    assert "--stop-timeout" in DOCKERFILE.read_text() and "stop_grace_period" in DOCKERFILE.read_text()
 
 
 def test_what_the_build_copies_exists_and_is_not_ignored(parser):
