@@ -1158,6 +1158,10 @@ def test_common_labels_reach_every_object_and_the_pods_without_changing_the_sele
         assert "team" not in deployment["spec"]["selector"]["matchLabels"]  # a selector is immutable
     pod_labels = only(render(VALUE_SETS["renamed"]), "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert pod_labels["example.com/tier"] == "gold"  # podLabels too
+    # On the pods, a podLabels value wins over a commonLabels one of the same key.
+    both = render({"commonLabels": {"team": "ml-platform"}, "podLabels": {"team": "llm"}})
+    assert only(both, "Deployment")["spec"]["template"]["metadata"]["labels"]["team"] == "llm"
+    assert only(both, "Deployment")["metadata"]["labels"]["team"] == "ml-platform"
     for key in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "helm.sh/chart"):
         with pytest.raises(helm().HelmRenderError, match=re.escape(f"commonLabels.{key} is set by the chart itself")):
             render({"commonLabels": {key: "x"}})

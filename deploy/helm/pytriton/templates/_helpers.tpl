@@ -66,13 +66,13 @@ instance and component.
 {{- toYaml $labels }}
 {{- end }}
 
-{{/* The labels of the server's pods: the selector's, commonLabels and podLabels. */}}
+{{/*
+The labels of the server's pods: the selector's, podLabels, and commonLabels where podLabels
+leave a key free (the pod's own value is the more specific one).
+*/}}
 {{- define "pytriton.podLabels" -}}
-{{- $labels := include "pytriton.labels" . | fromYaml }}
-{{- $_ := unset $labels "helm.sh/chart" }}
-{{- $_ := unset $labels "app.kubernetes.io/version" }}
-{{- $_ := unset $labels "app.kubernetes.io/managed-by" }}
-{{- toYaml (merge $labels (deepCopy (default dict .Values.podLabels))) }}
+{{- $labels := include "pytriton.selectorLabels" . | fromYaml }}
+{{- toYaml (merge $labels (deepCopy (default dict .Values.podLabels)) (deepCopy (default dict .Values.commonLabels))) }}
 {{- end }}
 
 {{- define "pytriton.serviceAccountName" -}}
