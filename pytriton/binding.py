@@ -25,7 +25,7 @@ import zmq
 from pytriton.decorating.shaping import whole_batch
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError, PyTritonModelConfigError
 from pytriton.ipc import protocol
-from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config import ModelConfig, SequenceBatcher, Tensor
 from pytriton.model_config.common import rechecked
 from pytriton.model_config.ensemble import EnsembleStep
 from pytriton.model_config.tensor import resolve_tensor_names
@@ -372,6 +372,12 @@ class ModelBindings:
         delays = [getattr(model.declaration.context.config.batcher, "max_queue_delay_microseconds", 0) or 0
                   for model in self._models.values()]
         return max(delays, default=0) / 1e6
+
+    def keeps_sequences(self) -> bool:
+        """Whether some model serves sequences: a stop does not refuse their later requests, so
+        it cannot end as soon as the workers are idle."""
+        return any(isinstance(model.declaration.context.config.batcher, SequenceBatcher)
+                   for model in self._models.values())
 
     def relays(self) -> bool:
         """Whether some model's proxies relay (decoupled models, async callables): their answers

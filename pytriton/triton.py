@@ -48,13 +48,13 @@ from pytriton.server.launch import (
     configure_proxies,
     launch,
     load_watching_signals,
+    open_workspace,
     refuse_foreign_model,
     start_supervisor,
     startup_failure,
     still_starting,
     wait_endpoints_listening,
     wait_models_ready,
-    writes_files_at_exit,
 )
 from pytriton.server.lifecycle import (
     DefaultTritonLifecyclePolicy,
@@ -64,7 +64,7 @@ from pytriton.server.lifecycle import (
 )
 from pytriton.server.preflight import warn_if_shm_small
 from pytriton.server.process import ServerProcess
-from pytriton.server.readiness import GATE_MODEL, ReadinessGate
+from pytriton.server.readiness import RESERVED_MODELS, ReadinessGate, startup_config
 from pytriton.server.security import (
     DEFAULT_PROTECTED_ENDPOINTS,
     TRITON_ACCESS_HEADER,
@@ -258,9 +258,9 @@ class Triton:
         """Start a checked model (its handlers, its folder in the repository) and, when the
         server runs, load it at once."""
         model_name = declaration.context.model_name
-        if model_name == GATE_MODEL:
-            raise PyTritonBadParameterError(f"model name '{model_name}' is pytriton's own (its readiness gate); "
-                                            "choose another name")
+        if model_name in RESERVED_MODELS:
+            raise PyTritonBadParameterError(f"model name '{model_name}' is pytriton's own (it holds the server's "
+                                            "readiness); choose another name")
         workspace = self._ensure_workspace()
         running = self._process is not None and self._control is not None
         if running:
@@ -322,7 +322,7 @@ class Triton:
     def _ensure_workspace(self) -> Workspace:
         if self._workspace is None:
             sweep_stale()
-            self._workspace = Workspace(self._workspace_path)
+            self._workspace = open_workspace(self._workspace_path, self._bindings)
             atexit.register(self.stop)
         return self._workspace
 
@@ -360,21 +360,21 @@ class Triton:
                     self._gate.open(wait=True)  # run() or serve() after the binds: ready once they are
                 return
             workspace = self._ensure_workspace()
-            config = self._config
-            config.warn_if_verbose(logger)
+            (config := self._config).warn_if_verbose(logger)
             check_vertex_ai_models(config, self._bindings.names())
             check_ports_free(config)
             distribution = self._distribution()
             warn_if_shm_small(self._bindings.contexts())
+            gated = not self._bindings.names()  # started on entering `with`: not ready until models are bound
+            config, closed_folder = startup_config(config, workspace.model_repository) if gated else (config, None)
             process, control = launch(config, self._security, self._access_token, workspace, distribution)
             self._process, self._control = process, control
             deadline = time.monotonic() + STARTUP_TIMEOUT_S
             started: Callable[[], bool] = lambda: control.is_ready()  # noqa: E731
-            if not self._bindings.names():  # started on entering `with`: not ready until models are bound
+            if gated:
                 self._gate = ReadinessGate(control, workspace.sockets / "readiness-gate.open",
-                                           proxy_import_paths(distribution), self._bindings.backend)
-                self._gate.close(deadline, process.is_running)
-                started = self._gate.holding
+                                           proxy_import_paths(distribution), self._bindings.backend, closed_folder)
+                started = self._gate.close(deadline, process.is_running)
             try:
                 if not wait_for(started, deadline, still_starting(process, self._start_interrupted)):
                     if self._start_interrupted():
@@ -481,11 +481,11 @@ class Triton:
             if self._supervisor is not None:
                 self._supervisor.stop()  # the server's exit and its stubs' are no news from here on
             if self._gate is not None:
-                self._gate.open()  # Triton's shutdown would wait for a model still loading
+                self._gate.release()  # Triton's shutdown would wait for a gate still loading
             if self._process is not None:
-                stop_draining(self._process, self._config.exit_timeout_secs, supervisor=self._supervisor,
+                stop_draining(self._process, self._config, self._tracing, supervisor=self._supervisor,
                               bindings=self._bindings, hurry=self._hurry, workspace=self._workspace,
-                              writes_files=writes_files_at_exit(self._config, self._tracing))
+                              control=self._control)
             if self._control is not None:
                 self._control.close()
             self._bindings.stop_handlers()

@@ -12,7 +12,9 @@
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,6 +25,7 @@
 
 static void model_free(pyt_model* model) {
   if (model == NULL) return;
+  if (model->stopping != NULL) munmap((void*)model->stopping, PYT_STOPPING_BYTES);
   for (uint32_t i = 0; i < model->socket_count; i++) free(model->data_sockets[i]);
   free(model->data_sockets);
   free(model);
@@ -80,6 +83,17 @@ static TRITONSERVER_Error* read_config(pyt_model* model, TRITONBACKEND_Model* tr
     snprintf(gate_path, gate_size, "%s", value);
     pyt_json_free(config);
     return NULL;
+  }
+  value = pyt_json_parameter(config, "pytriton.stopping");
+  if (value != NULL) {
+    int fd = open(value, O_RDONLY | O_CLOEXEC);
+    void* flag = fd >= 0 ? mmap(NULL, PYT_STOPPING_BYTES, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (fd >= 0) close(fd);
+    if (flag != MAP_FAILED)
+      model->stopping = flag;
+    else
+      PYT_WARN("model '%s': cannot map the stopping flag %s: a stop will not refuse its new requests", model->name,
+               value);
   }
   value = pyt_json_parameter(config, "pytriton.data_sockets");
   pyt_json* sockets = value != NULL ? pyt_json_parse(value, strlen(value), why, sizeof(why)) : NULL;

@@ -69,7 +69,16 @@ typedef struct {
   char** data_sockets;
   uint32_t socket_count;
   int gate; /* pytriton's readiness gate: no worker, loads once a file exists */
+  /* The server's stopping flag (pytriton/server/stopping.py), mapped from its file: once its
+   * first byte is set, batches that reach execute are refused as retryable (NULL: never). */
+  const volatile uint8_t* stopping;
 } pyt_model;
+
+/* Whether `model` refuses new batches now: the server stops, and the model keeps no sequences
+ * (the later requests of a sequence already begun are answered until the server's exit). */
+static inline int pyt_refusing(const pyt_model* model) {
+  return model->stopping != NULL && model->stopping[0] != 0 && !model->sequences;
+}
 
 /* ---- a batch on its way in (requests.c) ---- */
 

@@ -233,6 +233,16 @@ uint32_t pyt_answer_early(pyt_instance* instance, TRITONBACKEND_Request** reques
                           TRITONBACKEND_Request** live, uint32_t* live_index) {
   const pyt_model* model = instance->model;
   uint32_t kept = 0;
+  if (pyt_refusing(model)) { /* retryable: the client sends it again, to a server that stays */
+    char text[512];
+    snprintf(text, sizeof(text), "Model '%s': the server is stopping and takes no new requests; send the request "
+             "again (to another replica)", model->name);
+    for (uint32_t r = 0; r < count; r++) {
+      pyt_send_error(requests[r], NULL, TRITONSERVER_ERROR_UNAVAILABLE, text);
+      instance->answered[r] = PYT_ANSWERED_ERROR;
+    }
+    return 0;
+  }
   for (uint32_t r = 0; r < count; r++) {
     instance->answered[r] = 0;
     bool cancelled = false;

@@ -22,6 +22,7 @@
 #define PYT_INLINE_ALIGNMENT 8
 #define PYT_ARENA_ALIGNMENT 64
 #define PYT_ARENA_STEP_BYTES (1024 * 1024)
+#define PYT_STOPPING_BYTES 8 /* the stopping flag's file (pytriton/ipc/stopping.py) */
 
 /* Message kinds: positions in protocol._MESSAGE_TYPES. */
 #define PYT_KIND_HELLO 0

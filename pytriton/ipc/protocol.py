@@ -70,6 +70,8 @@ PARAM_METRICS_PERIOD_S = "pytriton.metrics_period_s"
 PARAM_TRACING = "pytriton.tracing"
 """``"1"`` when Triton traces with OpenTelemetry: the proxy then sends each request's trace
 context (`InferBatch.traces`); absent otherwise."""
+PARAM_STOPPING = "pytriton.stopping"
+"""The path of the server's stopping flag (`pytriton.ipc.stopping`); absent: nothing refused."""
 
 DEADLINE_PARAMETER = "pytriton_deadline_ms"
 """Request parameter by which pytriton's clients send their deadline to the worker: the Unix time,

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import triton_python_backend_utils as pb_utils  # type: ignore[import-not-found]  # provided by the stub
 
-from pytriton.ipc import codec, protocol, shm
+from pytriton.ipc import codec, protocol, shm, stopping
 from pytriton.ipc.channel import ChannelClosed
 from pytriton.ipc.shm import Arena, SegmentReader
 from pytriton.proxy.ledger import InflightLedger
@@ -190,6 +190,7 @@ class TritonPythonModel:
         self._closing = threading.Event()
         self._stamps = params.get(protocol.PARAM_STAMPS) == "1"
         self._tracing = params.get(protocol.PARAM_TRACING) == "1"  # each request's trace context then goes along
+        self._stopping = None if self._sequences else stopping.FlagView.open(params.get(protocol.PARAM_STOPPING))
         self._answer_wait = AnswerWait(spin_window_us(params.get(protocol.PARAM_SPIN_US)))
         self._last_stamps: Tuple[int, ...] = ()  # the previous batch's record, sent with the next batch
         timeout_s = float(params.get(protocol.PARAM_HANDSHAKE_TIMEOUT_S, "60"))
@@ -256,7 +257,13 @@ class TritonPythonModel:
             return str(exc)
         return None
 
+    def _refusal(self) -> Any:
+        """The retryable error of a request that arrives while the server stops (`pytriton.ipc.stopping`)."""
+        return pb_utils.TritonError(stopping.refusal(self._model_name), getattr(pb_utils.TritonError, "UNAVAILABLE", 0))
+
     def execute(self, requests: List[Any]) -> List[Any]:
+        if self._stopping is not None and self._stopping.raised():
+            return [pb_utils.InferenceResponse(error=self._refusal()) for _ in requests]
         with self._arena_lock:
             self._last_batch = time.monotonic()
             self._idle_released = False
@@ -418,6 +425,11 @@ class TritonPythonModel:
 
     def _execute_relayed(self, requests: List[Any]) -> None:
         """Send the batch through the relay and return at once; the relay answers each request."""
+        if self._stopping is not None and self._stopping.raised():
+            for request in requests:
+                request.get_response_sender().send(pb_utils.InferenceResponse(error=self._refusal()),
+                                                   flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return None
         if self._sequences:
             live = []
             for request in requests:

@@ -209,6 +209,12 @@ class TritonConfig:
             tritonserver straight to your process. `"python"`: a proxy model in Triton's Python
             backend, one stub process per instance in between (the published PyTriton's way;
             it needs a Python-backend stub for this Python, see docs/installation.md).
+        drain_serving_s: pytriton's own setting: how long a stop keeps answering new requests
+            (readiness already false) before it refuses them as retryable (HTTP 503, gRPC
+            UNAVAILABLE) and ends once the requests it accepted are answered. 0 when unset: for
+            an orchestrator that takes the server out of its endpoints before the signal (the
+            chart's preStop); a few seconds for one that stops routing only once it sees
+            readiness false (docs/reliability.md, "Stopping under load").
 
     Either HTTP or gRPC must stay allowed: the library loads the models and watches the server
     through one of them, so `allow_http=False` with `allow_grpc=False` is refused here.
@@ -275,6 +281,7 @@ class TritonConfig:
     sagemaker_safe_port_range: Optional[str] = None
     sagemaker_thread_count: Optional[int] = None
     model_backend: Optional[str] = None
+    drain_serving_s: Optional[float] = None
 
     def __post_init__(self) -> None:
         """Check every set field, and normalise paths and lists so equal configs compare equal."""
@@ -300,6 +307,8 @@ class TritonConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise bad(name, value, "a number > 0")
+        if self.drain_serving_s is not None and self.drain_serving_s < 0:
+            raise bad("drain_serving_s", self.drain_serving_s, "a number of seconds >= 0")
         for name, choices in _CHOICES.items():
             value = getattr(self, name)
             if value is not None and value not in choices:

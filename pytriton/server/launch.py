@@ -15,6 +15,7 @@ import contextlib
 import errno
 import functools
 import os
+import pathlib
 import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -63,6 +64,14 @@ def configure_proxies(bindings: ModelBindings, config: TritonConfig,
         bindings.tracing = tracing
         bindings.model_parameters[protocol.PARAM_TRACING] = "1"
     return tracing
+
+
+def open_workspace(path: Optional[pathlib.Path], bindings: ModelBindings) -> Workspace:
+    """The server's workspace (`path`, or a private folder), its stopping flag named to the models
+    bound from here on (`pytriton.ipc.stopping`: a stop refuses their new requests)."""
+    workspace = Workspace(path)
+    bindings.model_parameters[protocol.PARAM_STOPPING] = str(workspace.stopping_flag)
+    return workspace
 
 
 def check_ports_free(config: TritonConfig) -> None:

@@ -28,9 +28,12 @@ _ERROR_LINE = re.compile(r"^E\d{4} ")
 # Error lines tritonserver prints although nothing fails: on a machine without a usable GPU, its
 # CUDA helper at start and the CUDA stream each ensemble asks for (it runs without one); and for
 # each model loaded from a configuration sent with the load call (the readiness gate, a failed
-# load's placeholder), a modification time it has no file to take from.
+# load's placeholder), a modification time it has no file to take from; and, for a server started
+# without models, the failed load of the closed readiness gate (server/readiness.py) that keeps it
+# not ready, with the summary line that follows it.
 _HARMLESS = ("CudaDriverHelper has not been initialized", "unable to create stream for",
-             "Failed to set config modification time: model_config_content_name_ is empty")
+             "Failed to set config modification time: model_config_content_name_ is empty",
+             "backend 'pytriton_readiness_gate_closed'", "failed to load all models")
 # Logged each second of a shutdown (at INFO level, which is on by default) once in-flight
 # inferences are done and the models are being unloaded.
 _LIVE_MODELS = re.compile(r"Found (\d+) live models")
@@ -213,7 +216,8 @@ class ServerProcess:
     def report(self) -> str:
         """The errors the server logged (``E<date>`` lines), then its last lines: for error messages."""
         self._settle()
-        errors = [line for line in self._lines if _ERROR_LINE.match(line)]
+        errors = [line for line in self._lines
+                  if _ERROR_LINE.match(line) and not any(text in line for text in _HARMLESS)]
         parts = []
         if errors:
             parts.append("Errors it logged:\n" + "\n".join(errors[-10:]))

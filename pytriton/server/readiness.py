@@ -5,19 +5,29 @@ Triton's strict readiness is true for a server without models, so an orchestrato
 traffic to a pod that serves nothing yet (and, between two `bind` calls, only some of the
 script's models), whose requests fail with "unknown model".
 
-Triton reports not ready while any model is loading. So, when a server starts without models,
-pytriton loads a tiny Python model, the gate, whose ``initialize`` waits until a file in the
-workspace appears: until then the server is not ready, over HTTP and gRPC alike. The gate opens
-(the file is written and the gate's load completes):
+Strict readiness is false while any model of the server is neither ready nor unloaded; Triton
+2.51 counts a model that failed to load among those, and keeps counting it until a model of that
+name loads. So the gate is in the model repository from the start, a model whose backend does
+not exist (`closed_gate_config`): Triton tries to load it before it opens its ports, the load
+fails at once, and the server answers not ready from its very first request, over HTTP and gRPC
+alike (the start needs ``--exit-on-error=false`` for that failure: `startup_config`). Nothing
+waits in a load, so a server whose owner dies during its start has nothing to finish before it
+stops. The gate opens when a model of its name loads: a tiny model that loads at once (on
+pytriton's backend a model without a worker; on the proxy path a Python model), after which the
+server is ready once every other model is:
 
 - a short while (`GRACE_S`) after a `bind` loaded its model, unless another `bind` starts
   meanwhile: a script that binds its models one after the other never looks ready with only the
   first ones;
-- at once when `run()` or `serve()` is called with models bound;
-- at `stop()`, so that Triton's shutdown does not wait for a model still loading.
+- at once when `run()` or `serve()` is called with models bound.
 
-The gate then stays loaded, idle (its stub process holds 20 MiB of its own, measured): unloading
-it would keep the server not ready for the second Triton takes to unload a model.
+The opened gate stays loaded and idle (on the proxy path its stub holds 20 MiB): unloading it
+would keep the server not ready for the second Triton takes to unload a model.
+
+A user who asks Triton to exit on any start-up error (``TritonConfig(exit_on_error=True)``) gets
+the earlier gate instead: loaded through the API once the server answers, its initialize waits
+for a file (the backend's gives up when this process is gone); between the ports opening and that
+load the server looks ready for a few milliseconds.
 
 Models bound before the server starts (a lifecycle policy that waits for `run()`) are loaded
 before Triton opens its ports, so they need no gate. A `RemoteTriton` binds into a server that
@@ -26,14 +36,17 @@ another process owns, and leaves its readiness to that process.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pathlib
+import shutil
 import threading
 import time
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from pytriton.exceptions import PyTritonServerError
+from pytriton.server.config import TritonConfig
 from pytriton.server.control import placeholder_config
 
 logger = logging.getLogger("pytriton.server")
@@ -43,16 +56,62 @@ GATE_MODEL = "pytriton_readiness_gate"
 GRACE_S = 0.25
 """How long after a `bind` loaded its model the gate waits for another `bind` before opening."""
 _HOLD_S = 7 * 24 * 3600.0
-"""The gate's load call waits this long at most (the script decides when it opens)."""
+"""The earlier gate's load call waits this long at most (the script decides when it opens)."""
 _OPEN_WAIT_S = 10.0
+_CLOSED_BACKEND = "pytriton_readiness_gate_closed"
+"""A backend no server has: the closed gate's load fails at once, whatever the server holds."""
+
+
+STOPPING_MODEL = "pytriton_stopping"
+"""The model a stop fails to load, so that the server reports not ready from the stop's start."""
+RESERVED_MODELS = frozenset({GATE_MODEL, STOPPING_MODEL})
+
+
+def hold_not_ready(control: Any, timeout_s: float = 2.0) -> None:
+    """At a stop's start, make the server report not ready at once, over HTTP and gRPC alike.
+
+    Triton's own shutdown leaves gRPC's readiness true until the end, and pytriton signals it
+    only once the accepted requests are answered; a model that fails to load makes strict
+    readiness false (the same effect as the closed gate), and its load costs milliseconds.
+    """
+    config = placeholder_config(STOPPING_MODEL, backend=_CLOSED_BACKEND)
+    try:
+        control.load_model(STOPPING_MODEL, timeout_s, config, {"1/STOPPING.txt": b"the server is stopping\n"})
+    except PyTritonServerError:
+        return  # failed, as it should
+    logger.debug("the stopping model loaded: readiness stays as it was")
+
+
+def closed_gate_config() -> str:
+    """The config.pbtxt of the gate as the server starts with it: a model that cannot load."""
+    return (
+        f'name: "{GATE_MODEL}"\n'
+        f'backend: "{_CLOSED_BACKEND}"\n'
+        "max_batch_size: 0\n"
+        'input { name: "x" data_type: TYPE_BOOL dims: 1 }\n'
+        'output { name: "y" data_type: TYPE_BOOL dims: 1 }\n'
+        "instance_group { kind: KIND_CPU count: 1 }\n"
+    )
+
+
+def startup_config(config: TritonConfig, repository: pathlib.Path) -> Tuple[TritonConfig, Optional[pathlib.Path]]:
+    """The config to start a server without models with, after putting the closed gate in
+    `repository`; and the gate's folder (None: the user wants Triton to exit on start-up errors,
+    so the earlier gate, loaded later, holds readiness instead)."""
+    if config.exit_on_error:
+        return config, None
+    folder = repository / GATE_MODEL
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "config.pbtxt").write_text(closed_gate_config())
+    return dataclasses.replace(config, exit_on_error=False), folder
 
 
 def gate_model(backend: str, release_path: str, import_paths: Sequence[str] = ()) -> Tuple[str, Dict[str, bytes]]:
     """The gate's configuration and files, as its load call sends them.
 
     On pytriton's backend the gate is a model without a worker whose initialize returns once
-    `release_path` exists, or fails once this process (which owns the server) is gone, so that
-    a server whose owner was killed during its start does not wait for the gate to shut down.
+    `release_path` exists, or fails once this process (which owns the server) is gone. On the
+    proxy path it is a Python model whose initialize waits for the same file.
     """
     instances = [{"kind": "KIND_CPU", "count": 1}]
     if backend == "python":
@@ -91,41 +150,68 @@ class ReadinessGate:
 
     Args:
         control: the server's `ServerControl`.
-        release_path: the file whose creation opens the gate (in the server's private workspace).
+        release_path: the file whose creation lets the gate model load (in the server's private
+            workspace).
         import_paths: the folders the stub imports NumPy from (`distribution.proxy_import_paths`).
-        backend: the Triton backend the gate is a model of: ``pytriton`` (no stub: the backend's
-            initialize waits for the file, and gives up when this process is gone) or ``python``.
+        backend: the Triton backend the gate is a model of: ``pytriton`` (no stub) or ``python``.
+        closed_folder: the closed gate's folder in the repository the server started with
+            (`startup_config`); None: the earlier gate, loaded by `close`.
     """
 
     def __init__(self, control: Any, release_path: pathlib.Path, import_paths: Sequence[str] = (),
-                 backend: str = "python") -> None:
+                 backend: str = "python", closed_folder: Optional[pathlib.Path] = None) -> None:
         self._control = control
         self._release_path = release_path
         self._import_paths = tuple(import_paths)
         self._backend = backend
+        self._closed_folder = closed_folder
+        self._closed_at_start = closed_folder is not None
         self._thread: Optional[threading.Thread] = None
         self._timer: Optional[threading.Timer] = None
         self._lock = threading.Lock()
         self._opened = False
         self._loaded = threading.Event()  # the gate's load call returned: it no longer holds readiness
 
-    def close(self, deadline: float, alive: Callable[[], bool]) -> None:
-        """Load the gate as soon as the starting server answers (from a thread of its own).
+    def close(self, deadline: float, alive: Callable[[], bool]) -> Callable[[], bool]:
+        """Hold the starting server not ready: nothing to do for a gate closed from the start;
+        the earlier gate is loaded as soon as the server answers (from a thread of its own).
 
         Args:
             deadline: when to give up waiting for the server to answer.
             alive: whether the server process still runs.
+
+        Returns:
+            `holding`: what the start waits for instead of readiness.
         """
-        self._thread = threading.Thread(target=self._hold, args=(deadline, alive), name="pytriton-readiness-gate",
+        target = self._hold_from_start if self._closed_at_start else self._hold
+        self._thread = threading.Thread(target=target, args=(deadline, alive), name="pytriton-readiness-gate",
                                         daemon=True)
         self._thread.start()
+        return self.holding
 
     def holding(self) -> bool:
-        """Whether the started server answers and holds not ready, its gate loading (or the gate
-        gave up and the server is ready): what the start waits for instead of readiness."""
+        """Whether the started server answers and holds not ready (or the gate gave up and the
+        server is ready): what the start waits for instead of readiness."""
         if self._loaded.is_set():
             return bool(self._control.is_ready(timeout_s=1.0))
         return self._control.is_live(timeout_s=1.0) and not self._control.is_ready(timeout_s=1.0)
+
+    def _hold_from_start(self, deadline: float, alive: Callable[[], bool]) -> None:
+        """The closed gate holds by itself: once the server answers (its start-up load of the
+        gate failed), take the gate's folder out of the repository, so that the repository
+        index lists the script's models only; load the open gate once `open` lets it."""
+        self._release_path.parent.mkdir(parents=True, exist_ok=True)
+        folder_gone = False
+        while not self._release_path.exists():
+            if not folder_gone and self._control.is_live(timeout_s=0.5):
+                assert self._closed_folder is not None
+                shutil.rmtree(self._closed_folder, ignore_errors=True)
+                folder_gone = True
+            if time.monotonic() > deadline and not folder_gone or not alive():
+                self._loaded.set()
+                return
+            time.sleep(0.01)
+        self._load_gate()
 
     def _hold(self, deadline: float, alive: Callable[[], bool]) -> None:
         # The server opens its endpoints and is ready at once: every poll between then and the
@@ -135,9 +221,12 @@ class ReadinessGate:
                 self._loaded.set()
                 return
             time.sleep(0.002)
+        self._load_gate()
+
+    def _load_gate(self) -> None:
         try:
-            # Sent with its load call, with no folder in the repository: Triton neither loads it at
-            # start nor lists it in the repository index. One instance, on the CPU, GPU or not.
+            # Sent with its load call (on the proxy path with no folder in the repository, so
+            # Triton neither loads it at start nor lists it). One instance, on the CPU, GPU or not.
             config, files = gate_model(self._backend, str(self._release_path), self._import_paths)
             self._control.load_model(GATE_MODEL, _HOLD_S, config, files)
         except PyTritonServerError as exc:
@@ -186,3 +275,13 @@ class ReadinessGate:
                 logger.debug("could not open the readiness gate: %s", exc)
         if wait:
             self._loaded.wait(_OPEN_WAIT_S)
+
+    def release(self) -> None:
+        """At stop: let a gate still loading return (Triton's shutdown would wait for it); a gate
+        closed from the start is not loaded any more."""
+        if self._closed_at_start:
+            with self._lock:
+                self._opened = True
+            self._loaded.set()
+            return
+        self.open()

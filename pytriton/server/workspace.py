@@ -28,6 +28,7 @@ import psutil
 
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError
 from pytriton.ipc.shm import SHM_DIR
+from pytriton.ipc.stopping import create_flag
 from pytriton.server.process import wait_gone
 
 logger = logging.getLogger("pytriton.server")
@@ -108,12 +109,15 @@ class Workspace:
         self.model_repository = self._subdir("models")
         self.sockets = self._subdir("sockets")
         self.backends = self._subdir("backends")
+        self.stopping_flag = self.sockets / "stopping"
+        """The server's stopping flag (`pytriton.ipc.stopping`), written lowered here."""
         if len(str(self.sockets)) > _MAX_SOCKET_DIR:
             self.cleanup()
             raise PyTritonBadParameterError(
                 f"workspace path {str(path)!r} is too long for Unix sockets ({len(str(self.sockets))} characters "
                 f"with its sockets folder; at most {_MAX_SOCKET_DIR}); choose a shorter workspace path"
             )
+        create_flag(self.stopping_flag)
 
     def _subdir(self, name: str) -> pathlib.Path:
         folder = self.path / name

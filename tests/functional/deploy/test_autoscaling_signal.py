@@ -32,7 +32,8 @@ def test_the_chart_and_the_rule_compute_the_signal_measured_here():
     assert rule["seriesQuery"].startswith(bench.REQUEST_US + "{")
     assert f"rate({bench.REQUEST_US}{{<<.LabelMatchers>>}}[1m])" in rule["metricsQuery"]
     assert rule["metricsQuery"].rstrip().endswith("/ 1e6")
-    values = {"autoscaling": {"keda": {"enabled": True}}, "serviceMonitor": {"enabled": True}}
+    values = {"autoscaling": {"keda": {"enabled": True}},
+              "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}}
     [trigger] = only(render(values), "ScaledObject")["spec"]["triggers"]
     assert f"rate({bench.REQUEST_US}{{" in trigger["metadata"]["query"]
     assert trigger["metadata"]["query"].endswith("/ 1e6")

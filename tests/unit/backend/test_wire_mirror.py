@@ -6,7 +6,7 @@ from __future__ import annotations
 import pathlib
 import re
 
-from pytriton.ipc import channel, codec, protocol, shm
+from pytriton.ipc import channel, codec, protocol, shm, stopping
 
 WIRE_H = pathlib.Path(__file__).resolve().parents[3] / "pytriton" / "backend" / "wire.h"
 
@@ -40,6 +40,7 @@ def test_the_framing_and_sizes_match():
     assert defines["PYT_INLINE_ALIGNMENT"] == codec.INLINE_ALIGNMENT
     assert defines["PYT_ARENA_ALIGNMENT"] == shm.ALIGNMENT
     assert defines["PYT_ARENA_STEP_BYTES"] == shm.ARENA_STEP_BYTES
+    assert defines["PYT_STOPPING_BYTES"] == stopping.FLAG_BYTES
 
 
 def test_the_stamp_positions_match():
