@@ -72,6 +72,8 @@ def whole_inputs(batch: protocol.InferBatch, payload: Any, reader: SegmentReader
         return None
     if any(batch.parameters):  # parameters (a deadline among them) go to the requests, or decide their fate
         return None
+    if not batch.segment:
+        reader.forget_gone()  # as `codec.unpack`: an arena the proxy gave up lives while mapped here
     inputs: Dict[str, np.ndarray] = {}
     for column in batch.columns:
         array = codec.gathered(column, batch.segment, payload, reader)
