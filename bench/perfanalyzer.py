@@ -188,6 +188,9 @@ class PerfAnalyzer:
                     child = Child(command, self.environment(), output)
                     try:
                         returncode = child.wait(timeout_s=interval_ms / 1000 * 14 + 60)
+                        if returncode is None:  # hung: what the server says now goes into the log
+                            output.write(_server_state(url, protocol, headers))
+                            output.flush()
                     finally:
                         child.stop()
                 if returncode is not None:
@@ -201,6 +204,31 @@ class PerfAnalyzer:
                 if b"Failed to obtain stable measurement" not in output.read():
                     break
         raise BenchError(f"perf_analyzer failed for {label} (exit code {returncode}); its output:\n{_tail(log)}")
+
+
+def _server_state(url: str, protocol: str, headers: Sequence[str]) -> str:
+    """For a perf_analyzer run that hung: the server's HTTP readiness and pending requests, and
+    the state of the load generator's connections (their queues show who waits for whom)."""
+    import urllib.request
+
+    lines = [f"--- perf_analyzer hung; the server at {url} ({protocol}) now:"]
+    host, _, port = url.rpartition(":")
+    if protocol == "http":
+        request = urllib.request.Request(f"http://{url}/v2/health/ready")
+        for header in headers:
+            name, _, value = header.partition(":")
+            request.add_header(name, value)
+        try:
+            with urllib.request.urlopen(request, timeout=2) as response:
+                lines.append(f"ready: {response.status}")
+        except Exception as exc:  # noqa: BLE001 - a diagnosis, whatever it finds
+            lines.append(f"ready: {exc}")
+    ss = subprocess.run(["ss", "-tn", f"( dport = :{port} or sport = :{port} )"], capture_output=True, text=True,
+                        timeout=10)
+    busy = [line for line in ss.stdout.splitlines()[1:] if line.split()[1:3] != ["0", "0"]]
+    lines.append(f"connections: {len(ss.stdout.splitlines()) - 1}, with data queued: {len(busy)}")
+    lines += busy[:20]
+    return "\n".join(lines) + "\n"
 
 
 def _parse_report(report: pathlib.Path) -> Dict[str, float]:
