@@ -129,6 +129,7 @@ def wait_answered(bindings: ModelBindings, timeout_s: float, hurry: threading.Ev
             cut = True
             bindings.end_streams()
         time.sleep(0.005)
+    logger.warning("Second signal during the drain: stopping tritonserver at once")
     return False
 
 
