@@ -238,8 +238,10 @@ def test_a_model_the_server_does_not_serve_fails_within_seconds_naming_what_it_s
             client.infer_sample(np.ones(2, np.float32))
     message = str(info.value)
     assert "model 'Missing' is not served at" in message
-    # the repository API that lists models is restricted by default: the message says how to see them
-    assert "pass the server's access_token to see them" in message
+    # the repository API that lists models is restricted by default: the message points at the serving
+    # script's start line, which names them, and at the token
+    assert "the serving script names the models it serves in its start line ('pytriton: serving ...'" in message
+    assert "access_token=Triton.get_access_token()" in message
     with opened(flavour, url, "Missing", access_token=TOKEN[0]) as client:
         with pytest.raises(PyTritonClientModelUnavailableError) as info:
             client.infer_sample(np.ones(2, np.float32))
