@@ -51,7 +51,7 @@ def handled_elsewhere(logger: logging.Logger, level: int, own: logging.Handler) 
             return True
         if not current.propagate:
             return False
-        current = current.parent  # type: ignore[assignment]  # a Logger's parent is a Logger or None
+        current = current.parent
     return False
 
 
