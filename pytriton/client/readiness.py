@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import weakref
 from collections.abc import Generator, Mapping
 from typing import Any, Callable, List, Union
 
@@ -198,7 +199,11 @@ def wait_message(url: TritonUrl, what: str, outcome: ProbeOutcome, state: str, w
 class WaitNotices:
     """Says, on a logger seen without any logging set up (`pytriton.notices`), what a long wait
     waits for: first after `WAIT_NOTICE_AFTER_S`, then every `WAIT_NOTICE_EVERY_S`, so a client
-    started before its server, or pointed at the wrong port, does not wait in silence."""
+    started before its server, or pointed at the wrong port, does not wait in silence.
+
+    Waits for the same thing at the same time (the worker threads of a `FuturesModelClient`,
+    up to 128) speak through one of them: the first to speak, for as long as it waits.
+    """
 
     def __init__(self, url: TritonUrl, what: str, timeout_s: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -212,7 +217,14 @@ class WaitNotices:
         if now < self._next or now - self._started >= self._timeout_s:
             return
         self._next = now + WAIT_NOTICE_EVERY_S
+        key = (str(self._url), self._what)
+        if _SPEAKERS.setdefault(key, self) is not self:
+            return  # another wait for the same server and model speaks for this one too
         _NOTICES.info("%s", wait_message(self._url, self._what, outcome, state, now - self._started, self._timeout_s))
+
+
+_SPEAKERS: weakref.WeakValueDictionary[tuple[str, str], WaitNotices] = weakref.WeakValueDictionary()
+"""The wait that speaks for each (URL, what is awaited); an entry goes with its wait."""
 
 
 def call_for(probe: Probe, model_name: str, model_version: str) -> tuple[str, tuple[Any, ...]]:

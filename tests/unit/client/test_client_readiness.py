@@ -134,3 +134,27 @@ def test_the_unknown_model_hint_points_at_the_start_line_a_serving_script_really
                            "it serves in its start line ('pytriton: serving ...' on its stderr)")
     line = "pytriton: " + serving_line(TritonConfig(), [("Scale", 1)])  # as the notice handler writes it
     assert line.startswith("pytriton: serving ") and "Scale" in line
+
+
+def test_waits_for_the_same_thing_at_the_same_time_speak_once(caplog):
+    import gc
+
+    from pytriton.client.readiness import WaitNotices
+
+    now = [0.0]
+    refused = PyTritonClientModelUnavailableError("Cannot reach the server at http://localhost:8000: refused")
+    threads = [WaitNotices(_url(), "the server and model 'Echo'", 300.0, clock=lambda: now[0]) for _ in range(8)]
+    other = WaitNotices(_url(), "the server and model 'Other'", 300.0, clock=lambda: now[0])
+    with caplog.at_level("INFO", logger="pytriton.client.wait"):
+        now[0] = 2.5
+        for waiting in (*threads, other):
+            waiting.seen(refused, str(refused))
+        assert [record.getMessage().split("for the server and model ")[1][:7] for record in caplog.records] == [
+            "'Echo',", "'Other'"]
+        caplog.clear()
+        del threads[0]  # the wait that spoke ended: the next one due speaks
+        gc.collect()
+        now[0] = 40.0
+        for waiting in threads:
+            waiting.seen(refused, str(refused))
+        assert len(caplog.records) == 1
