@@ -64,17 +64,17 @@ def _watch(url: str, timeout_s: float, configured: bool) -> list:
 def test_a_client_without_a_server_says_so_within_seconds(scheme):
     port = free_ports(1)[0]
     url = f"{scheme}://localhost:{port}"
-    lines = _watch(url, 7.0, configured=False)
+    lines = _watch(url, 5.0, configured=False)
     notices = [(at, text) for at, text in lines if text.startswith("pytriton: ")]
     assert notices, lines
     first_at, first = notices[0]
     assert first_at < NOTICE_BOUND_S, lines
     assert f"nothing listens at {url} yet" in first, first
-    assert "waiting up to 7 s (init_timeout_s) for the server and model 'Scale'" in first, first
+    assert "waiting up to 5 s (init_timeout_s) for the server and model 'Scale'" in first, first
     # The contract's error still ends the wait, after the whole init_timeout_s.
     (timed_out,) = [(at, text) for at, text in lines if text.startswith("timed out:")]
-    assert timed_out[0] >= 6.5, lines
-    assert "were not ready within 7 s" in timed_out[1]
+    assert timed_out[0] >= 4.5, lines
+    assert "were not ready within 5 s" in timed_out[1]
 
 
 def test_the_notice_goes_through_the_applications_logging_once_it_is_configured():
