@@ -26,7 +26,7 @@ Environment:
     PYTRITON_SKIP_SERVER_FETCH=1: build without fetching, for users who bring their own
         server; the wheel then holds whatever ``pytriton/tritonserver/`` already has.
 
-A regular build (``pip install .``, ``pip wheel .``) leaves the source tree as it found it:
+A regular build (``pip install .``, ``pip wheel .``, an sdist) leaves the source tree as it found it:
 what it had to create there (the server tree, about 210 MB; setuptools' ``build/``, of the same
 size, and ``*.egg-info``; the generated clients) is removed once the wheel is written. Only an
 editable install keeps them, since it runs from the source tree.
@@ -348,6 +348,7 @@ def build_editable(
 
 def build_sdist(sdist_directory: str, config_settings: ConfigSettings = None) -> str:
     # The blocking clients go in generated: a wheel built from the sdist writes them again anyway.
-    write_blocking_clients()
-    name: str = _setuptools.build_sdist(sdist_directory, config_settings)
+    with source_tree_kept():
+        write_blocking_clients()
+        name: str = _setuptools.build_sdist(sdist_directory, config_settings)
     return name
