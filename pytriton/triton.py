@@ -36,6 +36,7 @@ from pytriton.exceptions import (
 )
 from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
 from pytriton.remote import RemoteTriton
+from pytriton.server.announce import announce_draining, announce_serving
 from pytriton.server.config import TritonConfig
 from pytriton.server.config_merge import merge
 from pytriton.server.control import ServerControl, wait_for
@@ -308,9 +309,8 @@ class Triton:
         """Stop and clean up, then let the signal take its course; raise if the process lives on."""
         self.stop()
         signal.raise_signal(signum)
-        raise PyTritonServerStartupError(
-            f"{during} was interrupted by signal {signum}; the server was stopped and cleaned up"
-        )
+        raise PyTritonServerStartupError(f"{during} was interrupted by signal {signum}; the server was stopped "
+                                         "and cleaned up")
 
     def _distribution(self) -> ServerDistribution:
         """The Triton installation, found once; the backend the models are written for, with it."""
@@ -435,10 +435,10 @@ class Triton:
             try:
                 self._start_interrupted = lambda: bool(signals.received)
                 self._start()
-                signum = block_until_signal(self.is_alive, self._wake, monitoring_period_s, signals)
-                if signum is not None:
-                    logger.info("Signal %d received: draining, then stopping Triton (a second signal stops at once)",
-                                signum)
+                if not signals.received:  # the line says what serves where (and the client's hint points at it)
+                    announce_serving(self._config, [(n, self._bindings.version(n)) for n in self._bindings.names()])
+                if (signum := block_until_signal(self.is_alive, self._wake, monitoring_period_s, signals)) is not None:
+                    announce_draining(signum, self._config)
             finally:
                 self._in_serve = False
                 self.stop()
