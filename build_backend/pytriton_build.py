@@ -51,8 +51,6 @@ from native import ensure_built as ensure_native_backend
 from setuptools import build_meta as _setuptools
 from setuptools.build_meta import (  # noqa: F401  (hooks passed through unchanged)
     get_requires_for_build_editable,
-    get_requires_for_build_sdist,
-    get_requires_for_build_wheel,
     prepare_metadata_for_build_editable,
 )
 from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
@@ -313,6 +311,19 @@ def source_tree_kept(root: Path = PROJECT_ROOT) -> Iterator[None]:
             else:
                 continue
             _log(f"removed {path} (made by this build; a regular install leaves the source tree as it was)")
+
+
+def get_requires_for_build_wheel(config_settings: ConfigSettings = None) -> List[str]:
+    # setuptools answers this by running egg_info, which writes *.egg-info into the checkout.
+    with source_tree_kept():
+        requires: List[str] = _setuptools.get_requires_for_build_wheel(config_settings)
+    return requires
+
+
+def get_requires_for_build_sdist(config_settings: ConfigSettings = None) -> List[str]:
+    with source_tree_kept():
+        requires: List[str] = _setuptools.get_requires_for_build_sdist(config_settings)
+    return requires
 
 
 def prepare_metadata_for_build_wheel(metadata_directory: str, config_settings: ConfigSettings = None) -> str:
