@@ -63,10 +63,11 @@ def forgotten_decorator(func: Callable[..., Any], input_names: Sequence[str]) ->
     Without a decorator the worker calls ``func(requests)`` with the list of requests; a function
     whose parameters are named after the model's inputs (``def scale(values, factor)``) was
     written for the keyword arrays that ``@batch`` passes, and would fail on every request with
-    a ``TypeError`` that names neither. A callable with any decorator (``__wrapped__``) is left
-    alone: its wrapper decides what the function receives.
+    a ``TypeError`` that names neither. A callable with any decorator (``__wrapped__``), on
+    itself or on an object's ``__call__`` (a class whose ``__call__`` carries ``@batch``), is
+    left alone: its wrapper decides what the function receives.
     """
-    if hasattr(func, "__wrapped__"):
+    if any(hasattr(c, "__wrapped__") for c in (func, getattr(func, "__call__", None))):  # noqa: B004
         return None
     try:
         parameters = inspect.signature(func).parameters.values()

@@ -35,6 +35,24 @@ def test_callables_written_for_the_list_of_requests_or_decorated_are_left_alone(
     assert forgotten_decorator(func, INPUTS) is None
 
 
+class Scaler:
+    @batch
+    def __call__(self, values, factor):
+        return {"scaled": values * factor}
+
+
+class ForgotScaler:
+    def __call__(self, values, factor):
+        return {"scaled": values * factor}
+
+
+def test_an_object_is_judged_by_its_call_method():
+    # A class whose __call__ carries @batch is decorated (the docs' and published examples' form);
+    # one whose __call__ has none but takes the inputs forgot it.
+    assert forgotten_decorator(Scaler(), INPUTS) is None
+    assert "has no decorator" in (forgotten_decorator(ForgotScaler(), INPUTS) or "")
+
+
 def test_bind_warns_and_still_binds():
     bindings = ModelBindings("Triton", lambda name: None)
     tensors = {"inputs": [Tensor(name=name, dtype=np.float32, shape=(-1,)) for name in INPUTS],
