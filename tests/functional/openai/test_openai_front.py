@@ -86,7 +86,8 @@ def server():
         triton.bind_chat(model_name="tiny-chat", infer_func=chat)
         triton.bind_chat(model_name="async-chat", infer_func=async_chat)
         gather = DynamicBatcher(max_queue_delay_microseconds=200_000)
-        triton.bind_chat(model_name="batch-chat", infer_func=batch_chat, config=ModelConfig(max_batch_size=8, batcher=gather))
+        triton.bind_chat(model_name="batch-chat", infer_func=batch_chat,
+                         config=ModelConfig(max_batch_size=8, batcher=gather))
         triton.bind_embeddings(model_name="tiny-embed", infer_func=embed,
                                config=ModelConfig(max_batch_size=4,
                                                   batcher=DynamicBatcher(max_queue_delay_microseconds=100_000)))
