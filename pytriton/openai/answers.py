@@ -60,6 +60,8 @@ class Choice:
         self.finish_reason: Optional[str] = None
         self.pieces = 0
         self.usage: Dict[str, int] = {}
+        self.cut = False
+        """Whether a stop sequence ended the answer (the model may still be generating)."""
         self.first_at: Optional[float] = None
         """`time.perf_counter` of the first piece with text or tool calls."""
 
@@ -90,7 +92,7 @@ class Choice:
                 self.text_parts.append(text)
                 deltas.append({"content": text})
             if stopped:
-                self.finish_reason = "stop"
+                self.finish_reason, self.cut = "stop", True
                 return deltas
         if calls:
             numbered = [{"index": len(self.tool_calls) + i, **call} for i, call in enumerate(calls)]

@@ -152,6 +152,7 @@ class OpenAIFront:
     async def _shutdown(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+        await self._routes.close()
         await self._link.close()
 
     @web.middleware

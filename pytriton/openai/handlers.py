@@ -14,7 +14,7 @@ import asyncio
 import base64
 import json
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 from aiohttp import web
@@ -29,6 +29,10 @@ Observe = Callable[[str, Choice, float, float], None]
 """Records one finished answer: (model, choice, request start, end), `time.perf_counter` times."""
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
+SETTLE_S = 5.0
+"""How long an answer that ended by the model's own finish piece waits for the stream's final response
+before its call is cancelled: cancelling a request that is about to end would count it as cancelled,
+not as a success, in Triton's metrics."""
 
 
 async def read_body(request: web.Request) -> Any:
@@ -50,6 +54,7 @@ class Routes:
     def __init__(self, link: TritonLink, observe: Optional[Observe] = None) -> None:
         self._link = link
         self._observe = observe
+        self._settling: Set[asyncio.Future[Any]] = set()
 
     async def health(self, request: web.Request) -> web.Response:
         if await self._link.ready():
@@ -94,29 +99,41 @@ class Routes:
         queue: asyncio.Queue[Tuple[int, Any]] = asyncio.Queue()
         readers = [asyncio.ensure_future(_read(call, choice, queue)) for call, choice in zip(calls, choices)]
         answer, created = answer_id(kind), int(time.time())
+        answered = False
         try:
             if asked.stream:
-                return await self._stream(request, kind, asked, choices, queue, answer, created)
+                response, answered = await self._stream(request, kind, asked, choices, queue, answer, created)
+                return response
             for _ in choices:
                 index, event = await queue.get()
                 while event is not None and not isinstance(event, OpenAIError):  # deltas: the answer goes on
                     index, event = await queue.get()
                 if isinstance(event, OpenAIError):
                     raise event
+            answered = True
             return web.json_response(full_answer(kind, answer, created, asked.model, choices, asked.n))
         finally:
-            for call in calls:
-                call.cancel()
-            for reader in readers:
-                reader.cancel()
+            if answered:  # every answer ended: let their calls take their final responses
+                settling = asyncio.ensure_future(_settle(readers, calls))
+                self._settling.add(settling)
+                settling.add_done_callback(self._settling.discard)
+            else:  # an error, or the client left: cancel what still runs
+                _cancel(readers, calls)
             if self._observe is not None:
                 ended = time.perf_counter()
                 for choice in choices:
                     if choice.done:
                         self._observe(asked.model, choice, started, ended)
 
+    async def close(self) -> None:
+        """Cancel the calls still settling (the server stops)."""
+        for settling in list(self._settling):
+            settling.cancel()
+
     async def _stream(self, request: web.Request, kind: str, asked: TextRequest, choices: List[Choice],
-                      queue: asyncio.Queue[Tuple[int, Any]], answer: str, created: int) -> web.StreamResponse:
+                      queue: asyncio.Queue[Tuple[int, Any]], answer: str,
+                      created: int) -> Tuple[web.StreamResponse, bool]:
+        """Send the answers as events; the response, and whether every answer ended without an error."""
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         model = asked.model
@@ -130,7 +147,7 @@ class Routes:
             if isinstance(event, OpenAIError):
                 await response.write(_event(event.body()))
                 await response.write_eof()
-                return response
+                return response, False
             if event is None:
                 open_choices -= 1
                 await response.write(_event(chunk(kind, answer, created, model, index, {},
@@ -141,24 +158,49 @@ class Routes:
             await response.write(_event(usage_chunk(kind, answer, created, model, choices, asked.n)))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
-        return response
+        return response, True
 
 
 async def _read(call: ChatCall, choice: Choice, queue: asyncio.Queue[Tuple[int, Any]]) -> None:
-    """Feed one call's pieces to its choice; each delta, then None at its end (or the error), go to `queue`."""
+    """Feed one call's pieces to its choice; each delta, then None at its end (or the error), go to `queue`.
+
+    An answer the model ended (a finish piece) is told at once; the call is then read on to its
+    final response. One a stop sequence cut is cancelled at once: the model would go on for nobody.
+    """
     try:
         async for piece in call.pieces():
+            if choice.done:
+                continue
             for delta in choice.feed(piece):
                 queue.put_nowait((choice.index, delta))
             if choice.done:
-                break
-        for delta in choice.finish():
-            queue.put_nowait((choice.index, delta))
-        queue.put_nowait((choice.index, None))
+                queue.put_nowait((choice.index, None))
+                if choice.cut:
+                    break
+        if not choice.done:
+            for delta in choice.finish():
+                queue.put_nowait((choice.index, delta))
+            queue.put_nowait((choice.index, None))
     except OpenAIError as error:
-        queue.put_nowait((choice.index, error))
+        if not choice.done:
+            queue.put_nowait((choice.index, error))
     finally:
-        call.cancel()  # a stop sequence met, or an answer ended by its finish piece: the request is done
+        call.cancel()  # nothing when the final response came
+
+
+async def _settle(readers: List[asyncio.Future[None]], calls: List[ChatCall]) -> None:
+    """Give answered calls `SETTLE_S` to take their final responses, then cancel those still open."""
+    try:
+        await asyncio.wait(readers, timeout=SETTLE_S)
+    finally:
+        _cancel(readers, calls)
+
+
+def _cancel(readers: List[asyncio.Future[None]], calls: List[ChatCall]) -> None:
+    for call in calls:
+        call.cancel()
+    for reader in readers:
+        reader.cancel()
 
 
 def _model_entry(name: str) -> Dict[str, Any]:
