@@ -14,7 +14,7 @@ import asyncio
 import base64
 import json
 import time
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from aiohttp import web
@@ -173,7 +173,7 @@ async def _read(call: ChatCall, choice: Choice, queue: asyncio.Queue[Tuple[int, 
                 continue
             for delta in choice.feed(piece):
                 queue.put_nowait((choice.index, delta))
-            if choice.done:
+            if choice.finish_reason is not None:  # this piece ended it
                 queue.put_nowait((choice.index, None))
                 if choice.cut:
                     break
@@ -188,7 +188,7 @@ async def _read(call: ChatCall, choice: Choice, queue: asyncio.Queue[Tuple[int, 
         call.cancel()  # nothing when the final response came
 
 
-async def _settle(readers: List[asyncio.Future[None]], calls: List[ChatCall]) -> None:
+async def _settle(readers: Sequence[asyncio.Future[None]], calls: Sequence[ChatCall]) -> None:
     """Give answered calls `SETTLE_S` to take their final responses, then cancel those still open."""
     try:
         await asyncio.wait(readers, timeout=SETTLE_S)
@@ -196,7 +196,7 @@ async def _settle(readers: List[asyncio.Future[None]], calls: List[ChatCall]) ->
         _cancel(readers, calls)
 
 
-def _cancel(readers: List[asyncio.Future[None]], calls: List[ChatCall]) -> None:
+def _cancel(readers: Sequence[asyncio.Future[None]], calls: Sequence[ChatCall]) -> None:
     for call in calls:
         call.cancel()
     for reader in readers:
