@@ -1523,3 +1523,6 @@ def test_the_openai_port_is_opened_on_the_container_and_the_service_only_when_se
     assert TritonConfig.from_env(plain_env(server_container(plain))).openai_port is None
     with pytest.raises(helm().HelmRenderError, match="triton.config.OPENAI_PORT is set by the chart"):
         render({"triton": {"config": {"OPENAI_PORT": "9000"}}})
+    # A NetworkPolicy lets the API in from the same peers as inference.
+    policy = only(render({"ports": {"openai": 9000}, "networkPolicy": {"enabled": True}}), "NetworkPolicy")
+    assert {"port": "openai", "protocol": "TCP"} in policy["spec"]["ingress"][0]["ports"]
