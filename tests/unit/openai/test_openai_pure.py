@@ -175,3 +175,28 @@ def test_errors_have_openais_shape():
     assert json.loads(error.text()) == {"error": {"message": "no such model", "type": "invalid_request_error",
                                                   "param": "model", "code": "model_not_found"}}
     assert OpenAIError(500, "x").body()["error"]["type"] == "server_error"
+
+
+def test_without_the_extra_openai_port_fails_at_triton_with_the_pip_line(monkeypatch):
+    import sys
+
+    from pytriton.exceptions import PyTritonBadParameterError
+    from pytriton.triton import Triton, TritonConfig
+
+    monkeypatch.setitem(sys.modules, "aiohttp", None)  # as if it were not installed: its import fails
+    with pytest.raises(PyTritonBadParameterError, match=r"pip install 'pytriton\[openai\]'"):
+        Triton(config=TritonConfig(openai_port=9000))
+
+
+def test_the_api_key_comes_from_the_config_or_the_environment_and_is_never_shown(monkeypatch):
+    from pytriton.exceptions import PyTritonBadParameterError
+    from pytriton.server.security import TritonSecurityConfig
+
+    monkeypatch.delenv("PYTRITON_OPENAI_API_KEY", raising=False)
+    assert TritonSecurityConfig().openai_api_key is None
+    chosen = TritonSecurityConfig(openai_api_key="s3cret-key")
+    assert chosen.openai_api_key == "s3cret-key" and "s3cret" not in repr(chosen)
+    monkeypatch.setenv("PYTRITON_OPENAI_API_KEY", "from-env")
+    assert TritonSecurityConfig().openai_api_key == "from-env"
+    with pytest.raises(PyTritonBadParameterError, match="openai_api_key=<a string with blanks"):
+        TritonSecurityConfig(openai_api_key="has\nnewline")
