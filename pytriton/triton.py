@@ -378,12 +378,12 @@ class Triton(OpenAIBindings):
                     raise PyTritonServerStartupError(startup_failure(process))
                 if self._wait_models_ready(self._bindings.names(), deadline):
                     wait_endpoints_listening(config, process, deadline, self._start_interrupted)
+                    self._front = start_front(config, self._security, self._access_token, self._bindings)
             except BaseException:
                 self.stop()
                 raise
             self._supervisor = start_supervisor(process, control, workspace, self._bindings,
                                                 on_fatal=self._on_fatal, hurry=self._hurry)
-            self._front = start_front(config, self._security, self._access_token, self._bindings)
             logger.info("Triton Inference Server is ready (pid %s)", process.pid)
 
     def connect(self) -> None:

@@ -311,6 +311,9 @@ class TritonConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise bad(name, value, "a number > 0")
+        if self.openai_port is not None and self.openai_port in (
+                self.effective_http_port, self.effective_grpc_port, self.effective_metrics_port):
+            raise bad("openai_port", self.openai_port, "a port of its own, not Triton's HTTP, gRPC or metrics port")
         if self.drain_serving_s is not None and self.drain_serving_s < 0:
             raise bad("drain_serving_s", self.drain_serving_s, "a number of seconds >= 0")
         for name, choices in _CHOICES.items():

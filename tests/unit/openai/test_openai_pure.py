@@ -200,3 +200,14 @@ def test_the_api_key_comes_from_the_config_or_the_environment_and_is_never_shown
     assert TritonSecurityConfig().openai_api_key == "from-env"
     with pytest.raises(PyTritonBadParameterError, match="openai_api_key=<a string with blanks"):
         TritonSecurityConfig(openai_api_key="has\nnewline")
+
+
+def test_the_openai_port_must_be_a_port_of_its_own():
+    from pytriton.exceptions import PyTritonBadParameterError
+    from pytriton.triton import TritonConfig
+
+    with pytest.raises(PyTritonBadParameterError, match="openai_port.*8002.*a port of its own"):
+        TritonConfig(openai_port=8002)
+    with pytest.raises(PyTritonBadParameterError, match="openai_port"):
+        TritonConfig(openai_port=70000)
+    assert TritonConfig(http_port=9000, openai_port=8000).openai_port == 8000
