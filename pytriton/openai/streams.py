@@ -16,8 +16,9 @@ What the user's callable is decides how it is driven:
 - under ``@batch``: one call for the whole batch, ``infer_func(conversations, params)``, whose
   every step is a list with one piece (or None) per conversation.
 
-Every answer ends with a piece carrying ``finish_reason`` (``"stop"`` unless the callable gave
-one), so the front ends it without waiting for the rest of the batch.
+Every answer ends with a piece carrying ``finish_reason`` (``"stop"``, or ``"tool_calls"`` after
+tool calls, unless the callable gave one), so the front ends it without waiting for the rest of
+the batch.
 """
 
 from __future__ import annotations
@@ -166,6 +167,7 @@ class ChatRunner:
                 streams[index] = self._start(self._infer_func, (conversations[index], params[index]),
                                              pusher(index), loop)
         finished = [False] * count
+        tools = [False] * count  # an answer that called tools and ended by itself ends with "tool_calls"
         ready: Deque[Tuple[int, Dict[str, Any]]] = collections.deque()
 
         def take(index: int, item: Any) -> None:
@@ -173,9 +175,12 @@ class ChatRunner:
                 raise item
             if item is _DONE:
                 streams.pop(index, None)
-                ready.extend((end, {"finish_reason": "stop"}) for end in (range(count) if index < 0 else (index,)))
+                ready.extend((end, {"finish_reason": "tool_calls" if tools[end] else "stop"})
+                             for end in (range(count) if index < 0 else (index,)))
             else:
-                ready.extend(self._pieces(index, item, count))
+                for slot, piece in self._pieces(index, item, count):
+                    tools[slot] = tools[slot] or bool(piece.get("tool_calls"))
+                    ready.append((slot, piece))
 
         try:
             while streams or ready:
