@@ -8,10 +8,11 @@ with no delay, so the figures show the serving path, not a model). Two clients i
 
 - **added latency**: `--requests` non-streamed answers one after another, through the front
   (``POST /v1/chat/completions`` on a kept-alive aiohttp connection) and straight to Triton
-  (`AsyncioDecoupledModelClient` over gRPC, the same model and tensors); the medians and their
-  difference, which is what the front adds;
-- **streams per second**: `--streams` streams at once, each `--pieces` pieces, through both;
-  each stream must receive exactly its own pieces, or the run fails.
+  over gRPC, the same model and tensors, two ways: a bare ``ModelStreamInfer`` call per answer
+  (`pytriton.openai.link`, what the front itself sends: the front's own cost is the
+  difference) and pytriton's `AsyncioDecoupledModelClient` (what a pytriton user writes);
+- **streams per second**: `--streams` streams at once, each `--pieces` pieces, through all
+  three; each stream must receive exactly its own pieces, or the run fails.
 
 Prints a table and, with ``--json``, writes the figures. docs/openai.md quotes a run.
 """
@@ -35,6 +36,8 @@ import aiohttp
 from support import free_ports, server_config
 
 from pytriton.client import AsyncioDecoupledModelClient
+from pytriton.openai.convention import CHAT, ServedModel
+from pytriton.openai.link import TritonLink
 from pytriton.triton import Triton
 
 
@@ -73,6 +76,13 @@ async def _grpc_answer(client: AsyncioDecoupledModelClient, tag: str, pieces: in
     return "".join(text)
 
 
+async def _bare_answer(link: TritonLink, tag: str, pieces: int) -> str:
+    call = link.chat(ServedModel("bench-chat", CHAT), [{"role": "user", "content": "hi"}],
+                     {"tag": tag, "pieces": pieces})
+    text = [piece.get("content", "") async for piece in call.pieces()]
+    return "".join(text)
+
+
 def _expected(tag: str, pieces: int) -> str:
     return "".join(f"{tag}-{index} " for index in range(pieces))
 
@@ -102,20 +112,24 @@ async def _streams(call, count: int, pieces: int) -> float:
 
 async def measure(front_url: str, grpc_url: str, requests: int, streams: int, pieces: int) -> Dict[str, Any]:
     connector = aiohttp.TCPConnector(limit=0)
+    link = TritonLink(grpc_url.replace("grpc://", ""), None)
+    paths = {}
     async with aiohttp.ClientSession(connector=connector) as session, \
             AsyncioDecoupledModelClient(grpc_url, "bench-chat", inference_timeout_s=120) as client:
-        front = await _latencies(lambda tag: _front_answer(session, front_url, tag, 1, False), requests)
-        plain = await _latencies(lambda tag: _grpc_answer(client, tag, 1), requests)
-        front_rate = await _streams(lambda tag, n: _front_answer(session, front_url, tag, n, True), streams, pieces)
-        plain_rate = await _streams(lambda tag, n: _grpc_answer(client, tag, n), streams, pieces)
-    return {
-        "requests": requests, "streams": streams, "pieces": pieces,
-        "front_median_ms": statistics.median(front) * 1e3, "grpc_median_ms": statistics.median(plain) * 1e3,
-        "added_median_ms": (statistics.median(front) - statistics.median(plain)) * 1e3,
-        "front_p90_ms": sorted(front)[int(0.9 * len(front))] * 1e3,
-        "grpc_p90_ms": sorted(plain)[int(0.9 * len(plain))] * 1e3,
-        "front_streams_per_s": front_rate, "grpc_streams_per_s": plain_rate,
-    }
+        paths["front"] = (lambda tag: _front_answer(session, front_url, tag, 1, False),
+                          lambda tag, n: _front_answer(session, front_url, tag, n, True))
+        paths["bare_grpc"] = (lambda tag: _bare_answer(link, tag, 1), lambda tag, n: _bare_answer(link, tag, n))
+        paths["client_grpc"] = (lambda tag: _grpc_answer(client, tag, 1), lambda tag, n: _grpc_answer(client, tag, n))
+        figures: Dict[str, Any] = {"requests": requests, "streams": streams, "pieces": pieces}
+        for name, (single, _) in paths.items():
+            found = sorted(await _latencies(single, requests))
+            figures[f"{name}_median_ms"] = statistics.median(found) * 1e3
+            figures[f"{name}_p90_ms"] = found[int(0.9 * len(found))] * 1e3
+        for name, (_, stream) in paths.items():
+            figures[f"{name}_streams_per_s"] = await _streams(stream, streams, pieces)
+    await link.close()
+    figures["added_median_ms"] = figures["front_median_ms"] - figures["bare_grpc_median_ms"]
+    return figures
 
 
 def main() -> None:
@@ -133,11 +147,14 @@ def main() -> None:
         figures = asyncio.run(measure(f"http://127.0.0.1:{openai_port}", f"grpc://127.0.0.1:{config.grpc_port}",
                                       args.requests, args.streams, args.pieces))
     figures["cpus"] = os.cpu_count()
-    print(f"non-streamed answer, median (p90): front {figures['front_median_ms']:.2f} ms "
-          f"({figures['front_p90_ms']:.2f}), gRPC stream {figures['grpc_median_ms']:.2f} ms "
-          f"({figures['grpc_p90_ms']:.2f}); the front adds {figures['added_median_ms']:.2f} ms")
-    print(f"{args.streams} streams of {args.pieces} pieces at once: front {figures['front_streams_per_s']:.0f} "
-          f"streams/s, gRPC stream {figures['grpc_streams_per_s']:.0f} streams/s")
+    names = {"front": "the OpenAI front (HTTP)", "bare_grpc": "bare gRPC stream", "client_grpc":
+             "AsyncioDecoupledModelClient (gRPC)"}
+    print(f"| path | non-streamed answer, median (p90) ms | {args.streams} streams of {args.pieces} pieces, "
+          "streams/s |\n| --- | --- | --- |")
+    for key, label in names.items():
+        print(f"| {label} | {figures[key + '_median_ms']:.2f} ({figures[key + '_p90_ms']:.2f}) | "
+              f"{figures[key + '_streams_per_s']:.0f} |")
+    print(f"the front adds {figures['added_median_ms']:.2f} ms at the median to a non-streamed answer")
     if args.json:
         with open(args.json, "w") as out:
             json.dump(figures, out, indent=2)
