@@ -6,7 +6,8 @@ pytriton's own (``pytriton_*``) too. A chat answer is one ``ModelStreamInfer`` c
 request; cancelling the call (a client gone, a stop sequence met) cancels the request in Triton,
 which closes the callable's generator. Embeddings are plain ``ModelInfer`` calls.
 
-Which models are served, and how, is read from Triton itself (its repository index and each
+Which models are served, and how, is read from Triton itself (its repository index, its
+statistics, which also list the models other processes sent through the repository API, and each
 model's configuration, `pytriton.openai.convention.served_model`), kept per name, and read again
 when a name is unknown or `models` is asked: a model bound later, or by another process, is found.
 """
@@ -15,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Tuple
+import re
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Sequence, Tuple
 
 import grpc  # type: ignore[import-untyped,unused-ignore]
 import numpy as np
@@ -39,6 +41,8 @@ from pytriton.openai.convention import (
 from pytriton.openai.errors import OpenAIError, unknown_model, wrong_kind
 
 _CHANNEL_OPTIONS = [("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)]
+_GONE = re.compile(r"unknown model|is not found|not ready", re.IGNORECASE)
+"""Triton's words for a request to a model it no longer serves."""
 _CALL_TIMEOUT_S = 30.0
 """Bound of the calls that ask Triton about its models."""
 
@@ -68,8 +72,10 @@ def _failure(model: str, exc: BaseException) -> OpenAIError:
 class ChatCall:
     """The pieces of one answer of a chat model, read from its ``ModelStreamInfer`` call."""
 
-    def __init__(self, stub: Any, request: Any, metadata: Sequence[Tuple[str, str]], model: str) -> None:
+    def __init__(self, stub: Any, request: Any, metadata: Sequence[Tuple[str, str]], model: str,
+                 on_gone: Callable[[str], None]) -> None:
         self._model = model
+        self._on_gone = on_gone
         self._ended = asyncio.Event()
         self.finished = False
 
@@ -90,10 +96,17 @@ class ChatCall:
                 try:
                     response = await self._call.read()
                 except grpc.aio.AioRpcError as exc:
-                    raise _failure(self._model, exc) from exc
+                    error = _failure(self._model, exc)
+                    if error.status == 404:
+                        self._on_gone(self._model)
+                    raise error from exc
                 if response is grpc.aio.EOF:
                     return
                 if response.error_message:
+                    if _GONE.search(response.error_message):  # unloaded since the front last looked
+                        self._on_gone(self._model)
+                        raise OpenAIError(404, f"The model '{self._model}' does not exist any more "
+                                               f"({response.error_message})", param="model", code="model_not_found")
                     raise OpenAIError(500, f"model '{self._model}' failed: {response.error_message}")
                 answer = response.infer_response
                 for raw in answer.raw_output_contents:
@@ -161,13 +174,18 @@ class TritonLink:
         except grpc.aio.AioRpcError as exc:
             raise OpenAIError(503, f"cannot list the models: Triton answered {exc.code().name}: {exc.details()}") \
                 from exc
+        names = {entry.name for entry in index.models if not entry.state or entry.state == "READY"}
+        try:  # the loaded models: those another process sent through the repository API are in no index
+            statistics = await stub.ModelStatistics(service_pb2.ModelStatisticsRequest(name=""),
+                                                    metadata=self._metadata, timeout=_CALL_TIMEOUT_S)
+            names.update(entry.name for entry in statistics.model_stats)
+        except grpc.aio.AioRpcError:
+            pass  # statistics restricted with another header than the access token: the index alone
         found: Dict[str, ServedModel] = {}
-        for entry in index.models:
-            if entry.state and entry.state != "READY":
-                continue
-            model = self._models.get(entry.name) or await self._read(entry.name)
+        for name in sorted(names):
+            model = self._models.get(name) or await self._read(name)
             if model is not None:
-                found[entry.name] = model
+                found[name] = model
         self._models = found
         return dict(found)
 
@@ -208,7 +226,7 @@ class TritonLink:
             request.inputs.add(name=name, datatype="BYTES", shape=shape)
             request.raw_input_contents.append(bytes_tensor([json.dumps(value).encode("utf-8")]))
         request.parameters["triton_enable_empty_final_response"].bool_param = True
-        return ChatCall(self._service(), request, self._metadata, model.name)
+        return ChatCall(self._service(), request, self._metadata, model.name, self.forget)
 
     async def embed(self, model: ServedModel, texts: List[str], dimensions: Optional[int]) -> List[np.ndarray]:
         """The embedding of each text, through as many requests as `model.max_batch_size` asks."""

@@ -79,7 +79,8 @@ def plain_embed(requests):
 
 
 @pytest.fixture(scope="module")
-def server():
+def served():
+    """The module's `Triton` and its config."""
     (openai_port,) = free_ports(1)
     config = server_config(openai_port=openai_port)
     with Triton(config=config, security_config=TritonSecurityConfig(openai_api_key=API_KEY)) as triton:
@@ -99,7 +100,12 @@ def server():
                     inputs=[Tensor(name="x", dtype=np.float32, shape=(-1,))],
                     outputs=[Tensor(name="y", dtype=np.float32, shape=(-1,))])
         triton.run()
-        yield config
+        yield triton, config
+
+
+@pytest.fixture(scope="module")
+def server(served):
+    return served[1]
 
 
 def _client(config, key=API_KEY):
@@ -313,6 +319,29 @@ def test_requests_count_in_tritons_and_the_fronts_metrics(server):
 
     found = wait_until(counted, 15.0, 0.25)
     assert found, "the front's histograms or Triton's counters did not show the requests"
+
+
+def test_models_bound_by_another_process_through_remote_triton_are_served(served):
+    from pytriton.triton import RemoteTriton
+
+    triton, config = served
+    url = f"http://127.0.0.1:{config.http_port}"
+    with RemoteTriton(url, access_token=triton.get_access_token()) as remote:
+        remote.bind_chat(model_name="remote-chat", infer_func=async_chat)
+        remote.bind_embeddings(model_name="remote-embed", infer_func=embed)
+        client = _client(config)
+        assert {"remote-chat", "remote-embed"} <= {model.id for model in client.models.list()}
+        client.chat.completions.create(model="remote-chat", messages=[{"role": "user", "content": "x"}])
+        answer = client.chat.completions.create(model="remote-chat", messages=[{"role": "user", "content": "x"}])
+        assert answer.choices[0].message.content == "async answer"
+        assert client.embeddings.create(model="remote-embed", input="abcd").data[0].embedding == [4.0, 1.0, 2.0]
+    # Unbound when the RemoteTriton stopped: 404 (the front knew the model: Triton's refusal says it
+    # is gone), and gone from the list.
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="remote-chat", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.NotFoundError):
+        client.embeddings.create(model="remote-embed", input="x")
+    assert "remote-chat" not in {model.id for model in client.models.list()}
 
 
 def test_a_stopping_server_answers_503(server):
