@@ -139,7 +139,7 @@ def main() -> None:
         requests += 1
         reply = answer["choices"][0]["message"]["content"]
         print(f"    user: {body['messages'][0]['content']}\n    assistant: {reply}\n")
-        check("echo-chat", np.array([reply]), np.array(["You said: hello, triton "]))
+        check("echo-chat", np.array([reply.encode()]), np.array([b"You said: hello, triton "]))
 
     # Leaving the `with` block stopped the server and removed its processes, sockets and memory.
     print(
