@@ -58,10 +58,11 @@ _DUPLICATE_REASON = "two or more repositories"
 class RemoteTriton(OpenAIBindings):
     """Serves this process's callables through a tritonserver that something else started.
 
-    `bind_chat` and `bind_embeddings` work here as on `Triton`: they bind models that follow the
-    OpenAI convention (docs/openai.md). The OpenAI-compatible API itself is served by the front of
-    the process that started the server (its ``TritonConfig(openai_port=...)``), which finds these
-    models by their tensors; a `RemoteTriton` has no server of its own to serve it beside.
+    bind_chat and bind_embeddings (`pytriton.openai.binding.OpenAIBindings`) work here as on
+    `Triton`: they bind models that follow the OpenAI convention (docs/openai.md). The
+    OpenAI-compatible API itself is served by the front of the process that started the server
+    (its ``TritonConfig(openai_port=...)``), which finds these models by their tensors; a
+    `RemoteTriton` has no server of its own to serve it beside.
 
     Without a workspace, the models travel through the server's model-repository API, so only
     the URL (and the same host) is needed; typically the server is another process's `Triton`,

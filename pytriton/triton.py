@@ -90,8 +90,8 @@ logger = logging.getLogger("pytriton.triton")
 
 
 class Triton(OpenAIBindings):
-    """A Triton Inference Server serving the Python callables bound to it (`bind`, and `bind_chat`,
-    `bind_embeddings` for the OpenAI-compatible API of ``TritonConfig(openai_port=...)``, docs/openai.md).
+    """A Triton Inference Server serving the Python callables bound to it (`bind`, and bind_chat,
+    bind_embeddings for the OpenAI-compatible API of ``TritonConfig(openai_port=...)``, docs/openai.md).
 
     Args:
         config: server options; fields left unset are read from ``PYTRITON_TRITON_CONFIG_*``
