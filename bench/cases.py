@@ -1,7 +1,9 @@
 """The loads `make bench` measures and their targets, and the GPU path's two (``run.py --gpu``).
 
 Each `Case` names the model both servers serve (bench/servers.py), the request size, the
-concurrency, and the least ratio ours / reference of throughput that meets its target.
+concurrency, and the least ratio ours / reference of throughput that meets its target (since
+pytriton's own Triton backend, issue 30: at least the plain Python backend everywhere, more
+where the stub's overhead dominated).
 """
 
 from __future__ import annotations
@@ -40,23 +42,22 @@ class Case:
 
 
 CASES = (
-    Case("small_c1", "16 values, concurrency 1", "16 values\nc=1", "identity", 16, 1, 0.75,
-         max_extra_latency_ms=0.15),
-    Case("small_c16", "16 values, concurrency 16", "16 values\nc=16", "identity", 16, 16, 0.90),
-    Case("small_c64", "16 values, concurrency 64", "16 values\nc=64", "identity", 16, 64, 0.95),
-    Case("large_c8", "1 MiB (256 Ki values), concurrency 8", "1 MiB\nc=8", "identity", 256 * 1024, 8, 0.95),
+    Case("small_c1", "16 values, concurrency 1", "16 values\nc=1", "identity", 16, 1, 1.00),
+    Case("small_c16", "16 values, concurrency 16", "16 values\nc=16", "identity", 16, 16, 1.10),
+    Case("small_c64", "16 values, concurrency 64", "16 values\nc=64", "identity", 16, 64, 1.20),
+    Case("large_c8", "1 MiB (256 Ki values), concurrency 8", "1 MiB\nc=8", "identity", 256 * 1024, 8, 1.00),
     Case("sleep_c64", "10 ms model, concurrency 64", "10 ms model\nc=64", "sleep_10ms", 16, 64, 1.00),
     Case("cpu_c16", "5 ms of Python work per batch, 2 instances, concurrency 16", "Python 5 ms\n2 inst., c=16",
-         "cpu_5ms", 16, 16, 0.90, interval_ms=NEW_CASE_WINDOW_MS),
-    Case("huge_c4", "16 MiB (4 Mi values), concurrency 4", "16 MiB\nc=4", "identity", 4 * 1024 * 1024, 4, 0.95,
+         "cpu_5ms", 16, 16, 0.95, interval_ms=NEW_CASE_WINDOW_MS),
+    Case("huge_c4", "16 MiB (4 Mi values), concurrency 4", "16 MiB\nc=4", "identity", 4 * 1024 * 1024, 4, 1.00,
          interval_ms=NEW_CASE_WINDOW_MS),
     Case("stream_c8", "stream: 100 responses of 16 values, concurrency 8", "stream\n100 x 16\nc=8", "stream_100",
-         16, 8, 0.90, protocols=("grpc",), streaming=True, interval_ms=NEW_CASE_WINDOW_MS),
+         16, 8, 1.00, protocols=("grpc",), streaming=True, interval_ms=NEW_CASE_WINDOW_MS),
 )  # fmt: skip
 
 # The GPU path: the torch MLP of bench/torch_mlp.py (512 values in and out per request).
 GPU_CASES = (
-    Case("gpu_c1", "torch MLP 512-2048-512, concurrency 1", "torch MLP\nc=1", "torch_mlp", 512, 1, 0.85),
-    Case("gpu_c32", "torch MLP 512-2048-512, concurrency 32", "torch MLP\nc=32", "torch_mlp", 512, 32, 0.95),
+    Case("gpu_c1", "torch MLP 512-2048-512, concurrency 1", "torch MLP\nc=1", "torch_mlp", 512, 1, 1.00),
+    Case("gpu_c32", "torch MLP 512-2048-512, concurrency 32", "torch MLP\nc=32", "torch_mlp", 512, 32, 1.00),
 )  # fmt: skip
 QUICK_CASE = "small_c1"

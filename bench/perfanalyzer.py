@@ -15,6 +15,7 @@ import hashlib
 import os
 import pathlib
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -168,6 +169,12 @@ class PerfAnalyzer:
         ]  # fmt: skip
         for header in headers:
             base += ["-H", header]
+        if protocol == "http" and concurrency >= ASYNC_HTTP_FROM:
+            # perf_analyzer's synchronous HTTP client runs one thread per request in flight, and
+            # its libcurl threads can poll with a zero timeout: 64 of them on 2 cores spun for
+            # minutes in two full runs (61 threads runnable, Triton idle). Its asynchronous mode
+            # keeps the same requests in flight from a few threads, for both servers alike.
+            base.append("--async")
         if streaming:  # a decoupled model: gRPC bidirectional stream, one request in flight per stream slot
             base.append("--streaming")
         any_spread = ["--stability-percentage", "1000", "--max-trials", "3"]
@@ -181,7 +188,10 @@ class PerfAnalyzer:
             report.unlink(missing_ok=True)
             command = [*base, *extra, "-f", str(report)]
             start = log.stat().st_size if log.exists() else 0
-            for _ in range(2):  # a run that hangs past its time (seen once, at concurrency 64) goes again once
+            # perf_analyzer's own HTTP client fails now and then at concurrency 64 on 2 cores: its
+            # synchronous threads spin in libcurl (a hang), its asynchronous mode crashed once
+            # ("Unexpected error: received CURLMsg=0", SIGSEGV). Such a run goes again, twice.
+            for _ in range(3):
                 with log.open("a") as output:
                     output.write("$ " + " ".join(command) + "\n")
                     output.flush()
@@ -189,11 +199,11 @@ class PerfAnalyzer:
                     try:
                         returncode = child.wait(timeout_s=interval_ms / 1000 * 14 + 60)
                         if returncode is None:  # hung: what the server says now goes into the log
-                            output.write(_server_state(url, protocol, headers))
+                            output.write(_server_state(url, protocol, headers, client_pid=child.pid))
                             output.flush()
                     finally:
                         child.stop()
-                if returncode is not None:
+                if returncode is not None and returncode >= 0:
                     break
             if returncode == 0 and report.is_file():
                 figures: Dict[str, Optional[float]] = dict(_parse_report(report))
@@ -206,7 +216,24 @@ class PerfAnalyzer:
         raise BenchError(f"perf_analyzer failed for {label} (exit code {returncode}); its output:\n{_tail(log)}")
 
 
-def _server_state(url: str, protocol: str, headers: Sequence[str]) -> str:
+ASYNC_HTTP_FROM = 64
+"""The concurrency from which HTTP runs use perf_analyzer's asynchronous mode (see `run`)."""
+
+
+def _threads_waiting(pid: int) -> str:
+    """Where each thread of process `pid` sleeps in the kernel (its wchan), counted."""
+    counts: Dict[str, int] = {}
+    for task in pathlib.Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            where = (task / "wchan").read_text().strip() or "running"
+            name = (task / "comm").read_text().strip()
+        except OSError:
+            continue
+        counts[f"{name}:{where}"] = counts.get(f"{name}:{where}", 0) + 1
+    return ", ".join(f"{key} x{count}" for key, count in sorted(counts.items()))
+
+
+def _server_state(url: str, protocol: str, headers: Sequence[str], client_pid: Optional[int] = None) -> str:
     """For a perf_analyzer run that hung: the server's HTTP readiness and pending requests, and
     the state of the load generator's connections (their queues show who waits for whom)."""
     import urllib.request
@@ -228,6 +255,14 @@ def _server_state(url: str, protocol: str, headers: Sequence[str]) -> str:
     busy = [line for line in ss.stdout.splitlines()[1:] if line.split()[1:3] != ["0", "0"]]
     lines.append(f"connections: {len(ss.stdout.splitlines()) - 1}, with data queued: {len(busy)}")
     lines += busy[:20]
+    detail = subprocess.run(["ss", "-tnoim", f"( dport = :{port} or sport = :{port} )"], capture_output=True,
+                            text=True, timeout=10)
+    lines += ["ss -tnoim:", *detail.stdout.splitlines()[:400]]
+    if client_pid is not None:
+        lines.append(f"load generator threads: {_threads_waiting(client_pid)}")
+    listening = subprocess.run(["ss", "-tlnpH", f"( sport = :{port} )"], capture_output=True, text=True, timeout=10)
+    for pid in sorted(set(re.findall(r"pid=(\d+)", listening.stdout))):
+        lines.append(f"server {pid} threads: {_threads_waiting(int(pid))}")
     return "\n".join(lines) + "\n"
 
 

@@ -26,11 +26,17 @@ Environment:
     PYTRITON_SKIP_SERVER_FETCH=1: build without fetching, for users who bring their own
         server; the wheel then holds whatever ``pytriton/tritonserver/`` already has.
 
+A regular build (``pip install .``, ``pip wheel .``, an sdist) leaves the source tree as it found it:
+what it had to create there (the server tree, about 210 MB; setuptools' ``build/``, of the same
+size, and ``*.egg-info``; the generated clients) is removed once the wheel is written. Only an
+editable install keeps them, since it runs from the source tree.
+
 Everything else is ``setuptools.build_meta``, re-exported unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import shutil
@@ -39,19 +45,17 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
-from typing import Dict, List, Mapping, Optional, Tuple, Union
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from native import ensure_built as ensure_native_backend
 from setuptools import build_meta as _setuptools
 from setuptools.build_meta import (  # noqa: F401  (hooks passed through unchanged)
     get_requires_for_build_editable,
-    get_requires_for_build_sdist,
-    get_requires_for_build_wheel,
     prepare_metadata_for_build_editable,
-    prepare_metadata_for_build_wheel,
 )
 from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
 from stub_numpy import ensure_stub_numpy, sha256_of
+from unasync import SOURCES as CLIENT_SOURCES
 from unasync import write as write_blocking_clients
 
 SOURCE_DISTRIBUTION = "nvidia-pytriton"
@@ -278,15 +282,66 @@ class BdistWheel(_bdist_wheel):  # type: ignore[misc]  # setuptools ships no typ
         return python, abi, plat
 
 
+def build_outputs(root: Path = PROJECT_ROOT) -> List[Path]:
+    """What a build may create in the source tree at `root` (the server tree, setuptools'
+    ``build/`` and ``*.egg-info``, the generated clients); ``*.egg-info`` as found now."""
+    return [
+        root / "pytriton" / "tritonserver",
+        root / "build",
+        *(root / generated for generated in CLIENT_SOURCES.values()),
+        *root.glob("*.egg-info"),
+    ]
+
+
+@contextlib.contextmanager
+def source_tree_kept(root: Path = PROJECT_ROOT) -> Iterator[None]:
+    """Run a regular build's step, then remove from `root` what it created there (see the module
+    docstring): a user who installs from a checkout keeps a checkout, not 400 MB of build output."""
+    present = {path for path in build_outputs(root) if path.exists() or path.is_symlink()}
+    try:
+        yield
+    finally:
+        for path in build_outputs(root):
+            if path in present:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+            else:
+                continue
+            _log(f"removed {path} (made by this build; a regular install leaves the source tree as it was)")
+
+
+def get_requires_for_build_wheel(config_settings: ConfigSettings = None) -> List[str]:
+    # setuptools answers this by running egg_info, which writes *.egg-info into the checkout.
+    with source_tree_kept():
+        requires: List[str] = _setuptools.get_requires_for_build_wheel(config_settings)
+    return requires
+
+
+def get_requires_for_build_sdist(config_settings: ConfigSettings = None) -> List[str]:
+    with source_tree_kept():
+        requires: List[str] = _setuptools.get_requires_for_build_sdist(config_settings)
+    return requires
+
+
+def prepare_metadata_for_build_wheel(metadata_directory: str, config_settings: ConfigSettings = None) -> str:
+    with source_tree_kept():
+        name: str = _setuptools.prepare_metadata_for_build_wheel(metadata_directory, config_settings)
+    return name
+
+
 def build_wheel(
     wheel_directory: str,
     config_settings: ConfigSettings = None,
     metadata_directory: Optional[str] = None,
 ) -> str:
-    ensure_server_tree()
-    ensure_native_backend(SERVER_DIR)
-    write_blocking_clients()
-    name: str = _setuptools.build_wheel(wheel_directory, config_settings, metadata_directory)
+    with source_tree_kept():
+        ensure_server_tree()
+        ensure_native_backend(SERVER_DIR)
+        write_blocking_clients()
+        name: str = _setuptools.build_wheel(wheel_directory, config_settings, metadata_directory)
     return name
 
 
@@ -304,6 +359,7 @@ def build_editable(
 
 def build_sdist(sdist_directory: str, config_settings: ConfigSettings = None) -> str:
     # The blocking clients go in generated: a wheel built from the sdist writes them again anyway.
-    write_blocking_clients()
-    name: str = _setuptools.build_sdist(sdist_directory, config_settings)
+    with source_tree_kept():
+        write_blocking_clients()
+        name: str = _setuptools.build_sdist(sdist_directory, config_settings)
     return name

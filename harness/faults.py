@@ -403,7 +403,7 @@ class Matrix:
         time.sleep(0.5)  # the plain requests are in their worker's batch by now
         for pid in victims:
             try:
-                os.kill(pid, signum)
+                os.kill(script.host_pid(pid), signum)
             except ProcessLookupError:
                 round_.fail(f"worker process {pid} was gone before the signal")
         signalled = time.monotonic()

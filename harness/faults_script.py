@@ -139,6 +139,23 @@ class ServingScript:
         except psutil.NoSuchProcess:
             return []
 
+    def host_pid(self, pid: int) -> int:
+        """The pid this harness sees for a process of the script that reported `pid` about
+        itself: as PID 1 the script lives in a PID namespace of its own, where its processes
+        have other numbers (the last field of ``NSpid`` in /proc/<pid>/status)."""
+        if not self.pid1:
+            return pid
+        root = self.root()
+        for process in ([root] if root is not None else []) + self.descendants():
+            try:
+                with open(f"/proc/{process.pid}/status") as status:
+                    for line in status:
+                        if line.startswith("NSpid:") and int(line.split()[-1]) == pid:
+                            return process.pid
+            except (OSError, ValueError):
+                continue
+        return pid
+
     def tritonserver(self) -> Optional[psutil.Process]:
         root = self.root()
         try:

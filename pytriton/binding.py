@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import zmq
 
 from pytriton.decorating.shaping import whole_batch
-from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError, PyTritonModelConfigError
+from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError
 from pytriton.ipc import protocol
 from pytriton.metrics import Registry
 from pytriton.model_config import ModelConfig, SequenceBatcher, Tensor
@@ -38,7 +38,7 @@ from pytriton.repository.writer import remove_model, write_ensemble, write_model
 from pytriton.server.model_trace import model_trace_settings
 from pytriton.server.workspace import remove_segments
 from pytriton.worker.context import TritonContext
-from pytriton.worker.handler import InstanceHandler, is_async_callable, is_generator_callable
+from pytriton.worker.handler import InstanceHandler, check_callables, is_async_callable
 from pytriton.worker.instance import Instance
 from pytriton.worker.process_instance import ProcessInstance, check_forkable
 from pytriton.worker.request import Request
@@ -185,9 +185,6 @@ class ModelBindings:
             config = rechecked(config)  # fields may have been assigned since it was built
         except PyTritonBadParameterError as exc:
             raise PyTritonBadParameterError(f"config of model '{model_name}': {exc.message}") from exc
-        if any(is_generator_callable(f) for f in infer_funcs) and not config.decoupled:
-            raise PyTritonModelConfigError(f"model '{model_name}': the inference callable is a generator, which "
-                                           "streams responses; bind it with config=ModelConfig(decoupled=True)")
         if config.process_instances:
             check_forkable(model_name)
         context = TritonContext(
@@ -198,6 +195,7 @@ class ModelBindings:
             config=config,
             outputs_unnamed=bool(outputs) and all(getattr(t, "name", None) is None for t in outputs),
         )
+        check_callables(model_name, infer_funcs, config.decoupled, context.input_names)
         trace_settings = model_trace_settings(model_name, trace_config)
         return ModelDeclaration(context, infer_funcs, strict, [is_async_callable(f) for f in infer_funcs],
                                 trace_settings)

@@ -38,6 +38,7 @@ from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
 from pytriton.openai import check_extra, start_front
 from pytriton.openai.binding import OpenAIBindings
 from pytriton.remote import RemoteTriton
+from pytriton.server.announce import announce_draining, announce_serving
 from pytriton.server.config import TritonConfig
 from pytriton.server.config_merge import merge
 from pytriton.server.control import ServerControl, wait_for
@@ -90,8 +91,7 @@ logger = logging.getLogger("pytriton.triton")
 
 
 class Triton(OpenAIBindings):
-    """A Triton Inference Server serving the Python callables bound to it (`bind`, and bind_chat,
-    bind_embeddings for the OpenAI-compatible API of ``TritonConfig(openai_port=...)``, docs/openai.md).
+    """A Triton Inference Server serving the Python callables bound to it (OpenAI API: docs/openai.md).
 
     Args:
         config: server options; fields left unset are read from ``PYTRITON_TRITON_CONFIG_*``
@@ -432,10 +432,10 @@ class Triton(OpenAIBindings):
             try:
                 self._start_interrupted = lambda: bool(signals.received)
                 self._start()
-                signum = block_until_signal(self.is_alive, self._wake, monitoring_period_s, signals)
-                if signum is not None:
-                    logger.info("Signal %d received: draining, then stopping Triton (a second signal stops at once)",
-                                signum)
+                if not signals.received:  # the line says what serves where (and the client's hint points at it)
+                    announce_serving(self._config, [(n, self._bindings.version(n)) for n in self._bindings.names()])
+                if (signum := block_until_signal(self.is_alive, self._wake, monitoring_period_s, signals)) is not None:
+                    announce_draining(signum, self._config)
             finally:
                 self._in_serve = False
                 self.stop()

@@ -67,6 +67,10 @@ _RESTRICTED_TEXT = "is restricted, expecting header"
 _DECOUPLED_TEXT = "decoupled transaction policy"
 # Triton's answer for requests of an instance whose Python-backend stub process died.
 _DEAD_STUB = re.compile(r"Stub process '([^']+)' is not healthy")
+_BATCH_SIZE_TEXT = "batch-size must be <="
+#: Added to Triton's refusal of a batch over the model's ``max_batch_size`` (and to the client's own check).
+BATCH_SIZE_HINT = ("infer_batch_chunked(...) of ModelClient, FuturesModelClient and AsyncioModelClient sends a larger "
+                   "batch as chunks of at most max_batch_size samples and joins the outputs")
 #: The status given to errors sent inside a stream: the server answered, with no status of its own.
 _STREAM_STATUS = "stream"
 
@@ -97,6 +101,8 @@ def _from_server(
             f"{action}. The model is decoupled (it sends any number of responses per request); use "
             f"DecoupledModelClient or AsyncioDecoupledModelClient. Message: {message}"
         )
+    if _BATCH_SIZE_TEXT in lowered:
+        return PyTritonClientInferenceServerError(f"{action}. Message: {message}. {BATCH_SIZE_HINT}")
     if status is None:
         # tritonclient raises status-less exceptions only for its own checks of our arguments.
         return PyTritonClientValueError(f"{action}. Message: {message}")
@@ -107,6 +113,14 @@ def _from_server(
     if status in _NOT_FOUND_STATUSES or "unknown model" in lowered:
         return PyTritonClientModelUnavailableError(f"{action}. Message: {message}")
     return PyTritonClientInferenceServerError(f"{action}. Message: {message}")
+
+
+def batch_too_large(model_name: str, max_batch_size: int) -> PyTritonClientInferenceServerError:
+    """The error for a batch over `max_batch_size`, found before sending: Triton's words, and the hint."""
+    return PyTritonClientInferenceServerError(
+        f"{INFER_ACTION}. Message: inference request batch-size must be <= {max_batch_size} for '{model_name}'. "
+        f"{BATCH_SIZE_HINT}"
+    )
 
 
 def _timeout(action: str, url: str, timeout_s: float | None, detail: str) -> PyTritonClientTimeoutError:

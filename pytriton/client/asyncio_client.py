@@ -50,7 +50,7 @@ from pytriton.client._args import (
     pool_arg,
     timeout_arg,
 )
-from pytriton.client.codec import batch_request, concat_batches, sample_request, sample_response, split_batch
+from pytriton.client.codec import batch_request, chunked_request, concat_batches, sample_request, sample_response
 from pytriton.client.core_aio import AsyncTritonCore, create_async_core  # unasync: drop
 from pytriton.client.core_aio import create_aio_client_from_url as _create_client_from_url  # unasync: drop
 
@@ -395,7 +395,7 @@ class AsyncioModelClient(AsyncioModelClientBase, InferCalls[_Outputs]):
         """
         pool_arg("chunk_size", chunk_size, 1)
         config = await self._initialized_config()
-        chunks = split_batch(batch_request(config, inputs, named_inputs), chunk_size or config.max_batch_size)
+        chunks = chunked_request(config, inputs, named_inputs, chunk_size)
         results = await asyncio.gather(
             *(self._infer(chunk, parameters, headers) for chunk in chunks), return_exceptions=True
         )
@@ -404,6 +404,43 @@ class AsyncioModelClient(AsyncioModelClientBase, InferCalls[_Outputs]):
                 raise result
         return concat_batches(results)  # type: ignore[arg-type]  # no exception left in the list
 
+    # unasync: end
+    # unasync: sync-only
+    # def infer_batch_chunked(
+    #     self,
+    #     *inputs: np.ndarray,
+    #     chunk_size: int | None = None,
+    #     parameters: Mapping[str, Any] | None = None,
+    #     headers: Mapping[str, str] | None = None,
+    #     **named_inputs: np.ndarray,
+    # ) -> dict[str, np.ndarray]:
+    #     """Run a batch of any size: split along the batch axis, sent one chunk after another, joined in order.
+    #
+    #     The way to send more samples than the model's ``max_batch_size`` (Triton refuses such a
+    #     request) from the blocking client: one request at a time on this client's connection, so
+    #     it stays usable from one thread. :class:`~pytriton.client.futures.FuturesModelClient`
+    #     and :class:`~pytriton.client.asyncio_client.AsyncioModelClient` send the chunks concurrently.
+    #
+    #     Args:
+    #         *inputs: arrays in the order of the model's inputs, all with the same first axis.
+    #         chunk_size: samples per request; ``None`` for the model's ``max_batch_size``.
+    #         parameters: custom request parameters, sent with every chunk.
+    #         headers: extra HTTP headers or gRPC metadata, sent with every chunk.
+    #         **named_inputs: arrays by input name (not together with positional ones).
+    #
+    #     Returns:
+    #         The outputs of the whole batch, in the order of the inputs.
+    #
+    #     Raises:
+    #         PyTritonClientModelDoesntSupportBatchingError: the model does not batch.
+    #         PyTritonClientValueError: the inputs disagree on the batch size, or a wrong argument.
+    #         PyTritonClientError: the error of the first chunk that failed; no later chunk is sent.
+    #     """
+    #     pool_arg("chunk_size", chunk_size, 1)
+    #     config = self._initialized_config()
+    #     chunks = chunked_request(config, inputs, named_inputs, chunk_size)
+    #     return concat_batches([self._infer(chunk, parameters, headers) for chunk in chunks])
+    #
     # unasync: end
     async def _infer(
         self,

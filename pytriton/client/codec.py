@@ -16,6 +16,7 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor
 
 from pytriton.client._args import SEQUENCE_KEYS
+from pytriton.client._errors import batch_too_large
 from pytriton.client.core_request import CoreRequest
 from pytriton.client.exceptions import PyTritonClientModelDoesntSupportBatchingError, PyTritonClientValueError
 from pytriton.client.model_config import ClientModelConfig
@@ -138,14 +139,34 @@ def sample_response(config: ClientModelConfig, outputs: Mapping[str, np.ndarray]
 
 
 def batch_request(
-    config: ClientModelConfig, positional: Sequence[Any], named: Mapping[str, Any]
+    config: ClientModelConfig, positional: Sequence[Any], named: Mapping[str, Any], whole: bool = True
 ) -> dict[str, np.ndarray]:
-    """The arrays ``infer_batch`` sends; refused for a model without batching."""
+    """The arrays ``infer_batch`` sends; refused for a model without batching.
+
+    Args:
+        config: the model's configuration.
+        positional: arrays given positionally.
+        named: arrays given by input name.
+        whole: the batch goes out as one request, so it must fit the model's ``max_batch_size``
+            (False for one that will be cut into chunks).
+
+    Raises:
+        PyTritonClientModelDoesntSupportBatchingError: the model does not batch.
+        PyTritonClientInferenceServerError: `whole`, and the batch is larger than ``max_batch_size``:
+            the error Triton would answer (found here, before a large batch crosses the network),
+            with the way out (``infer_batch_chunked``).
+        PyTritonClientValueError: see `map_inputs`.
+    """
     if not config.batching:
         raise PyTritonClientModelDoesntSupportBatchingError(
             f"Model {config.model_name!r} has max_batch_size 0 and does not take batches; use infer_sample"
         )
-    return map_inputs(config, positional, named)
+    inputs = map_inputs(config, positional, named)
+    if whole and config.max_batch_size > 0:
+        sizes = [value.shape[0] for value in inputs.values() if value.ndim > 0]
+        if sizes and sizes[0] > config.max_batch_size:  # Triton reads the batch size off the first input
+            raise batch_too_large(config.model_name, config.max_batch_size)
+    return inputs
 
 
 def split_batch(inputs: Mapping[str, np.ndarray], chunk_size: int) -> list[dict[str, np.ndarray]]:
@@ -168,6 +189,14 @@ def split_batch(inputs: Mapping[str, np.ndarray], chunk_size: int) -> list[dict[
         {name: value[start : start + chunk_size] for name, value in inputs.items()}
         for start in range(0, total, chunk_size)
     ]
+
+
+def chunked_request(
+    config: ClientModelConfig, positional: Sequence[Any], named: Mapping[str, Any], chunk_size: int | None
+) -> list[dict[str, np.ndarray]]:
+    """The requests ``infer_batch_chunked`` sends: the batch cut into chunks of `chunk_size`
+    samples (``None``: the model's ``max_batch_size``); see `batch_request` and `split_batch`."""
+    return split_batch(batch_request(config, positional, named, whole=False), chunk_size or config.max_batch_size)
 
 
 def concat_batches(chunks: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:

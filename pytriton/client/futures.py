@@ -20,7 +20,7 @@ import numpy as np
 
 from pytriton.client._args import client_args, pool_arg, timeout_arg
 from pytriton.client.client import ModelClient
-from pytriton.client.codec import batch_request, concat_batches, split_batch
+from pytriton.client.codec import chunked_request, concat_batches
 from pytriton.client.exceptions import (
     PyTritonClientClosedError,
     PyTritonClientInferenceServerError,
@@ -148,7 +148,7 @@ class FuturesModelClient(InferCalls["concurrent.futures.Future[_Outputs]"]):
         """
         pool_arg("chunk_size", chunk_size, 1)
         config = self._shared_config or self.model_config().result()
-        chunks = split_batch(batch_request(config, inputs, named_inputs), chunk_size or config.max_batch_size)
+        chunks = chunked_request(config, inputs, named_inputs, chunk_size)
         futures: list[concurrent.futures.Future[dict[str, np.ndarray]]] = []
         try:
             for chunk in chunks:

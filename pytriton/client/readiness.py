@@ -11,22 +11,33 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import weakref
 from collections.abc import Generator, Mapping
-from typing import Any, List, Union
+from typing import Any, Callable, List, Union
 
 from pytriton.client.exceptions import (
     PyTritonClientModelUnavailableError,
     PyTritonClientTimeoutError,
 )
 from pytriton.client.url import TritonUrl
+from pytriton.notices import notice_logger
 
 _LOGGER = logging.getLogger("pytriton.client.core")
+_NOTICES = notice_logger("pytriton.client.wait")
 
 #: Pause between readiness polls; short, because each poll is one cheap request.
 READY_POLL_INTERVAL_S = 0.1
 
 #: How long a model the server does not have at all may take to appear before a wait fails.
 UNKNOWN_MODEL_GRACE_S = 3.0
+
+#: How a pytriton serving script's start line begins (``pytriton.server.announce.serving_line``).
+SERVING_LINE_START = "pytriton: serving ..."
+
+#: How long a wait goes on in silence before it says what it waits for (a server started at the
+#: same moment as the client is usually up by then), and how often it says it again.
+WAIT_NOTICE_AFTER_S = 2.0
+WAIT_NOTICE_EVERY_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +82,7 @@ def readiness_steps(
     deadline = time.monotonic() + timeout_s
     state = "no answer from the server yet"
     absent_since: float | None = None
+    notices = WaitNotices(url, f"the server and model {model_name!r}", timeout_s)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -98,6 +110,7 @@ def readiness_steps(
         if isinstance(outcome, Exception):
             state = str(outcome)
         _LOGGER.debug("Waiting for %s at %s: %s", model_name, url, state)
+        notices.seen(outcome, state)
         yield Probe("sleep", max(0.0, min(READY_POLL_INTERVAL_S, deadline - time.monotonic())))
     raise PyTritonClientTimeoutError(
         f"Server at {url} and model {model_name!r} were not ready within {timeout_s:g} s; last seen: {state}"
@@ -126,10 +139,16 @@ def ready_names(index: Any) -> list[str] | None:
 
 
 def unknown_model_message(url: TritonUrl, model_name: str, served: list[str] | None) -> str:
-    """The error for a model the server at `url` does not have."""
+    """The error for a model the server at `url` does not have.
+
+    A pytriton server restricts its repository index (the list of models) to its access token,
+    which a client in another process does not have by default; the serving script's start line
+    (``pytriton.server.announce``) names every model it serves, so the message points there.
+    """
     if served is None:
-        listing = ("the models it serves are listed by its repository API, which is restricted: pass the server's "
-                   "access_token to see them")
+        listing = (f"the serving script names the models it serves in its start line ({SERVING_LINE_START!r} on "
+                   "its stderr); this server lists them to clients only with its access token "
+                   "(access_token=Triton.get_access_token()), as its repository API is restricted")
     else:
         listing = "this server serves: " + (", ".join(served) if served else "no model at all")
     return f"model {model_name!r} is not served at {url}; {listing}"
@@ -145,19 +164,67 @@ def server_steps(url: TritonUrl, timeout_s: float) -> Generator[Probe, ProbeOutc
     """
     deadline = time.monotonic() + timeout_s
     seen = "no answer from the server yet"
+    notices = WaitNotices(url, "the server", timeout_s)
     while True:
         left = max(deadline - time.monotonic(), 1e-3)
-        live = yield Probe("live", left)
-        if live is True:
-            ready = yield Probe("server", max(deadline - time.monotonic(), 1e-3))
-            if ready is True:
+        outcome = yield Probe("live", left)
+        if outcome is True:
+            outcome = yield Probe("server", max(deadline - time.monotonic(), 1e-3))
+            if outcome is True:
                 return
-            seen = str(ready) if isinstance(ready, Exception) else "the server is not ready"
+            seen = str(outcome) if isinstance(outcome, Exception) else "the server is not ready"
         else:
-            seen = str(live) if isinstance(live, Exception) else "the server is not live"
+            seen = str(outcome) if isinstance(outcome, Exception) else "the server is not live"
+        notices.seen(outcome, seen)
         if time.monotonic() + READY_POLL_INTERVAL_S > deadline:
             raise PyTritonClientTimeoutError(f"Server at {url} was not ready within {timeout_s:g} s; last seen: {seen}")
         yield Probe("sleep", READY_POLL_INTERVAL_S)
+
+
+def wait_message(url: TritonUrl, what: str, outcome: ProbeOutcome, state: str, waited_s: float,
+                 timeout_s: float) -> str:
+    """What a client says while it waits: whether anything answers at `url`, and for how long
+    it goes on waiting (``init_timeout_s``, or the timeout given to the wait)."""
+    left = max(timeout_s - waited_s, 0.0)
+    budget = f"waiting up to {timeout_s:g} s (init_timeout_s) for {what}, {left:.0f} s left"
+    if isinstance(outcome, PyTritonClientModelUnavailableError):  # refused, reset, no route: unreachable
+        cause = state.split(f"{url}: ", 1)[-1]
+        verb = "nothing listens at" if "refused" in cause.lower() else "cannot reach"
+        return f"{verb} {url} yet ({cause}); {budget}. Is the server started, and is this its address and port?"
+    if isinstance(outcome, PyTritonClientTimeoutError):
+        return f"the server at {url} accepts connections but does not answer yet; {budget}"
+    return f"{state} at {url}; {budget}"
+
+
+class WaitNotices:
+    """Says, on a logger seen without any logging set up (`pytriton.notices`), what a long wait
+    waits for: first after `WAIT_NOTICE_AFTER_S`, then every `WAIT_NOTICE_EVERY_S`, so a client
+    started before its server, or pointed at the wrong port, does not wait in silence.
+
+    Waits for the same thing at the same time (the worker threads of a `FuturesModelClient`,
+    up to 128) speak through one of them: the first to speak, for as long as it waits.
+    """
+
+    def __init__(self, url: TritonUrl, what: str, timeout_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._url, self._what, self._timeout_s, self._clock = url, what, timeout_s, clock
+        self._started = clock()
+        self._next = self._started + WAIT_NOTICE_AFTER_S
+
+    def seen(self, outcome: ProbeOutcome, state: str) -> None:
+        """Record one poll's outcome (and the state it left); say it when a notice is due."""
+        now = self._clock()
+        if now < self._next or now - self._started >= self._timeout_s:
+            return
+        self._next = now + WAIT_NOTICE_EVERY_S
+        key = (str(self._url), self._what)
+        if _SPEAKERS.setdefault(key, self) is not self:
+            return  # another wait for the same server and model speaks for this one too
+        _NOTICES.info("%s", wait_message(self._url, self._what, outcome, state, now - self._started, self._timeout_s))
+
+
+_SPEAKERS: weakref.WeakValueDictionary[tuple[str, str], WaitNotices] = weakref.WeakValueDictionary()
+"""The wait that speaks for each (URL, what is awaited); an entry goes with its wait."""
 
 
 def call_for(probe: Probe, model_name: str, model_version: str) -> tuple[str, tuple[Any, ...]]:

@@ -15,10 +15,12 @@ import logging
 import sys
 import threading
 import traceback
-from typing import Any, Callable, List, Optional, Union
+import warnings
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 import zmq
 
+from pytriton.exceptions import PyTritonModelConfigError
 from pytriton.ipc import protocol
 from pytriton.metrics import Registry
 from pytriton.worker.asynchronous import AsyncLoop
@@ -34,7 +36,8 @@ from pytriton.worker.whole import WholeBatch
 
 logger = logging.getLogger("pytriton.worker")
 
-__all__ = ["Instance", "InstanceHandler", "is_async_callable", "is_generator_callable"]
+__all__ = ["Instance", "InstanceHandler", "check_callables", "forgotten_decorator", "is_async_callable",
+           "is_generator_callable"]
 
 
 def is_async_callable(func: Callable[..., Any]) -> bool:
@@ -52,6 +55,48 @@ def is_generator_callable(func: Callable[..., Any]) -> bool:
         if inspect.isgeneratorfunction(candidate) or inspect.isasyncgenfunction(candidate):
             return True
     return False
+
+
+def forgotten_decorator(func: Callable[..., Any], input_names: Sequence[str]) -> Optional[str]:
+    """Why `func` looks like a callable that lost its ``@batch`` (or ``@sample``), or None.
+
+    Without a decorator the worker calls ``func(requests)`` with the list of requests; a function
+    whose parameters are named after the model's inputs (``def scale(values, factor)``) was
+    written for the keyword arrays that ``@batch`` passes, and would fail on every request with
+    a ``TypeError`` that names neither. A callable with any decorator (``__wrapped__``) is left
+    alone: its wrapper decides what the function receives.
+    """
+    if hasattr(func, "__wrapped__"):
+        return None
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):  # a builtin or an extension type: nothing to read
+        return None
+    named = [p.name for p in parameters if p.name in input_names and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if not named:
+        return None
+    return (f"the inference callable {getattr(func, '__name__', type(func).__name__)!r} has no decorator, yet its "
+            f"parameters {named} are named after the model's inputs: without a decorator it receives the list of "
+            "requests as its only argument. Did you forget @batch (keyword arrays of the whole batch) or @sample "
+            "(one request at a time)?")
+
+
+def check_callables(model_name: str, funcs: Sequence[Callable[..., Any]], decoupled: bool,
+                    input_names: Sequence[str]) -> None:
+    """The checks `bind` makes of the callables: refuse a generator on a model that is not
+    decoupled; warn (``UserWarning``, at the caller of ``bind``) of a forgotten decorator.
+
+    Raises:
+        PyTritonModelConfigError: a generator callable on a model that is not decoupled.
+    """
+    if any(is_generator_callable(f) for f in funcs) and not decoupled:
+        raise PyTritonModelConfigError(
+            f"model '{model_name}': the inference callable is a generator, which streams responses; "
+            "bind it with config=ModelConfig(decoupled=True)"
+        )
+    hint = next((h for h in (forgotten_decorator(f, input_names) for f in funcs) if h), None)
+    if hint:
+        warnings.warn(f"model '{model_name}': {hint}", UserWarning, stacklevel=4)  # here, declare, bind, caller
 
 
 class InstanceHandler:

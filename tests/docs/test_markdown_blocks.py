@@ -153,6 +153,8 @@ def test_markdown_block_runs(group: BlockGroup, tmp_path, monkeypatch):
             output, _ = server.communicate(timeout=60)
     if server is not None:
         assert server.returncode == 0, f"the serving script exited with {server.returncode}:\n{output}"
+        # As a user runs it: it said what it serves where, and that Ctrl+C drains.
+        assert "pytriton: serving " in output and "pytriton: SIGINT received: draining" in output, output
 
 
 def _start_server(group: BlockGroup, folder: pathlib.Path) -> subprocess.Popen:

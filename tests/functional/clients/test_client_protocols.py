@@ -11,12 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import re
 import time
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import pytest
+import tritonclient.grpc
+import tritonclient.http
 from support import free_ports, grpc_url, http_url, server_config
+from tritonclient.utils import InferenceServerException
 
 from pytriton.client import (
     AsyncioModelClient,
@@ -119,7 +123,8 @@ def opened(flavour: str, url: str, model: str, **kwargs) -> Iterator[View]:
     """A client of the flavour, open for the body and always closed after it."""
     if flavour == "sync":
         client = ModelClient(url, model, **kwargs)
-        view = View(client.infer_sample, client.infer_batch, lambda: client.model_config, client.close)
+        view = View(client.infer_sample, client.infer_batch, lambda: client.model_config, client.close,
+                    client.infer_batch_chunked)
     elif flavour == "futures":
         client = FuturesModelClient(url, model, **kwargs)
         view = View(
@@ -192,7 +197,7 @@ def test_bytes_and_object_arrays_round_trip_exactly(url, flavour):
     assert sample_result.tolist() == [b"\x00tail\x00"]
 
 
-@pytest.mark.parametrize("flavour_name", ["futures", "asyncio"])
+@pytest.mark.parametrize("flavour_name", ["sync", "futures", "asyncio"])
 @pytest.mark.parametrize("rows, chunk_size", [(5, None), (2, None), (7, 1), (9, 2)])
 def test_batches_larger_than_max_batch_size_are_chunked_and_joined_in_order(url, flavour_name, rows, chunk_size):
     data = np.arange(rows, dtype=np.int32).reshape(rows, 1)
@@ -238,8 +243,10 @@ def test_a_model_the_server_does_not_serve_fails_within_seconds_naming_what_it_s
             client.infer_sample(np.ones(2, np.float32))
     message = str(info.value)
     assert "model 'Missing' is not served at" in message
-    # the repository API that lists models is restricted by default: the message says how to see them
-    assert "pass the server's access_token to see them" in message
+    # the repository API that lists models is restricted by default: the message points at the serving
+    # script's start line, which names them, and at the token
+    assert "the serving script names the models it serves in its start line ('pytriton: serving ...'" in message
+    assert "access_token=Triton.get_access_token()" in message
     with opened(flavour, url, "Missing", access_token=TOKEN[0]) as client:
         with pytest.raises(PyTritonClientModelUnavailableError) as info:
             client.infer_sample(np.ones(2, np.float32))
@@ -309,6 +316,37 @@ def test_server_error_keeps_the_servers_message(url, flavour):
     with opened(flavour, url, "Batch2") as client:
         with pytest.raises(PyTritonClientInferenceServerError, match=r"batch-size must be <= 2 for 'Batch2'"):
             client.infer_batch(np.zeros((4, 1), dtype=np.int32))
+
+
+def test_a_batch_over_max_batch_size_is_refused_with_tritons_own_words_and_the_way_out(server, url):
+    """The client refuses it before sending (a large batch need not cross the network to be refused),
+    in the words Triton uses for it, plus the way out; when Triton refuses it (the client was given a
+    configuration with a larger limit), the same hint follows Triton's text."""
+    scheme, address = url.split("://")
+    module = tritonclient.grpc if scheme == "grpc" else tritonclient.http
+    raw = module.InferenceServerClient(address)
+    try:
+        batch3 = module.InferInput("INPUT_1", [3, 1], "INT32")
+        batch3.set_data_from_numpy(np.zeros((3, 1), np.int32))
+        with pytest.raises(InferenceServerException) as refused:
+            raw.infer("Batch2", [batch3])
+    finally:
+        raw.close()
+    # Triton prefixes the request's id ("[request id: <id_unknown>] " for a request without one).
+    triton_text = re.sub(r"^\[request id: [^\]]*\] ", "", refused.value.message())
+    assert triton_text == "inference request batch-size must be <= 2 for 'Batch2'", refused.value.message()
+    hint = ("infer_batch_chunked(...) of ModelClient, FuturesModelClient and AsyncioModelClient sends a larger "
+            "batch as chunks of at most max_batch_size samples and joins the outputs")
+    with ModelClient(url, "Batch2") as client:
+        with pytest.raises(PyTritonClientInferenceServerError) as checked:
+            client.infer_batch(np.zeros((3, 1), dtype=np.int32))
+        wider = dataclasses.replace(client.model_config, max_batch_size=8)
+    assert str(checked.value) == f"Error occurred during inference request. Message: {triton_text}. {hint}"
+    with ModelClient(url, "Batch2", model_config=wider) as client:
+        with pytest.raises(PyTritonClientInferenceServerError) as answered:
+            client.infer_batch(np.zeros((3, 1), dtype=np.int32))
+    assert str(answered.value).startswith("Error occurred during inference request. Message: [request id: ")
+    assert str(answered.value).endswith(f"{triton_text}. {hint}")
 
 
 def test_server_queue_full(url):

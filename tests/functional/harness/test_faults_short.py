@@ -23,8 +23,8 @@ pytestmark = pytest.mark.functional
 HARNESS = pathlib.Path(__file__).resolve().parents[3] / "harness"
 FAULTS = ("kill_user", "kill_server", "kill_worker", "segv_worker", "term_under_load", "term_during_load")
 """On pytriton's backend (no stub to kill: test_stub_death.py has the stub faults on the proxy path)."""
-PID1_FAULTS = ("kill_server", "term_during_load")
-RUN = ["--rounds", "6", "--faults", ",".join(FAULTS), "--pid1-rounds", "2", "--pid1-faults", ",".join(PID1_FAULTS),
+PID1_FAULTS = ("kill_server", "term_during_load", "kill_worker")
+RUN = ["--rounds", "6", "--faults", ",".join(FAULTS), "--pid1-rounds", "3", "--pid1-faults", ",".join(PID1_FAULTS),
        "--term-at-load-exit-s", "15", "--model-backend", "pytriton"]
 
 @pytest.fixture(scope="module")
@@ -105,6 +105,18 @@ def test_as_pid1_a_killed_server_leaves_no_zombie_and_nothing_behind(matrix: Dic
     assert round_["failures"] == [], matrix["report"]
     assert round_["exit_code"] not in (0, None) and "crash reported" in round_["outcome"]
     assert round_["zombies_kept"] == []
+    assert_left_nothing(round_)
+
+
+@pytest.mark.timeout(450)
+def test_as_pid1_a_killed_worker_process_is_answered_for_and_replaced(matrix: Dict[str, Any]) -> None:
+    # The script reports its worker's pid as its own PID namespace numbers it; the harness signals
+    # the process it maps to (a wrong mapping fails with "gone before the signal").
+    if matrix["pid1_skipped"]:
+        pytest.skip(matrix["pid1_skipped"])
+    round_ = round_of(matrix, "kill_worker", pid1=True)
+    assert round_["failures"] == [], matrix["report"]
+    assert round_["healed_s"] is not None
     assert_left_nothing(round_)
 
 

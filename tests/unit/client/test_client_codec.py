@@ -181,3 +181,20 @@ def test_infer_sample_with_a_batch_axis_points_to_infer_batch():
     assert "input 'INPUT_A' has shape (4, 2), one axis more than the model declares for one sample (-1,)" in message
     assert "use infer_batch" in message
     assert sample_request(batching, [np.ones(2, F32), np.ones(2, F32)], {})["INPUT_A"].shape == (1, 2)
+
+
+def test_a_batch_over_max_batch_size_is_refused_before_sending_with_tritons_words_and_the_way_out():
+    from pytriton.client.codec import batch_request
+    from pytriton.client.exceptions import PyTritonClientInferenceServerError
+
+    batched = dataclasses.replace(CONFIG, model_name="Scale", max_batch_size=8)
+    fits = np.ones((8, 2), np.float32)
+    assert batch_request(batched, (fits, fits), {})["INPUT_A"] is fits
+    big = np.ones((9, 2), np.float32)
+    with pytest.raises(PyTritonClientInferenceServerError) as info:
+        batch_request(batched, (), {"INPUT_A": big, "INPUT_B": big})
+    assert str(info.value).startswith(
+        "Error occurred during inference request. Message: inference request batch-size must be <= 8 for 'Scale'. "
+        "infer_batch_chunked(...) of ModelClient, FuturesModelClient and AsyncioModelClient sends a larger batch")
+    # What will be cut into chunks is not refused.
+    assert batch_request(batched, (big, big), {}, whole=False)["INPUT_B"] is big

@@ -11,6 +11,7 @@ from gevent import Timeout as GeventTimeout
 from tritonclient.utils import InferenceServerException
 
 from pytriton.client._errors import (
+    BATCH_SIZE_HINT,
     INFER_ACTION,
     STREAM_ACTION,
     hint_missing_token,
@@ -56,7 +57,9 @@ class FakeRpcError(grpc.RpcError):
 def test_server_refusal_carries_the_servers_message_as_on_page_000(status):
     error = translate(InferenceServerException(msg=BATCH_MESSAGE, status=status))
     assert type(error) is PyTritonClientInferenceServerError
-    assert str(error) == f"Error occurred during inference request. Message: {BATCH_MESSAGE}"
+    # The server's text as the contract shows it, then the way out.
+    assert str(error) == f"Error occurred during inference request. Message: {BATCH_MESSAGE}. {BATCH_SIZE_HINT}"
+    assert "infer_batch_chunked(...) of ModelClient" in BATCH_SIZE_HINT
 
 
 @pytest.mark.parametrize(

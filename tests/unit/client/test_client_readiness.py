@@ -67,7 +67,7 @@ def test_reading_the_servers_answers():
     assert ready_names({"models": [{"name": "b", "state": "READY"}, {"name": "a", "state": "READY"},
                                    {"name": "c", "state": "UNAVAILABLE"}]}) == ["a", "b"]
     assert ready_names([{"name": "a", "state": "READY"}]) == ["a"]  # HTTP gives a list
-    assert "repository API, which is restricted" in unknown_model_message(_url(), "X", None)
+    assert "repository API is restricted" in unknown_model_message(_url(), "X", None)
     assert unknown_model_message(_url(), "X", []).endswith("this server serves: no model at all")
 
 
@@ -87,3 +87,74 @@ def test_the_server_wait_asks_live_then_ready_and_names_what_it_saw_last():
     with pytest.raises(PyTritonClientTimeoutError, match="last seen: no route"):
         steps.send(PyTritonClientModelUnavailableError("no route"))
         steps.send(None)
+
+
+def test_a_long_wait_says_what_it_waits_for_after_two_seconds_then_every_thirty(caplog):
+    from pytriton.client.readiness import WAIT_NOTICE_AFTER_S, WAIT_NOTICE_EVERY_S, WaitNotices
+
+    now = [100.0]
+    notices = WaitNotices(_url(), "the server and model 'Scale'", 300.0, clock=lambda: now[0])
+    refused = PyTritonClientModelUnavailableError(
+        "Error occurred while checking server and model readiness. Cannot reach the server at "
+        "http://localhost:8000: [Errno 111] Connection refused")
+    said = []
+    for step in range(0, 700):  # 70 s of polls, one every 0.1 s
+        now[0] = 100.0 + step / 10
+        caplog.clear()
+        with caplog.at_level("INFO", logger="pytriton.client.wait"):
+            notices.seen(refused, str(refused))
+        said += [(now[0] - 100.0, record.getMessage()) for record in caplog.records]
+    assert [round(at, 1) for at, _ in said] == [WAIT_NOTICE_AFTER_S, WAIT_NOTICE_AFTER_S + WAIT_NOTICE_EVERY_S,
+                                                WAIT_NOTICE_AFTER_S + 2 * WAIT_NOTICE_EVERY_S]
+    assert said[0][1] == (
+        "nothing listens at http://localhost:8000 yet ([Errno 111] Connection refused); waiting up to 300 s "
+        "(init_timeout_s) for the server and model 'Scale', 298 s left. Is the server started, and is this its "
+        "address and port?")
+    assert said[1][1].endswith("268 s left. Is the server started, and is this its address and port?")
+
+
+def test_the_wait_message_names_a_server_that_answers_but_is_not_ready():
+    from pytriton.client.readiness import wait_message
+
+    stalled = PyTritonClientTimeoutError("no answer within 1 s")
+    assert wait_message(_url(), "the server", stalled, str(stalled), 5.0, 60.0) == (
+        "the server at http://localhost:8000 accepts connections but does not answer yet; waiting up to 60 s "
+        "(init_timeout_s) for the server, 55 s left")
+    assert wait_message(_url(), "the server and model 'M'", False, "model 'M' (version default) is not ready",
+                        3.0, 10.0) == ("model 'M' (version default) is not ready at http://localhost:8000; waiting up "
+                                       "to 10 s (init_timeout_s) for the server and model 'M', 7 s left")
+
+
+def test_the_unknown_model_hint_points_at_the_start_line_a_serving_script_really_prints():
+    from pytriton.server.announce import serving_line
+    from pytriton.server.config import TritonConfig
+
+    hint = unknown_model_message(_url(), "Scal", None)
+    assert hint.startswith("model 'Scal' is not served at http://localhost:8000; the serving script names the models "
+                           "it serves in its start line ('pytriton: serving ...' on its stderr)")
+    line = "pytriton: " + serving_line(TritonConfig(), [("Scale", 1)])  # as the notice handler writes it
+    assert line.startswith("pytriton: serving ") and "Scale" in line
+
+
+def test_waits_for_the_same_thing_at_the_same_time_speak_once(caplog):
+    import gc
+
+    from pytriton.client.readiness import WaitNotices
+
+    now = [0.0]
+    refused = PyTritonClientModelUnavailableError("Cannot reach the server at http://localhost:8000: refused")
+    threads = [WaitNotices(_url(), "the server and model 'Echo'", 300.0, clock=lambda: now[0]) for _ in range(8)]
+    other = WaitNotices(_url(), "the server and model 'Other'", 300.0, clock=lambda: now[0])
+    with caplog.at_level("INFO", logger="pytriton.client.wait"):
+        now[0] = 2.5
+        for waiting in (*threads, other):
+            waiting.seen(refused, str(refused))
+        assert [record.getMessage().split("for the server and model ")[1][:7] for record in caplog.records] == [
+            "'Echo',", "'Other'"]
+        caplog.clear()
+        del threads[0]  # the wait that spoke ended: the next one due speaks
+        gc.collect()
+        now[0] = 40.0
+        for waiting in threads:
+            waiting.seen(refused, str(refused))
+        assert len(caplog.records) == 1

@@ -1,0 +1,80 @@
+"""What ``serve()`` says to the person who ran the script: what is served where, and the stop.
+
+A serving script otherwise says nothing: its user cannot tell whether it serves, on which
+ports, under which model names (a client that misspells one is pointed here, see
+``pytriton.client.readiness.unknown_model_message``), or whether Ctrl+C was heard while the
+requests in flight finish. One line at the start and one at the first signal, on the
+``pytriton.serve`` logger, which `pytriton.notices` makes visible on stderr without any logging
+set up (and silent by ``logging.getLogger("pytriton.serve").setLevel(logging.WARNING)``).
+
+The lines are pure functions of the configuration, so they are unit-tested without a server.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Optional, Sequence, Tuple
+
+from pytriton.notices import notice_logger
+from pytriton.server.config import TritonConfig
+from pytriton.server.drain import DEFAULT_EXIT_TIMEOUT_S
+
+SERVING_PREFIX = "serving "
+"""How the start line begins (after ``pytriton: ``); the client's unknown-model hint quotes it."""
+
+_ANY_ADDRESS = ("0.0.0.0", "::", "[::]")
+
+notices = notice_logger("pytriton.serve")
+
+
+def _host(address: Optional[str]) -> str:
+    """The host a client on this machine uses for an endpoint bound to `address`."""
+    if not address or address in _ANY_ADDRESS:
+        return "localhost"
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
+def endpoint_urls(config: TritonConfig) -> Tuple[Optional[str], Optional[str], Optional[str]]:
+    """The HTTP, gRPC and metrics URLs a server with `config` answers on (None: that one is off)."""
+    http = (f"http://{_host(config.http_address)}:{config.effective_http_port}"
+            if config.allow_http is not False else None)
+    grpc = (f"grpc://{_host(config.grpc_address)}:{config.effective_grpc_port}"
+            if config.allow_grpc is not False else None)
+    metrics = (f"http://{_host(config.metrics_address)}:{config.effective_metrics_port}/metrics"
+               if config.allow_metrics is not False else None)
+    return http, grpc, metrics
+
+
+def serving_line(config: TritonConfig, models: Sequence[Tuple[str, int]]) -> str:
+    """The start line: each model (name and version), the endpoints, and how to stop.
+
+    Example: ``serving Scale (version 1) on http://localhost:8000 and grpc://localhost:8001;
+    metrics on http://localhost:8002/metrics; Ctrl+C or SIGTERM stops``.
+    """
+    named = ", ".join(f"{name} (version {version})" for name, version in models) or "no model yet"
+    http, grpc, metrics = endpoint_urls(config)
+    line = SERVING_PREFIX + named + " on " + " and ".join(url for url in (http, grpc) if url)
+    if metrics:
+        line += f"; metrics on {metrics}"
+    return line + "; Ctrl+C or SIGTERM stops"
+
+
+def draining_line(signum: int, config: TritonConfig) -> str:
+    """The line at the first signal: the stop has begun, how long it may take, how to hurry it."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    exit_timeout = config.exit_timeout_secs if config.exit_timeout_secs is not None else DEFAULT_EXIT_TIMEOUT_S
+    return (f"{name} received: draining (not ready any more; the requests in flight finish, for up to "
+            f"{exit_timeout} s), then stopping; a second Ctrl+C or SIGTERM stops at once")
+
+
+def announce_serving(config: TritonConfig, models: Sequence[Tuple[str, int]]) -> None:
+    """Say `serving_line` on the ``pytriton.serve`` logger."""
+    notices.info("%s", serving_line(config, models))
+
+
+def announce_draining(signum: int, config: TritonConfig) -> None:
+    """Say `draining_line` on the ``pytriton.serve`` logger."""
+    notices.info("%s", draining_line(signum, config))
