@@ -69,13 +69,14 @@ RUN apt-get update \
 # Only the wheel comes from the first stage, through a bind mount so that it stays in no layer.
 # With its `telemetry` extra (pyproject.toml: the OpenTelemetry SDK and OTLP/HTTP exporter):
 # without it a server that traces exports Triton's spans only, never pytriton's own nor those
-# of the callables (docs/observability.md). `set --` expands the wheel's file name, so that the
+# of the callables (docs/observability.md). And its `openai` extra, for the OpenAI-compatible
+# API (docs/openai.md), which OPENAI_PORT below turns on. `set --` expands the wheel's file name, so that the
 # extra can follow it ("<file>.whl[telemetry]"; a glob would take the brackets as a pattern).
 RUN --mount=type=bind,from=wheel,source=/wheels,target=/wheels \
     --mount=type=bind,source=docker/constraints.txt,target=/tmp/constraints.txt \
     set -- /wheels/pytriton-*.whl \
  && python -m pip install --no-cache-dir --root-user-action=ignore \
-        --constraint /tmp/constraints.txt "${1}[telemetry]"
+        --constraint /tmp/constraints.txt "${1}[telemetry,openai]"
 
 # A user of its own, by number so that Kubernetes' runAsNonRoot can verify it.
 RUN useradd --create-home --no-log-init --uid 10001 --user-group pytriton
@@ -89,8 +90,12 @@ USER 10001:10001
 # those of the container that will run (`docker run ... pytriton check` looks at those).
 RUN pytriton check --build
 
-# Triton's HTTP, gRPC and metrics ports (TritonConfig's defaults).
-EXPOSE 8000 8001 8002
+# Triton's HTTP, gRPC and metrics ports (TritonConfig's defaults), and the OpenAI-compatible API's
+# when built with --build-arg OPENAI_PORT=9000 (TritonConfig.openai_port; empty, the default:
+# off, since an empty PYTRITON_TRITON_CONFIG_* variable counts as unset).
+ARG OPENAI_PORT=
+ENV PYTRITON_TRITON_CONFIG_OPENAI_PORT=${OPENAI_PORT}
+EXPOSE 8000 8001 8002 ${OPENAI_PORT}
 
 # Ready means the server and every model answer (/v2/health/ready); the standard library only,
 # so the image needs no curl. The port follows PYTRITON_TRITON_CONFIG_HTTP_PORT when it is set.

@@ -45,7 +45,7 @@ demo: install generate
 # The API reference, generated from the docstrings (tests/docs/test_api_reference.py builds it
 # too and checks its links): open build/api/index.html.
 API_MODULES := pytriton.triton pytriton.remote pytriton.model_config pytriton.decorators pytriton.client \
-	pytriton.exceptions
+	pytriton.exceptions pytriton.openai.binding
 docs: install generate
 	$(VPY) -m pdoc --docformat google -o build/api $(API_MODULES)
 	@echo "API reference: build/api/index.html"

@@ -1,12 +1,13 @@
 """A tour of pytriton in one script: `make demo` runs it.
 
 It binds two small models to a real Triton Inference Server, calls them over HTTP and gRPC and
-with many requests in flight at once, prints what goes in and what comes out, and stops the
-server. Every answer is checked against the same computation done locally, so the script exits
-with a non-zero status if anything is wrong.
+with many requests in flight at once, then a chat model through the OpenAI-compatible API
+(docs/openai.md), prints what goes in and what comes out, and stops the server. Every answer
+is checked against the same computation done locally, so the script exits with a non-zero
+status if anything is wrong.
 
-The server listens on 8000 (HTTP), 8001 (gRPC) and 8002 (metrics) unless the environment says
-otherwise, e.g.::
+The server listens on 8000 (HTTP), 8001 (gRPC), 8002 (metrics) and 8003 (the OpenAI-compatible
+API) unless the environment says otherwise, e.g.::
 
     PYTRITON_TRITON_CONFIG_HTTP_PORT=9000 PYTRITON_TRITON_CONFIG_GRPC_PORT=9001 \
     PYTRITON_TRITON_CONFIG_METRICS_PORT=9002 python examples/demo.py
@@ -17,7 +18,9 @@ On a machine without a GPU, tritonserver prints a CUDA-related error line or two
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 import warnings
 
 import numpy as np
@@ -45,6 +48,12 @@ def shout(text: np.ndarray) -> dict[str, np.ndarray]:
     return {"loud": np.char.upper(text)}
 
 
+# Model 3: a chat model for the OpenAI-compatible API: it streams its answer word by word.
+def echo_chat(messages: list, params: dict):
+    for word in f"You said: {messages[-1]['content']}".split():
+        yield word + " "
+
+
 def show(label: str, value: np.ndarray) -> str:
     return f"{label:>8} {np.array2string(value, precision=2, separator=', ', prefix=' ' * 9)}"
 
@@ -67,9 +76,10 @@ def main() -> None:
         ports = TritonConfig.from_env()
     http_url = f"http://127.0.0.1:{ports.effective_http_port}"
     grpc_url = f"grpc://127.0.0.1:{ports.effective_grpc_port}"
+    openai_url = f"http://127.0.0.1:{ports.openai_port or 8003}/v1"
     requests = 0
 
-    with Triton() as triton:
+    with Triton(config=TritonConfig(openai_port=ports.openai_port or 8003)) as triton:
         triton.bind(
             model_name="Linear",
             infer_func=linear,
@@ -85,9 +95,10 @@ def main() -> None:
             outputs=[Tensor(name="loud", dtype=np.bytes_, shape=(1,))],
             config=ModelConfig(max_batch_size=8),
         )
+        triton.bind_chat(model_name="echo-chat", infer_func=echo_chat)
         triton.run()
-        print(f"Triton is ready after {time.monotonic() - started:.1f} s: models Linear and Upper")
-        print(f"  HTTP {http_url}   gRPC {grpc_url}\n")
+        print(f"Triton is ready after {time.monotonic() - started:.1f} s: models Linear, Upper and echo-chat")
+        print(f"  HTTP {http_url}   gRPC {grpc_url}   OpenAI-compatible API {openai_url}\n")
 
         print(f"1. ModelClient over HTTP, Linear.infer_batch (y = x @ W + b) at {http_url}")
         features = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]], dtype=np.float32)
@@ -119,9 +130,21 @@ def main() -> None:
         print(f"   the model was called {len(batch_sizes_seen)} time(s), with batch sizes {batch_sizes_seen}\n")
         check("Linear (futures)", results, samples @ WEIGHTS + BIAS)
 
+        print(f"4. POST {openai_url}/chat/completions, model echo-chat (any OpenAI client works the same)")
+        body = {"model": "echo-chat", "messages": [{"role": "user", "content": "hello, triton"}]}
+        request = urllib.request.Request(f"{openai_url}/chat/completions", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            answer = json.loads(response.read())
+        requests += 1
+        reply = answer["choices"][0]["message"]["content"]
+        print(f"    user: {body['messages'][0]['content']}\n    assistant: {reply}\n")
+        check("echo-chat", np.array([reply.encode()]), np.array([b"You said: hello, triton "]))
+
     # Leaving the `with` block stopped the server and removed its processes, sockets and memory.
     print(
-        f"demo OK: 2 models, {requests} requests over HTTP and gRPC, {time.monotonic() - started:.1f} s, server stopped"
+        f"demo OK: 3 models, {requests} requests over HTTP, gRPC and the OpenAI API, "
+        f"{time.monotonic() - started:.1f} s, server stopped"
     )
 
 

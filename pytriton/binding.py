@@ -25,6 +25,7 @@ import zmq
 from pytriton.decorating.shaping import whole_batch
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError
 from pytriton.ipc import protocol
+from pytriton.metrics import Registry
 from pytriton.model_config import ModelConfig, SequenceBatcher, Tensor
 from pytriton.model_config.common import rechecked
 from pytriton.model_config.ensemble import EnsembleStep
@@ -138,6 +139,12 @@ class ModelBindings:
         return [(name, model.version, index, handler.proxy_pid)
                 for name, model in list(self._models.items()) for index, handler in enumerate(model.handlers)]
 
+    def registry(self, model_name: str) -> Optional[Registry]:
+        """The metric registry of model `model_name`'s first instance; None for a model not bound here or
+        served from a worker process (whose registry lives there)."""
+        handlers = self._models[model_name].handlers if model_name in self._models else []
+        return getattr(handlers[0], "registry", None) if handlers else None
+
     def forget_stub(self, model_name: str, instance: int) -> List[str]:
         """Remove the input segments a dead stub of `instance` left, so its successor can create them."""
         model = self._models.get(model_name)
@@ -168,15 +175,12 @@ class ModelBindings:
             list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]  # type: ignore[list-item]
         )
         if not infer_funcs or not all(callable(f) for f in infer_funcs):
-            raise PyTritonBadParameterError(
-                f"infer_func of model '{model_name}' must be a callable or a non-empty list of callables, "
-                f"got {infer_func!r}"
-            )
+            raise PyTritonBadParameterError(f"infer_func of model '{model_name}' must be a callable or a non-empty "
+                                            f"list of callables, got {infer_func!r}")
         config = config if config is not None else ModelConfig()
         if not isinstance(config, ModelConfig):
-            raise PyTritonBadParameterError(
-                f"config of model '{model_name}' must be a pytriton.model_config.ModelConfig, got {config!r}"
-            )
+            raise PyTritonBadParameterError(f"config of model '{model_name}' must be a "
+                                            f"pytriton.model_config.ModelConfig, got {config!r}")
         try:
             config = rechecked(config)  # fields may have been assigned since it was built
         except PyTritonBadParameterError as exc:
@@ -193,21 +197,18 @@ class ModelBindings:
         )
         check_callables(model_name, infer_funcs, config.decoupled, context.input_names)
         trace_settings = model_trace_settings(model_name, trace_config)
-        return ModelDeclaration(
-            context, infer_funcs, strict, [is_async_callable(f) for f in infer_funcs], trace_settings
-        )
+        return ModelDeclaration(context, infer_funcs, strict, [is_async_callable(f) for f in infer_funcs],
+                                trace_settings)
 
     def _check_new_name(self, model_name: str, model_version: int) -> None:
         if not isinstance(model_name, str) or not model_name:
             raise PyTritonBadParameterError(f"model_name={model_name!r} is invalid: expected a non-empty string")
         if model_name in self._models:
-            raise PyTritonInvalidOperationError(
-                f"model '{model_name}' is already bound to this {self._owner}; bind each model name once"
-            )
+            raise PyTritonInvalidOperationError(f"model '{model_name}' is already bound to this {self._owner}; "
+                                                "bind each model name once")
         if not isinstance(model_version, int) or isinstance(model_version, bool) or model_version < 1:
-            raise PyTritonBadParameterError(
-                f"model_version={model_version!r} of model '{model_name}' is invalid: expected an int >= 1"
-            )
+            raise PyTritonBadParameterError(f"model_version={model_version!r} of model '{model_name}' is invalid: "
+                                            "expected an int >= 1")
 
     def declare_ensemble(
         self,

@@ -35,6 +35,7 @@ from pytriton.exceptions import (
     PyTritonServerError,
 )
 from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
+from pytriton.openai.binding import OpenAIBindings
 from pytriton.repository.override import load_override
 from pytriton.server.control import ServerControl, wait_for
 from pytriton.server.distribution import find_distribution, lacks_backend, proxy_import_paths, remote_backend
@@ -54,8 +55,14 @@ _DUPLICATE_REASON = "two or more repositories"
 """Part of the index's reason for a model name found in several repositories (Triton 2.51)."""
 
 
-class RemoteTriton:
+class RemoteTriton(OpenAIBindings):
     """Serves this process's callables through a tritonserver that something else started.
+
+    bind_chat and bind_embeddings (`pytriton.openai.binding.OpenAIBindings`) work here as on
+    `Triton`: they bind models that follow the OpenAI convention (docs/openai.md). The
+    OpenAI-compatible API itself is served by the front of the process that started the server
+    (its ``TritonConfig(openai_port=...)``), which finds these models by their tensors; a
+    `RemoteTriton` has no server of its own to serve it beside.
 
     Without a workspace, the models travel through the server's model-repository API, so only
     the URL (and the same host) is needed; typically the server is another process's `Triton`,

@@ -35,6 +35,8 @@ from pytriton.exceptions import (
     PyTritonServerStartupError,
 )
 from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
+from pytriton.openai import check_extra, start_front
+from pytriton.openai.binding import OpenAIBindings
 from pytriton.remote import RemoteTriton
 from pytriton.server.announce import announce_draining, announce_serving
 from pytriton.server.config import TritonConfig
@@ -80,23 +82,16 @@ from pytriton.server.workspace import Workspace, sweep_stale
 from pytriton.worker.tracing import shutdown as shutdown_tracing
 
 __all__ = [
-    "DEFAULT_PROTECTED_ENDPOINTS",
-    "TRITON_ACCESS_HEADER",
-    "VALID_TRITON_ENDPOINTS",
-    "DefaultTritonLifecyclePolicy",
-    "RemoteTriton",
-    "Triton",
-    "TritonConfig",
-    "TritonLifecyclePolicy",
-    "TritonSecurityConfig",
+    "DEFAULT_PROTECTED_ENDPOINTS", "TRITON_ACCESS_HEADER", "VALID_TRITON_ENDPOINTS", "Triton", "TritonConfig",
+    "RemoteTriton", "DefaultTritonLifecyclePolicy", "TritonLifecyclePolicy", "TritonSecurityConfig",
     "VertextAILifecyclePolicy",
 ]
 
 logger = logging.getLogger("pytriton.triton")
 
 
-class Triton:
-    """A Triton Inference Server serving the Python callables bound to it.
+class Triton(OpenAIBindings):
+    """A Triton Inference Server serving the Python callables bound to it (OpenAI API: docs/openai.md).
 
     Args:
         config: server options; fields left unset are read from ``PYTRITON_TRITON_CONFIG_*``
@@ -141,6 +136,8 @@ class Triton:
         self._start_interrupted: Callable[[], bool] = lambda: False  # a signal came while starting
         self._in_serve = self._stopped = False
         self._server_distribution: Optional[ServerDistribution] = None
+        self._front: Any = None  # the OpenAI-compatible API, once started (pytriton.openai.front)
+        check_extra(self._config)
 
     # -- context manager -------------------------------------------------------------------
     def __enter__(self) -> Triton:
@@ -256,8 +253,7 @@ class Triton:
             raise PyTritonInvalidOperationError("this Triton was stopped; create a new Triton to bind models")
 
     def _add(self, declaration: ModelDeclaration) -> None:
-        """Start a checked model (its handlers, its folder in the repository) and, when the
-        server runs, load it at once."""
+        """Start a checked model (its handlers, its folder in the repository); load it if the server runs."""
         model_name = declaration.context.model_name
         if model_name in RESERVED_MODELS:
             raise PyTritonBadParameterError(f"model name '{model_name}' is pytriton's own (it holds the server's "
@@ -382,6 +378,7 @@ class Triton:
                     raise PyTritonServerStartupError(startup_failure(process))
                 if self._wait_models_ready(self._bindings.names(), deadline):
                     wait_endpoints_listening(config, process, deadline, self._start_interrupted)
+                    self._front = start_front(config, self._security, self._access_token, self._bindings)
             except BaseException:
                 self.stop()
                 raise
@@ -482,12 +479,15 @@ class Triton:
                 self._supervisor.stop()  # the server's exit and its stubs' are no news from here on
             if self._gate is not None:
                 self._gate.release()  # Triton's shutdown would wait for a gate still loading
+            if self._front is not None:
+                self._front.begin_stop()  # new OpenAI requests: 503; those in flight drain with Triton's
             if self._process is not None:
-                stop_draining(self._process, self._config, self._tracing, supervisor=self._supervisor,
-                              bindings=self._bindings, hurry=self._hurry, workspace=self._workspace,
-                              control=self._control)
+                stop_draining(self._process, self._config, self._tracing, control=self._control, hurry=self._hurry,
+                              supervisor=self._supervisor, bindings=self._bindings, workspace=self._workspace)
             if self._control is not None:
                 self._control.close()
+            if self._front is not None:
+                self._front.close()
             self._bindings.stop_handlers()
             if self._tracing is not None:
                 shutdown_tracing(self._tracing)  # the workers' last spans go to the collector

@@ -71,7 +71,7 @@ DEFAULT_SAGEMAKER_PORT = 8080
 DEFAULT_VERTEX_AI_PORT = 8080
 """tritonserver's Vertex AI port when `vertex_ai_port` is unset and ``AIP_HTTP_PORT`` too."""
 
-_PORT_FIELDS = ("http_port", "grpc_port", "metrics_port", "vertex_ai_port", "sagemaker_port")
+_PORT_FIELDS = ("http_port", "grpc_port", "metrics_port", "vertex_ai_port", "sagemaker_port", "openai_port")
 _NON_NEGATIVE_FIELDS = (
     "log_verbose",
     "exit_timeout_secs",
@@ -215,6 +215,9 @@ class TritonConfig:
             an orchestrator that takes the server out of its endpoints before the signal (the
             chart's preStop); a few seconds for one that stops routing only once it sees
             readiness false (docs/reliability.md, "Stopping under load").
+        openai_port: pytriton's own setting: the port of the OpenAI-compatible API
+            (docs/openai.md), served from the serving process beside Triton's endpoints, on
+            Triton's `http_address`; off when unset. Needs ``pip install 'pytriton[openai]'``.
 
     Either HTTP or gRPC must stay allowed: the library loads the models and watches the server
     through one of them, so `allow_http=False` with `allow_grpc=False` is refused here.
@@ -282,6 +285,7 @@ class TritonConfig:
     sagemaker_thread_count: Optional[int] = None
     model_backend: Optional[str] = None
     drain_serving_s: Optional[float] = None
+    openai_port: Optional[int] = None
 
     def __post_init__(self) -> None:
         """Check every set field, and normalise paths and lists so equal configs compare equal."""
@@ -307,6 +311,9 @@ class TritonConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise bad(name, value, "a number > 0")
+        if self.openai_port is not None and self.openai_port in (
+                self.effective_http_port, self.effective_grpc_port, self.effective_metrics_port):
+            raise bad("openai_port", self.openai_port, "a port of its own, not Triton's HTTP, gRPC or metrics port")
         if self.drain_serving_s is not None and self.drain_serving_s < 0:
             raise bad("drain_serving_s", self.drain_serving_s, "a number of seconds >= 0")
         for name, choices in _CHOICES.items():

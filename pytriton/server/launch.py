@@ -81,7 +81,8 @@ def check_ports_free(config: TritonConfig) -> None:
         PyTritonServerStartupError: a port is in use; names it, its field and the fix.
         OSError: the port cannot be probed for another reason (a bad address).
     """
-    for field, address, port in enabled_endpoints(config):
+    openai = [("openai_port", config.http_address, config.openai_port)] if config.openai_port is not None else []
+    for field, address, port in [*enabled_endpoints(config), *openai]:
         error = probe_port(address, port)
         if error == errno.EADDRINUSE:
             raise PyTritonServerStartupError(

@@ -56,6 +56,10 @@ TRITON_APIS: Tuple[str, ...] = (
 DEFAULT_RESTRICTED_ENDPOINTS: Tuple[str, ...] = ("shared-memory", "model-repository", "statistics", "trace", "logging")
 """Restricted unless the user chooses: the groups that change or reveal the server, not the ones clients need."""
 
+OPENAI_API_KEY_ENV = "PYTRITON_OPENAI_API_KEY"
+"""Environment variable with the OpenAI-compatible API's key when `TritonSecurityConfig.openai_api_key`
+is not given (read when the config is built)."""
+
 ACCESS_TOKEN_ENV = "PYTRITON_ACCESS_TOKEN"
 """Environment variable with the token to use when `TritonSecurityConfig.access_token` is not given
 (read when the config is built)."""
@@ -99,8 +103,12 @@ class TritonSecurityConfig:
             to keep it private, as code written for the published PyTriton expects; True: they
             run quietly (you confirm the port is private); False: a server with restricted
             endpoints and either of those endpoints on is refused (`check_unguarded_endpoints`).
+        openai_api_key: The key clients of the OpenAI-compatible API (``TritonConfig.openai_port``)
+            must send as ``Authorization: Bearer <key>``. None: the value of ``PYTRITON_OPENAI_API_KEY``
+            when it is set, else no key is checked (as local OpenAI-compatible servers do; a
+            warning says so when the port listens beyond localhost).
 
-    The token is left out of `repr`, so that logging the config does not leak it. Two configs
+    The token and the key are left out of `repr`, so that logging the config does not leak it. Two configs
     built without a token hold different tokens, so one config is one token: build the config
     once and give it to the server and, through ``access_token``, to the clients.
     """
@@ -108,6 +116,7 @@ class TritonSecurityConfig:
     access_token: Optional[str] = dataclasses.field(default=None, repr=False)
     restricted_endpoints: Optional[Sequence[str]] = None
     allow_unguarded_endpoints: Optional[bool] = None
+    openai_api_key: Optional[str] = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         """Validate both fields, fill in the default endpoints and settle the token."""
@@ -127,6 +136,13 @@ class TritonSecurityConfig:
             )
         if token is None:
             object.__setattr__(self, "access_token", _default_token(os.environ, needed=bool(endpoints)))
+        key = self.openai_api_key if self.openai_api_key is not None else os.environ.get(OPENAI_API_KEY_ENV) or None
+        if key is not None and (not isinstance(key, str) or not key.strip() or not key.isprintable()):
+            shown = "<a string with blanks or unprintable characters>" if isinstance(key, str) else repr(key)
+            raise PyTritonBadParameterError(
+                f"TritonSecurityConfig.openai_api_key={shown} is invalid: expected None (taken from "
+                f"{OPENAI_API_KEY_ENV}, or no key) or a non-empty printable string")
+        object.__setattr__(self, "openai_api_key", key)
 
     @property
     def effective_restricted_endpoints(self) -> Tuple[str, ...]:

@@ -178,6 +178,11 @@ class InstanceHandler:
                                         daemon=True)
 
     @property
+    def registry(self) -> Registry:
+        """The instance's metric registry: what it reports on Triton's metrics port."""
+        return self._measures.registry
+
+    @property
     def proxy_pid(self) -> Optional[int]:
         """The pid of the stub process whose proxy greeted last (None before the first)."""
         return self._endpoint.proxy_pid

@@ -5,6 +5,10 @@ Markers, written as HTML comments on the line(s) before a block:
 * ``<!--pytest.mark.skip-->`` (or ``<!--pytest-codeblocks:skip-->``): the block is not run; the
   text around it must say why (it needs a GPU, a download, or shows an error on purpose).
 * ``<!--pytest-codeblocks:cont-->``: the block continues the previous one (same namespace).
+* ``<!--pytest-codeblocks:sh-->``: a ``sh`` block that runs, in bash, as a step of its group (with
+  ``cont``, after the blocks before it): its standard output is left in the variable ``sh_output``
+  for the (usually hidden) Python blocks after it to check, and a non-zero exit fails the test.
+  Other ``sh`` blocks are shown only.
 * ``<!--pytest-codeblocks:serve port=N-->``: the block is a serving script (it ends in
   ``serve()``); it runs as a process of its own while the next block group runs, which may
   call it on HTTP port ``N``, and must then stop on SIGINT with exit status 0.
@@ -37,6 +41,7 @@ SEED_PAGES = ("000", "003", "004")
 _FENCE = re.compile(r"^\s*```\s*(\w*)")
 _SKIP = re.compile(r"<!--\s*pytest(\.mark\.skip|-codeblocks:skip)\s*-->")
 _CONT = re.compile(r"<!--\s*pytest-codeblocks:cont\s*-->")
+_SH = re.compile(r"<!--\s*pytest-codeblocks:sh\s*-->")
 _SERVE = re.compile(r"<!--\s*pytest-codeblocks:serve\s+port=(\d+)\s*-->")
 
 
@@ -55,7 +60,7 @@ def parse_blocks(text: str, source: str) -> List[BlockGroup]:
     """The groups of Python blocks of one markdown text, with the markers applied."""
     groups: List[BlockGroup] = []
     lines = text.splitlines()
-    skip = cont = False
+    skip = cont = shell = False
     serve_port = 0
     server: Optional[Tuple[str, int]] = None
     index = 0
@@ -65,6 +70,8 @@ def parse_blocks(text: str, source: str) -> List[BlockGroup]:
             skip = True
         if _CONT.search(line):
             cont = True
+        if _SH.search(line):
+            shell = True
         serve = _SERVE.search(line)
         if serve:
             serve_port = int(serve.group(1))
@@ -75,8 +82,10 @@ def parse_blocks(text: str, source: str) -> List[BlockGroup]:
             index += 1
             while index < len(lines) and not _FENCE.match(lines[index]):
                 index += 1
+            block = "\n".join(lines[start:index])
+            if language in ("sh", "bash") and shell:
+                language, block = "python", shell_step(block)
             if language in ("python", "py"):
-                block = "\n".join(lines[start:index])
                 if serve_port:
                     server = (block, serve_port)
                 elif cont and groups:
@@ -87,10 +96,17 @@ def parse_blocks(text: str, source: str) -> List[BlockGroup]:
                     if server is not None:
                         groups[-1].server, groups[-1].server_port = server
                         server = None
-            skip = cont = False
+            skip = cont = shell = False
             serve_port = 0
         index += 1
     return groups
+
+
+def shell_step(script: str) -> str:
+    """The Python that runs a marked ``sh`` block in bash and keeps its standard output in ``sh_output``."""
+    return ("import subprocess as _subprocess\n"
+            f"sh_output = _subprocess.run(['bash', '-ec', {script!r}], capture_output=True, text=True, check=True, "
+            "timeout=120).stdout")
 
 
 def _collect() -> list:
@@ -178,3 +194,9 @@ def test_parser_applies_markers():
     served = parse_blocks("<!--pytest-codeblocks:serve port=8000-->\n```python\nserve()\n```\n```python\ncall()\n```",
                           "t.md")
     assert [(g.code, g.server, g.server_port) for g in served] == [(["call()"], "serve()", 8000)]
+    shell = parse_blocks("```python\na = 1\n```\n<!--pytest-codeblocks:cont-->\n<!--pytest-codeblocks:sh-->\n"
+                         "```sh\necho $((1 + 1))\n```\n```sh\nnot run\n```", "t.md")
+    assert len(shell) == 1 and len(shell[0].code) == 2
+    namespace: dict = {}
+    exec("\n".join(shell[0].code), namespace)
+    assert namespace["sh_output"] == "2\n"

@@ -18,12 +18,13 @@ DEMO = pathlib.Path(__file__).resolve().parents[2] / "examples" / "demo.py"
 
 
 def test_demo_follows_the_port_variables_and_leaves_nothing_behind():
-    http, grpc, metrics = free_ports(3)
+    http, grpc, metrics, openai = free_ports(4)
     env = dict(
         os.environ,
         PYTRITON_TRITON_CONFIG_HTTP_PORT=str(http),
         PYTRITON_TRITON_CONFIG_GRPC_PORT=str(grpc),
         PYTRITON_TRITON_CONFIG_METRICS_PORT=str(metrics),
+        PYTRITON_TRITON_CONFIG_OPENAI_PORT=str(openai),
     )
     with subprocess.Popen(
         [sys.executable, str(DEMO)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -36,7 +37,8 @@ def test_demo_follows_the_port_variables_and_leaves_nothing_behind():
             pytest.fail(f"the demo ran over 120 s\nstdout:\n{stdout}\nstderr:\n{stderr}")
 
     assert demo.returncode == 0, f"stdout:\n{stdout}\nstderr:\n{stderr}"
-    assert stdout.splitlines()[-1].startswith("demo OK: 2 models, 10 requests"), stdout
+    assert stdout.splitlines()[-1].startswith("demo OK: 3 models, 11 requests"), stdout
+    assert f"http://127.0.0.1:{openai}/v1" in stdout and "assistant: You said: hello, triton" in stdout
     assert f"http://127.0.0.1:{http}" in stdout and f"grpc://127.0.0.1:{grpc}" in stdout
     assert "b'HELLO, TRITON'" in stdout
 

@@ -18,6 +18,7 @@ import re
 import shlex
 import shutil
 import signal
+import string
 import subprocess
 import sys
 from typing import Dict, List
@@ -134,8 +135,17 @@ def test_commands_are_exec_form_under_tini(parser):
 def test_expose_is_tritonconfigs_default_ports(parser):
     config = TritonConfig()
     expected = {config.effective_http_port, config.effective_grpc_port, config.effective_metrics_port}
-    exposed = {int(port.split("/")[0]) for value in values(stages(parser)[-1], "EXPOSE") for port in value.split()}
-    assert exposed == expected
+    final = stages(parser)[-1]
+    assert "OPENAI_PORT=" in values(final, "ARG")  # empty by default: no OpenAI-compatible API
+
+    def exposed(openai_port: str) -> set:
+        words = [string.Template(value).substitute(OPENAI_PORT=openai_port) for value in values(final, "EXPOSE")]
+        return {int(port.split("/")[0]) for value in words for port in value.split()}
+
+    assert exposed("") == expected
+    # Built with --build-arg OPENAI_PORT=9000: that port too, and the server is told to open it.
+    assert exposed("9000") == expected | {9000}
+    assert "PYTRITON_TRITON_CONFIG_OPENAI_PORT=${OPENAI_PORT}" in values(final, "ENV")
 
 
 def test_healthcheck_asks_ready_with_the_standard_library(parser):
@@ -188,14 +198,14 @@ def test_the_image_installs_the_wheel_with_its_telemetry_extra(parser, tmp_path)
     words = shlex.split(expand)
     assert words[words.index("set"):] == ["set", "--", "/wheels/pytriton-*.whl"], expand
     requirement = shlex.split(install)[-1]
-    assert requirement == "${1}[telemetry]", install
+    assert requirement == "${1}[telemetry,openai]", install
     # The shell really gives pip "<the wheel's path>[telemetry]" (the image's /bin/sh is dash, a
     # POSIX shell like this one's) ...
     wheel = tmp_path / "pytriton-0.1.0-cp311-cp311-manylinux_2_35_x86_64.whl"
     wheel.write_bytes(b"")
     script = f'set -- {tmp_path}/pytriton-*.whl && printf "%s" "{requirement}"'
     given = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True, timeout=30).stdout
-    assert given == f"{wheel}[telemetry]"
+    assert given == f"{wheel}[telemetry,openai]"
     # ... which a glob with the extra attached could not: the brackets are a pattern there.
     assert not fnmatch.fnmatch(wheel.name, "pytriton-*.whl[telemetry]")
 

@@ -1504,3 +1504,25 @@ def test_every_crd_copy_is_used_and_its_source_is_recorded():
     for name in copies:
         [row] = [line for line in readme.splitlines() if line.startswith(f"| `{name}` |")]
         assert re.search(r"`[0-9a-f]{40}`", row), f"{name}: no commit in data/README.md"
+
+
+# --- the OpenAI-compatible API ------------------------------------------------------------------
+
+
+def test_the_openai_port_is_opened_on_the_container_and_the_service_only_when_set():
+    objects = render({"ports": {"openai": 9000}})
+    container = server_container(objects)
+    assert TritonConfig.from_env(plain_env(container)).openai_port == 9000
+    assert {"name": "openai", "containerPort": 9000, "protocol": "TCP"} in container["ports"]
+    service = [o for o in objects if o["kind"] == "Service" and not o["metadata"]["name"].endswith("-headless")][0]
+    assert {"name": "openai", "port": 9000, "targetPort": "openai", "protocol": "TCP",
+            "appProtocol": "http"} in service["spec"]["ports"]
+    # Unset by default: no port, and the server starts no front.
+    plain = render()
+    assert "openai" not in [port["name"] for port in server_container(plain)["ports"]]
+    assert TritonConfig.from_env(plain_env(server_container(plain))).openai_port is None
+    with pytest.raises(helm().HelmRenderError, match="triton.config.OPENAI_PORT is set by the chart"):
+        render({"triton": {"config": {"OPENAI_PORT": "9000"}}})
+    # A NetworkPolicy lets the API in from the same peers as inference.
+    policy = only(render({"ports": {"openai": 9000}, "networkPolicy": {"enabled": True}}), "NetworkPolicy")
+    assert {"port": "openai", "protocol": "TCP"} in policy["spec"]["ingress"][0]["ports"]

@@ -144,6 +144,9 @@ def test_every_field_has_a_flag_or_comes_through_a_keyword():
 def test_pytriton_settings_never_reach_the_argv():
     argv = build_argv(TritonConfig(model_backend="python"), **PATHS)
     assert not any("backend=python" in word or "model-backend" in word for word in argv)
+    # The OpenAI-compatible API's port is served by pytriton itself, beside tritonserver.
+    argv = build_argv(TritonConfig(openai_port=9123, drain_serving_s=2.0), **PATHS)
+    assert not any("9123" in word or "openai" in word or "drain" in word for word in argv)
 
 
 def test_every_flag_written_exists_in_triton_2_51_and_none_is_deprecated():

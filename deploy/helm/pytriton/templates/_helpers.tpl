@@ -261,7 +261,7 @@ Kubernetes shortens names beyond 58 characters before the 5, hence the length ch
 {{- end }}
 {{- end }}
 {{- range $name, $_ := .Values.triton.config }}
-{{- if has (upper $name) (list "HTTP_PORT" "GRPC_PORT" "METRICS_PORT" "EXIT_TIMEOUT_SECS" "DRAIN_SERVING_S") }}
+{{- if has (upper $name) (list "HTTP_PORT" "GRPC_PORT" "METRICS_PORT" "OPENAI_PORT" "EXIT_TIMEOUT_SECS" "DRAIN_SERVING_S") }}
 {{- fail (printf "triton.config.%s is set by the chart: use ports.*, triton.exitTimeoutSecs or triton.drainServingSeconds, which the probes, the Service and the grace period follow" $name) }}
 {{- end }}
 {{- end }}

@@ -1,0 +1,255 @@
+"""The front's link to Triton: gRPC on localhost, one ``ModelStreamInfer`` call per chat answer.
+
+The request step between the OpenAI front and Triton. Every request the front takes goes
+through Triton, so Triton's batcher, its ``nv_inference_*`` metrics and its traces see it, and
+pytriton's own (``pytriton_*``) too. A chat answer is one ``ModelStreamInfer`` call carrying one
+request; cancelling the call (a client gone, a stop sequence met) cancels the request in Triton,
+which closes the callable's generator. Embeddings are plain ``ModelInfer`` calls.
+
+Which models are served, and how, is read from Triton itself (its repository index, its
+statistics, which also list the models other processes sent through the repository API, and each
+model's configuration, `pytriton.openai.convention.served_model`), kept per name, and read again
+when a name is unknown or `models` is asked: a model bound later, or by another process, is found.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Sequence, Tuple
+
+import grpc  # type: ignore[import-untyped,unused-ignore]
+import numpy as np
+from google.protobuf.json_format import MessageToDict
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from pytriton.access_token import auth_headers
+from pytriton.openai.convention import (
+    CHAT,
+    CHAT_MESSAGES,
+    CHAT_PARAMS,
+    EMBED_DIMENSIONS,
+    EMBED_INPUT,
+    EMBED_OUTPUT,
+    ServedModel,
+    bytes_elements,
+    bytes_tensor,
+    decode_piece,
+    served_model,
+)
+from pytriton.openai.errors import OpenAIError, unknown_model, wrong_kind
+
+_CHANNEL_OPTIONS = [("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)]
+_GONE = re.compile(r"unknown model|is not found|not ready", re.IGNORECASE)
+"""Triton's words for a request to a model it no longer serves."""
+_CALL_TIMEOUT_S = 30.0
+"""Bound of the calls that ask Triton about its models."""
+
+
+class ModelFailed(Exception):
+    """Triton answered a request with an error (the callable raised, or the model refused it)."""
+
+
+def _failure(model: str, exc: BaseException) -> OpenAIError:
+    """A gRPC error of a request -> the client's error: 503 while the server stops, 404 once the
+    model is gone, 400 for a request the model refused, else 500 with Triton's message."""
+    if isinstance(exc, grpc.aio.AioRpcError):
+        code, details = exc.code(), exc.details() or ""
+        if code == grpc.StatusCode.UNAVAILABLE or "stopping" in details or "shutting down" in details.lower():
+            return OpenAIError(503, f"model '{model}' cannot take requests now: the server is stopping ({details})")
+        if code == grpc.StatusCode.NOT_FOUND or "unknown model" in details.lower() or "not found" in details.lower():
+            return OpenAIError(404, f"The model '{model}' does not exist any more ({details})", param="model",
+                               code="model_not_found")
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            return OpenAIError(400, f"model '{model}' refused the request: {details}")
+        if code == grpc.StatusCode.CANCELLED:
+            return OpenAIError(503, f"model '{model}': the request was cancelled ({details})")
+        return OpenAIError(500, f"model '{model}' failed: {details}")
+    return OpenAIError(500, f"model '{model}' failed: {exc}")
+
+
+class ChatCall:
+    """The pieces of one answer of a chat model, read from its ``ModelStreamInfer`` call."""
+
+    def __init__(self, stub: Any, request: Any, metadata: Sequence[Tuple[str, str]], model: str,
+                 on_gone: Callable[[str], None]) -> None:
+        self._model = model
+        self._on_gone = on_gone
+        self._ended = asyncio.Event()
+        self.finished = False
+
+        async def requests() -> AsyncIterator[Any]:
+            yield request
+            await self._ended.wait()  # half-closing at once races with Triton's answer
+
+        self._call = stub.ModelStreamInfer(requests(), metadata=metadata)
+
+    async def pieces(self) -> AsyncIterator[Dict[str, Any]]:
+        """Each piece as a checked dict, until the final response.
+
+        Raises:
+            OpenAIError: the model failed (500 with its message), the server stops (503), ...
+        """
+        try:
+            while True:
+                try:
+                    response = await self._call.read()
+                except grpc.aio.AioRpcError as exc:
+                    error = _failure(self._model, exc)
+                    if error.status == 404:
+                        self._on_gone(self._model)
+                    raise error from exc
+                if response is grpc.aio.EOF:
+                    return
+                if response.error_message:
+                    if _GONE.search(response.error_message):  # unloaded since the front last looked
+                        self._on_gone(self._model)
+                        raise OpenAIError(404, f"The model '{self._model}' does not exist any more "
+                                               f"({response.error_message})", param="model", code="model_not_found")
+                    raise OpenAIError(500, f"model '{self._model}' failed: {response.error_message}")
+                answer = response.infer_response
+                for raw in answer.raw_output_contents:
+                    for element in bytes_elements(raw):
+                        try:
+                            yield decode_piece(self._model, element)
+                        except ValueError as exc:
+                            raise OpenAIError(500, str(exc)) from exc
+                final = answer.parameters.get("triton_final_response")
+                if final is not None and final.bool_param:
+                    self.finished = True
+                    return
+        finally:
+            self._ended.set()
+
+    def cancel(self) -> None:
+        """Cancel the request in Triton unless its answer is complete (idempotent)."""
+        self._ended.set()
+        if not self.finished:
+            self._call.cancel()
+
+
+class TritonLink:
+    """The front's gRPC channel to Triton and what it knows of the models.
+
+    Args:
+        address: ``host:port`` of Triton's gRPC endpoint.
+        access_token: sent with every call when Triton restricts APIs the front uses (the
+            model repository's index, by default).
+    """
+
+    def __init__(self, address: str, access_token: Optional[str]) -> None:
+        self._address = address
+        self._metadata = tuple(auth_headers("grpc", access_token).items())
+        self._channel: Any = None
+        self._stub: Any = None
+        self._models: Dict[str, ServedModel] = {}
+
+    def _service(self) -> Any:
+        if self._stub is None:  # made inside the running loop, which owns it
+            self._channel = grpc.aio.insecure_channel(self._address, options=_CHANNEL_OPTIONS)
+            self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+        return self._stub
+
+    async def close(self) -> None:
+        channel, self._channel, self._stub = self._channel, None, None
+        if channel is not None:
+            await channel.close()
+
+    async def ready(self) -> bool:
+        """Whether Triton answers ready (the front's ``/health``)."""
+        try:
+            answer = await self._service().ServerReady(service_pb2.ServerReadyRequest(), metadata=self._metadata,
+                                                       timeout=5.0)
+        except grpc.aio.AioRpcError:
+            return False
+        return bool(answer.ready)
+
+    async def models(self) -> Dict[str, ServedModel]:
+        """Every ready model that follows the convention, read from Triton now."""
+        stub = self._service()
+        try:
+            index = await stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True),
+                                               metadata=self._metadata, timeout=_CALL_TIMEOUT_S)
+        except grpc.aio.AioRpcError as exc:
+            raise OpenAIError(503, f"cannot list the models: Triton answered {exc.code().name}: {exc.details()}") \
+                from exc
+        names = {entry.name for entry in index.models if not entry.state or entry.state == "READY"}
+        try:  # the loaded models: those another process sent through the repository API are in no index
+            statistics = await stub.ModelStatistics(service_pb2.ModelStatisticsRequest(name=""),
+                                                    metadata=self._metadata, timeout=_CALL_TIMEOUT_S)
+            names.update(entry.name for entry in statistics.model_stats)
+        except grpc.aio.AioRpcError:
+            pass  # statistics restricted with another header than the access token: the index alone
+        found: Dict[str, ServedModel] = {}
+        for name in sorted(names):
+            model = self._models.get(name) or await self._read(name)
+            if model is not None:
+                found[name] = model
+        self._models = found
+        return dict(found)
+
+    async def _read(self, name: str) -> Optional[ServedModel]:
+        try:
+            answer = await self._service().ModelConfig(service_pb2.ModelConfigRequest(name=name),
+                                                       metadata=self._metadata, timeout=_CALL_TIMEOUT_S)
+        except grpc.aio.AioRpcError:
+            return None  # unloaded meanwhile, or a configuration the front may not read
+        return served_model(MessageToDict(answer.config, preserving_proto_field_name=True))
+
+    async def model(self, name: str, kind: str, endpoint: str) -> ServedModel:
+        """The served model `name` of `kind`.
+
+        Raises:
+            OpenAIError: 404 for a name no model of the convention has, 400 for a model of
+                another kind (an embeddings model asked for a chat answer).
+        """
+        model = self._models.get(name)
+        if model is None:
+            model = (await self.models()).get(name)
+            if model is None:
+                raise unknown_model(name, self._models)
+        if model.kind != kind:
+            raise wrong_kind(name, model.kind, endpoint)
+        return model
+
+    def forget(self, name: str) -> None:
+        """Drop what is known of model `name` (Triton said it is gone)."""
+        self._models.pop(name, None)
+
+    def chat(self, model: ServedModel, messages: List[Dict[str, Any]], params: Dict[str, Any]) -> ChatCall:
+        """Start one answer of chat model `model`."""
+        assert model.kind == CHAT
+        request = service_pb2.ModelInferRequest(model_name=model.name)
+        shape = [1, 1] if model.batched else [1]
+        for name, value in ((CHAT_MESSAGES, messages), (CHAT_PARAMS, params)):
+            request.inputs.add(name=name, datatype="BYTES", shape=shape)
+            request.raw_input_contents.append(bytes_tensor([json.dumps(value).encode("utf-8")]))
+        request.parameters["triton_enable_empty_final_response"].bool_param = True
+        return ChatCall(self._service(), request, self._metadata, model.name, self.forget)
+
+    async def embed(self, model: ServedModel, texts: List[str], dimensions: Optional[int]) -> List[np.ndarray]:
+        """The embedding of each text, through as many requests as `model.max_batch_size` asks."""
+        size = max(model.max_batch_size, 1)
+        parts = await asyncio.gather(*(self._embed(model, texts[start:start + size], dimensions)
+                                       for start in range(0, len(texts), size)))
+        return [row for part in parts for row in part]
+
+    async def _embed(self, model: ServedModel, texts: List[str], dimensions: Optional[int]) -> List[np.ndarray]:
+        request = service_pb2.ModelInferRequest(model_name=model.name)
+        request.inputs.add(name=EMBED_INPUT, datatype="BYTES", shape=[len(texts), 1])
+        request.raw_input_contents.append(bytes_tensor([text.encode("utf-8") for text in texts]))
+        if dimensions is not None:
+            request.inputs.add(name=EMBED_DIMENSIONS, datatype="INT32", shape=[len(texts), 1])
+            request.raw_input_contents.append(np.full(len(texts), dimensions, dtype="<i4").tobytes())
+        request.outputs.add(name=EMBED_OUTPUT)
+        try:
+            answer = await self._service().ModelInfer(request, metadata=self._metadata)
+        except grpc.aio.AioRpcError as exc:
+            error = _failure(model.name, exc)
+            if error.status == 404:
+                self.forget(model.name)
+            raise error from exc
+        output = answer.outputs[0]
+        rows = np.frombuffer(answer.raw_output_contents[0], dtype=model.embedding_dtype)
+        return list(rows.reshape([int(d) for d in output.shape]))
