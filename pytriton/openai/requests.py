@@ -117,16 +117,22 @@ def chat_request(body: Any) -> TextRequest:
     return TextRequest(model, [messages], params, stream, include_usage, n, stops)
 
 
+def _texts(model: str, body: Dict[str, Any], field: str) -> List[str]:
+    """The texts of `field` (a completion's ``prompt``, an embeddings ``input``): a string or a
+    non-empty list of strings, as a list."""
+    value = body.get(field)
+    if value is None:
+        raise missing_field(model, field, "a string or a non-empty list of strings")
+    texts = [value] if isinstance(value, str) else value
+    if not isinstance(texts, list) or not texts or not all(isinstance(text, str) for text in texts):
+        raise bad_field(model, field, value, "a string or a non-empty list of strings (token arrays are not served)")
+    return texts
+
+
 def completion_request(body: Any) -> TextRequest:
     """A ``/v1/completions`` body, checked: each prompt becomes one user message (and ``params["prompt"]``)."""
     model = _model(body)
-    prompt = body.get("prompt")
-    if prompt is None:
-        raise missing_field(model, "prompt", "a string or a non-empty list of strings")
-    prompts = [prompt] if isinstance(prompt, str) else prompt
-    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
-        raise bad_field(model, "prompt", prompt,
-                        "a string or a non-empty list of strings (token arrays are not served)")
+    prompts = _texts(model, body, "prompt")
     stream, include_usage, n, stops = _common(model, body)
     params = {key: value for key, value in body.items() if key not in ("model", "stream", "stream_options")}
     conversations = [[{"role": "user", "content": text}] for text in prompts]
@@ -136,12 +142,7 @@ def completion_request(body: Any) -> TextRequest:
 def embeddings_request(body: Any) -> EmbeddingsRequest:
     """A ``/v1/embeddings`` body, checked."""
     model = _model(body)
-    value = body.get("input")
-    if value is None:
-        raise missing_field(model, "input", "a string or a non-empty list of strings")
-    texts = [value] if isinstance(value, str) else value
-    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-        raise bad_field(model, "input", value, "a string or a non-empty list of strings (token arrays are not served)")
+    texts = _texts(model, body, "input")
     encoding = body.get("encoding_format", "float")
     if encoding is None:
         encoding = "float"

@@ -17,7 +17,7 @@ from typing import Optional, Sequence, Tuple
 
 from pytriton.notices import notice_logger
 from pytriton.server.config import TritonConfig
-from pytriton.server.drain import DEFAULT_EXIT_TIMEOUT_S
+from pytriton.server.drain import exit_timeout_s
 
 SERVING_PREFIX = "serving "
 """How the start line begins (after ``pytriton: ``); the client's unknown-model hint quotes it."""
@@ -65,9 +65,8 @@ def draining_line(signum: int, config: TritonConfig) -> str:
         name = signal.Signals(signum).name
     except ValueError:
         name = f"signal {signum}"
-    exit_timeout = config.exit_timeout_secs if config.exit_timeout_secs is not None else DEFAULT_EXIT_TIMEOUT_S
     return (f"{name} received: draining (not ready any more; the requests in flight finish, for up to "
-            f"{exit_timeout} s), then stopping; a second Ctrl+C or SIGTERM stops at once")
+            f"{exit_timeout_s(config)} s), then stopping; a second Ctrl+C or SIGTERM stops at once")
 
 
 def announce_serving(config: TritonConfig, models: Sequence[Tuple[str, int]]) -> None:

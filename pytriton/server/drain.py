@@ -44,6 +44,15 @@ a batch that passed the flag just before it rose reaches its worker within micro
 Triton's endpoints send the last answers within milliseconds."""
 
 
+def exit_timeout_s(config: TritonConfig) -> float:
+    """How long a stop waits for the requests in flight: the server's exit timeout."""
+    return config.exit_timeout_secs if config.exit_timeout_secs is not None else DEFAULT_EXIT_TIMEOUT_S
+
+
+def _say_hurried() -> None:
+    logger.warning("Second signal during the drain: stopping tritonserver at once")
+
+
 def drain_poll(exit_timeout: float, *, process: Optional[ServerProcess], supervisor: Optional[Supervisor],
                bindings: ModelBindings, hurry: threading.Event, writes_files: bool) -> Callable[[float], bool]:
     """What `stop()` does while the server drains: cut the streams still open shortly before
@@ -71,7 +80,7 @@ def drain_poll(exit_timeout: float, *, process: Optional[ServerProcess], supervi
             cut.set()
             bindings.end_streams()
         if hurry.is_set():
-            logger.warning("Second signal during the drain: stopping tritonserver at once")
+            _say_hurried()
             return True
         if process is not None and (process.drained or process.waits_for_connections) and not writes_files:
             needed = settle_s if process.drained else connections_settle_s
@@ -129,7 +138,7 @@ def wait_answered(bindings: ModelBindings, timeout_s: float, hurry: threading.Ev
             cut = True
             bindings.end_streams()
         time.sleep(0.005)
-    logger.warning("Second signal during the drain: stopping tritonserver at once")
+    _say_hurried()
     return False
 
 
@@ -142,7 +151,7 @@ def stop_draining(process: ServerProcess, config: TritonConfig, tracing: Optiona
     (`drain_poll`), killing it if it outlives its exit timeout by 15 s; kill the stubs of this
     server it left, end the streams the workers still hold, and reap what ended. At most
     ``drain_serving_s`` + the exit timeout (+ 15 s through Triton's shutdown)."""
-    exit_timeout = config.exit_timeout_secs if config.exit_timeout_secs is not None else DEFAULT_EXIT_TIMEOUT_S
+    exit_timeout = exit_timeout_s(config)
     # Ending tritonserver before its own shutdown would lose a sequence's later requests, or the
     # trace or log file it completes at its end: those stops drain through Triton's shutdown.
     writes_files = writes_files_at_exit(config, tracing)
