@@ -24,7 +24,7 @@ def refusal(model_name: str) -> str:
             "(to another replica)")
 
 
-def create_flag(path: "os.PathLike[str]") -> None:
+def create_flag(path: os.PathLike[str]) -> None:
     """Write the flag lowered (a start reuses the file of a workspace the user chose), in place:
     a file truncated under a mapping would fault its reader."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
@@ -34,7 +34,7 @@ def create_flag(path: "os.PathLike[str]") -> None:
         os.close(fd)
 
 
-def raise_flag(path: "os.PathLike[str]") -> None:
+def raise_flag(path: os.PathLike[str]) -> None:
     """Raise the flag: every mapping sees it at once (a shared page of the page cache)."""
     fd = os.open(path, os.O_WRONLY)
     try:
