@@ -34,12 +34,12 @@ from pytriton.exceptions import (
     PyTritonInvalidOperationError,
     PyTritonServerError,
 )
+from pytriton.launch import MODEL_LOAD_TIMEOUT_S
 from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
 from pytriton.openai.binding import OpenAIBindings
 from pytriton.repository.override import load_override
 from pytriton.server.control import ServerControl, wait_for
 from pytriton.server.distribution import find_distribution, lacks_backend, proxy_import_paths, remote_backend
-from pytriton.server.launch import MODEL_LOAD_TIMEOUT_S
 from pytriton.server.workspace import SharedWorkspace, Workspace, remote_server_flags
 
 __all__ = ["RemoteTriton"]

@@ -26,6 +26,7 @@ from pytriton.binding import (
     block_until_signal,
 )
 from pytriton.constants import DEFAULT_TRITON_STARTUP_TIMEOUT_S as STARTUP_TIMEOUT_S
+from pytriton.drain import stop_draining
 from pytriton.exceptions import (
     PyTritonBadParameterError,
     PyTritonInvalidOperationError,
@@ -34,17 +35,7 @@ from pytriton.exceptions import (
     PyTritonServerError,
     PyTritonServerStartupError,
 )
-from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
-from pytriton.openai import check_extra, start_front
-from pytriton.openai.binding import OpenAIBindings
-from pytriton.remote import RemoteTriton
-from pytriton.server.announce import announce_draining, announce_serving
-from pytriton.server.config import TritonConfig
-from pytriton.server.config_merge import merge
-from pytriton.server.control import ServerControl, wait_for
-from pytriton.server.distribution import ServerDistribution, find_distribution, proxy_import_paths, serving_backend
-from pytriton.server.drain import stop_draining
-from pytriton.server.launch import (
+from pytriton.launch import (
     MODEL_LOAD_TIMEOUT_S,
     check_ports_free,
     check_traces_go_somewhere,
@@ -59,6 +50,15 @@ from pytriton.server.launch import (
     wait_endpoints_listening,
     wait_models_ready,
 )
+from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
+from pytriton.openai import check_extra, start_front
+from pytriton.openai.binding import OpenAIBindings
+from pytriton.remote import RemoteTriton
+from pytriton.server.announce import announce_draining, announce_serving
+from pytriton.server.config import TritonConfig
+from pytriton.server.config_merge import merge
+from pytriton.server.control import ServerControl, wait_for
+from pytriton.server.distribution import ServerDistribution, find_distribution, proxy_import_paths, serving_backend
 from pytriton.server.lifecycle import (
     DefaultTritonLifecyclePolicy,
     TritonLifecyclePolicy,

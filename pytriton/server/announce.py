@@ -16,8 +16,7 @@ import signal
 from typing import Optional, Sequence, Tuple
 
 from pytriton.notices import notice_logger
-from pytriton.server.config import TritonConfig
-from pytriton.server.drain import exit_timeout_s
+from pytriton.server.config import TritonConfig, exit_timeout_s
 
 SERVING_PREFIX = "serving "
 """How the start line begins (after ``pytriton: ``); the client's unknown-model hint quotes it."""

@@ -71,6 +71,9 @@ DEFAULT_SAGEMAKER_PORT = 8080
 DEFAULT_VERTEX_AI_PORT = 8080
 """tritonserver's Vertex AI port when `vertex_ai_port` is unset and ``AIP_HTTP_PORT`` too."""
 
+DEFAULT_EXIT_TIMEOUT_S = 30
+"""Triton's own exit timeout when ``TritonConfig.exit_timeout_secs`` leaves it unset."""
+
 _PORT_FIELDS = ("http_port", "grpc_port", "metrics_port", "vertex_ai_port", "sagemaker_port", "openai_port")
 _NON_NEGATIVE_FIELDS = (
     "log_verbose",
@@ -452,6 +455,11 @@ class TritonConfig:
         """
         read: TritonConfig = config_from_env(cls, os.environ if environ is None else environ)
         return read
+
+
+def exit_timeout_s(config: TritonConfig) -> float:
+    """How long a stop waits for the requests in flight: the server's exit timeout."""
+    return config.exit_timeout_secs if config.exit_timeout_secs is not None else DEFAULT_EXIT_TIMEOUT_S
 
 
 def verbose_logging_warning(log_verbose: Optional[int]) -> Optional[str]:

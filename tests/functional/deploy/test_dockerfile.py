@@ -213,7 +213,7 @@ def test_the_image_installs_the_wheel_with_its_telemetry_extra(parser, tmp_path)
 def test_the_docs_give_docker_a_stop_timeout_that_covers_the_drain():
     # Docker waits 10 s after SIGTERM by default and an image cannot change that; the drain
     # takes the exit timeout, then pytriton gives tritonserver 15 s more before killing it.
-    from pytriton.server.drain import DEFAULT_EXIT_TIMEOUT_S
+    from pytriton.server.config import DEFAULT_EXIT_TIMEOUT_S
 
     drain_s = DEFAULT_EXIT_TIMEOUT_S + 15
     text = (ROOT / "docs" / "deploying.md").read_text()

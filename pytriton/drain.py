@@ -22,8 +22,8 @@ from typing import Any, Callable, List, Optional
 
 from pytriton.binding import ModelBindings
 from pytriton.ipc.stopping import raise_flag
-from pytriton.server.config import TritonConfig
-from pytriton.server.launch import writes_files_at_exit
+from pytriton.launch import writes_files_at_exit
+from pytriton.server.config import TritonConfig, exit_timeout_s
 from pytriton.server.process import ServerProcess
 from pytriton.server.readiness import hold_not_ready
 from pytriton.server.supervisor import Supervisor, reap_adopted
@@ -32,8 +32,6 @@ from pytriton.worker.tracing import TraceExport
 
 logger = logging.getLogger("pytriton.triton")
 
-DEFAULT_EXIT_TIMEOUT_S = 30
-"""Triton's own exit timeout when ``TritonConfig.exit_timeout_secs`` leaves it unset."""
 _RELAYED_SETTLE_S = 0.2
 """How long the workers of relayed models stay idle before a stop ends tritonserver itself."""
 _CONNECTIONS_SETTLE_S = 0.5
@@ -42,11 +40,6 @@ _ANSWERED_SETTLE_S = 0.1
 """How long the workers must stay idle, new requests refused, before a stop ends tritonserver:
 a batch that passed the flag just before it rose reaches its worker within microseconds, and
 Triton's endpoints send the last answers within milliseconds."""
-
-
-def exit_timeout_s(config: TritonConfig) -> float:
-    """How long a stop waits for the requests in flight: the server's exit timeout."""
-    return config.exit_timeout_secs if config.exit_timeout_secs is not None else DEFAULT_EXIT_TIMEOUT_S
 
 
 def _say_hurried() -> None:
