@@ -4,7 +4,8 @@ This module exists so that code written for the published PyTriton, which builds
 `pytriton.model_config.triton_model_config.TritonModelConfig` with
 ``ModelConfigParser.from_dict`` (the JSON a server returns for ``GET v2/models/<name>/config``)
 or ``ModelConfigParser.from_file`` (a ``config.pbtxt``), runs unchanged. Both go through the
-client's parser (`pytriton.client.model_config.parse_model_config`), so a configuration read from
+clients' reader of the server's JSON
+(`pytriton.model_config.triton_model_config.parse_model_config`), so a configuration read from
 a file is described exactly as one fetched from a server. ``from_file`` is the one piece of I/O
 in ``pytriton.model_config``: it reads the single file it is given.
 """
@@ -18,10 +19,8 @@ from typing import Any, Mapping, Union
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
-from pytriton.client.exceptions import PyTritonClientInferenceServerError
-from pytriton.client.model_config import parse_model_config
 from pytriton.exceptions import PyTritonModelConfigError
-from pytriton.model_config.triton_model_config import TritonModelConfig
+from pytriton.model_config.triton_model_config import TritonModelConfig, parse_model_config
 
 __all__ = ["ModelConfigParser"]
 
@@ -47,7 +46,7 @@ class ModelConfigParser:
         """
         try:
             return parse_model_config(model_config_dict)
-        except PyTritonClientInferenceServerError as exc:
+        except PyTritonModelConfigError as exc:
             raise PyTritonModelConfigError(f"The model configuration cannot be described: {exc}") from exc
         except (KeyError, TypeError, ValueError) as exc:
             reason = f"missing field {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"

@@ -1,7 +1,10 @@
-"""The package's shape: modules small enough to read whole, and none importing another in a ring.
+"""The package's shape: modules small enough to read whole, none importing another in a ring, and
+packages importing each other only down the layers of docs/architecture.md.
 
 Imports inside functions count too: a ring of imports makes a module's meaning depend on which
-one is imported first, and hides which one is the foundation of the other.
+one is imported first, and hides which one is the foundation of the other. The same holds one
+level up: two packages that import each other (even through different modules, so that no
+module ring forms) are one package in two folders.
 """
 
 from __future__ import annotations
@@ -90,6 +93,88 @@ def test_no_import_ring():
 
 def test_the_ring_finder_finds_a_ring():
     assert _rings({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+FOUNDATIONS = ("__init__", "access_token", "constants", "exceptions", "exit_status", "notices")
+"""Modules every package may import; they import nothing of pytriton themselves."""
+
+MAY_IMPORT = {
+    # The wire contract; the proxy runs it inside Triton's stub, so it stands alone.
+    "ipc": (),
+    "metrics": (),
+    # What the user declares, and a deployed model's configuration as Triton reports it.
+    "model_config": (),
+    # The clients: nothing of the server side.
+    "client": ("ipc", "model_config"),
+    "repository": ("ipc", "model_config"),
+    # The user's process side of the hop (its warm-up samples come from the repository's plan).
+    "worker": ("ipc", "metrics", "repository"),
+    # The proxy model (ipc only) and the published `pytriton.proxy.types` names (the worker's requests).
+    "proxy": ("ipc", "worker"),
+    "decorating": ("worker",),
+    "decorators": ("decorating", "worker"),
+    # The tritonserver process: nothing of the bindings (`pytriton check` uses the worker's trace export).
+    "server": ("ipc", "model_config", "worker"),
+    "binding": ("decorating", "ipc", "metrics", "model_config", "repository", "server", "worker"),
+    "openai": ("decorating", "metrics", "model_config", "server"),
+    # The facade's start and stop: they wire the bindings to the server.
+    "launch": ("binding", "ipc", "model_config", "server", "worker"),
+    "drain": ("binding", "ipc", "launch", "server", "worker"),
+    "remote": ("binding", "launch", "model_config", "openai", "repository", "server"),
+    "triton": ("binding", "drain", "launch", "model_config", "openai", "remote", "server", "worker"),
+    "__main__": ("server",),
+}
+"""Which package (or top-level module) of pytriton may import which, besides `FOUNDATIONS`: the layering rule."""
+
+
+def _package(module: str) -> str:
+    """``pytriton.server.config`` -> ``server``; the package's own ``__init__`` is ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _package_imports(graph: Dict[str, Set[str]]) -> Dict[str, Set[str]]:
+    packages: Dict[str, Set[str]] = {}
+    for module, targets in graph.items():
+        outside = packages.setdefault(_package(module), set())
+        outside.update(_package(target) for target in targets)
+        outside.discard(_package(module))
+    return packages
+
+
+def test_every_package_has_its_place_in_the_layers():
+    packages = set(_package_imports(_imports(_modules())))
+    assert packages - set(FOUNDATIONS) - set(MAY_IMPORT) == set(), "place the new package in MAY_IMPORT"
+    assert set(MAY_IMPORT) - packages == set(), "remove the package that no longer exists from MAY_IMPORT"
+
+
+def test_packages_import_only_down_the_layers():
+    found = _package_imports(_imports(_modules()))
+    assert {name: sorted(found[name]) for name in FOUNDATIONS if found.get(name)} == {}
+    refused = {
+        name: sorted(targets - set(FOUNDATIONS) - set(MAY_IMPORT.get(name, ())))
+        for name, targets in found.items()
+        if name not in FOUNDATIONS
+    }
+    assert {name: targets for name, targets in refused.items() if targets} == {}
+
+
+def test_no_package_ring():
+    assert _rings(_package_imports(_imports(_modules()))) == []
+    # The rule itself allows none either, so widening it cannot let one in.
+    assert _rings({name: set(allowed) for name, allowed in MAY_IMPORT.items()}) == []
+
+
+def test_a_package_ring_is_found_where_no_module_ring_is():
+    modules = {
+        "pytriton.low.parser": {"pytriton.high.reader"},
+        "pytriton.high.reader": {"pytriton.high.errors"},
+        "pytriton.high.fetch": {"pytriton.low.common"},
+        "pytriton.low.common": set(),
+        "pytriton.high.errors": set(),
+    }
+    assert _rings(modules) == []
+    assert _rings(_package_imports(modules)) == [["high", "low"]]
 
 
 MAX_MODULE_LINES = 500
