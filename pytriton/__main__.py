@@ -4,7 +4,7 @@
 ``pytriton backend-path`` prints where pytriton's own Triton backend library is (exit 1 when
 this installation built none): what to copy into a Triton server image's backend directory, as
 ``<backend directory>/pytriton/libtriton_pytriton.so``, so that `RemoteTriton` serves through it.
-``pytriton check [--build] [--timeout SECONDS] [SCRIPT]`` runs `pytriton.server.checks`: the
+``pytriton check [--build] [--timeout SECONDS] [SCRIPT]`` runs `pytriton.check.runtime`: the
 versions, then one line per check, ``PASS``/``WARN``/``FAIL``, the remedy after each failure;
 the exit status is 1 when a check failed, so a container build or a deployment script can stop
 on it. Given the serving script, the port check reads the ports its ``TritonConfig`` sets.
@@ -18,9 +18,9 @@ import pathlib
 import sys
 from typing import Optional, Sequence
 
-from pytriton.server.check_results import exit_status, format_result
-from pytriton.server.checks import run_checks, summary, versions_line
-from pytriton.server.checks_install import SERVER_START_TIMEOUT_S
+from pytriton.check.install import SERVER_START_TIMEOUT_S
+from pytriton.check.results import exit_status, format_result
+from pytriton.check.runtime import run_checks, summary, versions_line
 from pytriton.server.distribution import NATIVE_LIBRARY, native_library
 
 

@@ -20,6 +20,7 @@ import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytriton.binding import ModelBindings, SignalWatch
+from pytriton.check.runtime import enabled_endpoints, probe_port
 from pytriton.constants import DEFAULT_TRITON_STARTUP_TIMEOUT_S as STARTUP_TIMEOUT_S
 from pytriton.constants import METRICS_PERIOD_ENV
 from pytriton.exceptions import (
@@ -31,7 +32,6 @@ from pytriton.exceptions import (
 from pytriton.ipc import protocol
 from pytriton.model_config import ModelConfig
 from pytriton.server.argv import build_argv
-from pytriton.server.checks import enabled_endpoints, probe_port
 from pytriton.server.config import TritonConfig
 from pytriton.server.control import GrpcTls, ServerControl, accepts_connections, wait_for
 from pytriton.server.distribution import ServerDistribution, assemble_backends, server_environment

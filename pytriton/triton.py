@@ -56,7 +56,7 @@ from pytriton.openai.binding import OpenAIBindings
 from pytriton.remote import RemoteTriton
 from pytriton.server.announce import announce_draining, announce_serving
 from pytriton.server.config import TritonConfig
-from pytriton.server.config_merge import merge
+from pytriton.server.config.merge import merge
 from pytriton.server.control import ServerControl, wait_for
 from pytriton.server.distribution import ServerDistribution, find_distribution, proxy_import_paths, serving_backend
 from pytriton.server.lifecycle import (

@@ -116,10 +116,10 @@ def build_argv(
     always written (8000/8001/8002 when unset), and the Vertex AI and SageMaker ports (8080)
     whenever that endpoint is on, so the argv says where clients must connect. Every other field is written
     only when set; None keeps Triton's default. Environment-dependent defaults (Vertex AI's
-    ``AIP_*`` variables) are resolved before, by `pytriton.server.config_merge.merge`.
+    ``AIP_*`` variables) are resolved before, by `pytriton.server.config.merge.merge`.
 
     Args:
-        config: The merged options (see `pytriton.server.config_merge.merge`).
+        config: The merged options (see `pytriton.server.config.merge.merge`).
         binary: The tritonserver executable; the first word of the argv.
         model_repository: The repository the models were written to. It is the one the server
             layer chose (`config.model_repository` or a temporary folder), so the config's own

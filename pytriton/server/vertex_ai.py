@@ -8,7 +8,7 @@ when no ``--model-repository`` is given, and the library always gives one.
 
 Left hidden in the server's environment, these would make the library wait for an HTTP endpoint
 Triton never opened, or miss a port clash. `resolve_vertex_ai` writes their effect into the
-merged config instead (`pytriton.server.config_merge.merge` calls it last, so the explicit config and
+merged config instead (`pytriton.server.config.merge.merge` calls it last, so the explicit config and
 the ``PYTRITON_TRITON_CONFIG_*`` variables win), and refuses, before anything starts, a Vertex AI
 endpoint that Triton could not open.
 
@@ -22,7 +22,7 @@ import logging
 from typing import Any, Dict, Mapping, Sequence, Tuple
 
 from pytriton.exceptions import PyTritonBadParameterError
-from pytriton.server.config import TritonConfig
+from pytriton.server.config.options import TritonConfig
 
 LOGGER = logging.getLogger(__name__)
 

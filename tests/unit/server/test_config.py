@@ -10,7 +10,7 @@ import pytest
 
 from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.server.config import TritonConfig
-from pytriton.server.config_merge import merge
+from pytriton.server.config.merge import merge
 
 P = "PYTRITON_TRITON_CONFIG_"
 

@@ -13,7 +13,7 @@ import pytest
 
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonValidationError
 from pytriton.server.config import DEFAULT_SAGEMAKER_PORT, TritonConfig
-from pytriton.server.config_merge import merge
+from pytriton.server.config.merge import merge
 
 P = "PYTRITON_TRITON_CONFIG_"
 

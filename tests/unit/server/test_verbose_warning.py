@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from pytriton.server.config import TritonConfig, verbose_logging_warning
-from pytriton.server.config_merge import merge
+from pytriton.server.config.merge import merge
 
 
 @pytest.mark.parametrize("level", [None, 0])

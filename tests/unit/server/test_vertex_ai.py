@@ -10,7 +10,7 @@ import pytest
 from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.server.argv import build_argv
 from pytriton.server.config import TritonConfig
-from pytriton.server.config_merge import merge
+from pytriton.server.config.merge import merge
 from pytriton.server.vertex_ai import check_vertex_ai_models, resolve_vertex_ai, vertex_ai_routes
 
 P = "PYTRITON_TRITON_CONFIG_"

@@ -1,9 +1,9 @@
 """Reading `TritonConfig` values from text: the `PYTRITON_TRITON_CONFIG_*` environment variables
 and mappings such as config files (`TritonConfig.from_env`, `TritonConfig.from_dict`).
 
-The rules for each field kind are in `pytriton.server.config`'s docstring and in
-`pytriton.server.config_fields`. The functions take the config class as an argument, so that this
-module needs nothing of `pytriton.server.config`, which imports it.
+The rules for each field kind are in `pytriton.server.config.options`'s docstring and in
+`pytriton.server.config.fields`. The functions take the config class as an argument, so that this
+module needs nothing of `pytriton.server.config.options`, which imports it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytriton.exceptions import PyTritonBadParameterError
-from pytriton.server.config_fields import Kind, kind_of
+from pytriton.server.config.fields import Kind, kind_of
 
 LOGGER = logging.getLogger("pytriton.server.config")
 
@@ -90,7 +90,7 @@ _KINDS: Dict[Any, Mapping[str, Kind]] = {}
 
 
 def field_kinds(config_class: Any) -> Mapping[str, Kind]:
-    """Each field's kind (`pytriton.server.config_fields`), read once from `config_class`'s annotations."""
+    """Each field's kind (`pytriton.server.config.fields`), read once from `config_class`'s annotations."""
     kinds = _KINDS.get(config_class)
     if kinds is None:
         hints = typing.get_type_hints(config_class)

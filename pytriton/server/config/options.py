@@ -1,7 +1,7 @@
 """Server options -> one validated `TritonConfig`.
 
-Flow, one way: this module declares the fields and checks them; `pytriton.server.config_text`
-reads their values from text (the environment, mappings); `pytriton.server.config_merge.merge`
+Flow, one way: this module declares the fields and checks them; `pytriton.server.config.reading`
+reads their values from text (the environment, mappings); `pytriton.server.config.merge.merge`
 merges the `TritonConfig` given to `Triton(config=...)` with the `PYTRITON_TRITON_CONFIG_*`
 environment and the platform's variables; then `pytriton.server.argv.build_argv` turns the
 result into the tritonserver command line.
@@ -12,7 +12,7 @@ Precedence (contract page "Deploying models"): a field set explicitly in the con
 library always passes (8000, 8001, 8002 unless set) so that clients know where to connect.
 
 Environment variables, one per field: `PYTRITON_TRITON_CONFIG_<FIELD NAME IN UPPER CASE>`.
-Their text is read by the field kinds of `pytriton.server.config_fields`:
+Their text is read by the field kinds of `pytriton.server.config.fields`:
 
 - integers and floats are parsed as numbers, paths taken as given;
 - booleans accept `true/1/yes/on` and `false/0/no/off`, case-insensitive;
@@ -30,7 +30,7 @@ Their text is read by the field kinds of `pytriton.server.config_fields`:
 - any other `PYTRITON_TRITON_CONFIG_*` variable is reported with a warning, since it is most
   likely a typo that would otherwise be silently ignored.
 
-Last, `merge` (in `pytriton.server.config_merge`) writes what Google Vertex AI's own `AIP_*`
+Last, `merge` (in `pytriton.server.config.merge`) writes what Google Vertex AI's own `AIP_*`
 variables will make tritonserver do into the config (`pytriton.server.vertex_ai`); they fill
 only fields no other source set. It then checks that an enabled SageMaker endpoint has a port of
 its own.
@@ -50,10 +50,10 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from pytriton.constants import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_METRICS_PORT
 from pytriton.exceptions import PyTritonBadParameterError
-from pytriton.server.config_fields import bad, plain
-from pytriton.server.config_text import ENV_PREFIX, config_from_dict, config_from_env, field_kinds
+from pytriton.server.config.fields import bad, plain
+from pytriton.server.config.reading import ENV_PREFIX, config_from_dict, config_from_env, field_kinds
 
-LOGGER = logging.getLogger(__name__)
+LOGGER = logging.getLogger("pytriton.server.config")
 
 __all__ = [
     "DEFAULT_GRPC_PORT",

@@ -7,10 +7,7 @@ import pathlib
 
 import pytest
 
-from pytriton.ipc.shm import MIB
-from pytriton.server.check_results import CheckResult, Verdict, exit_status, format_result
-from pytriton.server.checks import judge_ports, judge_shm
-from pytriton.server.checks_install import (
+from pytriton.check.install import (
     judge_glibc,
     judge_libpython,
     judge_numpy,
@@ -18,6 +15,9 @@ from pytriton.server.checks_install import (
     parse_glibc_version,
     parse_ldd,
 )
+from pytriton.check.results import CheckResult, Verdict, exit_status, format_result
+from pytriton.check.runtime import judge_ports, judge_shm
+from pytriton.ipc.shm import MIB
 
 LDD = """\
 \tlinux-vdso.so.1 (0x00007ffc2a5f6000)
@@ -166,7 +166,7 @@ def test_a_privileged_port_fails_with_its_own_reason():
 
 
 def test_ports_read_from_a_script_without_running_it():
-    from pytriton.server.checks import config_from_script
+    from pytriton.check.runtime import config_from_script
 
     source = (
         "import os\nfrom pytriton.triton import Triton, TritonConfig\n"
@@ -187,8 +187,8 @@ def test_a_busy_port_names_its_holder_and_where_the_ports_came_from():
 
 
 def test_the_summary_words_a_busy_port_as_what_it_is():
-    from pytriton.server.check_results import CheckResult, Verdict
-    from pytriton.server.checks import summary
+    from pytriton.check.results import CheckResult, Verdict
+    from pytriton.check.runtime import summary
 
     ok = CheckResult("glibc", Verdict.PASS, "")
     ports = CheckResult("ports", Verdict.FAIL, "")
@@ -201,7 +201,7 @@ def test_the_summary_words_a_busy_port_as_what_it_is():
 
 def test_the_versions_line_names_the_library_the_server_and_python(tmp_path):
     from pytriton import __version__
-    from pytriton.server.checks import versions_line
+    from pytriton.check.runtime import versions_line
     from pytriton.server.distribution import server_version
 
     line = versions_line()
@@ -219,7 +219,7 @@ def test_the_versions_line_names_the_library_the_server_and_python(tmp_path):
 
 
 def test_observability_says_where_metrics_and_traces_go():
-    from pytriton.server.checks import judge_observability
+    from pytriton.check.runtime import judge_observability
 
     off = judge_observability(None, [], True, None)
     assert off.verdict is Verdict.PASS and "metrics off" in off.detail and "tracing off" in off.detail
@@ -237,7 +237,7 @@ def test_observability_says_where_metrics_and_traces_go():
 def test_observability_check_tries_the_collector(monkeypatch):
     import socket
 
-    from pytriton.server.checks import check_observability
+    from pytriton.check.runtime import check_observability
 
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))

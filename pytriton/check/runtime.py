@@ -14,8 +14,8 @@ request much later, is looked at here once, each with a verdict and, when it fai
 
 The ``judge_*`` functions and `format_result` are pure, so the decisions are unit-tested; the
 ``check_*`` functions gather the facts (files, ``ldd``, a throwaway server) and call them. The
-checks of the install (glibc to the throwaway server) are in `pytriton.server.checks_install`,
-the results' type in `pytriton.server.check_results`; this module has the runtime checks and
+checks of the install (glibc to the throwaway server) are in `pytriton.check.install`,
+the results' type in `pytriton.check.results`; this module has the runtime checks and
 runs them all.
 A container build runs the checks with ``build=True``: the build container's ports and
 /dev/shm say nothing about those of the container that will serve, so those are left out.
@@ -42,10 +42,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import psutil
 
 from pytriton import __version__
-from pytriton.exceptions import PyTritonError
-from pytriton.ipc.shm import MIB, SHM_DIR, shm_fix, shm_usage
-from pytriton.server.check_results import CheckResult, Verdict
-from pytriton.server.checks_install import (
+from pytriton.check.install import (
     SERVER_START_TIMEOUT_S,
     check_glibc,
     check_libpython,
@@ -56,8 +53,11 @@ from pytriton.server.checks_install import (
     judge_server_tree,
     proxy_only,
 )
+from pytriton.check.results import CheckResult, Verdict
+from pytriton.exceptions import PyTritonError
+from pytriton.ipc.shm import MIB, SHM_DIR, shm_fix, shm_usage
 from pytriton.server.config import ENV_PREFIX, TritonConfig
-from pytriton.server.config_merge import merge
+from pytriton.server.config.merge import merge
 from pytriton.server.distribution import (
     BUNDLED_ROOT,
     ServerDistribution,

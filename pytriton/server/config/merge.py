@@ -1,7 +1,7 @@
 """Where a server's options come from, merged into the one `TritonConfig` the server runs with.
 
-The flow is one-way: `pytriton.server.config` declares the fields and reads their text
-(`pytriton.server.config_text`); this module merges the config given to `Triton` with the
+The flow is one-way: `pytriton.server.config.options` declares the fields and reads their text
+(`pytriton.server.config.reading`); this module merges the config given to `Triton` with the
 `PYTRITON_TRITON_CONFIG_*` environment (the code wins, then the environment, then Triton's
 default), then lets the platform's own variables fill what is left (Google Vertex AI's ``AIP_*``,
 `pytriton.server.vertex_ai`) and checks the combination (a SageMaker endpoint needs a port of its
@@ -16,7 +16,8 @@ import os
 from typing import Mapping, Optional
 
 from pytriton.exceptions import PyTritonBadParameterError
-from pytriton.server.config import ENV_PREFIX, TritonConfig
+from pytriton.server.config.options import TritonConfig
+from pytriton.server.config.reading import ENV_PREFIX
 from pytriton.server.vertex_ai import resolve_vertex_ai
 
 LOGGER = logging.getLogger("pytriton.server.config")

@@ -1,6 +1,6 @@
 """The checks of the install: glibc, libpython, the server tree and its stub, and a throwaway server.
 
-Part of `pytriton check` (`pytriton.server.checks`); they also run in a container build
+Part of `pytriton check` (`pytriton.check.runtime`); they also run in a container build
 (``--build``), where the ports and /dev/shm say nothing of the container that will serve.
 The ``judge_*`` functions are pure; the ``check_*`` functions gather the facts and call them.
 """
@@ -19,9 +19,9 @@ import urllib.parse
 import urllib.request
 from typing import Callable, Dict, Mapping, Optional, Tuple
 
+from pytriton.check.results import CheckResult, Verdict
 from pytriton.exceptions import PyTritonError
 from pytriton.server.argv import build_argv
-from pytriton.server.check_results import CheckResult, Verdict
 from pytriton.server.config import ENV_PREFIX, TritonConfig
 from pytriton.server.control import ServerControl, wait_for
 from pytriton.server.distribution import (
