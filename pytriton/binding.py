@@ -31,9 +31,9 @@ from pytriton.model_config.common import rechecked
 from pytriton.model_config.ensemble import EnsembleStep
 from pytriton.model_config.tensor import resolve_tensor_names
 from pytriton.repository.ensemble import EnsemblePlan, ensemble_config_proto, plan_ensemble, step_model
-from pytriton.repository.pbtxt import to_pbtxt, to_triton_data_type
+from pytriton.repository.pbtxt import to_pbtxt
 from pytriton.repository.served import served_config_text
-from pytriton.repository.warmup import local_warmups, warmup_entries
+from pytriton.repository.warmup import WarmupPlan, plan_warmups
 from pytriton.repository.writer import remove_model, write_ensemble, write_model
 from pytriton.server.model_trace import model_trace_settings
 from pytriton.server.workspace import remove_segments
@@ -71,6 +71,8 @@ class ModelDeclaration:
     """The model's own trace settings (`pytriton.server.model_trace`), sent once it is ready."""
     ensemble: Optional[EnsemblePlan] = None
     """For an ensemble (`Triton.bind_ensemble`): its checked steps; it has no callable then."""
+    warmups: WarmupPlan = dataclasses.field(default_factory=WarmupPlan)
+    """Its checked warm-ups, for Triton (config.pbtxt and ``warmup/``) or run here (`pytriton.repository.warmup`)."""
 
 
 @dataclasses.dataclass
@@ -198,7 +200,7 @@ class ModelBindings:
         check_callables(model_name, infer_funcs, config.decoupled, context.input_names)
         trace_settings = model_trace_settings(model_name, trace_config)
         return ModelDeclaration(context, infer_funcs, strict, [is_async_callable(f) for f in infer_funcs],
-                                trace_settings)
+                                trace_settings, warmups=plan_warmups(model_name, context.inputs, config))
 
     def _check_new_name(self, model_name: str, model_version: int) -> None:
         if not isinstance(model_name, str) or not model_name:
@@ -282,7 +284,7 @@ class ModelBindings:
         if self._zmq is None:
             self._zmq = zmq.Context()
         # Warm-ups Triton cannot send run here, before the handlers (and any fork) start.
-        run_local_warmups(context, declaration.infer_funcs, local_warmups(model_name, context.inputs, config))
+        run_local_warmups(context, declaration.infer_funcs, declaration.warmups.local)
         bound = BoundModel(declaration, handlers=[], shm_prefix=model_shm_prefix, endpoint=endpoint)
         self._models[model_name] = bound  # registered first, so stop_handlers() finds whatever started
         try:
@@ -303,8 +305,7 @@ class ModelBindings:
                 )
                 bound.handlers.append(handler)
                 handler.start()
-            warmup_files = warmup_entries(model_name, context.inputs, config, to_triton_data_type)[1]
-            write_model(repository, model_name, model_version, config_text, import_paths, warmup_files)
+            write_model(repository, model_name, model_version, config_text, import_paths, declaration.warmups.files)
         except BaseException:
             for handler in bound.handlers:
                 handler.stop()
@@ -319,6 +320,7 @@ class ModelBindings:
         return served_config_text(
             context.model_name, context.inputs, context.outputs, context.config, len(declaration.infer_funcs),
             coroutines=any(declaration.asynchronous), endpoint=endpoint, shm_prefix=shm_prefix, backend=backend,
+            warmups=declaration.warmups.entries,
             parameters={**({protocol.PARAM_STAMPS: "1"} if stamps_folder() else {}),
                         **({protocol.PARAM_SPIN_US: spin} if (spin := os.environ.get(SPIN_ENV)) else {}),
                         **self.model_parameters},

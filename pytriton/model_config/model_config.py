@@ -155,6 +155,15 @@ class ModelConfig:
                     )
 
 
+    @property
+    def triton_max_batch_size(self) -> int:
+        """Triton's ``max_batch_size`` for this model: `max_batch_size` when batching, 0 when not.
+
+        0 tells Triton the tensors have no batch axis; it is what ``config.pbtxt`` and an ensemble
+        say, and ``triton_max_batch_size or 1`` is the most requests one call of the callable gets.
+        """
+        return self.max_batch_size if self.batching else 0
+
     def _checked_warmups(self) -> Optional[Tuple[ModelWarmup, ...]]:
         field, value = "model_warmup", self.model_warmup
         if self.warmup is not None:

@@ -250,5 +250,4 @@ def _named(tensor: Tensor, name: str, optional: bool) -> Tensor:
 
 def step_model(version: int, inputs: Sequence[Tensor], outputs: Sequence[Tensor], config: Any) -> StepModel:
     """A bound model (its declared tensors and `ModelConfig`) as a step sees it."""
-    return StepModel(version, tuple(inputs), tuple(outputs), config.max_batch_size if config.batching else 0,
-                     bool(config.decoupled))
+    return StepModel(version, tuple(inputs), tuple(outputs), config.triton_max_batch_size, bool(config.decoupled))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numbers
 import re
 import types
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 from google.protobuf import text_format
@@ -20,7 +20,6 @@ from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigEr
 from pytriton.model_config.common import DynamicBatcher, QueuePolicy, SequenceBatcher, TimeoutAction
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor, resolve_tensor_names
-from pytriton.repository.warmup import warmup_entries
 
 _NUMPY_TO_TRITON: dict[np.dtype, int] = {
     np.dtype(np.bool_): pb.TYPE_BOOL,
@@ -155,6 +154,7 @@ def model_config_proto(
     instance_count: int,
     parameters: Mapping[str, str] = _NO_PARAMETERS,
     backend: str = "python",
+    warmups: Sequence[pb.ModelWarmup] = (),
 ) -> pb.ModelConfig:
     """Build the Triton ``ModelConfig`` message of one bound model.
 
@@ -172,6 +172,7 @@ def model_config_proto(
         instance_count: how many model instances Triton runs, >= 1.
         parameters: extra ``parameters`` entries, each written as a ``string_value``.
         backend: the Triton backend that runs the model.
+        warmups: the ``model_warmup`` entries Triton runs (`pytriton.repository.warmup.WarmupPlan`).
 
     Returns:
         The message, ready for `to_pbtxt`.
@@ -193,7 +194,7 @@ def model_config_proto(
     proto = pb.ModelConfig(
         name=model_name,
         backend=backend,
-        max_batch_size=config.max_batch_size if config.batching else 0,
+        max_batch_size=config.triton_max_batch_size,
     )
     resolved_inputs = _resolved(inputs, "INPUT", model_name)
     for tensor in resolved_inputs:
@@ -210,7 +211,7 @@ def model_config_proto(
             dims=tensor.shape,
         )
     if isinstance(config.batcher, SequenceBatcher):
-        _fill_sequence_batching(proto, config.batcher, config.max_batch_size if config.batching else 0, int(count))
+        _fill_sequence_batching(proto, config.batcher, config.triton_max_batch_size, int(count))
     elif config.batching:
         _fill_dynamic_batching(proto, config)
     proto.instance_group.add(count=int(count), kind=pb.ModelInstanceGroup.KIND_CPU)
@@ -218,7 +219,7 @@ def model_config_proto(
         proto.response_cache.enable = True
     if config.decoupled:
         proto.model_transaction_policy.decoupled = True
-    proto.model_warmup.extend(warmup_entries(model_name, resolved_inputs, config, to_triton_data_type)[0])
+    proto.model_warmup.extend(warmups)
     for key, value in parameters.items():
         if not isinstance(key, str) or not key or not isinstance(value, str):
             raise PyTritonModelConfigError(

@@ -12,6 +12,8 @@ import json
 import os
 from typing import Mapping, Sequence
 
+from tritonclient.grpc import model_config_pb2 as pb
+
 from pytriton.ipc import protocol
 from pytriton.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
@@ -30,6 +32,7 @@ def served_config_text(
     shm_prefix: str,
     backend: str,
     parameters: Mapping[str, str],
+    warmups: Sequence[pb.ModelWarmup] = (),
 ) -> str:
     """The config.pbtxt text of a bound model served through `backend` (``pytriton`` or ``python``).
 
@@ -42,6 +45,7 @@ def served_config_text(
         backend: the Triton backend that runs the model.
         parameters: more parameters (the facade's: metrics, tracing, timing stamps, the spin);
             ``pytriton.stamps`` is dropped for relayed models, which record none.
+        warmups: the ``model_warmup`` entries of the model's `pytriton.repository.warmup.WarmupPlan`.
     """
     relayed = coroutines or config.decoupled
     data_sockets = [
@@ -60,5 +64,5 @@ def served_config_text(
         **extra,
     }
     proto = model_config_proto(model_name, inputs, outputs, config, instance_count=instance_count, backend=backend,
-                               parameters=served)
+                               parameters=served, warmups=warmups)
     return to_pbtxt(proto)

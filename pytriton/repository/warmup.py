@@ -1,4 +1,5 @@
-"""`ModelWarmup` declarations -> Triton ``model_warmup`` entries and their data files.
+"""`ModelWarmup` declarations -> one `WarmupPlan` per model folder: Triton's ``model_warmup``
+entries and their data files, or the warm-ups pytriton runs itself.
 
 Data Triton reads travels as files in the model folder's ``warmup/`` subfolder (Triton's
 ``input_data_file``), raw and row-major; BYTES as Triton serialises them, each item a
@@ -15,7 +16,7 @@ import functools
 import math
 import pathlib
 import struct
-from typing import Any, Callable, Dict, List, Sequence, Tuple, Union, cast
+from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union, cast
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as pb
@@ -24,6 +25,7 @@ from pytriton.exceptions import PyTritonModelConfigError
 from pytriton.model_config.common import ModelWarmup, WarmupInput
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
+from pytriton.repository.pbtxt import to_triton_data_type
 
 WARMUP_FOLDER = "warmup"
 """The model folder's subfolder Triton reads ``input_data_file`` from."""
@@ -153,22 +155,55 @@ def _declared_input(
         entry.zero_data = True
 
 
-def warmup_entries(
-    model_name: str, inputs: Sequence[Tensor], config: ModelConfig, data_type_of: Callable[[np.dtype, str], int]
-) -> Tuple[List[pb.ModelWarmup], Dict[str, WarmupFile]]:
-    """The ``model_warmup`` messages of a model and the files they read, by file name.
+@dataclasses.dataclass(frozen=True)
+class LocalWarmup:
+    """A warm-up pytriton runs itself, before the model loads: `count` calls of each of the
+    model's callables with one request of these `inputs` (batch axis first for a batching model)."""
+
+    name: str
+    count: int
+    inputs: Dict[str, np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmupPlan:
+    """A model's warm-ups, checked and worked out once per model folder (`plan_warmups`, at `bind`).
+
+    Either Triton runs them, `entries` going into config.pbtxt's ``model_warmup`` and `files` into
+    the folder's ``warmup/``; or, where Triton cannot send a warm-up's batch (a ``.npy`` file of
+    rows that differ), pytriton runs every one itself before the model loads (`local`) and Triton
+    gets none.
+    """
+
+    entries: Tuple[pb.ModelWarmup, ...] = ()
+    files: Mapping[str, WarmupFile] = dataclasses.field(default_factory=dict)
+    """The ``warmup/`` files by name: the bytes to write, or the user's file to copy."""
+    local: Tuple[LocalWarmup, ...] = ()
+
+
+def plan_warmups(model_name: str, inputs: Sequence[Tensor], config: ModelConfig) -> WarmupPlan:
+    """The warm-up plan of a model: every warm-up checked, then made Triton's or pytriton's own.
 
     Args:
         model_name: for error messages.
         inputs: the model's inputs, names resolved.
-        config: the model's configuration, whose ``model_warmup`` is turned into messages.
-        data_type_of: maps (dtype, tensor name) to Triton's data type enum value.
+        config: the model's configuration, whose ``model_warmup`` is planned.
 
     Raises:
         PyTritonModelConfigError: a warm-up names no input, gives one the wrong shape or dtype,
             names a data file that is missing or too short, or has a batch size that does not
             fit the model. The message names the model, the warm-up and the input.
     """
+    messages, files = _triton_entries(model_name, inputs, config)
+    if _runs_locally(model_name, inputs, config):
+        return WarmupPlan(local=tuple(_local_warmups(model_name, inputs, config)))
+    return WarmupPlan(tuple(messages), files)
+
+
+def _triton_entries(
+    model_name: str, inputs: Sequence[Tensor], config: ModelConfig
+) -> Tuple[List[pb.ModelWarmup], Dict[str, WarmupFile]]:
+    """The ``model_warmup`` messages of a model and the files they read, by file name; checks each."""
     messages: List[pb.ModelWarmup] = []
     files: Dict[str, WarmupFile] = {}
     names = [str(tensor.name) for tensor in inputs]
@@ -181,7 +216,7 @@ def warmup_entries(
                 f"model {model_name!r}: ModelWarmup {warmup.name!r} gives inputs {unknown} that the model does not "
                 f"have; its inputs are {names}"
             )
-        limit = config.max_batch_size if config.batching else 1
+        limit = config.triton_max_batch_size or 1
         if warmup.batch_size > limit:
             reason = f"max_batch_size is {limit}" if config.batching else "the model does not batch"
             raise PyTritonModelConfigError(
@@ -195,12 +230,12 @@ def warmup_entries(
                 if tensor.optional:
                     continue
                 entry = message.inputs[name]
-                entry.data_type = data_type_of(np.dtype(tensor.dtype), name)
+                entry.data_type = to_triton_data_type(np.dtype(tensor.dtype), name)
                 entry.dims.extend(1 if dim == -1 else dim for dim in tensor.shape)
                 entry.zero_data = True
                 continue
             entry = message.inputs[name]
-            entry.data_type = data_type_of(np.dtype(tensor.dtype), name)
+            entry.data_type = to_triton_data_type(np.dtype(tensor.dtype), name)
             where = _where(model_name, warmup, tensor)
             value = given[name]
             if isinstance(value, WarmupInput):
@@ -210,19 +245,7 @@ def warmup_entries(
                 entry.dims.extend(value.shape)
                 entry.input_data_file = file_name
         messages.append(message)
-    if _runs_locally(model_name, inputs, config):
-        return [], {}  # pytriton runs them itself (`local_warmups`), all of them, in their order
     return messages, files
-
-
-@dataclasses.dataclass(frozen=True)
-class LocalWarmup:
-    """A warm-up pytriton runs itself, before the model loads: `count` calls of each of the
-    model's callables with one request of these `inputs` (batch axis first for a batching model)."""
-
-    name: str
-    count: int
-    inputs: Dict[str, np.ndarray]
 
 
 def _runs_locally(model_name: str, inputs: Sequence[Tensor], config: ModelConfig) -> bool:
@@ -240,9 +263,8 @@ def _runs_locally(model_name: str, inputs: Sequence[Tensor], config: ModelConfig
     return False
 
 
-def local_warmups(model_name: str, inputs: Sequence[Tensor], config: ModelConfig) -> List[LocalWarmup]:
-    """The warm-ups pytriton runs itself, in their order; empty when Triton runs them (the usual
-    case, see `warmup_entries`, which checks them either way and must have been called first).
+def _local_warmups(model_name: str, inputs: Sequence[Tensor], config: ModelConfig) -> List[LocalWarmup]:
+    """The warm-ups pytriton runs itself, in their order (checked before, by `_triton_entries`).
 
     The data follows the published PyTriton: a ``.npy`` file of rows gives the batch its rows
     (repeated or cut to `batch_size`), a sample (array, raw file or ``.npy``) is repeated for
@@ -250,8 +272,6 @@ def local_warmups(model_name: str, inputs: Sequence[Tensor], config: ModelConfig
     [0, 1)); inputs left out are zeros, with every variable axis of length 1, optional ones are
     left out.
     """
-    if not _runs_locally(model_name, inputs, config):
-        return []
     plans = []
     for warmup in cast(Tuple[ModelWarmup, ...], config.model_warmup or ()):
         rows = warmup.batch_size if config.batching else 0

@@ -55,7 +55,7 @@ def full_batch_bytes(inputs: Sequence[Tensor], outputs: Sequence[Tensor], config
         if dtype.kind in ("O", "S", "U") or any(dim < 0 for dim in tensor.shape):
             return None
         total += math.prod(tensor.shape) * dtype.itemsize
-    return total * (config.max_batch_size if config.batching else 1)
+    return total * (config.triton_max_batch_size or 1)  # a model without a batch axis takes one request a call
 
 
 def shm_warning(total_bytes: int, free_bytes: int, needs: Mapping[str, int]) -> Optional[str]:

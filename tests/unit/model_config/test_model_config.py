@@ -223,3 +223,9 @@ def test_max_batch_size_zero_points_to_batching_false():
     expected = r"got 0; for a model that takes no batches .* ModelConfig\(batching=False\)"
     with pytest.raises(PyTritonBadParameterError, match=expected):
         ModelConfig(max_batch_size=0)
+
+
+def test_triton_max_batch_size_is_zero_for_a_model_without_a_batch_axis():
+    assert ModelConfig(max_batch_size=8).triton_max_batch_size == 8
+    assert ModelConfig(batching=False).triton_max_batch_size == 0
+    assert ModelConfig(batching=False, max_batch_size=8).triton_max_batch_size == 0

@@ -15,7 +15,7 @@ from pytriton import model_config
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigError
 from pytriton.model_config import ModelConfig, ModelWarmup, Tensor, WarmupInput, common
 from pytriton.repository.pbtxt import model_config_proto, to_pbtxt, to_triton_data_type
-from pytriton.repository.warmup import local_warmups, warmup_entries
+from pytriton.repository.warmup import plan_warmups
 
 INPUTS = (
     Tensor(name="ids", dtype=np.int64, shape=(-1, 2)),
@@ -25,7 +25,9 @@ INPUTS = (
 
 
 def entries(config: ModelConfig):
-    return warmup_entries("M", INPUTS, config, to_triton_data_type)
+    """What Triton gets of the model's warm-ups: the ``model_warmup`` messages and the files they read."""
+    plan = plan_warmups("M", INPUTS, config)
+    return list(plan.entries), dict(plan.files)
 
 
 def test_one_class_importable_from_the_published_module_and_the_package():
@@ -119,8 +121,9 @@ def test_declared_inputs_become_zero_random_and_file_entries(tmp_path, monkeypat
 
 
 def test_the_config_text_carries_the_warmup_block():
-    text = to_pbtxt(model_config_proto("M", INPUTS, (Tensor(name="o", dtype=np.float32, shape=(1,)),),
-                                       ModelConfig(model_warmup=[ModelWarmup(name="z")]), instance_count=1))
+    config = ModelConfig(model_warmup=[ModelWarmup(name="z")])
+    text = to_pbtxt(model_config_proto("M", INPUTS, (Tensor(name="o", dtype=np.float32, shape=(1,)),), config,
+                                       instance_count=1, warmups=plan_warmups("M", INPUTS, config).entries))
     assert 'model_warmup {\n  name: "z"\n  batch_size: 1' in text
     assert "zero_data: true" in text
 
@@ -178,12 +181,12 @@ def test_a_npy_file_of_different_rows_makes_pytriton_run_every_warmup_itself(tmp
                          inputs={"ids": WarmupInput(np.int64, (1, 2), input_data_file=tmp_path / "rows.npy")})
     config = ModelConfig(max_batch_size=4, model_warmup=[first, second])
     assert entries(config) == ([], {})  # none for Triton
-    plans = local_warmups("M", INPUTS, config)
+    plans = plan_warmups("M", INPUTS, config).local
     assert [(plan.name, plan.count) for plan in plans] == [("zeros", 1), ("rows", 2)]  # all, in order
     assert plans[0].inputs["ids"].tolist() == [[[0, 0]]] and plans[0].inputs["text"].tolist() == [[b""]]
     assert plans[1].inputs["ids"].tolist() == [[[1, 2]], [[3, 4]], [[1, 2]]]  # repeated to the batch
     assert "mask" not in plans[1].inputs  # optional and not given
-    assert local_warmups("M", INPUTS, ModelConfig(model_warmup=[first])) == []  # Triton runs that one
+    assert plan_warmups("M", INPUTS, ModelConfig(model_warmup=[first])).local == ()  # Triton runs that one
 
 
 def test_a_npy_data_file_of_another_shape_or_unreadable_is_refused(tmp_path):
