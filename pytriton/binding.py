@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import zmq
 
 from pytriton.decorating.shaping import whole_batch
+from pytriton.environment import PROXY_SPIN_US as SPIN_ENV
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError
 from pytriton.ipc import protocol
 from pytriton.metrics import Registry
@@ -50,10 +51,6 @@ logger = logging.getLogger("pytriton.triton")
 
 _ZMQ_TERM_S = 2.0
 """How long `ModelBindings.stop_handlers` waits for the handlers' ZeroMQ context to end."""
-
-SPIN_ENV = "PYTRITON_PROXY_SPIN_US"
-"""How long each proxy polls for its answer before it sleeps, in microseconds (see
-`pytriton.proxy.waiting`; 0 turns it off)."""
 
 InferFunc = Callable[[List[Request]], Any]
 """An inference callable: a list of requests in, one mapping of output name to array per request out."""

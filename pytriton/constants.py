@@ -1,7 +1,8 @@
 """Library-wide constants, under the names the published PyTriton exports from ``pytriton.constants``.
 
 This is the one place these values are defined: the server config, the clients' URL parsing and
-the facade's start-up wait read them from here. The module imports only the standard library,
+the facade's start-up wait read them from here. The module imports only the standard library
+and the registry of environment variables (`pytriton.environment`, which imports nothing more),
 so the client side may use it without pulling in the server side.
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 import os
 import pathlib
 from typing import Mapping
+
+from pytriton import environment
 
 DEFAULT_HTTP_PORT = 8000
 """tritonserver's HTTP port when `TritonConfig.http_port` is unset, and a client URL's without a port."""
@@ -43,7 +46,7 @@ def pytriton_home(environ: Mapping[str, str] = os.environ) -> pathlib.Path:
 
     ``~`` and ``$VARIABLES`` inside the values are expanded, so a value written for a shell works.
     """
-    configured = environ.get("PYTRITON_HOME")
+    configured = environ.get(environment.HOME)
     if not configured:
         cache_home = environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
         configured = os.path.join(cache_home, "pytriton")
@@ -56,6 +59,6 @@ PYTRITON_HOME = pytriton_home()
 Nothing in this library writes there today: it is exported because published PyTriton code
 reads it (e.g. to find or clear a cache)."""
 
-METRICS_PERIOD_ENV = "PYTRITON_METRICS_PERIOD_S"
+METRICS_PERIOD_ENV = environment.METRICS_PERIOD_S
 """Environment variable: how often (seconds, default 1) each model's proxy brings the worker's
 metrics to Triton's ``/metrics`` port (`pytriton.proxy.metrics`)."""

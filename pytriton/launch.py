@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from pytriton.binding import ModelBindings, SignalWatch
 from pytriton.check.runtime import enabled_endpoints, probe_port
 from pytriton.constants import DEFAULT_TRITON_STARTUP_TIMEOUT_S as STARTUP_TIMEOUT_S
-from pytriton.constants import METRICS_PERIOD_ENV
+from pytriton.environment import METRICS_PERIOD_S
 from pytriton.exceptions import (
     PyTritonBadParameterError,
     PyTritonInvalidOperationError,
@@ -57,7 +57,7 @@ def configure_proxies(bindings: ModelBindings, config: TritonConfig,
     """
     if config.allow_metrics is False:
         bindings.model_parameters[protocol.PARAM_METRICS] = "0"
-    if period := environ.get(METRICS_PERIOD_ENV):
+    if period := environ.get(METRICS_PERIOD_S):
         bindings.model_parameters[protocol.PARAM_METRICS_PERIOD_S] = period
     tracing = export_settings(config.trace_config)
     if tracing is not None:

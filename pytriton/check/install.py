@@ -20,12 +20,12 @@ import urllib.request
 from typing import Callable, Dict, Mapping, Optional, Tuple
 
 from pytriton.check.results import CheckResult, Verdict
+from pytriton.environment import TRITON_SERVER_DIR
 from pytriton.exceptions import PyTritonError
 from pytriton.server.argv import build_argv
 from pytriton.server.config import ENV_PREFIX, TritonConfig
 from pytriton.server.control import ServerControl, wait_for
 from pytriton.server.distribution import (
-    SERVER_DIR_ENV,
     ServerDistribution,
     assemble_backends,
     libpython_dir,
@@ -60,12 +60,12 @@ def judge_glibc(version: Optional[Tuple[int, int]], bundled: bool) -> CheckResul
                            f"use a glibc-based system with glibc >= {needed}, e.g. Debian 12 or Ubuntu 22.04")
     text = ".".join(map(str, version))
     if not bundled:
-        return CheckResult("glibc", Verdict.PASS, f"glibc {text}; the server from {SERVER_DIR_ENV} brings its own "
+        return CheckResult("glibc", Verdict.PASS, f"glibc {text}; the server from {TRITON_SERVER_DIR} brings its own "
                            "requirement, which the server-start check tests")
     if version < GLIBC_NEEDED:
         return CheckResult("glibc", Verdict.FAIL, f"glibc {text}, but the bundled tritonserver needs >= {needed}",
                            f"use a system (or base image) with glibc >= {needed}, e.g. Debian 12 (2.36) or "
-                           f"Ubuntu 22.04 (2.35), or set {SERVER_DIR_ENV} to a Triton built for this system")
+                           f"Ubuntu 22.04 (2.35), or set {TRITON_SERVER_DIR} to a Triton built for this system")
     return CheckResult("glibc", Verdict.PASS, f"glibc {text} (the bundled tritonserver needs >= {needed})")
 
 
@@ -74,7 +74,7 @@ def check_glibc(environ: Mapping[str, str] = os.environ) -> CheckResult:
         text = os.confstr("CS_GNU_LIBC_VERSION")
     except (ValueError, OSError):
         text = None
-    return judge_glibc(parse_glibc_version(text), bundled=not environ.get(SERVER_DIR_ENV))
+    return judge_glibc(parse_glibc_version(text), bundled=not environ.get(TRITON_SERVER_DIR))
 
 
 # --- libpython ------------------------------------------------------------------------------
@@ -110,7 +110,7 @@ def check_libpython() -> CheckResult:
 def judge_server_tree(distribution: Optional[ServerDistribution], error: Optional[str]) -> CheckResult:
     if distribution is None:
         return CheckResult("server tree", Verdict.FAIL, error or "not found",
-                           f"reinstall pytriton with pip (its build fetches the server), or point {SERVER_DIR_ENV} "
+                           f"reinstall pytriton with pip (its build fetches the server), or point {TRITON_SERVER_DIR} "
                            "at a complete Triton installation")
     stub = (f"stub for Python {python_version_tag()}: {distribution.stub.name}" if distribution.stub is not None
             else f"no Python-backend stub for Python {python_version_tag()}")
@@ -142,7 +142,7 @@ def judge_stub_libraries(libraries: Mapping[str, Optional[str]], python_libdir: 
     libpython = {library: path for library, path in libraries.items() if library.startswith("libpython")}
     if not libpython:
         return CheckResult(name, Verdict.FAIL, "the stub links no libpython (not a Python-backend stub?)",
-                           f"point {SERVER_DIR_ENV} at a complete Triton installation")
+                           f"point {TRITON_SERVER_DIR} at a complete Triton installation")
     expected = realpath(str(python_libdir))
     for library, path in libpython.items():
         assert path is not None  # the missing ones were reported above
@@ -184,7 +184,7 @@ def judge_numpy(version: Optional[str], origin: str) -> CheckResult:
                            f"the stub would import NumPy {version} ({origin}); the Triton 2.51 stubs are built for "
                            "NumPy 1.x and hand models wrong or empty tensors under NumPy 2",
                            "use Python 3.8-3.12 and reinstall pytriton (its build bundles NumPy 1.x for the stub), "
-                           f"install numpy<2, or set {SERVER_DIR_ENV} to a Triton built for NumPy 2")
+                           f"install numpy<2, or set {TRITON_SERVER_DIR} to a Triton built for NumPy 2")
     return CheckResult("stub numpy", Verdict.PASS, f"NumPy {version} ({origin})")
 
 

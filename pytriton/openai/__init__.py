@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from pytriton.environment import OPENAI_API_KEY as API_KEY_ENV
 from pytriton.exceptions import PyTritonBadParameterError
-from pytriton.server.security import OPENAI_API_KEY_ENV as API_KEY_ENV
 
 __all__ = ["API_KEY_ENV", "EXTRA_INSTALL", "check_extra", "require_extra", "start_front"]
 

@@ -23,9 +23,9 @@ import sys
 import sysconfig
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from pytriton.environment import BACKEND_LIBRARY, SERVER_LD_PRELOAD, TRITON_CONFIG_PREFIX, TRITON_SERVER_DIR
 from pytriton.exceptions import PyTritonServerStartupError
 
-SERVER_DIR_ENV = "PYTRITON_TRITON_SERVER_DIR"
 BUNDLED_ROOT = pathlib.Path(__file__).resolve().parent.parent / "tritonserver"
 NATIVE_BACKEND = "pytriton"
 """The name models give pytriton's own backend (``backend: "pytriton"``)."""
@@ -51,16 +51,11 @@ class ServerDistribution:
     stub_problem: Optional[str] = None  # why the proxy path cannot run here (None: it can)
 
 
-SERVER_PRELOAD_ENV = "PYTRITON_SERVER_LD_PRELOAD"
-"""Libraries to preload into tritonserver alone (its ``LD_PRELOAD``): ``make asan`` puts the
-AddressSanitizer runtime there, which a sanitized backend needs loaded first."""
-NATIVE_LIBRARY_ENV = "PYTRITON_BACKEND_LIBRARY"
-"""Another build of pytriton's backend to load instead of the installed one (``make asan``'s)."""
 
 
 def native_library(environ: Mapping[str, str] = os.environ) -> Optional[pathlib.Path]:
     """pytriton's backend library, or None when the build had no C compiler."""
-    library = pathlib.Path(environ[NATIVE_LIBRARY_ENV]) if environ.get(NATIVE_LIBRARY_ENV) else NATIVE_LIBRARY
+    library = pathlib.Path(environ[BACKEND_LIBRARY]) if environ.get(BACKEND_LIBRARY) else NATIVE_LIBRARY
     return library if library.is_file() else None
 
 
@@ -89,7 +84,7 @@ def remote_backend(distribution: ServerDistribution, environ: Mapping[str, str] 
     """The backend a `RemoteTriton` first writes its models for: pytriton's where this installation
     built it (the server may lack it: see `lacks_backend`), unless the environment's
     ``PYTRITON_TRITON_CONFIG_MODEL_BACKEND`` says ``python``."""
-    if environ.get("PYTRITON_TRITON_CONFIG_MODEL_BACKEND", "").strip().lower() == "python":
+    if environ.get(TRITON_CONFIG_PREFIX + "MODEL_BACKEND", "").strip().lower() == "python":
         return "python"
     return NATIVE_BACKEND if distribution.native_backend is not None else "python"
 
@@ -133,18 +128,18 @@ def find_distribution(environ: Mapping[str, str] = os.environ) -> ServerDistribu
     Raises:
         PyTritonServerStartupError: the binary or the Python backend is missing.
     """
-    configured = environ.get(SERVER_DIR_ENV)
+    configured = environ.get(TRITON_SERVER_DIR)
     root = pathlib.Path(configured).expanduser() if configured else BUNDLED_ROOT
     binary = root / "bin" / "tritonserver"
     if not binary.is_file():
         if configured:
             raise PyTritonServerStartupError(
-                f"{SERVER_DIR_ENV}={configured!r} has no bin/tritonserver; point it at the root of a Triton "
+                f"{TRITON_SERVER_DIR}={configured!r} has no bin/tritonserver; point it at the root of a Triton "
                 "installation (the folder holding bin/, backends/ and lib/, e.g. /opt/tritonserver)"
             )
         raise PyTritonServerStartupError(
             f"the bundled Triton server is missing ({binary} not found); reinstall pytriton with pip so its build "
-            f"fetches the server, or set {SERVER_DIR_ENV} to an existing Triton installation"
+            f"fetches the server, or set {TRITON_SERVER_DIR} to an existing Triton installation"
         )
     python_backend = root / "backends" / "python"
     if not (python_backend / "libtriton_python.so").is_file():
@@ -273,8 +268,8 @@ def server_environment(
     pytriton's backend needs none), then the server's libraries.
     """
     env = dict(os.environ if base is None else base)
-    if env.get(SERVER_PRELOAD_ENV):  # a sanitizer's runtime, for the server alone (``make asan``)
-        env["LD_PRELOAD"] = env[SERVER_PRELOAD_ENV]
+    if env.get(SERVER_LD_PRELOAD):  # a sanitizer's runtime, for the server alone (``make asan``)
+        env["LD_PRELOAD"] = env[SERVER_LD_PRELOAD]
     try:
         libpython = [str(libpython_dir())]
     except PyTritonServerStartupError:  # only the proxy path needs it, and it refuses to start without

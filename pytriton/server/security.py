@@ -35,6 +35,7 @@ import warnings
 from typing import Any, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from pytriton.access_token import ACCESS_TOKEN_HEADER
+from pytriton.environment import ACCESS_TOKEN, OPENAI_API_KEY
 from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.server.config import TritonConfig
 
@@ -55,14 +56,6 @@ TRITON_APIS: Tuple[str, ...] = (
 
 DEFAULT_RESTRICTED_ENDPOINTS: Tuple[str, ...] = ("shared-memory", "model-repository", "statistics", "trace", "logging")
 """Restricted unless the user chooses: the groups that change or reveal the server, not the ones clients need."""
-
-OPENAI_API_KEY_ENV = "PYTRITON_OPENAI_API_KEY"
-"""Environment variable with the OpenAI-compatible API's key when `TritonSecurityConfig.openai_api_key`
-is not given (read when the config is built)."""
-
-ACCESS_TOKEN_ENV = "PYTRITON_ACCESS_TOKEN"
-"""Environment variable with the token to use when `TritonSecurityConfig.access_token` is not given
-(read when the config is built)."""
 
 # The names published PyTriton exports from ``pytriton.triton``, with its types (a set, a list),
 # so that code such as ``DEFAULT_PROTECTED_ENDPOINTS + ["inference"]`` runs unchanged. They are
@@ -125,7 +118,7 @@ class TritonSecurityConfig:
             shown = "<a string of the wrong characters>" if isinstance(token, str) else repr(token)
             raise PyTritonBadParameterError(
                 f"TritonSecurityConfig.access_token={shown} is invalid: expected None (taken from "
-                f"{ACCESS_TOKEN_ENV} or generated) or a non-empty string of letters, digits and '-._~+/='"
+                f"{ACCESS_TOKEN} or generated) or a non-empty string of letters, digits and '-._~+/='"
             )
         endpoints = _checked_endpoints(self.restricted_endpoints)
         object.__setattr__(self, "restricted_endpoints", endpoints)
@@ -136,12 +129,12 @@ class TritonSecurityConfig:
             )
         if token is None:
             object.__setattr__(self, "access_token", _default_token(os.environ, needed=bool(endpoints)))
-        key = self.openai_api_key if self.openai_api_key is not None else os.environ.get(OPENAI_API_KEY_ENV) or None
+        key = self.openai_api_key if self.openai_api_key is not None else os.environ.get(OPENAI_API_KEY) or None
         if key is not None and (not isinstance(key, str) or not key.strip() or not key.isprintable()):
             shown = "<a string with blanks or unprintable characters>" if isinstance(key, str) else repr(key)
             raise PyTritonBadParameterError(
                 f"TritonSecurityConfig.openai_api_key={shown} is invalid: expected None (taken from "
-                f"{OPENAI_API_KEY_ENV}, or no key) or a non-empty printable string")
+                f"{OPENAI_API_KEY}, or no key) or a non-empty printable string")
         object.__setattr__(self, "openai_api_key", key)
 
     @property
@@ -171,13 +164,13 @@ def _checked_endpoints(endpoints: Optional[Sequence[str]]) -> Tuple[str, ...]:
 
 
 def _default_token(environ: Mapping[str, str], needed: bool) -> Optional[str]:
-    """The token when none was given: `ACCESS_TOKEN_ENV` when set and not empty, else a fresh
+    """The token when none was given: `ACCESS_TOKEN` when set and not empty, else a fresh
     random one (URL-safe, 256 bits) if some API is restricted, else None."""
-    from_env = environ.get(ACCESS_TOKEN_ENV, "").strip()
+    from_env = environ.get(ACCESS_TOKEN, "").strip()
     if from_env:
         if not _TOKEN_SHAPE.match(from_env):  # the value itself is never shown: it is a secret
             raise PyTritonBadParameterError(
-                f"the environment variable {ACCESS_TOKEN_ENV} holds an invalid access token: expected letters, "
+                f"the environment variable {ACCESS_TOKEN} holds an invalid access token: expected letters, "
                 "digits and -._~+/= only"
             )
         return from_env

@@ -26,8 +26,8 @@ from support import grpc_url, http_url, served_backend, server_config
 
 from pytriton.client import ModelClient, PyTritonClientInferenceServerError
 from pytriton.decorators import batch
+from pytriton.environment import ACCESS_TOKEN as ACCESS_TOKEN_ENV
 from pytriton.model_config import ModelConfig, Tensor
-from pytriton.server.security import ACCESS_TOKEN_ENV
 from pytriton.triton import RemoteTriton, Triton, TritonSecurityConfig
 
 pytestmark = pytest.mark.functional

@@ -16,12 +16,13 @@ import typing
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from pytriton.environment import TRITON_CONFIG_PREFIX
 from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.server.config.fields import Kind, kind_of
 
 LOGGER = logging.getLogger("pytriton.server.config")
 
-ENV_PREFIX = "PYTRITON_TRITON_CONFIG_"
+ENV_PREFIX = TRITON_CONFIG_PREFIX
 """Every environment variable read by `TritonConfig.from_env` starts with this prefix."""
 
 _ENV_ALIASES: Mapping[str, str] = {"LOG_VERBOSITY": "log_verbose"}

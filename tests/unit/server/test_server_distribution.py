@@ -13,10 +13,10 @@ import pytest
 import zmq
 
 import pytriton
+from pytriton.environment import TRITON_SERVER_DIR as SERVER_DIR_ENV
 from pytriton.exceptions import PyTritonServerStartupError
 from pytriton.server import distribution
 from pytriton.server.distribution import (
-    SERVER_DIR_ENV,
     ServerDistribution,
     assemble_backends,
     find_distribution,

@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 
 from pytriton.access_token import auth_headers
+from pytriton.environment import ACCESS_TOKEN as ACCESS_TOKEN_ENV
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonValidationError
 from pytriton.server.argv import build_argv
 from pytriton.server.config import TritonConfig
 from pytriton.server.security import (
-    ACCESS_TOKEN_ENV,
     DEFAULT_PROTECTED_ENDPOINTS,
     DEFAULT_RESTRICTED_ENDPOINTS,
     TRITON_ACCESS_HEADER,
