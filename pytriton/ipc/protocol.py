@@ -43,7 +43,7 @@ import os
 import time
 from typing import Any, NamedTuple, Optional, Tuple, Union
 
-PROTOCOL_VERSION = 8
+PROTOCOL_VERSION = 9
 
 # Keys of the model configuration `parameters` that tell a proxy where its worker is.
 PARAM_ENDPOINT = "pytriton.endpoint"
@@ -186,6 +186,11 @@ class BatchResult(NamedTuple):
     unrecoverable: bool = False
     stamps: Tuple[int, ...] = ()
     """The batch's stamps so far (see `Stamp`), when the model records them."""
+    inputs_kept: bool = False
+    """The callable kept arrays that view this batch's input arena (the whole-batch path hands
+    large inputs over without a copy, `pytriton.worker.whole`): the sender must never write that
+    segment again, so it gives the segment up and lays the next batch out in a new one. The kept
+    arrays hold the worker's mapping of the old segment, which goes when they do."""
 
 
 class StreamPart(NamedTuple):

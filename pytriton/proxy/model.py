@@ -328,6 +328,8 @@ class TritonPythonModel:
             self._link.drop()
             error = pb_utils.TritonError(f"Model '{self._model_name}': {self._link.worker_gone()}")
             return [pb_utils.InferenceResponse(error=error) for _ in requests]
+        if result.inputs_kept:  # the callable kept views of this arena: the next batch takes a new one
+            self._arena.close()
         received = time.monotonic_ns() if self._stamps else 0
         groups = codec.unpack(result.columns, result.segment, answer, self._reader, len(requests))
         responses = []

@@ -31,7 +31,7 @@ from pytriton.worker.measures import Measures
 from pytriton.worker.request import Request, Requests
 from pytriton.worker.responses import Expected, Failure, batch_result, per_request, stream_part
 from pytriton.worker.timed import ExecutionTimeout, TimedCaller
-from pytriton.worker.whole import WholeBatch, WholeOutputs, call_whole, serves_whole, whole_inputs
+from pytriton.worker.whole import LentInputs, WholeBatch, WholeOutputs, call_whole, serves_whole, whole_inputs
 
 logger = logging.getLogger("pytriton.worker")
 
@@ -98,6 +98,8 @@ class BatchCalls:
         """The server traces with OpenTelemetry: batches may carry trace contexts (`tracing`)."""
         self.probe = CancelProbe()
         """The cancellations of the batch being served (a handler serves one at a time)."""
+        self.lent: Optional[LentInputs] = None
+        """The current batch's inputs lent from the sender's arena (the whole-batch path)."""
         self._whole_batch = whole if serves_whole(context, whole, asynchronous=asynchronous,
                                             isolate_failures=self._isolate_failures,
                                             timed=timeout_s is not None) else None
@@ -162,7 +164,8 @@ class BatchCalls:
             Per request its batch size (when `strict` checks shapes, else None), and the outcome.
         """
         if self._whole_batch is not None and (taken := whole_inputs(batch, payload, reader)) is not None:
-            return self._call_whole(batch, *taken, marks)
+            inputs, rows, self.lent = taken
+            return self._call_whole(batch, inputs, rows, marks)
         batch_sizes = Expected([None] * len(batch.parameters), batch.requested)
         try:
             requests = self.requests(batch, payload, reader)
@@ -285,6 +288,12 @@ class BatchCalls:
 
     def cut_message(self) -> str:
         return f"Model '{self.model_name}': the server is stopping; the stream was cut short"
+
+    def inputs_kept(self) -> bool:
+        """Whether the callable kept an input lent from the sender's arena; asked once per batch,
+        after its answer is packed and dropped (`pytriton.worker.whole.LentInputs`)."""
+        lent, self.lent = self.lent, None
+        return lent is not None and lent.kept()
 
     def result(
         self, batch_id: int, count: int, results: Any, batch_sizes: Expected, arena: Optional[Arena]

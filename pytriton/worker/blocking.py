@@ -180,6 +180,9 @@ class BlockingLoop:
             result, answer = calls.result(batch.batch_id, count, outcome, batch_sizes, self._output_arena())
         except Exception as exc:  # noqa: BLE001 - a bug of ours must not leave requesters waiting (logged)
             result, answer = protocol.BatchResult(batch.batch_id, (calls.internal_error(exc),) * count, (), ""), []
+        outcome = None  # packed: what still views the batch's inputs now is the callable's own
+        if calls.inputs_kept():
+            result = result._replace(inputs_kept=True)
         if result.unrecoverable:  # before the reply, so is_alive() is false once a client sees it
             self._on_unrecoverable(calls.model_name)
         if marks is not None and len(marks) == protocol.Stamp.CALLED + 1:

@@ -8,6 +8,8 @@ Pure functions: the handler decides what to do with the indices.
 
 from __future__ import annotations
 
+import json
+import time
 from typing import List, Sequence
 
 from pytriton.ipc.protocol import DEADLINE_PARAMETER
@@ -30,6 +32,27 @@ def pop_expired(requests: Sequence[Request], now_s: float) -> List[int]:
             if deadline < now_ms:
                 expired.append(index)
     return expired
+
+
+def only_live_deadlines(parameters: Sequence[str]) -> bool:
+    """Whether a batch's request parameters (JSON text per request, "" for none) hold nothing but
+    pytriton's deadlines, none of them passed: what pytriton's own clients send. Such a batch
+    needs no request objects (`pytriton.worker.whole`); any other parameter, or a passed
+    deadline, goes the general way, which hands parameters over and answers the expired."""
+    now_ms = time.time() * 1000
+    for text in parameters:
+        if not text:
+            continue
+        try:
+            values = json.loads(text)
+        except ValueError:
+            return False
+        if type(values) is not dict or len(values) != 1:
+            return False
+        deadline = values.get(DEADLINE_PARAMETER)
+        if not isinstance(deadline, (int, float)) or isinstance(deadline, bool) or deadline < now_ms:
+            return False
+    return True
 
 
 def expired_message(model_name: str) -> str:

@@ -97,6 +97,15 @@ def warmed(requests):
     return [{"y": request["x"]} for request in requests]
 
 
+KEPT: list = []
+
+
+@batch
+def keeps(x):
+    KEPT.append(x)  # kept past the answer: the proxy's next batch must not write into it
+    return {"y": x + 1}
+
+
 @pytest.fixture(scope="module")
 def server():
     config = server_config(model_backend="python", response_cache_byte_size=1 << 20)
@@ -117,6 +126,7 @@ def server():
     warmup = ModelWarmup(name="w", batch_size=2, inputs={"x": zeros})
     triton.bind("Warmed", warmed, X, Y, config=ModelConfig(max_batch_size=8, model_warmup=[warmup]))
     triton.bind("Cached", plain, X, Y, config=ModelConfig(max_batch_size=8, response_cache=True))
+    triton.bind("Keeps", keeps, X, Y, config=batching)
     triton.run()
     TOKEN["header"] = {"triton-access-token": triton.get_access_token() or ""}
     try:
@@ -143,6 +153,16 @@ def test_plain_batch_and_async_callables_answer(url):
             assert client.model_config.backend == "python"
     with ModelClient(url, "Plain") as client:  # request parameters reach the callable
         np.testing.assert_array_equal(client.infer_sample(x=ones, parameters={"add": 5})["y"], ones + 5)
+
+
+def test_large_inputs_a_batch_function_keeps_stay_its_own(url):
+    KEPT.clear()
+    sent = [np.full((2, 256 * 1024), value, dtype=np.float32) for value in (1.0, 2.0, 3.0)]  # in the arena
+    with ModelClient(url, "Keeps") as client:
+        for data in sent:
+            np.testing.assert_array_equal(client.infer_batch(x=data)["y"], data + 1)
+    assert [float(kept[0, 0]) for kept in KEPT] == [1.0, 2.0, 3.0]  # none overwritten by a later batch
+    KEPT.clear()
 
 
 def test_a_stream_answers_step_by_step(url):
