@@ -20,7 +20,7 @@ from pytriton.client._errors import batch_too_large
 from pytriton.client.core_request import CoreRequest
 from pytriton.client.exceptions import PyTritonClientModelDoesntSupportBatchingError, PyTritonClientValueError
 from pytriton.client.model_config import ClientModelConfig
-from pytriton.ipc.protocol import DEADLINE_PARAMETER
+from pytriton.client_contract import DEADLINE_PARAMETER
 
 # Request parameters Triton keeps for itself (its own names, and any starting with the prefix).
 # Written here rather than imported: older tritonclient releases (those for Python 3.8) lack them.

@@ -43,6 +43,12 @@ import os
 import time
 from typing import Any, NamedTuple, Optional, Tuple, Union
 
+# Two names the clients read as well: defined where the client-only distribution has them, and
+# named here too, so that the proxy and the worker keep one vocabulary (`PARAM_RELAYED`: the proxy
+# answers from a relay thread; `DEADLINE_PARAMETER`: a request's deadline for the worker).
+from pytriton.client_contract import DEADLINE_PARAMETER as DEADLINE_PARAMETER
+from pytriton.client_contract import PARAM_RELAYED as PARAM_RELAYED
+
 PROTOCOL_VERSION = 9
 
 # Keys of the model configuration `parameters` that tell a proxy where its worker is.
@@ -51,9 +57,6 @@ PARAM_SHM_PREFIX = "pytriton.shm_prefix"
 PARAM_PROTOCOL = "pytriton.protocol"
 PARAM_WORKER_PID = "pytriton.worker_pid"
 PARAM_HANDSHAKE_TIMEOUT_S = "pytriton.handshake_timeout_s"
-PARAM_RELAYED = "pytriton.relayed"
-"""``"1"`` when the proxy answers through Triton's response senders from a relay thread (decoupled
-models, and callables that are coroutines, whose batches may overlap); absent otherwise."""
 PARAM_DATA_SOCKETS = "pytriton.data_sockets"
 """The data socket of each worker handler, in instance order, as a JSON list: where the backend
 connects (`data_socket_path` of each `instance_endpoint`)."""
@@ -72,13 +75,6 @@ PARAM_TRACING = "pytriton.tracing"
 context (`InferBatch.traces`); absent otherwise."""
 PARAM_STOPPING = "pytriton.stopping"
 """The path of the server's stopping flag (`pytriton.ipc.stopping`); absent: nothing refused."""
-
-DEADLINE_PARAMETER = "pytriton_deadline_ms"
-"""Request parameter by which pytriton's clients send their deadline to the worker: the Unix time,
-in milliseconds, after which nobody waits for the answer. Triton honours its own ``timeout``
-parameter only over gRPC and only in the dynamic batcher's queue; the worker drops requests whose
-deadline passed (and never shows the parameter to the callable) on both protocols. It compares
-wall clocks, so the client's and the server's must agree to well within the timeouts used."""
 
 # Tensors at or under this size travel inline in ZeroMQ frames; larger ones in shared memory.
 INLINE_MAX_BYTES = 64 * 1024
