@@ -72,6 +72,10 @@ PARAM_TRACING = "pytriton.tracing"
 context (`InferBatch.traces`); absent otherwise."""
 PARAM_STOPPING = "pytriton.stopping"
 """The path of the server's stopping flag (`pytriton.ipc.stopping`); absent: nothing refused."""
+PARAM_DEVICES = "pytriton.devices"
+"""The device of each instance, in instance order, as a JSON list (``ModelConfig.devices``); for
+people and tools reading the configuration (Triton's instance names cannot carry it); neither the
+backend nor the proxy reads it. Absent when the model lists no devices."""
 
 DEADLINE_PARAMETER = "pytriton_deadline_ms"
 """Request parameter by which pytriton's clients send their deadline to the worker: the Unix time,

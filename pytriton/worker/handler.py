@@ -192,8 +192,13 @@ class InstanceHandler:
         self._loop.reader.close()
         self._measures.stub_replaced()
 
+    def launch(self) -> None:
+        """Start serving (at once: a thread starts)."""
+        if self._thread.ident is None:
+            self._thread.start()
+
     def start(self) -> None:
-        self._thread.start()
+        self.launch()
 
     def is_serving(self) -> bool:
         """Whether the handler's thread still runs (it ends only on stop)."""

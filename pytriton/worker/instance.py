@@ -19,8 +19,11 @@ class Instance(Protocol):
     def proxy_pid(self) -> Optional[int]:
         """The pid of the stub process whose proxy greeted last (None before the first)."""
 
+    def launch(self) -> None:
+        """Begin starting, without waiting (a worker process runs its setup meanwhile); `start` waits."""
+
     def start(self) -> None:
-        """Start serving; returns once the instance listens.
+        """Start serving (unless `launch` began it); returns once the instance listens.
 
         Raises:
             PyTritonModelConfigError: the callable cannot be served as configured.

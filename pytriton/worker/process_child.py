@@ -1,10 +1,12 @@
 """The worker process's side of a process instance: what runs in the child forked from the user's.
 
-`pytriton.worker.process_instance` forks the child and calls `child_main` in it. The child dies
-with its parent, ignores SIGINT, builds an `InstanceHandler` with a ZeroMQ context of its own,
-tells the parent over the pipe when it serves (and the pid of the stub whose proxy greeted it, and
-an unrecoverable error, which it waits for the parent to acknowledge), takes ``stop`` and
-``end_streams``, and leaves only through ``os._exit``.
+`pytriton.worker.process_instance` forks the child and calls `child_main` in it. The child sets
+its ``CUDA_VISIBLE_DEVICES`` (a device of its own), dies with its parent, ignores SIGINT, runs its
+`InstanceSetup` when it has one (`pytriton.worker.placement`), builds an `InstanceHandler` with a
+ZeroMQ context of its own, tells the parent over the pipe when its setup is done and when it
+serves (and the pid of the stub whose proxy greeted it, and an unrecoverable error, which it waits
+for the parent to acknowledge), takes ``stop`` and ``end_streams``, and leaves only through
+``os._exit``.
 """
 
 from __future__ import annotations
@@ -19,15 +21,18 @@ import pickle
 import signal
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import zmq
 
 from pytriton.exceptions import PyTritonModelConfigError
+from pytriton.model_config.instances import InstancePlacement, InstanceSetup
+from pytriton.repository.warmup import LocalWarmup
 from pytriton.worker import tracing
 from pytriton.worker.context import TritonContext
 from pytriton.worker.handler import InstanceHandler
-from pytriton.worker.request import Request
+from pytriton.worker.placement import CUDA_VISIBLE_DEVICES, set_up
+from pytriton.worker.whole import WholeBatch
 
 logger = logging.getLogger("pytriton.worker")
 
@@ -45,13 +50,22 @@ class Spec:
     """What a child needs to build its handler (all of it reaches the child by fork)."""
 
     context: TritonContext
-    infer_func: Callable[[List[Request]], Any]
+    infer_func: Any
+    """The callable, or the `InstanceSetup` (also `setup`) that builds it."""
     endpoint: str
     instance: int
     shm_prefix: str
     strict: bool
     options: Dict[str, Any]
     """The other keyword arguments of `InstanceHandler` (``asynchronous``, ...), passed as given."""
+    placement: InstancePlacement
+    """The instance's device: its ``CUDA_VISIBLE_DEVICES`` is set before anything else runs."""
+    setup: Optional[InstanceSetup] = None
+    """Builds the callable in the child (`infer_func` is then unused)."""
+    warmups: Sequence[LocalWarmup] = ()
+    """pytriton's own warm-ups, run on the callable a setup built."""
+    whole_of: Callable[[Any], Optional[WholeBatch]] = lambda func: None
+    """Takes a callable a setup built apart for the whole-batch path (the decorators know how)."""
 
 
 def child_main(spec: Spec, shm_prefix: str, conn: multiprocessing.connection.Connection, parent_pid: int,
@@ -62,6 +76,9 @@ def child_main(spec: Spec, shm_prefix: str, conn: multiprocessing.connection.Con
     """
     code = 1
     try:
+        if spec.placement.visible_devices is not None:
+            # First: CUDA reads it once, when something in this process initialises it.
+            os.environ[CUDA_VISIBLE_DEVICES] = spec.placement.visible_devices
         _die_with_parent(parent_pid)
         faulthandler.register(DUMP_SIGNAL, all_threads=True)  # a hung callable's stacks, on the parent's request
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -116,11 +133,20 @@ class _ChildRuntime:
 
     def run(self) -> int:
         spec = self._spec
+        infer_func, options = spec.infer_func, spec.options
+        if spec.setup is not None:
+            try:
+                infer_func = set_up(spec.setup, spec.placement, spec.context, spec.warmups)
+                options = {**options, "whole": spec.whole_of(infer_func)}
+            except Exception as exc:  # noqa: BLE001 - the parent raises it from start()
+                self._send(("failed", _picklable(exc)))
+                return 1
+            self._send(("set_up",))
         zmq_context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         try:
             handler = InstanceHandler(
                 context=spec.context,
-                infer_func=spec.infer_func,
+                infer_func=infer_func,
                 endpoint=spec.endpoint,
                 instance=spec.instance,
                 shm_prefix=self._shm_prefix,
@@ -128,7 +154,7 @@ class _ChildRuntime:
                 zmq_context=zmq_context,
                 on_unrecoverable=self._unrecoverable,
                 worker_restarts=self._restarts,
-                **spec.options,
+                **options,
             )
         except Exception as exc:  # noqa: BLE001 - the parent raises it from start()
             self._send(("failed", _picklable(exc)))
