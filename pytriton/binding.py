@@ -38,13 +38,13 @@ from pytriton.repository.warmup import local_warmups, warmup_entries
 from pytriton.repository.writer import remove_model, write_ensemble, write_model
 from pytriton.server.model_trace import model_trace_settings
 from pytriton.server.workspace import remove_segments
+from pytriton.worker.blocking import stamps_folder
 from pytriton.worker.context import TritonContext
 from pytriton.worker.handler import InstanceHandler, check_callables
-from pytriton.worker.instance import Instance
+from pytriton.worker.instance import Instance, InstanceSpec
 from pytriton.worker.placement import instance_entries, is_async_entry, plain_callables
 from pytriton.worker.process_instance import ProcessInstance, check_forkable
 from pytriton.worker.request import Request
-from pytriton.worker.stamps import stamps_folder
 from pytriton.worker.tracing import TraceExport
 from pytriton.worker.warmup import run_local_warmups
 
@@ -286,21 +286,13 @@ class ModelBindings:
         self._models[model_name] = bound  # registered first, so stop_handlers() finds whatever started
         try:
             for index, func in enumerate(declaration.infer_funcs):
-                handler_type: Any = ProcessInstance if config.process_instances else InstanceHandler
-                handler: Instance = handler_type(  # a ProcessInstance's child makes its own ZeroMQ context
-                    context=context,
-                    infer_func=func,
-                    endpoint=protocol.instance_endpoint(endpoint, index),
-                    instance=index,
-                    shm_prefix=model_shm_prefix,
-                    strict=declaration.strict,
-                    **({"warmups": warmups, "whole_of": whole_batch} if config.process_instances
-                       else {"zmq_context": self._zmq}),
-                    on_unrecoverable=self._on_unrecoverable,
-                    asynchronous=declaration.asynchronous[index],
-                    pipelined=not relayed,
-                    whole=whole_batch(func),
-                )
+                spec = InstanceSpec(context=context, infer_func=func, instance=index, shm_prefix=model_shm_prefix,
+                                    endpoint=protocol.instance_endpoint(endpoint, index), strict=declaration.strict,
+                                    asynchronous=declaration.asynchronous[index], pipelined=not relayed,
+                                    whole=whole_batch(func), warmups=warmups, whole_of=whole_batch)
+                handler: Instance = (  # a ProcessInstance's child makes its own ZeroMQ context
+                    ProcessInstance(spec, on_unrecoverable=self._on_unrecoverable) if config.process_instances
+                    else InstanceHandler(spec, zmq_context=self._zmq, on_unrecoverable=self._on_unrecoverable))
                 bound.handlers.append(handler)
                 handler.launch()  # worker processes run their setups side by side
             for handler in bound.handlers:

@@ -92,7 +92,7 @@ def placement_of(context: TritonContext, instance: int, inherited: Optional[str]
     Raises:
         PyTritonBadParameterError: its listed ordinal is not a device this process sees.
     """
-    device = instance_devices(getattr(context.config, "devices", None), instance + 1)[instance]
+    device = instance_devices(context.config.devices, instance + 1)[instance]
     return InstancePlacement(context.model_name, context.model_version, instance, device,
                              visible_devices(context.model_name, device, inherited))
 
@@ -127,7 +127,6 @@ def set_up(setup: InstanceSetup, placement: InstancePlacement, context: TritonCo
             f"InstanceSetup(asynchronous={setup.asynchronous}); declare "
             f"InstanceSetup({name}, asynchronous={not setup.asynchronous})"
         )
-    check_callables(context.model_name, [func], bool(getattr(context.config, "decoupled", False)),
-                    context.input_names)
+    check_callables(context.model_name, [func], bool(context.config.decoupled), context.input_names)
     run_local_warmups(context, [func], warmups)
     return func

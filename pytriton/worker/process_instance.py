@@ -35,20 +35,16 @@ import sys
 import threading
 import time
 import warnings
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Optional, Tuple
 
 from pytriton.exceptions import PyTritonModelConfigError
 from pytriton.exit_status import describe_wait_status
 from pytriton.ipc import protocol
 from pytriton.ipc.shm import SHM_DIR
 from pytriton.model_config.instances import InstanceSetup
-from pytriton.repository.warmup import LocalWarmup
-from pytriton.worker.context import TritonContext
-from pytriton.worker.instance import BusySince
+from pytriton.worker.instance import BusySince, InstanceSpec
 from pytriton.worker.placement import CUDA_VISIBLE_DEVICES, placement_of
-from pytriton.worker.process_child import DUMP_SIGNAL, POLL_S, Spec, child_main
-from pytriton.worker.request import Request
-from pytriton.worker.whole import WholeBatch
+from pytriton.worker.process_child import DUMP_SIGNAL, POLL_S, child_main
 
 logger = logging.getLogger("pytriton.worker")
 
@@ -131,52 +127,35 @@ class _Child:
 
 
 class ProcessInstance:
-    """Serves model instance `instance` from a worker process forked from this one.
+    """Serves a model instance (`InstanceSpec`) from a worker process forked from this one.
 
-    Takes the arguments of `InstanceHandler` but the ZeroMQ context, which a child makes itself;
-    those not named here (`options`) reach the child's handler as given. The child runs on the
-    device ``context.config.devices`` gives this instance (`pytriton.worker.placement`).
+    The child builds an `InstanceHandler` of the same spec, with a ZeroMQ context of its own, on
+    the device ``spec.context.config.devices`` gives this instance (`pytriton.worker.placement`);
+    an `InstanceSetup` in ``spec.infer_func`` builds the callable there.
 
     Args:
-        infer_func: the callable, or the `InstanceSetup` that builds it in the child.
+        spec: the instance.
         on_unrecoverable: called in this process (from the watcher thread) with the model name
             after the callable raised `PyTritonUnrecoverableError` in the child.
-        warmups: pytriton's own warm-ups of the model, run in the child on what a setup built.
-        whole_of: takes what a setup built apart for the whole-batch path
-            (`pytriton.decorating.shaping.whole_batch`).
 
     Raises:
         PyTritonBadParameterError: the instance's device is not one this process sees.
     """
 
-    def __init__(
-        self,
-        *,
-        context: TritonContext,
-        infer_func: Union[Callable[[List[Request]], Any], InstanceSetup],
-        endpoint: str,
-        instance: int,
-        shm_prefix: str,
-        strict: bool,
-        on_unrecoverable: Callable[[str], None],
-        warmups: Sequence[LocalWarmup] = (),
-        whole_of: Callable[[Any], Optional[WholeBatch]] = lambda func: None,
-        **options: Any,
-    ) -> None:
+    def __init__(self, spec: InstanceSpec, *, on_unrecoverable: Callable[[str], None]) -> None:
+        context, instance = spec.context, spec.instance
         self._busy_since = BusySince()  # in memory shared across the fork: the child writes, this reads
-        options = {**options, "busy_since": self._busy_since}
-        setup = infer_func if isinstance(infer_func, InstanceSetup) else None
+        self._spec = spec
         self.placement = placement_of(context, instance, os.environ.get(CUDA_VISIBLE_DEVICES))
         """Where the child runs (its device), worked out here so that a device not seen fails at once."""
-        self._spec = Spec(context, infer_func, endpoint, instance, shm_prefix, strict, options, self.placement,
-                          setup, warmups, whole_of)
+        setup = spec.infer_func if isinstance(spec.infer_func, InstanceSetup) else None
         self._setup_timeout_s = setup.timeout_s if setup is not None else None
         self._set_up = threading.Event()
         if setup is None:
             self._set_up.set()
         self._on_unrecoverable = on_unrecoverable
         self._name = f"model '{context.model_name}' instance {instance}"
-        self._socket_path = protocol.ipc_socket_path(endpoint)
+        self._socket_path = protocol.ipc_socket_path(spec.endpoint)
         self._child: Optional[_Child] = None
         self._incarnation = 0
         self._send_lock = threading.Lock()
@@ -357,7 +336,8 @@ class ProcessInstance:
                 child_end.close()  # before another instance forks: its child must not hold this end
         if pid == 0:  # the child: never returns
             parent_end.close()
-            child_main(self._spec, shm_prefix, child_end, parent_pid, self._incarnation - 1)
+            child_main(self._spec, placement=self.placement, busy_since=self._busy_since, shm_prefix=shm_prefix,
+                       conn=child_end, parent_pid=parent_pid, restarts=self._incarnation - 1)
         child = _Child(pid, parent_end, shm_prefix)
         self._child = child
         return child
