@@ -75,6 +75,10 @@ PARAM_TRACING = "pytriton.tracing"
 context (`InferBatch.traces`); absent otherwise."""
 PARAM_STOPPING = "pytriton.stopping"
 """The path of the server's stopping flag (`pytriton.ipc.stopping`); absent: nothing refused."""
+PARAM_DEVICES = "pytriton.devices"
+"""The device of each instance, in instance order, as a JSON list (``ModelConfig.devices``); for
+people and tools reading the configuration (Triton's instance names cannot carry it); neither the
+backend nor the proxy reads it. Absent when the model lists no devices."""
 
 # Tensors at or under this size travel inline in ZeroMQ frames; larger ones in shared memory.
 INLINE_MAX_BYTES = 64 * 1024
@@ -184,7 +188,7 @@ class BatchResult(NamedTuple):
     """The batch's stamps so far (see `Stamp`), when the model records them."""
     inputs_kept: bool = False
     """The callable kept arrays that view this batch's input arena (the whole-batch path hands
-    large inputs over without a copy, `pytriton.worker.whole`): the sender must never write that
+    large inputs over without a copy, `pytriton.worker.batches`): the sender must never write that
     segment again, so it gives the segment up and lays the next batch out in a new one. The kept
     arrays hold the worker's mapping of the old segment, which goes when they do."""
 
@@ -232,7 +236,7 @@ class Stamp:
     """Where the `time.monotonic_ns` stamps of one batch are taken (indices into its record).
 
     Recorded when the serving process runs with ``PYTRITON_HOP_STAMPS`` set (see
-    `pytriton.worker.stamps`): the proxy and the worker share one host's monotonic clock, so the
+    `pytriton.worker.blocking`): the proxy and the worker share one host's monotonic clock, so the
     differences are the time each stage of the hop took.
     """
 
@@ -291,8 +295,30 @@ _MESSAGE_TYPES: Tuple[Any, ...] = (
     Hello, Welcome, InferBatch, BatchResult, StreamPart, StreamEnd, Cancel, MetricsPoll, MetricsReport
 )
 _KINDS = {message_type: kind for kind, message_type in enumerate(_MESSAGE_TYPES)}
-_COLUMNS_AT = {InferBatch: 3, BatchResult: 3, StreamPart: 4}
-"""Where a message's columns sit in its encoded tuple (after the kind number)."""
+_COLUMNS_AT = {kind: 1 + kind._fields.index("columns") for kind in _MESSAGE_TYPES if "columns" in kind._fields}
+"""Where a message's columns sit in its encoded tuple (after the kind number), from its fields."""
+
+
+def infer_batch_header(
+    *,
+    batch_id: int,
+    parameters: Tuple[str, ...],
+    columns: Tuple[TensorColumn, ...],
+    segment: str,
+    stamps: Tuple[int, ...] = (),
+    sequences: Tuple[Tuple[Union[int, str], int], ...] = (),
+    requested: Tuple[Tuple[str, ...], ...] = (),
+    traces: Tuple[str, ...] = (),
+) -> bytes:
+    """The encoded header of an `InferBatch`, stamped with the time it is sent (`InferBatch.sent_ns`).
+
+    Every sender of batches (the proxy, test drivers) builds the header here, by keyword, so a
+    field added to `InferBatch` cannot shift another's place. (pytriton's backend builds the
+    same tuple in C, `pytriton/backend/requests.c`, against the field order the mirror test pins.)
+    """
+    return encode(InferBatch(batch_id=batch_id, parameters=parameters, columns=columns, segment=segment,
+                             stamps=stamps, sequences=sequences, requested=requested, sent_ns=time.monotonic_ns(),
+                             traces=traces))
 
 
 def encode(message: Message) -> bytes:

@@ -315,9 +315,9 @@ class TritonPythonModel:
         stamps = (*self._last_stamps, started, time.monotonic_ns()) if self._stamps else ()
         sequences = _sequences(requests) if self._sequences else ()
         requested = _requested(requests, self._output_count)
-        header = protocol.encode(
-            protocol.InferBatch(self._batch_id, parameters, columns, segment, stamps, sequences, requested,
-                                sent_ns=time.monotonic_ns(), traces=_traces(requests) if self._tracing else ())
+        header = protocol.infer_batch_header(
+            batch_id=self._batch_id, parameters=parameters, columns=columns, segment=segment, stamps=stamps,
+            sequences=sequences, requested=requested, traces=_traces(requests) if self._tracing else (),
         )
         self._in_flight = len(requests)
         try:
@@ -447,9 +447,9 @@ class TritonPythonModel:
         self._batch_id += 1
         sequences = _sequences(requests) if self._sequences else ()
         requested = _requested(requests, self._output_count)
-        header = protocol.encode(
-            protocol.InferBatch(self._batch_id, parameters, columns, segment, (), sequences, requested,
-                                sent_ns=time.monotonic_ns(), traces=_traces(requests) if self._tracing else ())
+        header = protocol.infer_batch_header(
+            batch_id=self._batch_id, parameters=parameters, columns=columns, segment=segment, sequences=sequences,
+            requested=requested, traces=_traces(requests) if self._tracing else (),
         )
         senders = [request.get_response_sender() for request in requests]
         assert self._relay is not None

@@ -140,7 +140,7 @@ def _fill_dynamic_batching(proto: pb.ModelConfig, config: ModelConfig) -> None:
     # batcher has a queue policy (even `allow_timeout_override` alone) stalls for 500 ms at a time
     # under load (the batcher misses a wake-up and sleeps its 500 ms default wait; measured: 13
     # such stalls in 6 s at concurrency 16). Expired requests are dropped by the worker instead
-    # (`pytriton.worker.deadline`), over both protocols.
+    # (`pytriton.worker.batches`), over both protocols.
     if batcher.default_queue_policy is not None:
         batching.default_queue_policy.CopyFrom(_queue_policy(batcher.default_queue_policy))
     for level, policy in sorted((batcher.priority_queue_policy or {}).items()):

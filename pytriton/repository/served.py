@@ -3,7 +3,11 @@
 Pure. Besides the declared tensors and `ModelConfig`, the config.pbtxt of a bound model tells
 the code that runs inside tritonserver where the model's workers are: pytriton's backend reads
 the data socket of each instance (`protocol.PARAM_DATA_SOCKETS`), the proxy in Triton's Python
-backend the ZeroMQ endpoint it greets first; both read the rest of the parameters.
+backend the ZeroMQ endpoint it greets first; both read the rest of the parameters. The instances
+stay one ``KIND_CPU`` group even when ``ModelConfig.devices`` places their worker processes on GPUs:
+tritonserver refuses ``KIND_GPU`` where it sees no GPU, and names every instance of a group
+``<group>_<k>`` whatever its device, which is how both the backend and the proxy find instance k's
+worker; the placement is written as `protocol.PARAM_DEVICES` instead.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Mapping, Sequence
 
 from pytriton.ipc import protocol
 from pytriton.model_config import ModelConfig
+from pytriton.model_config.instances import instance_devices
 from pytriton.model_config.tensor import Tensor
 from pytriton.repository.pbtxt import model_config_proto, to_pbtxt
 
@@ -57,6 +62,8 @@ def served_config_text(
         protocol.PARAM_WORKER_PID: str(os.getpid()),
         protocol.PARAM_HANDLERS: str(instance_count),
         **({protocol.PARAM_RELAYED: "1"} if coroutines else {}),
+        **({protocol.PARAM_DEVICES: json.dumps(instance_devices(config.devices, instance_count))}
+           if config.devices else {}),
         **extra,
     }
     proto = model_config_proto(model_name, inputs, outputs, config, instance_count=instance_count, backend=backend,
