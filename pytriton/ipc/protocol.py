@@ -41,7 +41,7 @@ import hashlib
 import marshal
 import os
 import time
-from typing import Any, NamedTuple, Optional, Tuple, Union
+from typing import Any, NamedTuple, Optional, Sequence, Tuple, Union
 
 # Two names the clients read as well: defined where the client-only distribution has them, and
 # named here too, so that the proxy and the worker keep one vocabulary (`PARAM_RELAYED`: the proxy
@@ -77,8 +77,13 @@ PARAM_STOPPING = "pytriton.stopping"
 """The path of the server's stopping flag (`pytriton.ipc.stopping`); absent: nothing refused."""
 PARAM_DEVICES = "pytriton.devices"
 """The device of each instance, in instance order, as a JSON list (``ModelConfig.devices``); for
-people and tools reading the configuration (Triton's instance names cannot carry it); neither the
-backend nor the proxy reads it. Absent when the model lists no devices."""
+people and tools reading the configuration; neither the backend nor the proxy reads it. Absent
+when the model lists no devices."""
+PARAM_INSTANCE_NAMES = "pytriton.instance_names"
+"""Triton's name of each instance, in instance (worker handler) order, as a JSON list: written
+where the instances are grouped by device (one instance group per device, named after it, so
+Triton's instance names say the device); the backend and the proxy find their handler's number
+there. Absent: instance k is Triton's ``<group>_<k>``."""
 
 # Tensors at or under this size travel inline in ZeroMQ frames; larger ones in shared memory.
 INLINE_MAX_BYTES = 64 * 1024
@@ -435,8 +440,13 @@ def segment_name(shm_prefix: str, instance: int, direction: str, generation: int
     return f"{shm_prefix}-{instance}-{direction}-{generation}"
 
 
-def instance_index(model_instance_name: str) -> int:
-    """The instance number from Triton's instance name (``<group>_<k>``)."""
+def instance_index(model_instance_name: str, names: Sequence[str] = ()) -> int:
+    """The instance number from Triton's instance name: its place in `names` (`PARAM_INSTANCE_NAMES`)
+    when the model has them, else the k of ``<group>_<k>``."""
+    if names:
+        if model_instance_name not in names:
+            raise ValueError(f"Triton instance name {model_instance_name!r} is not one of {list(names)!r}")
+        return list(names).index(model_instance_name)
     _, _, suffix = model_instance_name.rpartition("_")
     if not suffix.isdigit():
         raise ValueError(f"cannot read an instance number from Triton instance name {model_instance_name!r}")

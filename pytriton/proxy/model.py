@@ -170,7 +170,8 @@ class TritonPythonModel:
         self._sequences = "sequence_batching" in config  # each request then tells its sequence
         # With one output a request cannot ask for fewer; with several, each request says which.
         self._output_count = len(config.get("output", ()))
-        self._instance = protocol.instance_index(args["model_instance_name"])  # also the handler's number
+        names = json.loads(params.get(protocol.PARAM_INSTANCE_NAMES, "[]"))
+        self._instance = protocol.instance_index(args["model_instance_name"], names)  # also the handler's number
         shm_prefix = params[protocol.PARAM_SHM_PREFIX]
         endpoint = protocol.instance_endpoint(params[protocol.PARAM_ENDPOINT], self._instance)
         socket_path = protocol.ipc_socket_path(endpoint)

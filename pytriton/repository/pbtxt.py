@@ -10,7 +10,7 @@ from __future__ import annotations
 import numbers
 import re
 import types
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence, Tuple
 
 import numpy as np
 from google.protobuf import text_format
@@ -155,6 +155,7 @@ def model_config_proto(
     instance_count: int,
     parameters: Mapping[str, str] = _NO_PARAMETERS,
     backend: str = "python",
+    instance_groups: Sequence[Tuple[str, int]] = (),
 ) -> pb.ModelConfig:
     """Build the Triton ``ModelConfig`` message of one bound model.
 
@@ -172,6 +173,9 @@ def model_config_proto(
         instance_count: how many model instances Triton runs, >= 1.
         parameters: extra ``parameters`` entries, each written as a ``string_value``.
         backend: the Triton backend that runs the model.
+        instance_groups: named CPU groups (name, count) instead of the one unnamed group, their
+            counts adding up to `instance_count` (instances grouped by device, see
+            `pytriton.repository.served`).
 
     Returns:
         The message, ready for `to_pbtxt`.
@@ -213,7 +217,11 @@ def model_config_proto(
         _fill_sequence_batching(proto, config.batcher, config.max_batch_size if config.batching else 0, int(count))
     elif config.batching:
         _fill_dynamic_batching(proto, config)
-    proto.instance_group.add(count=int(count), kind=pb.ModelInstanceGroup.KIND_CPU)
+    if instance_groups:
+        for group, group_count in instance_groups:
+            proto.instance_group.add(name=group, count=group_count, kind=pb.ModelInstanceGroup.KIND_CPU)
+    else:
+        proto.instance_group.add(count=int(count), kind=pb.ModelInstanceGroup.KIND_CPU)
     if config.response_cache:
         proto.response_cache.enable = True
     if config.decoupled:

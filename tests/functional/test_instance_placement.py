@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import pytest
+import tritonclient.http
 from support import forked_children, http_url, our_leftovers, server_config, wait_until
 
 from pytriton.client import ModelClient
@@ -97,6 +98,9 @@ def test_the_served_configuration_names_each_instances_device(triton):
         config = client.model_config
     assert config.backend_parameters["pytriton.devices"] == "[0, 1]"
     assert [(kind.value, count) for kind, count in config.instance_group.items()] == [("KIND_CPU", 2)]
+    raw = tritonclient.http.InferenceServerClient(http_url(triton._config).split("://")[1]).get_model_config("Placed")
+    assert [(group["name"], group["count"]) for group in raw["instance_group"]] == [("Placed_gpu0", 1),
+                                                                                    ("Placed_gpu1", 1)]
 
 
 def test_a_worker_process_forked_afresh_runs_its_setup_again_on_the_same_device(triton):

@@ -10,6 +10,7 @@ process instances, warm-up, the response cache, pytriton's metrics and Triton's 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import threading
@@ -89,6 +90,7 @@ def picky(requests):
 
 @batch
 def pid(x):
+    time.sleep(0.2)  # long enough that requests sent together need both instances
     return {"pid": np.full((len(x), 1), os.getpid(), np.int64)}
 
 
@@ -121,7 +123,7 @@ def server():
     triton.bind("Watchful", watchful, X, Y, config=batching)
     triton.bind("Picky", picky, X, Y, config=ModelConfig(max_batch_size=8, isolate_failures=True))
     triton.bind("Forked", pid, X, [Tensor(name="pid", dtype=np.int64, shape=(1,))],
-                config=ModelConfig(max_batch_size=8, process_instances=True))
+                config=ModelConfig(max_batch_size=8, process_instances=True, devices=[0, 1]))
     zeros = WarmupInput(dtype=np.float32, shape=(3,), zero_data=True)
     warmup = ModelWarmup(name="w", batch_size=2, inputs={"x": zeros})
     triton.bind("Warmed", warmed, X, Y, config=ModelConfig(max_batch_size=8, model_warmup=[warmup]))
@@ -217,6 +219,20 @@ def test_a_failing_request_fails_alone(server):
 def test_a_process_instance_answers_from_its_own_process(server):
     with ModelClient(http_url(server), "Forked") as client:
         assert int(client.infer_sample(x=np.ones(1, np.float32))["pid"][0]) != os.getpid()
+
+
+def test_instances_grouped_by_device_each_relay_to_their_own_process(server):
+    # Two instances named after their devices (Forked_gpu0_0, Forked_gpu1_0): each stub finds its
+    # worker by that name; two requests at once need both.
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        pids = set(pool.map(lambda _: _forked_pid(server), range(8)))
+    assert len(pids) == 2 and os.getpid() not in pids
+    assert len(stub_processes("Forked")) == 2
+
+
+def _forked_pid(server):
+    with ModelClient(http_url(server), "Forked") as client:
+        return int(client.infer_sample(x=np.ones(1, np.float32))["pid"][0])
 
 
 def test_warm_up_and_the_response_cache_work(server):
