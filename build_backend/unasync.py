@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES: Dict[str, str] = {
     "pytriton/client/asyncio_client.py": "pytriton/client/client.py",
     "pytriton/client/waits_aio.py": "pytriton/client/waits.py",
+    "pytriton/client/shm_aio.py": "pytriton/client/shm.py",
 }
 """Each asyncio source module (relative to the repository) and the blocking module written from it."""
 
@@ -42,6 +43,8 @@ NAMES: Dict[str, str] = {
     "AsyncioModelClientBase": "ModelClientBase",
     "AsyncioModelClient": "ModelClient",
     "AsyncTritonCore": "TritonCore",
+    "AsyncShmTransport": "ShmTransport",
+    "shm_aio": "shm",
     "AsyncReadinessCalls": "ReadinessCalls",
     "asyncio_client": "client",
     "core_aio": "core",

@@ -59,10 +59,12 @@ from pytriton.client.core_aio import create_aio_client_from_url as _create_clien
 # from pytriton.client.utils import TritonSyncClient
 # from pytriton.client.utils import create_client_from_url as _create_client_from_url
 # unasync: end
-from pytriton.client.exceptions import PyTritonClientClosedError
+from pytriton.client.exceptions import PyTritonClientClosedError, PyTritonClientValueError
 from pytriton.client.infer_calls import InferCall, InferCalls
 from pytriton.client.lost import Lookout, RequestIds, is_relayed
 from pytriton.client.model_config import ClientModelConfig, check_decoupled
+from pytriton.client.shm_aio import AsyncShmTransport
+from pytriton.client.shm_regions import ShmMode, shm_arg
 from pytriton.client.waits_aio import wait_until_ready_async, wait_until_server_ready_async
 
 _Client = TypeVar("_Client", bound="AsyncioModelClientBase")
@@ -91,6 +93,7 @@ class AsyncioModelClientBase:
         model_config: ClientModelConfig | None = None,
         ensure_model_is_ready: bool = True,
         access_token: str | None = None,
+        shared_memory: ShmMode = False,
     ) -> None:
         """Create a client; with ``lazy_init`` nothing touches the network until the first request.
 
@@ -111,6 +114,11 @@ class AsyncioModelClientBase:
                 request; when False, the first request goes out at once.
             access_token: for a server that restricts its APIs: sent with every call as header
                 ``triton-access-token`` (HTTP) or ``triton-grpc-protocol-triton-access-token`` (gRPC).
+            shared_memory: pass tensors through Triton's system shared memory instead of the
+                socket (one-response clients only): ``"auto"`` for tensors of 64 KiB and more when
+                the server runs on this host, falling back to the socket (one log line) when the
+                server refuses; True for every tensor it can, raising when refused; False (the
+                default) never. Needs the server's ``access_token`` on a pytriton server.
 
         Raises:
             PyTritonClientInvalidUrlError: the URL is not understood.
@@ -139,9 +147,13 @@ class AsyncioModelClientBase:
         self._request_ids = RequestIds()
         self._lookout = Lookout(model_name)
         self._closed = False
+        choice = shm_arg(shared_memory, self._args.url.hostname)
+        if self.streaming and choice.mode is not False:
+            raise PyTritonClientValueError("shared_memory is for the one-response clients; streams use the socket")
         self._core: AsyncTritonCore = create_async_core(
             self._args.url, self._args.inference_timeout_s, self._args.access_token
         )
+        self._transport = AsyncShmTransport(self._core, choice, model_name)
         # unasync: sync-only
         # if not lazy_init:
         #     try:
@@ -156,8 +168,9 @@ class AsyncioModelClientBase:
         """A new client of this class for the model of ``existing_client``, without a second wait.
 
         For one client per thread or task: the new client has the same address, model,
-        version, timeouts and access token, and takes over the configuration the existing one
-        already read, so its first request goes out at once. Each client has its own connection.
+        version, timeouts, access token and ``shared_memory`` (a streaming client: none), and
+        takes over the configuration the existing one already read, so its first request goes
+        out at once. Each client has its own connection.
 
         Args:
             existing_client: any client of this package (sync, asyncio or futures).
@@ -165,7 +178,10 @@ class AsyncioModelClientBase:
         Raises:
             PyTritonClientValueError: ``existing_client`` is not a client of this package.
         """
-        return cls(**clone_kwargs(existing_client))
+        kwargs = clone_kwargs(existing_client)
+        if cls.streaming:
+            kwargs.pop("shared_memory", None)  # streams use the socket
+        return cls(**kwargs)
 
     @property
     def model_config(self) -> Awaitable[ClientModelConfig]:  # unasync: def model_config(self) -> ClientModelConfig:
@@ -288,6 +304,7 @@ class AsyncioModelClientBase:
         """Close the connections; later calls raise :class:`PyTritonClientClosedError`. Idempotent."""
         if not self._closed:
             self._closed = True
+            await self._transport.close()
             await self._core.close()
 
     async def __aenter__(self: _Client) -> _Client:
@@ -454,4 +471,5 @@ class AsyncioModelClient(AsyncioModelClientBase, InferCalls[_Outputs]):
         look = None
         if self._model_config is not None and is_relayed(self._model_config):
             look = functools.partial(self._lookout.check_async, request_id, self._read_config)
-        return await self._core.infer(self._args.request(inputs, parameters, headers, request_id, sequence), look)
+        request = self._args.request(inputs, parameters, headers, request_id, sequence)
+        return await self._transport.infer(request, self._model_config, look)

@@ -38,6 +38,7 @@ from pytriton.client._errors import (
     INFER_ACTION,
     LOAD_ACTION,
     READY_ACTION,
+    SHM_ACTION,
     UNLOAD_ACTION,
     translate_errors,
 )
@@ -163,7 +164,27 @@ class TritonCore(abc.ABC):
                 headers=self._headers(request.headers),
                 timeout_s=timeout_s,
             )
-            return from_infer_result(self._infer(sent) if look is None else self._infer_watched(sent, look))
+            result = self._infer(sent) if look is None else self._infer_watched(sent, look)
+            return from_infer_result(result, request.shared)
+
+    def register_region(self, name: str, key: str, byte_size: int, timeout_s: float | None = None) -> None:
+        """Register a system shared-memory region (the shared-memory API: restricted by pytriton's servers).
+
+        Args:
+            name: the region's name in the server, which requests name it by.
+            key: the segment's key (``/`` and its /dev/shm name), which the server opens.
+            byte_size: the segment's size.
+            timeout_s: the longest the call may take.
+        """
+        timeout_s = self._timeout(timeout_s)
+        with translate_errors(SHM_ACTION, str(self.url), timeout_s):
+            self._register_region(name, key, byte_size, timeout_s)
+
+    def unregister_region(self, name: str, timeout_s: float | None = None) -> None:
+        """Unregister a system shared-memory region (an unknown name is no error)."""
+        timeout_s = self._timeout(timeout_s)
+        with translate_errors(SHM_ACTION, str(self.url), timeout_s):
+            self._unregister_region(name, timeout_s)
 
     def open_stream(self, request: CoreRequest, config: ClientModelConfig) -> ResponseStream:
         """Send one request to a decoupled model and return the stream of its responses.
@@ -215,6 +236,12 @@ class TritonCore(abc.ABC):
 
     def _unload_model(self, model_name: str, timeout_s: float) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot unload models")
+
+    def _register_region(self, name: str, key: str, byte_size: int, timeout_s: float) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot register shared memory")
+
+    def _unregister_region(self, name: str, timeout_s: float) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot unregister shared memory")
 
     # The three below take a request whose headers, parameters and timeout are the ones to send.
     @abc.abstractmethod
@@ -284,6 +311,14 @@ class HttpCore(TritonCore):
         with self._client_for(timeout_s) as client:
             client.unload_model(model_name, headers=self._headers())
 
+    def _register_region(self, name: str, key: str, byte_size: int, timeout_s: float) -> None:
+        with self._client_for(timeout_s) as client:
+            client.register_system_shared_memory(name, key, byte_size, headers=self._headers())
+
+    def _unregister_region(self, name: str, timeout_s: float) -> None:
+        with self._client_for(timeout_s) as client:
+            client.unregister_system_shared_memory(name, headers=self._headers())
+
     def _infer(self, request: CoreRequest) -> Any:
         assert request.timeout_s is not None
         args, keywords = infer_call(tritonclient.http, request)
@@ -343,6 +378,13 @@ class GrpcCore(TritonCore):
 
     def _unload_model(self, model_name: str, timeout_s: float) -> None:
         self._client.unload_model(model_name, headers=self._headers(), client_timeout=timeout_s)
+
+    def _register_region(self, name: str, key: str, byte_size: int, timeout_s: float) -> None:
+        self._client.register_system_shared_memory(name, key, byte_size, headers=self._headers(),
+                                                   client_timeout=timeout_s)
+
+    def _unregister_region(self, name: str, timeout_s: float) -> None:
+        self._client.unregister_system_shared_memory(name, headers=self._headers(), client_timeout=timeout_s)
 
     def _infer(self, request: CoreRequest) -> Any:
         args, keywords = infer_call(tritonclient.grpc, request)

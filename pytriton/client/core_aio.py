@@ -137,11 +137,21 @@ class AsyncTritonCore:
             sent = dataclasses.replace(request, parameters=with_deadline(request.parameters, limit_s, time.time()),
                                        headers=with_auth(self._auth, request.headers), timeout_s=limit_s)
             args, keywords = infer_call(protocol, sent)
-            return from_infer_result(await client.infer(*args, **keywords))
+            return from_infer_result(await client.infer(*args, **keywords), request.shared)
 
         if look is None:
             return await self._call(errors.INFER_ACTION, limit_s, call)
         return await watched(self._call(errors.INFER_ACTION, limit_s, call), look, limit_s)
+
+    async def register_region(self, name: str, key: str, byte_size: int, timeout_s: float | None = None) -> None:
+        """See :meth:`pytriton.client.core.TritonCore.register_region`."""
+        await self._call(errors.SHM_ACTION, timeout_s, lambda client: client.register_system_shared_memory(
+            name, key, byte_size, **self._kw()))
+
+    async def unregister_region(self, name: str, timeout_s: float | None = None) -> None:
+        """See :meth:`pytriton.client.core.TritonCore.unregister_region`."""
+        await self._call(errors.SHM_ACTION, timeout_s,
+                         lambda client: client.unregister_system_shared_memory(name, **self._kw()))
 
     async def open_stream(self, request: CoreRequest, config: ClientModelConfig) -> AsyncResponseStream:
         """Send one request to a decoupled model; see :meth:`pytriton.client.core.TritonCore.open_stream`."""
