@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, TypeVar, Union
 
 import numpy as np
 from tritonclient.grpc import service_pb2
@@ -24,6 +24,8 @@ from pytriton.ipc.protocol import DEADLINE_PARAMETER
 
 if TYPE_CHECKING:
     from pytriton.client.shm_regions import SharedTensors
+
+_T = TypeVar("_T")
 
 # Request parameters Triton keeps for itself (its own names, and any starting with the prefix).
 # Written here rather than imported: older tritonclient releases (those for Python 3.8) lack them.
@@ -207,6 +209,14 @@ def concat_batches(chunks: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.n
     if len(chunks) == 1:
         return dict(chunks[0])
     return {name: np.concatenate([chunk[name] for chunk in chunks], axis=0) for name in chunks[0]}
+
+
+def first_error_raised(results: Sequence[Union[_T, BaseException]]) -> list[_T]:
+    """`results` of requests sent together, once none is an error; else the first error is raised."""
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return list(results)  # type: ignore[arg-type]  # no error left in it
 
 
 def wire_array(name: str, value: np.ndarray) -> tuple[np.ndarray, str]:

@@ -13,8 +13,8 @@ restrict the shared-memory API by default; or it cannot open the segment: a cont
 private /dev/shm), ``shared_memory="auto"`` sends this and every later request through the
 socket, and says so in one log line; ``shared_memory=True`` raises.
 
-This is the asyncio module: the blocking ``pytriton.client.shm`` is generated from it
-(``build_backend/unasync.py``).
+The asyncio transport and the blocking one are written once: ``build_backend/unasync.py`` writes
+the blocking module from the asyncio one.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The build used to leave the server tree (207 MB) and setuptools' ``build/`` (208 MB) in the
 checkout. Here a copy of the checkout as a clone has it (tracked and untracked files, no
-server tree, no generated clients) is installed with pip into a target folder, from the wheel
+server tree) is installed with pip into a target folder, from the wheel
 cache (no download: the test is skipped without the cached server wheel), and the copy is
 compared file by file before and after.
 """
@@ -65,7 +65,7 @@ def test_a_regular_install_leaves_the_checkout_as_it_was(tmp_path):
                              "removed": sorted(set(before) - set(after))[:20]}
     installed = target / "pytriton"
     assert (installed / "tritonserver" / "bin" / "tritonserver").is_file()
-    assert (installed / "client" / "client.py").is_file()  # the generated clients are in the wheel
+    assert (installed / "client" / "client.py").is_file()  # the generated (committed) clients are in the wheel
     _readme_first_screen_runs(target, tmp_path)
 
 
