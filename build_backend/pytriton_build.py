@@ -1,9 +1,8 @@
 """PEP 517 build backend: setuptools, plus the Triton server tree the package bundles.
 
 This is the step before every flow of the package: it puts the real ``tritonserver`` binary
-where ``pytriton.server`` looks for it. Before ``build_wheel`` and ``build_editable`` it writes
-the blocking clients from the asyncio ones (``build_backend/unasync.py``; before ``build_sdist``
-too) and makes sure ``pytriton/tritonserver/`` exists in the source tree, laid out as::
+where ``pytriton.server`` looks for it. Before ``build_wheel`` and ``build_editable`` it makes
+sure ``pytriton/tritonserver/`` exists in the source tree, laid out as::
 
     pytriton/tritonserver/
       bin/tritonserver
@@ -28,7 +27,7 @@ Environment:
 
 A regular build (``pip install .``, ``pip wheel .``, an sdist) leaves the source tree as it found it:
 what it had to create there (the server tree, about 210 MB; setuptools' ``build/``, of the same
-size, and ``*.egg-info``; the generated clients) is removed once the wheel is written. Only an
+size, and ``*.egg-info``) is removed once the wheel is written. Only an
 editable install keeps them, since it runs from the source tree.
 
 The files of the client-only distribution ``pytriton-client`` (``build_backend/client_set.py``;
@@ -62,8 +61,6 @@ from setuptools.build_meta import (  # noqa: F401  (hooks passed through unchang
 from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
 from setuptools.command.build_py import build_py as _build_py
 from stub_numpy import ensure_stub_numpy, sha256_of
-from unasync import SOURCES as CLIENT_SOURCES
-from unasync import write as write_blocking_clients
 
 SOURCE_DISTRIBUTION = "nvidia-pytriton"
 SOURCE_VERSION = "0.7.0"
@@ -315,11 +312,11 @@ def without_client_requirement(metadata: str) -> str:
 
 def build_outputs(root: Path = PROJECT_ROOT) -> List[Path]:
     """What a build may create in the source tree at `root` (the server tree, setuptools'
-    ``build/`` and ``*.egg-info``, the generated clients); ``*.egg-info`` as found now."""
+    ``build/`` and ``*.egg-info``); ``*.egg-info`` as found now. The blocking clients generated
+    from the asyncio ones are committed source (``make generate`` writes them), not build output."""
     return [
         root / "pytriton" / "tritonserver",
         root / "build",
-        *(root / generated for generated in CLIENT_SOURCES.values()),
         *root.glob("*.egg-info"),
     ]
 
@@ -371,7 +368,6 @@ def build_wheel(
     with source_tree_kept():
         ensure_server_tree()
         ensure_native_backend(SERVER_DIR)
-        write_blocking_clients()
         name: str = _setuptools.build_wheel(wheel_directory, config_settings, metadata_directory)
     return name
 
@@ -392,7 +388,6 @@ def build_editable(
 ) -> str:
     ensure_server_tree()
     ensure_native_backend(SERVER_DIR)
-    write_blocking_clients()
     # setuptools puts the metadata it finds in the folder it is given into the wheel as it is, and
     # writes its own (with the requirement) otherwise; pip passes the .dist-info folder itself,
     # which setuptools does not take. So the metadata is prepared again, where setuptools finds it.
@@ -403,8 +398,6 @@ def build_editable(
 
 
 def build_sdist(sdist_directory: str, config_settings: ConfigSettings = None) -> str:
-    # The blocking clients go in generated: a wheel built from the sdist writes them again anyway.
     with source_tree_kept():
-        write_blocking_clients()
         name: str = _setuptools.build_sdist(sdist_directory, config_settings)
     return name

@@ -3,7 +3,7 @@ serves the README.
 
 The build used to leave the server tree (207 MB) and setuptools' ``build/`` (208 MB) in the
 checkout. Here a copy of the checkout as a clone has it (tracked and untracked files, no
-server tree, no generated clients) is installed with pip into a target folder, from the wheel
+server tree) is installed with pip into a target folder, from the wheel
 cache (no download: the test is skipped without the cached server wheel), and the copy is
 compared file by file before and after. Both distributions are installed, as a checkout installs
 them (pytriton requires pytriton-client, which is not on PyPI): each builds and the two together
