@@ -41,11 +41,14 @@ RUN python -m pip install --no-cache-dir --root-user-action=ignore setuptools==8
 COPY pyproject.toml LICENSE NOTICE ./
 COPY build_backend/ build_backend/
 COPY pytriton/ pytriton/
-# The build backend fetches the server tree from the pinned nvidia-pytriton==0.7.0 wheel and a
-# NumPy 1.x for the stub, both checked against their sha256 (as `make install` does); the cache
-# mount keeps those wheels across builds. .dockerignore keeps a local pytriton/tritonserver out.
+COPY pytriton-client/ pytriton-client/
+# Two wheels: pytriton-client (the clients, pure Python) and pytriton, which requires it
+# (docs/installation.md). The build backend fetches the server tree from the pinned
+# nvidia-pytriton==0.7.0 wheel and a NumPy 1.x for the stub, both checked against their sha256 (as
+# `make install` does); the cache mount keeps those wheels across builds. .dockerignore keeps a
+# local pytriton/tritonserver out.
 RUN --mount=type=cache,target=/root/.cache/pytriton \
-    python -m pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels .
+    python -m pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . ./pytriton-client
 
 # ---- stage 2: the server image: the wheel, its pinned dependencies, tini; no build tools ----
 FROM ${PYTHON_IMAGE}
@@ -66,7 +69,8 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends tini=0.19.0-1+b3 \
  && rm -rf /var/lib/apt/lists/*
 
-# Only the wheel comes from the first stage, through a bind mount so that it stays in no layer.
+# Only the wheels come from the first stage, through a bind mount so that they stay in no layer;
+# pytriton-client's is named beside pytriton's, which requires it (it is not on the index).
 # With its `telemetry` extra (pyproject.toml: the OpenTelemetry SDK and OTLP/HTTP exporter):
 # without it a server that traces exports Triton's spans only, never pytriton's own nor those
 # of the callables (docs/observability.md). And its `openai` extra, for the OpenAI-compatible
@@ -76,7 +80,7 @@ RUN --mount=type=bind,from=wheel,source=/wheels,target=/wheels \
     --mount=type=bind,source=docker/constraints.txt,target=/tmp/constraints.txt \
     set -- /wheels/pytriton-*.whl \
  && python -m pip install --no-cache-dir --root-user-action=ignore \
-        --constraint /tmp/constraints.txt "${1}[telemetry,openai]"
+        --constraint /tmp/constraints.txt /wheels/pytriton_client-*.whl "${1}[telemetry,openai]"
 
 # A user of its own, by number so that Kubernetes' runAsNonRoot can verify it.
 RUN useradd --create-home --no-log-init --uid 10001 --user-group pytriton

@@ -13,7 +13,7 @@ ifeq ($(filter 1 true yes on,$(PYTRITON_SKIP_SERVER_FETCH)),)
 INSTALL_INPUTS += $(SERVER_TREE)/VERSION
 endif
 
-.PHONY: install generate test demo lint clean docs
+.PHONY: install generate check-generated test demo lint clean docs
 
 install: $(STAMP)
 
@@ -29,28 +29,32 @@ $(STAMP): $(INSTALL_INPUTS)
 # editable install fetches the tree again.
 $(SERVER_TREE)/VERSION:
 
-# The blocking clients (pytriton/client/client.py, waits.py) are generated from the asyncio ones
-# and never committed: written again (when they differ) before anything runs, so an edited
-# asyncio client never runs beside a stale twin. Standard library only.
+# The blocking clients (pytriton/client/client.py, core.py, ...) are generated from the asyncio
+# ones (build_backend/unasync.py, standard library only) and committed. After editing an asyncio
+# source, `make generate` writes them; every other target only checks them, and fails, saying to
+# run it, when one is stale: nothing rewrites a committed file behind your back.
 generate:
 	$(PYTHON) build_backend/unasync.py
 
+check-generated:
+	@$(PYTHON) build_backend/unasync.py --check
+
 # pytest exits 5 when no test ran; make fails on it like on any non-zero status.
-test: install generate
+test: check-generated install
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
-demo: install generate
+demo: check-generated install
 	$(VPY) examples/demo.py
 
 # The API reference, generated from the docstrings (tests/docs/test_api_reference.py builds it
 # too and checks its links): open build/api/index.html.
 API_MODULES := pytriton.triton pytriton.remote pytriton.model_config pytriton.decorators pytriton.client \
 	pytriton.exceptions pytriton.openai.binding
-docs: install generate
+docs: check-generated install
 	$(VPY) -m pdoc --docformat google -o build/api $(API_MODULES)
 	@echo "API reference: build/api/index.html"
 
-lint: install generate
+lint: check-generated install
 	$(VPY) -m ruff check .
 	$(VPY) -m mypy pytriton
 
@@ -91,7 +95,7 @@ clients: install
 # (harness/asan.py): fails on any ASan error and on leaks in our library. E.g.
 # `make asan ASAN_ARGS="tests/functional/test_serving.py"`.
 .PHONY: asan
-asan: install generate
+asan: check-generated install
 	$(VPY) harness/asan.py $(ASAN_ARGS)
 
 # The fault matrix (harness/faults.py): 20 rounds of faults, then 20 as PID 1 (root only).

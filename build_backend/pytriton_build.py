@@ -1,9 +1,8 @@
 """PEP 517 build backend: setuptools, plus the Triton server tree the package bundles.
 
 This is the step before every flow of the package: it puts the real ``tritonserver`` binary
-where ``pytriton.server`` looks for it. Before ``build_wheel`` and ``build_editable`` it writes
-the blocking clients from the asyncio ones (``build_backend/unasync.py``; before ``build_sdist``
-too) and makes sure ``pytriton/tritonserver/`` exists in the source tree, laid out as::
+where ``pytriton.server`` looks for it. Before ``build_wheel`` and ``build_editable`` it makes
+sure ``pytriton/tritonserver/`` exists in the source tree, laid out as::
 
     pytriton/tritonserver/
       bin/tritonserver
@@ -28,8 +27,13 @@ Environment:
 
 A regular build (``pip install .``, ``pip wheel .``, an sdist) leaves the source tree as it found it:
 what it had to create there (the server tree, about 210 MB; setuptools' ``build/``, of the same
-size, and ``*.egg-info``; the generated clients) is removed once the wheel is written. Only an
+size, and ``*.egg-info``) is removed once the wheel is written. Only an
 editable install keeps them, since it runs from the source tree.
+
+The files of the client-only distribution ``pytriton-client`` (``build_backend/client_set.py``;
+built by ``pytriton-client/``) stay out of this one's wheel (`BuildPy`), which requires that
+distribution instead. An editable install runs the whole source tree, client files included, so
+its metadata leaves that requirement out: ``pip install -e .`` needs nothing that is not on PyPI.
 
 Everything else is ``setuptools.build_meta``, re-exported unchanged.
 """
@@ -39,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -47,16 +52,15 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
+import client_set
 from native import ensure_built as ensure_native_backend
 from setuptools import build_meta as _setuptools
 from setuptools.build_meta import (  # noqa: F401  (hooks passed through unchanged)
     get_requires_for_build_editable,
-    prepare_metadata_for_build_editable,
 )
 from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
+from setuptools.command.build_py import build_py as _build_py
 from stub_numpy import ensure_stub_numpy, sha256_of
-from unasync import SOURCES as CLIENT_SOURCES
-from unasync import write as write_blocking_clients
 
 SOURCE_DISTRIBUTION = "nvidia-pytriton"
 SOURCE_VERSION = "0.7.0"
@@ -282,13 +286,37 @@ class BdistWheel(_bdist_wheel):  # type: ignore[misc]  # setuptools ships no typ
         return python, abi, plat
 
 
+class BuildPy(_build_py):  # type: ignore[misc]  # setuptools ships no type information
+    """``build_py`` that leaves out the files of ``pytriton-client`` (modules and data alike, the
+    implicit ``py.typed`` included): two distributions never own one file."""
+
+    def find_package_modules(self, package: str, package_dir: str) -> List[Tuple[str, str, str]]:
+        found: List[Tuple[str, str, str]] = super().find_package_modules(package, package_dir)
+        return [module for module in found if not _client_file(module[2])]
+
+    def find_data_files(self, package: str, src_dir: str) -> List[str]:
+        return [name for name in super().find_data_files(package, src_dir) if not _client_file(name)]
+
+
+def _client_file(path: str) -> bool:
+    return client_set.owns(os.path.relpath(os.path.realpath(path), PROJECT_ROOT))
+
+
+_CLIENT_REQUIREMENT = re.compile(r"^Requires-Dist:\s*pytriton[-_.]client\b", re.IGNORECASE)
+
+
+def without_client_requirement(metadata: str) -> str:
+    """Core metadata (a ``METADATA`` file's text) without its ``Requires-Dist`` on pytriton-client."""
+    return "".join(line for line in metadata.splitlines(keepends=True) if not _CLIENT_REQUIREMENT.match(line))
+
+
 def build_outputs(root: Path = PROJECT_ROOT) -> List[Path]:
     """What a build may create in the source tree at `root` (the server tree, setuptools'
-    ``build/`` and ``*.egg-info``, the generated clients); ``*.egg-info`` as found now."""
+    ``build/`` and ``*.egg-info``); ``*.egg-info`` as found now. The blocking clients generated
+    from the asyncio ones are committed source (``make generate`` writes them), not build output."""
     return [
         root / "pytriton" / "tritonserver",
         root / "build",
-        *(root / generated for generated in CLIENT_SOURCES.values()),
         *root.glob("*.egg-info"),
     ]
 
@@ -340,8 +368,16 @@ def build_wheel(
     with source_tree_kept():
         ensure_server_tree()
         ensure_native_backend(SERVER_DIR)
-        write_blocking_clients()
         name: str = _setuptools.build_wheel(wheel_directory, config_settings, metadata_directory)
+    return name
+
+
+def prepare_metadata_for_build_editable(metadata_directory: str, config_settings: ConfigSettings = None) -> str:
+    # The editable install imports the client files from the source tree: pytriton-client (not on
+    # PyPI) is not needed, and a requirement on it would fail the install.
+    name: str = _setuptools.prepare_metadata_for_build_editable(metadata_directory, config_settings)
+    metadata = Path(metadata_directory) / name / "METADATA"
+    metadata.write_text(without_client_requirement(metadata.read_text(encoding="utf-8")), encoding="utf-8")
     return name
 
 
@@ -352,14 +388,16 @@ def build_editable(
 ) -> str:
     ensure_server_tree()
     ensure_native_backend(SERVER_DIR)
-    write_blocking_clients()
-    name: str = _setuptools.build_editable(wheel_directory, config_settings, metadata_directory)
+    # setuptools puts the metadata it finds in the folder it is given into the wheel as it is, and
+    # writes its own (with the requirement) otherwise; pip passes the .dist-info folder itself,
+    # which setuptools does not take. So the metadata is prepared again, where setuptools finds it.
+    with tempfile.TemporaryDirectory(prefix="pytriton-metadata-") as prepared:
+        prepare_metadata_for_build_editable(prepared, config_settings)
+        name: str = _setuptools.build_editable(wheel_directory, config_settings, prepared)
     return name
 
 
 def build_sdist(sdist_directory: str, config_settings: ConfigSettings = None) -> str:
-    # The blocking clients go in generated: a wheel built from the sdist writes them again anyway.
     with source_tree_kept():
-        write_blocking_clients()
         name: str = _setuptools.build_sdist(sdist_directory, config_settings)
     return name

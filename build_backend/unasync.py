@@ -1,8 +1,9 @@
 """Writes the blocking clients from the asyncio ones, so each client's logic is written once.
 
-The asyncio modules are the source (`SOURCES`); their blocking twins are generated next to them,
-at install and build time (``build_backend/pytriton_build.py``) and by ``make``, and never
-committed (.gitignore): a twin cannot drift from its source, and a change is made in one place.
+The asyncio modules are the source (`SOURCES`); their blocking twins are generated next to them
+by ``make generate`` and committed, so that they can be read, searched and jumped to like any
+module. ``make lint`` and ``make test`` (CI) fail when one is stale (``--check``), saying to run
+``make generate``: a twin cannot drift from its source, and a change is made in one place.
 
 The rewrite, line by line:
 
@@ -18,9 +19,9 @@ The rewrite, line by line:
     commented out (``# code``) in the source; the blocking side gets them uncommented, and
     otherwise unchanged.
 
-Run ``python build_backend/unasync.py`` to write the twins, ``--check`` to fail (exit 1) when
-one is missing or differs from what its source gives. Standard library only: the build runs it
-before any dependency is installed.
+Run ``python build_backend/unasync.py`` (``make generate``) to write the twins, ``--check`` to
+fail (exit 1) when one is missing or differs from what its source gives. Standard library only,
+so that ``make`` can run it before anything is installed.
 """
 
 from __future__ import annotations
@@ -28,20 +29,30 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 
 SOURCES: Dict[str, str] = {
     "pytriton/client/asyncio_client.py": "pytriton/client/client.py",
     "pytriton/client/waits_aio.py": "pytriton/client/waits.py",
+    "pytriton/client/shm_aio.py": "pytriton/client/shm.py",
+    "pytriton/client/core_aio.py": "pytriton/client/core.py",
 }
 """Each asyncio source module (relative to the repository) and the blocking module written from it."""
 
 NAMES: Dict[str, str] = {
     "AsyncioModelClientBase": "ModelClientBase",
     "AsyncioModelClient": "ModelClient",
+    "AsyncioDecoupledModelClient": "DecoupledModelClient",
+    "streaming_aio": "streaming",
     "AsyncTritonCore": "TritonCore",
+    "AsyncShmTransport": "ShmTransport",
+    "AsyncStreamOpener": "StreamOpener",
+    "AsyncResponseStream": "ResponseStream",
+    "core_stream_aio": "core_stream",
+    "new_aio_client": "new_client",
+    "shm_aio": "shm",
     "AsyncReadinessCalls": "ReadinessCalls",
     "asyncio_client": "client",
     "core_aio": "core",
@@ -115,7 +126,103 @@ def unasync(text: str, source: str) -> str:
         out.append(line.rstrip() + "\n")
     if mode != "both":
         raise ValueError(f"{source}: a {mode} part is not closed with '{_DIRECTIVE} end'")
-    return "".join(out)
+    return "".join(tidy_imports([line.rstrip("\n") for line in out]))
+
+
+THIRD_PARTY = frozenset({"aiohttp", "gevent", "grpc", "numpy", "psutil", "tritonclient", "zmq"})
+"""Top-level modules sorted as third-party imports; ``pytriton`` is first-party, anything else stdlib."""
+_SECTIONS = ("future", "stdlib", "third-party", "first-party")
+
+
+def _section(module: str) -> str:
+    top = module.split(".")[0]
+    if top == "__future__":
+        return "future"
+    if top == "pytriton":
+        return "first-party"
+    return "third-party" if top in THIRD_PARTY else "stdlib"
+
+
+def _bound_names(statement: str) -> List[Tuple[str, str]]:
+    """Each name of an import statement: as written, and the name it binds in the module."""
+    words = statement.split(" import ", 1)[1] if statement.startswith("from ") else statement[len("import "):]
+    names = []
+    for item in words.replace("(", " ").replace(")", " ").split(","):
+        item = " ".join(item.split("#")[0].split())
+        if item:
+            name, _, alias = item.partition(" as ")
+            names.append((item, alias or name.split(".")[0]))
+    return names
+
+
+def _docstring_end(lines: List[str]) -> int:
+    """The index of the first line after the module's leading comments and docstring."""
+    index = 0
+    while index < len(lines) and (lines[index].startswith("#") or not lines[index].strip()):
+        index += 1
+    if index == len(lines) or not lines[index].startswith(('"""', "'''")):
+        return index
+    quote = lines[index][:3]
+    if quote in lines[index][3:]:
+        return index + 1
+    index += 1
+    while index < len(lines) and quote not in lines[index]:
+        index += 1
+    return index + 1
+
+
+def tidy_imports(lines: List[str]) -> List[str]:
+    """The module's top-level imports as ruff's isort writes them: sections (future, stdlib,
+    third-party, first-party) one blank line apart, ``import`` before ``from``, each by module.
+
+    Statements repeated by the name mapping (``tritonclient.grpc`` and ``tritonclient.grpc.aio``
+    both become ``tritonclient.grpc``) are written once, and names the module does not use
+    (those only the asyncio side needed) are dropped; so the sources need no directive for
+    either. Comments between the imports are dropped.
+    """
+    start = _docstring_end(lines)
+    while start < len(lines) and not lines[start].startswith(("import ", "from ")):
+        start += 1
+    statements: List[str] = []
+    end = last = start
+    while end < len(lines):
+        line = lines[end]
+        if line.startswith(("import ", "from ")):
+            statement = [line]
+            if "(" in line and ")" not in line:  # a parenthesized list: up to its closing line
+                while ")" not in line:
+                    end += 1
+                    line = lines[end]
+                    statement.append(line)
+            statements.append("\n".join(statement))
+            last = end + 1
+        elif line.strip() and not line.startswith("#"):
+            break
+        end += 1
+    # The code that may use an imported name: docstrings and comments left out.
+    rest = re.sub(r'"""[\s\S]*?"""|#[^\n]*', "", "\n".join(lines[:start] + lines[last:]))
+    kept: Dict[str, List[Tuple[int, str, str]]] = {section: [] for section in _SECTIONS}
+    for statement in dict.fromkeys(statements):  # in order, without repeats
+        module = statement.split()[1]
+        names = _bound_names(statement)
+        used = [written for written, bound in names
+                if module == "__future__" or re.search(rf"(?<![\w.]){re.escape(bound)}(?!\w)", rest)]
+        if not used:
+            continue
+        if len(used) < len(names):
+            statement = f"from {module} import {', '.join(used)}" if statement.startswith("from ") else (
+                f"import {', '.join(used)}")
+        kept[_section(module)].append((int(statement.startswith("from ")), module.lower(), statement))
+    block: List[str] = []
+    for section in _SECTIONS:
+        if kept[section]:
+            block += [""] if block else []
+            block += [statement for _, _, statement in sorted(kept[section], key=lambda item: item[:2])]
+    after = lines[last:]
+    while after and not after[0].strip():
+        after = after[1:]
+    gap = 2 if after and after[0].startswith(("class ", "def ", "async def ", "@")) else 1
+    return [line + "\n" for line in lines[:start] + block + [""] * gap + after]
 
 
 def generated(root: Path = ROOT) -> Dict[Path, str]:
@@ -140,14 +247,16 @@ def stale(root: Path = ROOT) -> List[Path]:
 
 def main(argv: Sequence[str]) -> int:
     if list(argv) == ["--check"]:
-        paths = stale()
+        paths = stale(ROOT)
         for path in paths:
-            print(f"{path.relative_to(ROOT)} is stale: run python build_backend/unasync.py", file=sys.stderr)
+            state = "is missing" if not path.exists() else "differs from what its asyncio source gives"
+            print(f"{path.relative_to(ROOT)} {state}: run `make generate` (python3 build_backend/unasync.py) "
+                  "and commit the result; edit the asyncio source, never the generated file", file=sys.stderr)
         return 1 if paths else 0
     if argv:
         print("usage: unasync.py [--check]", file=sys.stderr)
         return 2
-    for path in write():
+    for path in write(ROOT):
         print(f"wrote {path.relative_to(ROOT)}")
     return 0
 

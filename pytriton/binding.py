@@ -30,6 +30,7 @@ from pytriton.metrics import Registry
 from pytriton.model_config import ModelConfig, SequenceBatcher, Tensor
 from pytriton.model_config.common import rechecked
 from pytriton.model_config.ensemble import EnsembleStep
+from pytriton.model_config.instances import InstanceSetup
 from pytriton.model_config.tensor import resolve_tensor_names
 from pytriton.repository.ensemble import EnsemblePlan, ensemble_config_proto, plan_ensemble, step_model
 from pytriton.repository.pbtxt import to_pbtxt
@@ -38,12 +39,13 @@ from pytriton.repository.warmup import WarmupPlan, plan_warmups
 from pytriton.repository.writer import remove_model, write_ensemble, write_model
 from pytriton.server.model_trace import model_trace_settings
 from pytriton.server.workspace import remove_segments
+from pytriton.worker.blocking import stamps_folder
 from pytriton.worker.context import TritonContext
-from pytriton.worker.handler import InstanceHandler, check_callables, is_async_callable
-from pytriton.worker.instance import Instance
+from pytriton.worker.handler import InstanceHandler, check_callables
+from pytriton.worker.instance import Instance, InstanceSpec
+from pytriton.worker.placement import instance_entries, is_async_entry, plain_callables
 from pytriton.worker.process_instance import ProcessInstance, check_forkable
 from pytriton.worker.request import Request
-from pytriton.worker.stamps import stamps_folder
 from pytriton.worker.tracing import TraceExport
 from pytriton.worker.warmup import run_local_warmups
 
@@ -52,8 +54,9 @@ logger = logging.getLogger("pytriton.triton")
 _ZMQ_TERM_S = 2.0
 """How long `ModelBindings.stop_handlers` waits for the handlers' ZeroMQ context to end."""
 
-InferFunc = Callable[[List[Request]], Any]
-"""An inference callable: a list of requests in, one mapping of output name to array per request out."""
+InferFunc = Union[Callable[[List[Request]], Any], InstanceSetup]
+"""An inference callable: a list of requests in, one mapping of output name to array per request out;
+or the `InstanceSetup` that builds it in each worker process."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,12 +173,6 @@ class ModelBindings:
             PyTritonModelConfigError: a generator callable on a model that is not decoupled.
         """
         self._check_new_name(model_name, model_version)
-        infer_funcs: List[InferFunc] = (
-            list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]  # type: ignore[list-item]
-        )
-        if not infer_funcs or not all(callable(f) for f in infer_funcs):
-            raise PyTritonBadParameterError(f"infer_func of model '{model_name}' must be a callable or a non-empty "
-                                            f"list of callables, got {infer_func!r}")
         config = config if config is not None else ModelConfig()
         if not isinstance(config, ModelConfig):
             raise PyTritonBadParameterError(f"config of model '{model_name}' must be a "
@@ -186,6 +183,7 @@ class ModelBindings:
             raise PyTritonBadParameterError(f"config of model '{model_name}': {exc.message}") from exc
         if config.process_instances:
             check_forkable(model_name)
+        infer_funcs: List[InferFunc] = instance_entries(model_name, infer_func, config)
         context = TritonContext(
             model_name=model_name,
             model_version=model_version,
@@ -194,9 +192,9 @@ class ModelBindings:
             config=config,
             outputs_unnamed=bool(outputs) and all(getattr(t, "name", None) is None for t in outputs),
         )
-        check_callables(model_name, infer_funcs, config.decoupled, context.input_names)
+        check_callables(model_name, plain_callables(infer_funcs), config.decoupled, context.input_names)
         trace_settings = model_trace_settings(model_name, trace_config)
-        return ModelDeclaration(context, infer_funcs, strict, [is_async_callable(f) for f in infer_funcs],
+        return ModelDeclaration(context, infer_funcs, strict, [is_async_entry(f) for f in infer_funcs],
                                 trace_settings, warmups=plan_warmups(model_name, context.inputs, config))
 
     def _check_new_name(self, model_name: str, model_version: int) -> None:
@@ -280,27 +278,23 @@ class ModelBindings:
         config_text = self._config_text(declaration, context, endpoint, model_shm_prefix, self.backend)
         if self._zmq is None:
             self._zmq = zmq.Context()
-        # Warm-ups Triton cannot send run here, before the handlers (and any fork) start.
-        run_local_warmups(context, declaration.infer_funcs, declaration.warmups.local)
+        # Warm-ups Triton cannot send run here, before the handlers (and any fork) start (or after a setup).
+        warmups = declaration.warmups.local
+        run_local_warmups(context, plain_callables(declaration.infer_funcs), warmups)
         bound = BoundModel(declaration, handlers=[], shm_prefix=model_shm_prefix, endpoint=endpoint)
         self._models[model_name] = bound  # registered first, so stop_handlers() finds whatever started
         try:
             for index, func in enumerate(declaration.infer_funcs):
-                handler_type: Any = ProcessInstance if config.process_instances else InstanceHandler
-                handler: Instance = handler_type(  # a ProcessInstance's child makes its own ZeroMQ context
-                    context=context,
-                    infer_func=func,
-                    endpoint=protocol.instance_endpoint(endpoint, index),
-                    instance=index,
-                    shm_prefix=model_shm_prefix,
-                    strict=declaration.strict,
-                    **({} if config.process_instances else {"zmq_context": self._zmq}),
-                    on_unrecoverable=self._on_unrecoverable,
-                    asynchronous=declaration.asynchronous[index],
-                    pipelined=not relayed,
-                    whole=whole_batch(func),
-                )
+                spec = InstanceSpec(context=context, infer_func=func, instance=index, shm_prefix=model_shm_prefix,
+                                    endpoint=protocol.instance_endpoint(endpoint, index), strict=declaration.strict,
+                                    asynchronous=declaration.asynchronous[index], pipelined=not relayed,
+                                    whole=whole_batch(func), warmups=warmups, whole_of=whole_batch)
+                handler: Instance = (  # a ProcessInstance's child makes its own ZeroMQ context
+                    ProcessInstance(spec, on_unrecoverable=self._on_unrecoverable) if config.process_instances
+                    else InstanceHandler(spec, zmq_context=self._zmq, on_unrecoverable=self._on_unrecoverable))
                 bound.handlers.append(handler)
+                handler.launch()  # worker processes run their setups side by side
+            for handler in bound.handlers:
                 handler.start()
             write_model(repository, model_name, model_version, config_text, import_paths, declaration.warmups.files)
         except BaseException:

@@ -58,14 +58,14 @@ from pytriton.decorating.context import (
 from pytriton.decorating.first_value import first_value
 from pytriton.decorating.grouping import group_by_keys, group_by_values
 from pytriton.decorating.padding import ConstantPadder, fill_optionals, pad_batch
+from pytriton.decorating.results import gather as gather
+from pytriton.decorating.results import map_result as map_result
 from pytriton.decorating.shaping import batch, get_inference_request_batch_size, sample
 from pytriton.exceptions import PyTritonBadParameterError as PyTritonBadParameterError
 from pytriton.exceptions import PyTritonInvalidOperationError as PyTritonInvalidOperationError
 from pytriton.exceptions import PyTritonValidationError as PyTritonValidationError
 from pytriton.worker.context import current_context as current_context
 from pytriton.worker.request import Request as Request
-from pytriton.worker.results import gather as gather
-from pytriton.worker.results import map_result as map_result
 
 __all__ = [
     "ConstantPadder",

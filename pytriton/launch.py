@@ -32,6 +32,7 @@ from pytriton.exceptions import (
 from pytriton.ipc import protocol
 from pytriton.model_config import ModelConfig
 from pytriton.server.argv import build_argv
+from pytriton.server.client_sweep import ClientRegionSweep
 from pytriton.server.config import TritonConfig
 from pytriton.server.control import GrpcTls, ServerControl, accepts_connections, wait_for
 from pytriton.server.distribution import ServerDistribution, assemble_backends, server_environment
@@ -149,13 +150,18 @@ def start_supervisor(process: ServerProcess, control: ServerControl, workspace: 
         after_reload=lambda _model: workspace.restrict_segments(),
         on_fatal=on_fatal,
         server_id=workspace.server_id,
-        tidy=workspace.restrict_segments,
+        tidy=_tidy(workspace, ClientRegionSweep(control)),
         fault_traces=lambda pid: protocol.fault_trace_path(str(workspace.sockets), pid),
         inflight_ledgers=lambda pid: protocol.inflight_ledger_path(str(workspace.sockets), pid),
         hang_check=HangWatch(bindings.hung, hurry.set, on_fatal).check,
     )
     supervisor.start()
     return supervisor
+
+
+def _tidy(workspace: Workspace, sweep: ClientRegionSweep) -> Callable[[], object]:
+    """The supervisor's housekeeping: the server's own regions made private, dead clients' regions cleared."""
+    return lambda: (workspace.restrict_segments(), sweep())
 
 
 def _restart_budget(config: ModelConfig) -> RestartBudget:

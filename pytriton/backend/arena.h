@@ -1,5 +1,6 @@
 /* Shared memory for large tensors, as pytriton/ipc/shm.py lays it out: the backend owns one
- * arena for the inputs it sends (the worker maps it read-only) and maps the worker's arena of
+ * arena for the inputs it sends (the worker maps it; a callable that keeps arrays viewing it
+ * makes the backend give it up, see BatchResult.inputs_kept) and maps the worker's arena of
  * outputs read-only. An arena grows in 1 MiB steps under a new name each time, only while
  * /dev/shm keeps room for Triton's own needs, shrinks after a window of smaller messages and
  * is given back after a quiet spell. */

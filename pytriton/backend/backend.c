@@ -28,6 +28,7 @@ static void model_free(pyt_model* model) {
   if (model->stopping != NULL) munmap((void*)model->stopping, PYT_STOPPING_BYTES);
   for (uint32_t i = 0; i < model->socket_count; i++) free(model->data_sockets[i]);
   free(model->data_sockets);
+  free(model->instance_names);
   free(model);
 }
 
@@ -95,6 +96,8 @@ static TRITONSERVER_Error* read_config(pyt_model* model, TRITONBACKEND_Model* tr
       PYT_WARN("model '%s': cannot map the stopping flag %s: a stop will not refuse its new requests", model->name,
                value);
   }
+  value = pyt_json_parameter(config, "pytriton.instance_names");
+  model->instance_names = value != NULL ? strdup(value) : NULL;
   value = pyt_json_parameter(config, "pytriton.data_sockets");
   pyt_json* sockets = value != NULL ? pyt_json_parse(value, strlen(value), why, sizeof(why)) : NULL;
   pyt_json_free(config);
@@ -180,6 +183,25 @@ TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* triton) {
   return NULL;
 }
 
+/* The worker handler's number of Triton instance `name`: its place in the model's
+ * pytriton.instance_names where bind wrote one (instances grouped by device, named after it),
+ * else the k of Triton's <group>_<k>. -1 when neither tells. */
+static long instance_index(const pyt_model* model, const char* name) {
+  if (model->instance_names != NULL) {
+    char why[PYT_MAX_ERROR];
+    pyt_json* names = pyt_json_parse(model->instance_names, strlen(model->instance_names), why, sizeof(why));
+    long found = -1;
+    for (size_t i = 0; names != NULL && names->kind == PYT_JSON_ARRAY && i < names->count && found < 0; i++)
+      if (names->items[i]->kind == PYT_JSON_STRING && strcmp(names->items[i]->text, name) == 0) found = (long)i;
+    pyt_json_free(names);
+    return found;
+  }
+  const char* suffix = strrchr(name, '_');
+  char* end = NULL;
+  long index = suffix != NULL ? strtol(suffix + 1, &end, 10) : -1;
+  return suffix == NULL || end == suffix + 1 || *end != '\0' ? -1 : index;
+}
+
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelInstance* triton) {
   TRITONBACKEND_Model* triton_model;
   void* pointer = NULL;
@@ -190,11 +212,8 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
   if (error != NULL) return error;
   pyt_model* model = pointer;
   if (model->gate) return NULL; /* no worker, no state */
-  /* Triton names instances <group>_<k>; k is the worker handler's number. */
-  const char* suffix = strrchr(instance_name, '_');
-  char* end = NULL;
-  long index = suffix != NULL ? strtol(suffix + 1, &end, 10) : -1;
-  if (suffix == NULL || end == suffix + 1 || *end != '\0' || index < 0 || (uint32_t)index >= model->socket_count)
+  long index = instance_index(model, instance_name);
+  if (index < 0 || (uint32_t)index >= model->socket_count)
     return pyt_error(TRITONSERVER_ERROR_INVALID_ARG,
                      "model '%s': instance '%s' has no worker handler (the model has %u); keep the instance_group "
                      "pytriton's bind wrote",

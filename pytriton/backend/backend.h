@@ -68,6 +68,7 @@ typedef struct {
   double spin_s; /* how long a wait for a one-request batch's answer polls before it sleeps */
   char** data_sockets;
   uint32_t socket_count;
+  char* instance_names; /* pytriton.instance_names (JSON list, worker order) or NULL: names say <group>_<k> */
   int gate; /* pytriton's readiness gate: no worker, loads once a file exists */
   /* The server's stopping flag (pytriton/server/stopping.py), mapped from its file: once its
    * first byte is set, batches that reach execute are refused as retryable (NULL: never). */

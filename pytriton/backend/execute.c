@@ -216,6 +216,10 @@ void pyt_execute(pyt_instance* instance, TRITONBACKEND_Request** requests, uint3
   }
   uint64_t received_ns = model->stamps ? pyt_now_ns() : 0;
   respond_all(&b, result, &message);
+  /* BatchResult.inputs_kept: the callable kept arrays viewing this batch's input arena. They
+   * hold the worker's mapping of it; the next batch must not overwrite them, so it gets a new
+   * segment (this one is unlinked now and freed when the worker lets go). */
+  if (pyt_mv_int(pyt_mv_item(result, 7), 0)) pyt_arena_close(&instance->arena);
   if (model->stamps) {
     pyt_mv* stamps = pyt_mv_item(result, 6);
     instance->has_last_stamps = stamps != NULL && stamps->kind == PYT_MV_TUPLE && stamps->count == PYT_STAMP_RESULT;

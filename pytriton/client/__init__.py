@@ -2,8 +2,8 @@
 
 ``ModelClient`` (synchronous), ``FuturesModelClient`` (``concurrent.futures``) and
 ``AsyncioModelClient`` (``asyncio``) talk HTTP or gRPC through cores that wrap ``tritonclient``
-(``pytriton.client.core`` and its asyncio twin ``core_aio``), sharing argument checks, codec,
-readiness logic and error translation. ``DecoupledModelClient`` and
+(``pytriton.client.core_aio``, and ``pytriton.client.core`` generated from it), sharing argument
+checks, codec, readiness logic and error translation. ``DecoupledModelClient`` and
 ``AsyncioDecoupledModelClient`` stream the responses of decoupled models through the same cores
 (``core_stream``, ``core_stream_aio``; HTTP via Triton's generate extension, ``generate``).
 Nothing here imports the server side of the library, so the clients work where only they are

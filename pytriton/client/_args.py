@@ -229,7 +229,8 @@ def load_args(config: str | Mapping[str, Any] | None, files: Mapping[str, bytes]
 def clone_kwargs(existing_client: Any) -> dict[str, Any]:
     """The constructor arguments of a client like ``existing_client`` (for ``from_existing_client``).
 
-    The new client talks to the same model with the same limits and token; a configuration the
+    The new client talks to the same model with the same limits, token and ``shared_memory``
+    (when not False: the caller drops it for a streaming client, which takes none); a configuration the
     existing one already holds is handed over, with no new readiness wait, so the new client
     needs no request before its first inference.
 
@@ -250,6 +251,11 @@ def clone_kwargs(existing_client: Any) -> dict[str, Any]:
         "inference_timeout_s": args.inference_timeout_s,
         "access_token": args.access_token,
     }
+    # The one-response clients keep their shared-memory choice in their transport, the futures client as its own.
+    choice = getattr(existing_client, "_shm_choice", None) or getattr(
+        getattr(existing_client, "_transport", None), "choice", None)
+    if getattr(choice, "mode", False) is not False:
+        kwargs["shared_memory"] = choice.mode  # type: ignore[union-attr]
     # The model clients keep the configuration as _model_config, the futures client shares its workers' one.
     known = getattr(existing_client, "_model_config", None) or getattr(existing_client, "_shared_config", None)
     if isinstance(known, ClientModelConfig):

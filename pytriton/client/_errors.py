@@ -58,6 +58,7 @@ READY_ACTION = "Error occurred while checking server and model readiness"
 STREAM_ACTION = "Error occurred while streaming the responses of a request"
 LOAD_ACTION = "Error occurred while loading the model"
 UNLOAD_ACTION = "Error occurred while unloading the model"
+SHM_ACTION = "Error occurred while registering or unregistering a shared-memory region"
 
 _TIMEOUT_STATUSES = {"StatusCode.DEADLINE_EXCEEDED", "504"}
 _UNREACHABLE_STATUSES = {"StatusCode.UNAVAILABLE"}

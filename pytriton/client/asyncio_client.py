@@ -1,34 +1,22 @@
-# unasync: sync-only
-# """The synchronous client of models served by Triton.
-#
-# The first step of a request. :class:`ModelClient` owns one :class:`~pytriton.client.core.TritonCore`
-# (one ``tritonclient`` client) and adds what users need on top of it: lazy waiting for the
-# server and model, positional or named inputs, and the batch axis for ``infer_sample`` (the
-# last two as pure functions of ``pytriton.client.codec``). ``FuturesModelClient``
-# (``pytriton.client.futures``) runs one ``ModelClient`` per worker thread.
-#
-# :class:`ModelClientBase` holds what the one-response and the streaming client
-# (``pytriton.client.streaming``) share: arguments, core, readiness wait and model configuration;
-# each refuses the kind of model it cannot serve when the configuration is read.
-#
-# This module is generated from the asyncio client, ``pytriton.client.asyncio_client``, by
-# ``build_backend/unasync.py``: the two are written once.
-# """
-# unasync: end
-# unasync: async-only
-"""The asyncio client of models served by Triton, and the source of the blocking client.
+"""The clients of one model served by Triton, for asyncio and for blocking code, written once.
 
-The first step of a request, for code that runs in an event loop. :class:`AsyncioModelClient`
-owns one :class:`~pytriton.client.core_aio.AsyncTritonCore` and adds what users need on top of
-it: lazy waiting for the server and model, positional or named inputs, and the batch axis for
-``infer_sample`` (the last two as pure functions of ``pytriton.client.codec``); arguments are
-checked by ``pytriton.client._args``, errors translated by ``pytriton.client._errors``.
+The first step of a request. :class:`AsyncioModelClient` owns one
+:class:`~pytriton.client.core_aio.AsyncTritonCore` (one ``tritonclient`` client) and adds what
+users need on top of it: lazy waiting for the server and model, positional or named inputs, and
+the batch axis for ``infer_sample`` (the last two as pure functions of ``pytriton.client.codec``);
+arguments are checked by ``pytriton.client._args``, errors translated by
+``pytriton.client._errors``, and large tensors may travel through shared memory
+(``pytriton.client.shm_aio``). ``FuturesModelClient`` (``pytriton.client.futures``) runs one
+blocking client per worker thread.
 
-The blocking ``pytriton.client.client`` (``ModelClient``) is generated from this module by
-``build_backend/unasync.py`` (``async``/``await`` dropped, names mapped, and the few lines
-that differ by design marked ``# unasync:``), so the two clients cannot drift apart.
+:class:`AsyncioModelClientBase` holds what the one-response and the streaming clients share:
+arguments, core, readiness wait and model configuration; each refuses the kind of model it
+cannot serve when the configuration is read.
+
+The asyncio module is the source; ``build_backend/unasync.py`` writes the blocking one from it
+(``async`` and ``await`` dropped, names mapped, the few lines that differ by design marked as
+its directives say), so the two cannot drift apart.
 """
-# unasync: end
 
 from __future__ import annotations
 
@@ -50,20 +38,28 @@ from pytriton.client._args import (
     pool_arg,
     timeout_arg,
 )
-from pytriton.client.codec import batch_request, chunked_request, concat_batches, sample_request, sample_response
-from pytriton.client.core_aio import AsyncTritonCore, create_async_core  # unasync: drop
+from pytriton.client.codec import (
+    batch_request,
+    chunked_request,
+    concat_batches,
+    first_error_raised,
+    sample_request,
+    sample_response,
+)
+from pytriton.client.core_aio import AsyncTritonCore, create_async_core
 from pytriton.client.core_aio import create_aio_client_from_url as _create_client_from_url  # unasync: drop
-
-# unasync: sync-only
-# from pytriton.client.core import TritonCore, create_core
-# from pytriton.client.utils import TritonSyncClient
-# from pytriton.client.utils import create_client_from_url as _create_client_from_url
-# unasync: end
-from pytriton.client.exceptions import PyTritonClientClosedError
+from pytriton.client.exceptions import PyTritonClientClosedError, PyTritonClientValueError
 from pytriton.client.infer_calls import InferCall, InferCalls
 from pytriton.client.lost import Lookout, RequestIds, is_relayed
 from pytriton.client.model_config import ClientModelConfig, check_decoupled
+from pytriton.client.shm_aio import AsyncShmTransport
+from pytriton.client.shm_regions import ShmMode, shm_arg
 from pytriton.client.waits_aio import wait_until_ready_async, wait_until_server_ready_async
+
+# unasync: sync-only
+# from pytriton.client.utils import TritonSyncClient
+# from pytriton.client.utils import create_client_from_url as _create_client_from_url
+# unasync: end
 
 _Client = TypeVar("_Client", bound="AsyncioModelClientBase")
 _TritonClient = Any  # unasync: _TritonClient = TritonSyncClient
@@ -91,6 +87,7 @@ class AsyncioModelClientBase:
         model_config: ClientModelConfig | None = None,
         ensure_model_is_ready: bool = True,
         access_token: str | None = None,
+        shared_memory: ShmMode = False,
     ) -> None:
         """Create a client; with ``lazy_init`` nothing touches the network until the first request.
 
@@ -111,6 +108,11 @@ class AsyncioModelClientBase:
                 request; when False, the first request goes out at once.
             access_token: for a server that restricts its APIs: sent with every call as header
                 ``triton-access-token`` (HTTP) or ``triton-grpc-protocol-triton-access-token`` (gRPC).
+            shared_memory: pass tensors through Triton's system shared memory instead of the
+                socket (one-response clients only): ``"auto"`` for tensors of 64 KiB and more when
+                the server runs on this host, falling back to the socket (one log line) when the
+                server refuses; True for every tensor it can, raising when refused; False (the
+                default) never. Needs the server's ``access_token`` on a pytriton server.
 
         Raises:
             PyTritonClientInvalidUrlError: the URL is not understood.
@@ -128,20 +130,21 @@ class AsyncioModelClientBase:
             model_config=model_config,
             access_token=access_token,
         )
-        self._lazy_init = lazy_init  # unasync: drop
+        self._lazy_init = lazy_init
         self._model_config = model_config
         self._given_config = model_config  # kept across a load_model, which drops one read from the server
         self._ready_checked = not ensure_model_is_ready
-        # unasync: async-only
-        # The asyncio lock is made in the loop: before Python 3.10 a Lock binds the loop it is made in.
-        # unasync: end
         self._init_lock: asyncio.Lock | None = None  # unasync: self._init_lock = threading.Lock()
         self._request_ids = RequestIds()
         self._lookout = Lookout(model_name)
         self._closed = False
+        choice = shm_arg(shared_memory, self._args.url.hostname)
+        if self.streaming and choice.mode is not False:
+            raise PyTritonClientValueError("shared_memory is for the one-response clients; streams use the socket")
         self._core: AsyncTritonCore = create_async_core(
             self._args.url, self._args.inference_timeout_s, self._args.access_token
         )
+        self._transport = AsyncShmTransport(self._core, choice, model_name)
         # unasync: sync-only
         # if not lazy_init:
         #     try:
@@ -156,8 +159,9 @@ class AsyncioModelClientBase:
         """A new client of this class for the model of ``existing_client``, without a second wait.
 
         For one client per thread or task: the new client has the same address, model,
-        version, timeouts and access token, and takes over the configuration the existing one
-        already read, so its first request goes out at once. Each client has its own connection.
+        version, timeouts, access token and ``shared_memory`` (a streaming client: none), and
+        takes over the configuration the existing one already read, so its first request goes
+        out at once. Each client has its own connection.
 
         Args:
             existing_client: any client of this package (sync, asyncio or futures).
@@ -165,7 +169,10 @@ class AsyncioModelClientBase:
         Raises:
             PyTritonClientValueError: ``existing_client`` is not a client of this package.
         """
-        return cls(**clone_kwargs(existing_client))
+        kwargs = clone_kwargs(existing_client)
+        if cls.streaming:
+            kwargs.pop("shared_memory", None)  # streams use the socket
+        return cls(**kwargs)
 
     @property
     def model_config(self) -> Awaitable[ClientModelConfig]:  # unasync: def model_config(self) -> ClientModelConfig:
@@ -288,6 +295,7 @@ class AsyncioModelClientBase:
         """Close the connections; later calls raise :class:`PyTritonClientClosedError`. Idempotent."""
         if not self._closed:
             self._closed = True
+            await self._transport.close()
             await self._core.close()
 
     async def __aenter__(self: _Client) -> _Client:
@@ -306,9 +314,8 @@ class AsyncioModelClientBase:
 
     def _check_open(self) -> None:
         if self._closed:
-            args = self._args
-            kind = "asyncio client"  # unasync: kind = "client"
-            raise PyTritonClientClosedError(f"The {kind} of model {args.model_name!r} at {args.url} is closed")
+            name, url = self._args.model_name, self._args.url
+            raise PyTritonClientClosedError(f"The {type(self).__name__} of model {name!r} at {url} is closed")
 
     def _forget_config(self) -> None:
         # A configuration read from the server may have changed with the load; one the user gave stays.
@@ -323,7 +330,7 @@ class AsyncioModelClientBase:
         if self._model_config is not None and self._ready_checked:
             return check_decoupled(self._model_config, self.streaming)
         # unasync: async-only
-        if self._init_lock is None:
+        if self._init_lock is None:  # made in the loop: before Python 3.10 a Lock binds the loop it is made in
             self._init_lock = asyncio.Lock()
         # unasync: end
         async with self._init_lock:  # concurrent first requests wait once, together
@@ -345,30 +352,19 @@ class AsyncioModelClientBase:
 
 
 class AsyncioModelClient(AsyncioModelClientBase, InferCalls[_Outputs]):
-    # unasync: sync-only
-    # """Synchronous client of one model on a Triton server, over HTTP or gRPC.
-    #
-    # Not thread safe: use one per thread, or :class:`~pytriton.client.futures.FuturesModelClient`.
-    # For a decoupled model (any number of responses per request) use
-    # :class:`~pytriton.client.streaming.DecoupledModelClient`.
-    #
-    # Example:
-    #     >>> with ModelClient("localhost:8000", "Linear") as client:  # doctest: +SKIP
-    #     ...     outputs = client.infer_batch(np.zeros((4, 2), dtype=np.float32))
-    # """
-    # unasync: end
-    # unasync: async-only
-    """Asyncio client of one model on a Triton server, over HTTP or gRPC.
+    """Client of one model on a Triton server, over HTTP or gRPC.
 
-    Many tasks of one event loop may share a client: requests run concurrently over its
-    connection pool (HTTP) or channel (gRPC). Use it from one event loop only. For a decoupled
-    model use :class:`~pytriton.client.streaming_aio.AsyncioDecoupledModelClient`.
+    An asyncio client serves many tasks of one event loop at once: their requests run
+    concurrently over its connection pool (HTTP) or channel (gRPC); use it from one event loop
+    only. A blocking client serves one request at a time and is not thread safe: use one per
+    thread, or :class:`~pytriton.client.futures.FuturesModelClient`. For a decoupled model (any
+    number of responses per request) use
+    :class:`~pytriton.client.streaming_aio.AsyncioDecoupledModelClient`.
 
     Example:
         >>> async with AsyncioModelClient("grpc://localhost", "Linear") as client:  # doctest: +SKIP
         ...     outputs = await client.infer_batch(np.zeros((4, 2), dtype=np.float32))
     """
-    # unasync: end
 
     async def _request(self, call: InferCall) -> dict[str, np.ndarray]:
         config = await self._initialized_config()
@@ -378,7 +374,6 @@ class AsyncioModelClient(AsyncioModelClientBase, InferCalls[_Outputs]):
         inputs = sample_request(config, call.inputs, call.named_inputs)
         return sample_response(config, await self._infer(inputs, call.parameters, call.headers, call.sequence))
 
-    # unasync: async-only
     async def infer_batch_chunked(
         self,
         *inputs: np.ndarray,
@@ -387,61 +382,37 @@ class AsyncioModelClient(AsyncioModelClientBase, InferCalls[_Outputs]):
         headers: Mapping[str, str] | None = None,
         **named_inputs: np.ndarray,
     ) -> dict[str, np.ndarray]:
-        """Run a batch of any size: split along the batch axis, sent concurrently, joined in order.
+        """Run a batch of any size: split along the batch axis, the chunks sent, their outputs joined in order.
 
-        See :meth:`FuturesModelClient.infer_batch_chunked
-        <pytriton.client.futures.FuturesModelClient.infer_batch_chunked>`; here every chunk is
-        in flight at once. If a chunk fails, its error is raised once all chunks are done.
+        The way to send more samples than the model's ``max_batch_size`` (Triton refuses such a
+        request). An asyncio client sends every chunk at once; if one fails, its error is raised
+        once all are done. A blocking client sends one chunk after another on its connection (so
+        it stays usable from one thread), and none after a chunk that failed;
+        :class:`~pytriton.client.futures.FuturesModelClient` sends them concurrently from
+        blocking code.
+
+        Args:
+            *inputs: arrays in the order of the model's inputs, all with the same first axis.
+            chunk_size: samples per request; ``None`` for the model's ``max_batch_size``.
+            parameters: custom request parameters, sent with every chunk.
+            headers: extra HTTP headers or gRPC metadata, sent with every chunk.
+            **named_inputs: arrays by input name (not together with positional ones).
+
+        Returns:
+            The outputs of the whole batch, in the order of the inputs.
+
+        Raises:
+            PyTritonClientModelDoesntSupportBatchingError: the model does not batch.
+            PyTritonClientValueError: the inputs disagree on the batch size, or a wrong argument.
+            PyTritonClientError: the error of the first chunk that failed.
         """
         pool_arg("chunk_size", chunk_size, 1)
         config = await self._initialized_config()
-        chunks = chunked_request(config, inputs, named_inputs, chunk_size)
-        results = await asyncio.gather(
-            *(self._infer(chunk, parameters, headers) for chunk in chunks), return_exceptions=True
-        )
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-        return concat_batches(results)  # type: ignore[arg-type]  # no exception left in the list
+        sent = (self._infer(chunk, parameters, headers) for chunk in chunked_request(config, inputs, named_inputs,
+                                                                                   chunk_size))
+        results = await asyncio.gather(*sent, return_exceptions=True)  # unasync: results = list(sent)
+        return concat_batches(first_error_raised(results))
 
-    # unasync: end
-    # unasync: sync-only
-    # def infer_batch_chunked(
-    #     self,
-    #     *inputs: np.ndarray,
-    #     chunk_size: int | None = None,
-    #     parameters: Mapping[str, Any] | None = None,
-    #     headers: Mapping[str, str] | None = None,
-    #     **named_inputs: np.ndarray,
-    # ) -> dict[str, np.ndarray]:
-    #     """Run a batch of any size: split along the batch axis, sent one chunk after another, joined in order.
-    #
-    #     The way to send more samples than the model's ``max_batch_size`` (Triton refuses such a
-    #     request) from the blocking client: one request at a time on this client's connection, so
-    #     it stays usable from one thread. :class:`~pytriton.client.futures.FuturesModelClient`
-    #     and :class:`~pytriton.client.asyncio_client.AsyncioModelClient` send the chunks concurrently.
-    #
-    #     Args:
-    #         *inputs: arrays in the order of the model's inputs, all with the same first axis.
-    #         chunk_size: samples per request; ``None`` for the model's ``max_batch_size``.
-    #         parameters: custom request parameters, sent with every chunk.
-    #         headers: extra HTTP headers or gRPC metadata, sent with every chunk.
-    #         **named_inputs: arrays by input name (not together with positional ones).
-    #
-    #     Returns:
-    #         The outputs of the whole batch, in the order of the inputs.
-    #
-    #     Raises:
-    #         PyTritonClientModelDoesntSupportBatchingError: the model does not batch.
-    #         PyTritonClientValueError: the inputs disagree on the batch size, or a wrong argument.
-    #         PyTritonClientError: the error of the first chunk that failed; no later chunk is sent.
-    #     """
-    #     pool_arg("chunk_size", chunk_size, 1)
-    #     config = self._initialized_config()
-    #     chunks = chunked_request(config, inputs, named_inputs, chunk_size)
-    #     return concat_batches([self._infer(chunk, parameters, headers) for chunk in chunks])
-    #
-    # unasync: end
     async def _infer(
         self,
         inputs: dict[str, np.ndarray],
@@ -454,4 +425,5 @@ class AsyncioModelClient(AsyncioModelClientBase, InferCalls[_Outputs]):
         look = None
         if self._model_config is not None and is_relayed(self._model_config):
             look = functools.partial(self._lookout.check_async, request_id, self._read_config)
-        return await self._core.infer(self._args.request(inputs, parameters, headers, request_id, sequence), look)
+        request = self._args.request(inputs, parameters, headers, request_id, sequence)
+        return await self._transport.infer(request, self._model_config, look)

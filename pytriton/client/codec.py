@@ -9,18 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Optional, TypeVar, Union
 
 import numpy as np
 from tritonclient.grpc import service_pb2
-from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor
+from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor, triton_to_np_dtype
 
 from pytriton.client._args import SEQUENCE_KEYS
 from pytriton.client._errors import batch_too_large
 from pytriton.client.core_request import CoreRequest
 from pytriton.client.exceptions import PyTritonClientModelDoesntSupportBatchingError, PyTritonClientValueError
 from pytriton.client.model_config import ClientModelConfig
-from pytriton.ipc.protocol import DEADLINE_PARAMETER
+from pytriton.client_contract import DEADLINE_PARAMETER
+
+if TYPE_CHECKING:
+    from pytriton.client.shm_regions import SharedTensors
+
+_T = TypeVar("_T")
 
 # Request parameters Triton keeps for itself (its own names, and any starting with the prefix).
 # Written here rather than imported: older tritonclient releases (those for Python 3.8) lack them.
@@ -206,6 +211,14 @@ def concat_batches(chunks: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.n
     return {name: np.concatenate([chunk[name] for chunk in chunks], axis=0) for name in chunks[0]}
 
 
+def first_error_raised(results: Sequence[Union[_T, BaseException]]) -> list[_T]:
+    """`results` of requests sent together, once none is an error; else the first error is raised."""
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return list(results)  # type: ignore[arg-type]  # no error left in it
+
+
 def wire_array(name: str, value: np.ndarray) -> tuple[np.ndarray, str]:
     """The array as it goes on the wire (unicode as object) and its Triton data type.
 
@@ -224,7 +237,9 @@ def wire_array(name: str, value: np.ndarray) -> tuple[np.ndarray, str]:
     return value, triton_dtype
 
 
-def to_infer_inputs(protocol: ModuleType, inputs: Mapping[str, np.ndarray]) -> list[Any]:
+def to_infer_inputs(
+    protocol: ModuleType, inputs: Mapping[str, np.ndarray], shared: Optional[SharedTensors] = None
+) -> list[Any]:
     """Build ``protocol.InferInput`` objects carrying the arrays in binary form.
 
     Object arrays go as BYTES, item by item with a length prefix, so bytes with trailing
@@ -233,6 +248,8 @@ def to_infer_inputs(protocol: ModuleType, inputs: Mapping[str, np.ndarray]) -> l
     Args:
         protocol: ``tritonclient.http`` or ``tritonclient.grpc`` (or an ``aio`` variant).
         inputs: input name to array.
+        shared: inputs already written into a shared-memory region: named by region and
+            offset there, not carried.
 
     Returns:
         The ``InferInput`` list for ``infer``.
@@ -241,9 +258,27 @@ def to_infer_inputs(protocol: ModuleType, inputs: Mapping[str, np.ndarray]) -> l
     for name, value in inputs.items():
         value, triton_dtype = wire_array(name, value)
         infer_input = protocol.InferInput(name, list(value.shape), triton_dtype)
-        infer_input.set_data_from_numpy(value)
+        slot = shared.input_slot(name) if shared is not None else None
+        if slot is None:
+            infer_input.set_data_from_numpy(value)
+        else:
+            infer_input.set_shared_memory(shared.region.name, slot.nbytes, slot.offset)  # type: ignore[union-attr]
         infer_inputs.append(infer_input)
     return infer_inputs
+
+
+def requested_outputs(protocol: ModuleType, shared: Optional[SharedTensors]) -> Optional[list[Any]]:
+    """The outputs to ask for: None (all, in the body) unless some go into a shared-memory region;
+    then every output of the model, each in its slot or in binary in the body."""
+    if shared is None or not shared.layout.outputs:
+        return None
+    outputs = []
+    for name, slot in shared.layout.outputs:
+        output = protocol.InferRequestedOutput(name)
+        if slot is not None:
+            output.set_shared_memory(shared.region.name, slot.nbytes, slot.offset)
+        outputs.append(output)
+    return outputs
 
 
 def to_stream_request(
@@ -314,9 +349,24 @@ def output_names(response: Any) -> list[str]:
     return [output.name for output in response.outputs]
 
 
-def from_infer_result(result: Any) -> dict[str, np.ndarray]:
-    """Every output of an ``InferResult`` as a numpy array (BYTES as object arrays of bytes)."""
-    return {name: result.as_numpy(name) for name in output_names(result.get_response())}
+def from_infer_result(result: Any, shared: Optional[SharedTensors] = None) -> dict[str, np.ndarray]:
+    """Every output of an ``InferResult`` as a numpy array (BYTES as object arrays of bytes);
+    those placed in a shared-memory region are copied out of it."""
+    response = result.get_response()
+    if shared is None:
+        return {name: result.as_numpy(name) for name in output_names(response)}
+    outputs = {}
+    for output in response["outputs"] if isinstance(response, Mapping) else response.outputs:
+        name, datatype, shape = (
+            (output["name"], output["datatype"], output["shape"]) if isinstance(output, Mapping)
+            else (output.name, output.datatype, output.shape)
+        )
+        slot = shared.output_slot(name)
+        if slot is None:
+            outputs[name] = result.as_numpy(name)
+        else:
+            outputs[name] = shared.region.read(slot, np.dtype(triton_to_np_dtype(datatype)), tuple(shape))
+    return outputs
 
 
 def request_timeout_us(timeout_s: float) -> int:
@@ -341,6 +391,7 @@ def infer_call(protocol: ModuleType, request: CoreRequest) -> tuple[tuple[Any, .
     parameters and ``timeout_s`` are the ones to send: the model name and inputs, and the keywords."""
     assert request.timeout_s is not None
     keywords = {
+        "outputs": requested_outputs(protocol, request.shared),
         "model_version": request.model_version,
         "request_id": request.request_id,
         "parameters": request.parameters,
@@ -348,4 +399,4 @@ def infer_call(protocol: ModuleType, request: CoreRequest) -> tuple[tuple[Any, .
         "timeout": request_timeout_us(request.timeout_s),
         **request.sequence,
     }
-    return (request.model_name, to_infer_inputs(protocol, request.inputs)), keywords
+    return (request.model_name, to_infer_inputs(protocol, request.inputs, request.shared)), keywords

@@ -1,97 +1,100 @@
-"""One small synchronous interface over ``tritonclient.http`` and ``tritonclient.grpc``.
+# Generated from pytriton/client/core_aio.py by build_backend/unasync.py: edit that file, not this one.
+"""The client step of a request: one small interface over ``tritonclient``, for both protocols.
 
-The client step of a request: every client flavour (``ModelClient``, the per-thread clients of
-``FuturesModelClient``) talks to the server only through a :class:`TritonCore`. The base class
-owns the error translation (each public method runs its protocol call inside
-:func:`~pytriton.client._errors.translate_errors`), so the two protocol classes only say how to
-make the calls, and a time limit can be put on every single call:
+Every model client talks to the server only through a core, :class:`TritonCore`. The
+asyncio core and the blocking one are written once: ``build_backend/unasync.py`` writes the
+blocking module from the asyncio one. A core makes each call through ``tritonclient``'s client
+of the URL's protocol, inside :func:`~pytriton.client._errors.translate_errors` (a plain context
+manager, so it wraps an awaited call as well), with the access token's headers, and bounds it by
+the call's own time limit:
 
-* gRPC takes a deadline per call (``client_timeout``);
-* ``tritonclient.http`` fixes its socket timeouts when the client is built, so a call that needs
-  a different bound runs on a short-lived client built with it.
+* a gRPC call carries the limit as its deadline (``client_timeout``), so the server drops the
+  call too;
+* an asyncio call is bounded by ``asyncio.wait_for`` as well;
+* the blocking ``tritonclient.http`` client fixes its socket timeouts when it is built, so a
+  blocking HTTP call that needs another bound runs on a short-lived client built with it.
 
-Decoupled models' streams are opened here too (:meth:`TritonCore.open_stream`) and read through
-``pytriton.client.core_stream``: over gRPC on this core's ``tritonclient`` client, over HTTP on
-a connection of their own (``tritonclient.http`` cannot stream).
+A request to a relayed model (`pytriton.client.lost`) is watched for a lost instance between
+slices of its wait: an asyncio one with `pytriton.client.lost.watched`, a blocking one on
+connections it can wait on in slices (`pytriton.client.watched`). Streams of decoupled models
+go through the core's stream opener, which reads them with the I/O of its side.
 
-A ``TritonCore`` is not thread safe (neither are ``tritonclient`` clients): one per thread.
+The ``tritonclient`` client is created on the first call: an asyncio one inside the running
+event loop, since ``aiohttp`` sessions and ``grpc.aio`` channels belong to the loop that creates
+them. An asyncio core serves many concurrent tasks of its loop (``aiohttp`` pools connections, a
+gRPC channel multiplexes calls); a blocking core is not thread safe (neither are
+``tritonclient``'s blocking clients): one per thread.
 """
 
 from __future__ import annotations
 
-import abc
 import contextlib
 import dataclasses
-import logging
 import time
-from collections.abc import Iterator, Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Iterator
+from typing import Any, Dict, Mapping, TypeVar
 
 import numpy as np
 import tritonclient.grpc
 import tritonclient.http
 
 from pytriton.access_token import auth_headers
+from pytriton.client import _errors as errors
 from pytriton.client._args import ModelLoad, with_auth
-from pytriton.client._errors import (
-    CONFIG_ACTION,
-    INFER_ACTION,
-    LOAD_ACTION,
-    READY_ACTION,
-    UNLOAD_ACTION,
-    translate_errors,
-)
 from pytriton.client.codec import from_infer_result, infer_call, with_deadline
 from pytriton.client.core_request import CoreRequest
-from pytriton.client.core_stream import GrpcResponseStream, HttpResponseStream, ResponseStream
-from pytriton.client.generate import stream_post
+from pytriton.client.core_stream import ResponseStream, StreamOpener
 from pytriton.client.model_config import ClientModelConfig, parse_model_config
 from pytriton.client.readiness import presence_from_error, ready_names
 from pytriton.client.url import TritonUrl
 from pytriton.client.watched import WatchedHttp, grpc_infer_watched
 
-_LOGGER = logging.getLogger(__name__)
+_T = TypeVar("_T")
+# The keywords of an HTTP client's time limits: one for aiohttp's session, two for geventhttpclient.
+_HTTP_TIMEOUTS = ("connection_timeout", "network_timeout")
+_Look = Callable[[], None]
+# A call of the tritonclient client: it gets the client and the call's deadline keywords.
+_Call = Callable[[Any, Dict[str, Any]], _T]
 
-class TritonCore(abc.ABC):
-    """Readiness, model configuration and inference for one server, errors already translated.
 
-    Every method takes ``timeout_s``, the longest the call may take; on expiry it raises
-    :class:`~pytriton.client.exceptions.PyTritonClientTimeoutError`.
+class TritonCore:
+    """Readiness, model configuration, model control, shared memory and inference for one server,
+    awaited, errors translated.
+
+    Every method takes ``timeout_s``, the longest the call may take (None: the core's default);
+    on expiry it raises :class:`~pytriton.client.exceptions.PyTritonClientTimeoutError`.
     """
 
     def __init__(self, url: TritonUrl, default_timeout_s: float, access_token: str | None = None) -> None:
-        """Prepare a core; no connection is made until the first call.
+        """Prepare a core; nothing is created before the first call.
 
         Args:
-            url: the server's address.
+            url: the server's address; its scheme picks the protocol.
             default_timeout_s: the time limit of calls that give none (the inference timeout).
             access_token: sent with every call, for servers that restrict their APIs.
         """
         self.url = url
         self.default_timeout_s = default_timeout_s
         self._auth = auth_headers(url.scheme, access_token)
-
-    def _headers(self, headers: Mapping[str, str] | None = None) -> dict[str, str] | None:
-        """The headers of one call: the user's plus the token's, in a fresh dict."""
-        return with_auth(self._auth, headers)
+        self._grpc = url.scheme == "grpc"
+        self._client: Any = None
+        self._streams = StreamOpener(url, self._auth, self._connection)
+        self._watched: WatchedHttp | None = None
 
     def is_server_live(self, timeout_s: float | None = None) -> bool:
         """Whether the server process answers its liveness endpoint."""
-        timeout_s = self._timeout(timeout_s)
-        with translate_errors(READY_ACTION, str(self.url), timeout_s):
-            return bool(self._is_server_live(timeout_s))
+        return bool(self._call(errors.READY_ACTION, timeout_s, lambda client, deadline: client.is_server_live(
+            headers=self._headers(), **deadline)))
 
     def is_server_ready(self, timeout_s: float | None = None) -> bool:
         """Whether the server accepts inference (with Triton's strict readiness: all models ready)."""
-        timeout_s = self._timeout(timeout_s)
-        with translate_errors(READY_ACTION, str(self.url), timeout_s):
-            return bool(self._is_server_ready(timeout_s))
+        return bool(self._call(errors.READY_ACTION, timeout_s, lambda client, deadline: client.is_server_ready(
+            headers=self._headers(), **deadline)))
 
     def is_model_ready(self, model_name: str, model_version: str = "", timeout_s: float | None = None) -> bool:
         """Whether the model (and version, ``""`` for the server's choice) is loaded and ready."""
-        timeout_s = self._timeout(timeout_s)
-        with translate_errors(READY_ACTION, str(self.url), timeout_s):
-            return bool(self._is_model_ready(model_name, model_version, timeout_s))
+        return bool(self._call(errors.READY_ACTION, timeout_s, lambda client, deadline: client.is_model_ready(
+            model_name, model_version, headers=self._headers(), **deadline)))
 
     def model_presence(self, model_name: str, timeout_s: float | None = None) -> bool | None:
         """Whether the server knows the model at all (see :func:`presence_from_error`).
@@ -101,7 +104,8 @@ class TritonCore(abc.ABC):
         restricted and the client has no token).
         """
         try:
-            self._get_model_metadata(model_name, self._timeout(timeout_s))
+            self._bounded(self._timeout(timeout_s), lambda client, deadline: client.get_model_metadata(
+                model_name, headers=self._headers(), **deadline))
         except Exception as exc:  # noqa: BLE001 - any failure is read for what it says, else "unknown"
             return presence_from_error(exc)
         return True
@@ -109,8 +113,10 @@ class TritonCore(abc.ABC):
     def served_models(self, timeout_s: float | None = None) -> list[str] | None:
         """The names of the models the server has ready (None when it does not say, e.g. the
         repository API is restricted and the client has no token)."""
+        extra = {"as_json": True} if self._grpc else {}
         try:
-            index = self._repository_index(self._timeout(timeout_s))
+            index = self._bounded(self._timeout(timeout_s), lambda client, deadline: (
+                client.get_model_repository_index(headers=self._headers(), **extra, **deadline)))
         except Exception:  # noqa: BLE001 - only a hint for an error message
             return None
         return ready_names(index)
@@ -119,9 +125,9 @@ class TritonCore(abc.ABC):
         self, model_name: str, model_version: str = "", timeout_s: float | None = None
     ) -> ClientModelConfig:
         """The model's configuration as the server has it."""
-        timeout_s = self._timeout(timeout_s)
-        with translate_errors(CONFIG_ACTION, str(self.url), timeout_s):
-            raw = self._get_model_config(model_name, model_version, timeout_s)
+        extra = {"as_json": True} if self._grpc else {}
+        raw = self._call(errors.CONFIG_ACTION, timeout_s, lambda client, deadline: client.get_model_config(
+            model_name, model_version, headers=self._headers(), **extra, **deadline))
         return parse_model_config(raw)
 
     def load_model(self, model_name: str, load: ModelLoad, timeout_s: float | None = None) -> None:
@@ -133,17 +139,32 @@ class TritonCore(abc.ABC):
                 model folder to load from instead (`pytriton.client._args.load_args`).
             timeout_s: the longest to wait for the load.
         """
-        timeout_s = self._timeout(timeout_s)
-        with translate_errors(LOAD_ACTION, str(self.url), timeout_s):
-            self._load_model(model_name, load, timeout_s)
+        self._call(errors.LOAD_ACTION, timeout_s, lambda client, deadline: client.load_model(
+            model_name, headers=self._headers(), config=load.config, files=load.files, **deadline))
 
     def unload_model(self, model_name: str, timeout_s: float | None = None) -> None:
         """Ask the server to unload a model (Triton finishes the unloading in the background)."""
-        timeout_s = self._timeout(timeout_s)
-        with translate_errors(UNLOAD_ACTION, str(self.url), timeout_s):
-            self._unload_model(model_name, timeout_s)
+        self._call(errors.UNLOAD_ACTION, timeout_s, lambda client, deadline: client.unload_model(
+            model_name, headers=self._headers(), **deadline))
 
-    def infer(self, request: CoreRequest, look: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
+    def register_region(self, name: str, key: str, byte_size: int, timeout_s: float | None = None) -> None:
+        """Register a system shared-memory region (the shared-memory API: restricted by pytriton's servers).
+
+        Args:
+            name: the region's name in the server, which requests name it by.
+            key: the segment's key (``/`` and its /dev/shm name), which the server opens.
+            byte_size: the segment's size.
+            timeout_s: the longest the call may take.
+        """
+        self._call(errors.SHM_ACTION, timeout_s, lambda client, deadline: client.register_system_shared_memory(
+            name, key, byte_size, headers=self._headers(), **deadline))
+
+    def unregister_region(self, name: str, timeout_s: float | None = None) -> None:
+        """Unregister a system shared-memory region (an unknown name is no error)."""
+        self._call(errors.SHM_ACTION, timeout_s, lambda client, deadline: (
+            client.unregister_system_shared_memory(name, headers=self._headers(), **deadline)))
+
+    def infer(self, request: CoreRequest, look: _Look | None = None) -> dict[str, np.ndarray]:
         """Run one inference request.
 
         Args:
@@ -154,16 +175,20 @@ class TritonCore(abc.ABC):
         Returns:
             Output name to array; BYTES outputs are object arrays of ``bytes``.
         """
-        timeout_s = self._timeout(request.timeout_s)
-        with translate_errors(INFER_ACTION, str(self.url), timeout_s):
-            # tritonclient adds its own headers into the dict it is given: never hand it the user's.
-            sent = dataclasses.replace(
-                request,
-                parameters=with_deadline(request.parameters, timeout_s, time.time()),
-                headers=self._headers(request.headers),
-                timeout_s=timeout_s,
-            )
-            return from_infer_result(self._infer(sent) if look is None else self._infer_watched(sent, look))
+        protocol = tritonclient.grpc if self._grpc else tritonclient.http
+        limit_s = self._timeout(request.timeout_s)
+        # tritonclient adds its own headers into the dict it is given: never hand it the user's.
+        sent = dataclasses.replace(request, parameters=with_deadline(request.parameters, limit_s, time.time()),
+                                   headers=self._headers(request.headers), timeout_s=limit_s)
+
+        def call(client: Any, deadline: dict[str, Any]) -> dict[str, np.ndarray]:
+            args, keywords = infer_call(protocol, sent)
+            return from_infer_result(client.infer(*args, **keywords, **deadline), request.shared)
+
+        if look is None:
+            return self._call(errors.INFER_ACTION, limit_s, call)
+        with errors.translate_errors(errors.INFER_ACTION, str(self.url), limit_s):
+            return from_infer_result(self._infer_watched(sent, look), request.shared)
 
     def open_stream(self, request: CoreRequest, config: ClientModelConfig) -> ResponseStream:
         """Send one request to a decoupled model and return the stream of its responses.
@@ -177,189 +202,79 @@ class TritonCore(abc.ABC):
             PyTritonClientValueError: an input or parameter the protocol cannot carry.
             PyTritonClientError: the server refused the request (translated as for :meth:`infer`).
         """
-        return self._open_stream(dataclasses.replace(
+        return self._streams.open(dataclasses.replace(
             request,
             parameters=dict(request.parameters) if request.parameters else None,
-            headers=self._headers(request.headers),
             timeout_s=self._timeout(request.timeout_s),
         ), config)
 
-    @abc.abstractmethod
     def close(self) -> None:
-        """Release the connections; the core is unusable afterwards."""
+        """Close the connections (and a stream still open on them); the core is unusable afterwards."""
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+        self._streams.close()
+        if self._watched is not None:
+            self._watched.close()
 
     def _timeout(self, timeout_s: float | None) -> float:
         return self.default_timeout_s if timeout_s is None else timeout_s
 
-    @abc.abstractmethod
-    def _is_server_live(self, timeout_s: float) -> Any: ...
+    def _headers(self, headers: Mapping[str, str] | None = None) -> dict[str, str] | None:
+        """The headers of one call: the user's plus the token's, in a fresh dict."""
+        return with_auth(self._auth, headers)
 
-    @abc.abstractmethod
-    def _is_server_ready(self, timeout_s: float) -> Any: ...
+    def _connection(self) -> Any:
+        if self._client is None:
+            self._client = new_client(self.url, self.default_timeout_s)
+        return self._client
 
-    @abc.abstractmethod
-    def _is_model_ready(self, model_name: str, model_version: str, timeout_s: float) -> Any: ...
+    def _call(self, action: str, timeout_s: float | None, call: _Call[_T]) -> _T:
+        timeout_s = self._timeout(timeout_s)
+        with errors.translate_errors(action, str(self.url), timeout_s):
+            return self._bounded(timeout_s, call)
 
-    @abc.abstractmethod
-    def _get_model_config(self, model_name: str, model_version: str, timeout_s: float) -> Any: ...
-
-    @abc.abstractmethod
-    def _get_model_metadata(self, model_name: str, timeout_s: float) -> Any: ...
-
-    @abc.abstractmethod
-    def _repository_index(self, timeout_s: float) -> Any: ...
-
-    # Not abstract: a core that only serves requests (a test double) need not manage models.
-    def _load_model(self, model_name: str, load: ModelLoad, timeout_s: float) -> None:
-        raise NotImplementedError(f"{type(self).__name__} cannot load models")
-
-    def _unload_model(self, model_name: str, timeout_s: float) -> None:
-        raise NotImplementedError(f"{type(self).__name__} cannot unload models")
-
-    # The three below take a request whose headers, parameters and timeout are the ones to send.
-    @abc.abstractmethod
-    def _infer(self, request: CoreRequest) -> Any: ...
-
-    @abc.abstractmethod
-    def _infer_watched(self, request: CoreRequest, look: Callable[[], None]) -> Any: ...
-
-    @abc.abstractmethod
-    def _open_stream(self, request: CoreRequest, config: ClientModelConfig) -> ResponseStream: ...
-
-
-class HttpCore(TritonCore):
-    """:class:`TritonCore` over ``tritonclient.http``."""
-
-    def __init__(self, url: TritonUrl, default_timeout_s: float, access_token: str | None = None) -> None:
-        """See :class:`TritonCore`; the long-lived client uses ``default_timeout_s`` for its sockets."""
-        super().__init__(url, default_timeout_s, access_token)
-        self._client = self._new_client(default_timeout_s)
-        self._watched: WatchedHttp | None = None
-
-    def _new_client(self, timeout_s: float) -> tritonclient.http.InferenceServerClient:
-        return tritonclient.http.InferenceServerClient(
-            self.url.address, connection_timeout=timeout_s, network_timeout=timeout_s
-        )
+    def _bounded(self, timeout_s: float, call: _Call[_T]) -> _T:
+        """Make `call` within `timeout_s` (errors untranslated): see the module doc."""
+        deadline = {"client_timeout": timeout_s} if self._grpc else {}
+        with self._client_for(timeout_s) as client:
+            return call(client, deadline)
 
     @contextlib.contextmanager
-    def _client_for(self, timeout_s: float) -> Iterator[tritonclient.http.InferenceServerClient]:
-        if timeout_s == self.default_timeout_s:
-            yield self._client
+    def _client_for(self, timeout_s: float) -> Iterator[Any]:
+        """The client for a call of `timeout_s`: HTTP needs a short-lived one for another limit."""
+        if self._grpc or timeout_s == self.default_timeout_s:
+            yield self._connection()
             return
-        client = self._new_client(timeout_s)
+        client = new_client(self.url, timeout_s)
         try:
             yield client
         finally:
             client.close()
 
-    def _is_server_live(self, timeout_s: float) -> Any:
-        with self._client_for(timeout_s) as client:
-            return client.is_server_live(headers=self._headers())
-
-    def _is_server_ready(self, timeout_s: float) -> Any:
-        with self._client_for(timeout_s) as client:
-            return client.is_server_ready(headers=self._headers())
-
-    def _is_model_ready(self, model_name: str, model_version: str, timeout_s: float) -> Any:
-        with self._client_for(timeout_s) as client:
-            return client.is_model_ready(model_name, model_version, headers=self._headers())
-
-    def _get_model_config(self, model_name: str, model_version: str, timeout_s: float) -> Any:
-        with self._client_for(timeout_s) as client:
-            return client.get_model_config(model_name, model_version, headers=self._headers())
-
-    def _get_model_metadata(self, model_name: str, timeout_s: float) -> Any:
-        with self._client_for(timeout_s) as client:
-            return client.get_model_metadata(model_name, headers=self._headers())
-
-    def _repository_index(self, timeout_s: float) -> Any:
-        with self._client_for(timeout_s) as client:
-            return client.get_model_repository_index(headers=self._headers())
-
-    def _load_model(self, model_name: str, load: ModelLoad, timeout_s: float) -> None:
-        with self._client_for(timeout_s) as client:
-            client.load_model(model_name, headers=self._headers(), config=load.config, files=load.files)
-
-    def _unload_model(self, model_name: str, timeout_s: float) -> None:
-        with self._client_for(timeout_s) as client:
-            client.unload_model(model_name, headers=self._headers())
-
-    def _infer(self, request: CoreRequest) -> Any:
-        assert request.timeout_s is not None
-        args, keywords = infer_call(tritonclient.http, request)
-        with self._client_for(request.timeout_s) as client:
-            return client.infer(*args, **keywords)
-
     def _infer_watched(self, request: CoreRequest, look: Callable[[], None]) -> Any:
+        if self._grpc:
+            return grpc_infer_watched(self._connection(), request, look)
         if self._watched is None:
             self._watched = WatchedHttp(self.url)
         return self._watched.infer(request, look)
 
-    def _open_stream(self, request: CoreRequest, config: ClientModelConfig) -> ResponseStream:
-        assert request.timeout_s is not None
-        post = stream_post(request, config, str(self.url))
-        return HttpResponseStream(self.url, request.model_name, post, headers=request.headers,
-                                  timeout_s=request.timeout_s)
-
-    def close(self) -> None:
-        """Close the long-lived HTTP connection pool."""
-        self._client.close()
-        if self._watched is not None:
-            self._watched.close()
-
-
-class GrpcCore(TritonCore):
-    """:class:`TritonCore` over ``tritonclient.grpc``; every call carries its own deadline."""
-
-    def __init__(self, url: TritonUrl, default_timeout_s: float, access_token: str | None = None) -> None:
-        """See :class:`TritonCore`; the channel connects on the first call."""
-        super().__init__(url, default_timeout_s, access_token)
-        self._client = tritonclient.grpc.InferenceServerClient(self.url.address)
-
-    def _is_server_live(self, timeout_s: float) -> Any:
-        return self._client.is_server_live(headers=self._headers(), client_timeout=timeout_s)
-
-    def _is_server_ready(self, timeout_s: float) -> Any:
-        return self._client.is_server_ready(headers=self._headers(), client_timeout=timeout_s)
-
-    def _is_model_ready(self, model_name: str, model_version: str, timeout_s: float) -> Any:
-        return self._client.is_model_ready(model_name, model_version, headers=self._headers(), client_timeout=timeout_s)
-
-    def _get_model_config(self, model_name: str, model_version: str, timeout_s: float) -> Any:
-        return self._client.get_model_config(
-            model_name, model_version, headers=self._headers(), as_json=True, client_timeout=timeout_s
-        )
-
-    def _get_model_metadata(self, model_name: str, timeout_s: float) -> Any:
-        return self._client.get_model_metadata(model_name, headers=self._headers(), client_timeout=timeout_s)
-
-    def _repository_index(self, timeout_s: float) -> Any:
-        return self._client.get_model_repository_index(headers=self._headers(), as_json=True,
-                                                       client_timeout=timeout_s)
-
-    def _load_model(self, model_name: str, load: ModelLoad, timeout_s: float) -> None:
-        self._client.load_model(model_name, headers=self._headers(), config=load.config, files=load.files,
-                                client_timeout=timeout_s)
-
-    def _unload_model(self, model_name: str, timeout_s: float) -> None:
-        self._client.unload_model(model_name, headers=self._headers(), client_timeout=timeout_s)
-
-    def _infer(self, request: CoreRequest) -> Any:
-        args, keywords = infer_call(tritonclient.grpc, request)
-        return self._client.infer(*args, client_timeout=request.timeout_s, **keywords)
-
-    def _infer_watched(self, request: CoreRequest, look: Callable[[], None]) -> Any:
-        return grpc_infer_watched(self._client, request, look)
-
-    def _open_stream(self, request: CoreRequest, config: ClientModelConfig) -> ResponseStream:
-        return GrpcResponseStream(self._client, self.url, request)
-
-    def close(self) -> None:
-        """Close the gRPC channel (and a stream still open on it)."""
-        self._client.close()
-
 
 def create_core(url: TritonUrl, default_timeout_s: float, access_token: str | None = None) -> TritonCore:
-    """The core for the URL's protocol."""
-    core_class = GrpcCore if url.scheme == "grpc" else HttpCore
-    return core_class(url, default_timeout_s, access_token)
+    """The core for `url` (one class serves both protocols)."""
+    return TritonCore(url, default_timeout_s, access_token)
+
+
+def new_client(url: TritonUrl, timeout_s: float) -> Any:
+    """A ``tritonclient`` client for ``url`` (its scheme picks the module); an asyncio one is created inside its loop.
+
+    Args:
+        url: the server's address.
+        timeout_s: an HTTP client's connection and network timeouts; a gRPC client takes its
+            limits per call.
+    """
+    if url.scheme == "grpc":
+        return tritonclient.grpc.InferenceServerClient(url.address)
+    return tritonclient.http.InferenceServerClient(url.address, **dict.fromkeys(_HTTP_TIMEOUTS, timeout_s))
+
+

@@ -1,27 +1,37 @@
-"""The asyncio twin of :mod:`pytriton.client.core`, over ``tritonclient.http.aio`` and ``tritonclient.grpc.aio``.
+"""The client step of a request: one small interface over ``tritonclient``, for both protocols.
 
-The client step of a request for :class:`~pytriton.client.asyncio_client.AsyncioModelClient`.
-Everything but the I/O is shared with the blocking core: the headers carrying the access token
-(``pytriton.client._args``), the codec, the parsing of the model configuration, the error
-translation (``translate_errors`` is a plain context manager, so it wraps ``await`` as well),
-and the readiness wait (``pytriton.client.waits_aio``, from which the blocking one is
-generated). Its ``infer`` watches a relayed request for a lost instance as the blocking core's
-does (``pytriton.client.lost``). Both ``aio`` clients bound a call the same way:
-``asyncio.wait_for`` with the call's own limit, so one protocol cannot drift from the other.
+Every model client talks to the server only through a core, :class:`AsyncTritonCore`. The
+asyncio core and the blocking one are written once: ``build_backend/unasync.py`` writes the
+blocking module from the asyncio one. A core makes each call through ``tritonclient``'s client
+of the URL's protocol, inside :func:`~pytriton.client._errors.translate_errors` (a plain context
+manager, so it wraps an awaited call as well), with the access token's headers, and bounds it by
+the call's own time limit:
 
-The ``tritonclient`` client is created on the first call, inside the running event loop:
-``aiohttp`` sessions and ``grpc.aio`` channels belong to the loop that creates them. Streams of
-decoupled models go through an :class:`~pytriton.client.core_stream_aio.AsyncStreamOpener`,
-which keeps its own channel or session for them.
+* a gRPC call carries the limit as its deadline (``client_timeout``), so the server drops the
+  call too;
+* an asyncio call is bounded by ``asyncio.wait_for`` as well;
+* the blocking ``tritonclient.http`` client fixes its socket timeouts when it is built, so a
+  blocking HTTP call that needs another bound runs on a short-lived client built with it.
+
+A request to a relayed model (`pytriton.client.lost`) is watched for a lost instance between
+slices of its wait: an asyncio one with `pytriton.client.lost.watched`, a blocking one on
+connections it can wait on in slices (`pytriton.client.watched`). Streams of decoupled models
+go through the core's stream opener, which reads them with the I/O of its side.
+
+The ``tritonclient`` client is created on the first call: an asyncio one inside the running
+event loop, since ``aiohttp`` sessions and ``grpc.aio`` channels belong to the loop that creates
+them. An asyncio core serves many concurrent tasks of its loop (``aiohttp`` pools connections, a
+gRPC channel multiplexes calls); a blocking core is not thread safe (neither are
+``tritonclient``'s blocking clients): one per thread.
 """
 
 from __future__ import annotations
 
-import asyncio
+import asyncio  # unasync: import contextlib
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable  # unasync: from collections.abc import Callable, Iterator
+from typing import Any, Dict, Mapping, TypeVar
 
 import numpy as np
 import tritonclient.grpc
@@ -40,21 +50,30 @@ from pytriton.client.model_config import ClientModelConfig, parse_model_config
 from pytriton.client.readiness import presence_from_error, ready_names
 from pytriton.client.url import TritonUrl, parse_url
 
+# unasync: sync-only
+# from pytriton.client.watched import WatchedHttp, grpc_infer_watched
+# unasync: end
 _T = TypeVar("_T")
+# The keywords of an HTTP client's time limits: one for aiohttp's session, two for geventhttpclient.
+_HTTP_TIMEOUTS = ("conn_timeout",)  # unasync: _HTTP_TIMEOUTS = ("connection_timeout", "network_timeout")
+_Look = Callable[[], Awaitable[None]]  # unasync: _Look = Callable[[], None]
+# A call of the tritonclient client: it gets the client and the call's deadline keywords.
+_Call = Callable[[Any, Dict[str, Any]], Awaitable[_T]]  # unasync: _Call = Callable[[Any, Dict[str, Any]], _T]
 
 
 class AsyncTritonCore:
-    """Readiness, model configuration and inference for one server, awaited, errors translated.
+    """Readiness, model configuration, model control, shared memory and inference for one server,
+    awaited, errors translated.
 
-    Unlike the blocking core, one instance may serve many concurrent tasks of its event loop
-    (``aiohttp`` pools connections, a gRPC channel multiplexes calls).
+    Every method takes ``timeout_s``, the longest the call may take (None: the core's default);
+    on expiry it raises :class:`~pytriton.client.exceptions.PyTritonClientTimeoutError`.
     """
 
     def __init__(self, url: TritonUrl, default_timeout_s: float, access_token: str | None = None) -> None:
         """Prepare a core; nothing is created before the first call.
 
         Args:
-            url: the server's address; its scheme picks ``tritonclient.http.aio`` or ``tritonclient.grpc.aio``.
+            url: the server's address; its scheme picks the protocol.
             default_timeout_s: the time limit of calls that give none (the inference timeout).
             access_token: sent with every call, for servers that restrict their APIs.
         """
@@ -63,50 +82,47 @@ class AsyncTritonCore:
         self._auth = auth_headers(url.scheme, access_token)
         self._grpc = url.scheme == "grpc"
         self._client: Any = None
-        self._streams = AsyncStreamOpener(url, self._auth)
+        self._streams = AsyncStreamOpener(url, self._auth, self._connection)
+        # unasync: sync-only
+        # self._watched: WatchedHttp | None = None
+        # unasync: end
 
     async def is_server_live(self, timeout_s: float | None = None) -> bool:
         """Whether the server process answers its liveness endpoint."""
-        live = await self._call(errors.READY_ACTION, timeout_s, lambda client: client.is_server_live(**self._kw()))
-        return bool(live)
-
-    async def load_model(self, model_name: str, load: ModelLoad, timeout_s: float | None = None) -> None:
-        """See :meth:`pytriton.client.core.TritonCore.load_model`."""
-        await self._call(errors.LOAD_ACTION, timeout_s, lambda client: client.load_model(
-            model_name, config=load.config, files=load.files, **self._kw()))
-
-    async def unload_model(self, model_name: str, timeout_s: float | None = None) -> None:
-        """See :meth:`pytriton.client.core.TritonCore.unload_model`."""
-        await self._call(errors.UNLOAD_ACTION, timeout_s, lambda client: client.unload_model(model_name, **self._kw()))
+        return bool(await self._call(errors.READY_ACTION, timeout_s, lambda client, deadline: client.is_server_live(
+            headers=self._headers(), **deadline)))
 
     async def is_server_ready(self, timeout_s: float | None = None) -> bool:
-        """Whether the server accepts inference."""
-        ready = await self._call(errors.READY_ACTION, timeout_s, lambda client: client.is_server_ready(**self._kw()))
-        return bool(ready)
+        """Whether the server accepts inference (with Triton's strict readiness: all models ready)."""
+        return bool(await self._call(errors.READY_ACTION, timeout_s, lambda client, deadline: client.is_server_ready(
+            headers=self._headers(), **deadline)))
 
     async def is_model_ready(self, model_name: str, model_version: str = "", timeout_s: float | None = None) -> bool:
         """Whether the model (and version, ``""`` for the server's choice) is loaded and ready."""
-        ready = await self._call(errors.READY_ACTION, timeout_s,
-                                 lambda client: client.is_model_ready(model_name, model_version, **self._kw()))
-        return bool(ready)
+        return bool(await self._call(errors.READY_ACTION, timeout_s, lambda client, deadline: client.is_model_ready(
+            model_name, model_version, headers=self._headers(), **deadline)))
 
     async def model_presence(self, model_name: str, timeout_s: float | None = None) -> bool | None:
-        """See :meth:`pytriton.client.core.TritonCore.model_presence`."""
-        timeout_s = self.default_timeout_s if timeout_s is None else timeout_s
+        """Whether the server knows the model at all (see :func:`presence_from_error`).
+
+        True: it has the model, loaded or not (in its repository, loading, or ready); False: it
+        has no model of that name; None: it did not say (unreachable, or the metadata API is
+        restricted and the client has no token).
+        """
         try:
-            await asyncio.wait_for(self._connection().get_model_metadata(model_name, **self._kw()), timeout_s)
+            await self._bounded(self._timeout(timeout_s), lambda client, deadline: client.get_model_metadata(
+                model_name, headers=self._headers(), **deadline))
         except Exception as exc:  # noqa: BLE001 - any failure is read for what it says, else "unknown"
             return presence_from_error(exc)
         return True
 
     async def served_models(self, timeout_s: float | None = None) -> list[str] | None:
-        """See :meth:`pytriton.client.core.TritonCore.served_models`."""
-        timeout_s = self.default_timeout_s if timeout_s is None else timeout_s
+        """The names of the models the server has ready (None when it does not say, e.g. the
+        repository API is restricted and the client has no token)."""
         extra = {"as_json": True} if self._grpc else {}
         try:
-            index = await asyncio.wait_for(
-                self._connection().get_model_repository_index(**self._kw(), **extra), timeout_s
-            )
+            index = await self._bounded(self._timeout(timeout_s), lambda client, deadline: (
+                client.get_model_repository_index(headers=self._headers(), **extra, **deadline)))
         except Exception:  # noqa: BLE001 - only a hint for an error message
             return None
         return ready_names(index)
@@ -116,68 +132,173 @@ class AsyncTritonCore:
     ) -> ClientModelConfig:
         """The model's configuration as the server has it."""
         extra = {"as_json": True} if self._grpc else {}
-        raw = await self._call(
-            errors.CONFIG_ACTION,
-            timeout_s,
-            lambda client: client.get_model_config(model_name, model_version, **self._kw(), **extra),
-        )
+        raw = await self._call(errors.CONFIG_ACTION, timeout_s, lambda client, deadline: client.get_model_config(
+            model_name, model_version, headers=self._headers(), **extra, **deadline))
         return parse_model_config(raw)
 
-    async def infer(
-        self, request: CoreRequest, look: Callable[[], Awaitable[None]] | None = None
-    ) -> dict[str, np.ndarray]:
-        """Run one inference request; see :meth:`pytriton.client.core.TritonCore.infer`.
+    async def load_model(self, model_name: str, load: ModelLoad, timeout_s: float | None = None) -> None:
+        """Ask the server to load (or reload) a model; returns once the server has done it.
 
-        `look` (for a relayed model) is awaited between slices of the wait (`pytriton.client.lost.watched`).
+        Args:
+            model_name: the model to load from the server's model repository.
+            load: a configuration (JSON) to use instead of the repository's, and the files of a
+                model folder to load from instead (`pytriton.client._args.load_args`).
+            timeout_s: the longest to wait for the load.
+        """
+        await self._call(errors.LOAD_ACTION, timeout_s, lambda client, deadline: client.load_model(
+            model_name, headers=self._headers(), config=load.config, files=load.files, **deadline))
+
+    async def unload_model(self, model_name: str, timeout_s: float | None = None) -> None:
+        """Ask the server to unload a model (Triton finishes the unloading in the background)."""
+        await self._call(errors.UNLOAD_ACTION, timeout_s, lambda client, deadline: client.unload_model(
+            model_name, headers=self._headers(), **deadline))
+
+    async def register_region(self, name: str, key: str, byte_size: int, timeout_s: float | None = None) -> None:
+        """Register a system shared-memory region (the shared-memory API: restricted by pytriton's servers).
+
+        Args:
+            name: the region's name in the server, which requests name it by.
+            key: the segment's key (``/`` and its /dev/shm name), which the server opens.
+            byte_size: the segment's size.
+            timeout_s: the longest the call may take.
+        """
+        await self._call(errors.SHM_ACTION, timeout_s, lambda client, deadline: client.register_system_shared_memory(
+            name, key, byte_size, headers=self._headers(), **deadline))
+
+    async def unregister_region(self, name: str, timeout_s: float | None = None) -> None:
+        """Unregister a system shared-memory region (an unknown name is no error)."""
+        await self._call(errors.SHM_ACTION, timeout_s, lambda client, deadline: (
+            client.unregister_system_shared_memory(name, headers=self._headers(), **deadline)))
+
+    async def infer(self, request: CoreRequest, look: _Look | None = None) -> dict[str, np.ndarray]:
+        """Run one inference request.
+
+        Args:
+            request: the model, inputs and options.
+            look: for a relayed model, called between slices of the wait; it raises to end the
+                request (`pytriton.client.lost`).
+
+        Returns:
+            Output name to array; BYTES outputs are object arrays of ``bytes``.
         """
         protocol = tritonclient.grpc if self._grpc else tritonclient.http
-        limit_s = self.default_timeout_s if request.timeout_s is None else request.timeout_s
+        limit_s = self._timeout(request.timeout_s)
+        # tritonclient adds its own headers into the dict it is given: never hand it the user's.
+        sent = dataclasses.replace(request, parameters=with_deadline(request.parameters, limit_s, time.time()),
+                                   headers=self._headers(request.headers), timeout_s=limit_s)
 
-        async def call(client: Any) -> dict[str, np.ndarray]:
-            sent = dataclasses.replace(request, parameters=with_deadline(request.parameters, limit_s, time.time()),
-                                       headers=with_auth(self._auth, request.headers), timeout_s=limit_s)
+        async def call(client: Any, deadline: dict[str, Any]) -> dict[str, np.ndarray]:
             args, keywords = infer_call(protocol, sent)
-            return from_infer_result(await client.infer(*args, **keywords))
+            return from_infer_result(await client.infer(*args, **keywords, **deadline), request.shared)
 
         if look is None:
             return await self._call(errors.INFER_ACTION, limit_s, call)
+        # unasync: async-only
         return await watched(self._call(errors.INFER_ACTION, limit_s, call), look, limit_s)
+        # unasync: end
+        # unasync: sync-only
+        # with errors.translate_errors(errors.INFER_ACTION, str(self.url), limit_s):
+        #     return from_infer_result(self._infer_watched(sent, look), request.shared)
+        # unasync: end
 
     async def open_stream(self, request: CoreRequest, config: ClientModelConfig) -> AsyncResponseStream:
-        """Send one request to a decoupled model; see :meth:`pytriton.client.core.TritonCore.open_stream`."""
+        """Send one request to a decoupled model and return the stream of its responses.
+
+        Args:
+            request: the model, inputs and options (its ``timeout_s``: the longest to wait for
+                the request to be taken); a sequence travels in its parameters.
+            config: the model's configuration (HTTP needs its dtypes and dims).
+
+        Raises:
+            PyTritonClientValueError: an input or parameter the protocol cannot carry.
+            PyTritonClientError: the server refused the request (translated as for :meth:`infer`).
+        """
         return await self._streams.open(dataclasses.replace(
             request,
             parameters=dict(request.parameters) if request.parameters else None,
-            timeout_s=self.default_timeout_s if request.timeout_s is None else request.timeout_s,
+            timeout_s=self._timeout(request.timeout_s),
         ), config)
 
     async def close(self) -> None:
-        """Close the sessions or channels; the core is unusable afterwards."""
+        """Close the connections (and a stream still open on them); the core is unusable afterwards."""
         client, self._client = self._client, None
         if client is not None:
             await client.close()
         await self._streams.close()
+        # unasync: sync-only
+        # if self._watched is not None:
+        #     self._watched.close()
+        # unasync: end
 
-    def _kw(self) -> dict[str, Any]:
-        return {"headers": with_auth(self._auth, None)}
+    def _timeout(self, timeout_s: float | None) -> float:
+        return self.default_timeout_s if timeout_s is None else timeout_s
+
+    def _headers(self, headers: Mapping[str, str] | None = None) -> dict[str, str] | None:
+        """The headers of one call: the user's plus the token's, in a fresh dict."""
+        return with_auth(self._auth, headers)
 
     def _connection(self) -> Any:
         if self._client is None:
-            # The session's own limit only backs up asyncio.wait_for, which bounds each call.
             self._client = new_aio_client(self.url, self.default_timeout_s)
         return self._client
 
-    async def _call(self, action: str, timeout_s: float | None, call: Callable[[Any], Awaitable[_T]]) -> _T:
-        timeout_s = self.default_timeout_s if timeout_s is None else timeout_s
+    async def _call(self, action: str, timeout_s: float | None, call: _Call[_T]) -> _T:
+        timeout_s = self._timeout(timeout_s)
         with errors.translate_errors(action, str(self.url), timeout_s):
-            return await asyncio.wait_for(call(self._connection()), timeout_s)
+            return await self._bounded(timeout_s, call)
+
+    async def _bounded(self, timeout_s: float, call: _Call[_T]) -> _T:
+        """Make `call` within `timeout_s` (errors untranslated): see the module doc."""
+        deadline = {"client_timeout": timeout_s} if self._grpc else {}
+        # unasync: async-only
+        return await asyncio.wait_for(call(self._connection(), deadline), timeout_s)
+        # unasync: end
+        # unasync: sync-only
+        # with self._client_for(timeout_s) as client:
+        #     return call(client, deadline)
+        # unasync: end
+
+    # unasync: sync-only
+    # @contextlib.contextmanager
+    # def _client_for(self, timeout_s: float) -> Iterator[Any]:
+    #     """The client for a call of `timeout_s`: HTTP needs a short-lived one for another limit."""
+    #     if self._grpc or timeout_s == self.default_timeout_s:
+    #         yield self._connection()
+    #         return
+    #     client = new_client(self.url, timeout_s)
+    #     try:
+    #         yield client
+    #     finally:
+    #         client.close()
+    #
+    # def _infer_watched(self, request: CoreRequest, look: Callable[[], None]) -> Any:
+    #     if self._grpc:
+    #         return grpc_infer_watched(self._connection(), request, look)
+    #     if self._watched is None:
+    #         self._watched = WatchedHttp(self.url)
+    #     return self._watched.infer(request, look)
+    # unasync: end
 
 
 def create_async_core(url: TritonUrl, default_timeout_s: float, access_token: str | None = None) -> AsyncTritonCore:
-    """The asyncio core for `url` (one class serves both protocols); named as the blocking `create_core`."""
+    """The core for `url` (one class serves both protocols)."""
     return AsyncTritonCore(url, default_timeout_s, access_token)
 
 
+def new_aio_client(url: TritonUrl, timeout_s: float) -> Any:
+    """A ``tritonclient`` client for ``url`` (its scheme picks the module); an asyncio one is created inside its loop.
+
+    Args:
+        url: the server's address.
+        timeout_s: an HTTP client's connection and network timeouts; a gRPC client takes its
+            limits per call.
+    """
+    if url.scheme == "grpc":
+        return tritonclient.grpc.aio.InferenceServerClient(url.address)
+    return tritonclient.http.aio.InferenceServerClient(url.address, **dict.fromkeys(_HTTP_TIMEOUTS, timeout_s))
+
+
+# unasync: async-only
 def create_aio_client_from_url(url: str, network_timeout_s: float) -> Any:
     """`pytriton.client.utils.create_client_from_url` for asyncio code: a ``tritonclient`` ``aio``
     client for ``url``; create it inside the event loop that uses it.
@@ -186,16 +307,4 @@ def create_aio_client_from_url(url: str, network_timeout_s: float) -> Any:
         PyTritonClientInvalidUrlError: ``url`` is not understood.
     """
     return new_aio_client(parse_url(url), network_timeout_s)
-
-
-def new_aio_client(url: TritonUrl, timeout_s: float) -> Any:
-    """A ``tritonclient.http.aio`` or ``tritonclient.grpc.aio`` client for ``url``; create it inside the event loop.
-
-    Args:
-        url: the server's address; its scheme picks the module.
-        timeout_s: the HTTP session's connection and request limit (``conn_timeout``); a gRPC
-            ``aio`` client takes its limits per call.
-    """
-    if url.scheme == "grpc":
-        return tritonclient.grpc.aio.InferenceServerClient(url.address)
-    return tritonclient.http.aio.InferenceServerClient(url.address, conn_timeout=timeout_s)
+# unasync: end

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pytriton.client.shm_regions import SharedTensors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +31,8 @@ class CoreRequest:
             taken); None for the core's default.
         request_id: the request's id, echoed by the server in its messages.
         sequence: tritonclient's sequence keywords (`pytriton.client._args.sequence_args`).
+        shared: the tensors placed in a shared-memory region (`pytriton.client.shm`): these go
+            by region and offset, the others in the body; None for all in the body.
     """
 
     model_name: str
@@ -38,3 +43,4 @@ class CoreRequest:
     timeout_s: float | None = None
     request_id: str = ""
     sequence: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    shared: Optional[SharedTensors] = None

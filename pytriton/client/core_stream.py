@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import http.client
 import json
 import logging
@@ -34,7 +35,7 @@ import numpy as np
 import tritonclient.grpc
 from tritonclient.utils import InferenceServerException
 
-from pytriton.client._args import SEQUENCE_KEYS
+from pytriton.client._args import SEQUENCE_KEYS, with_auth
 from pytriton.client._errors import (
     INFER_ACTION,
     STREAM_ACTION,
@@ -46,8 +47,9 @@ from pytriton.client._errors import (
 )
 from pytriton.client.codec import from_infer_result, is_final_response, to_infer_inputs
 from pytriton.client.core_request import CoreRequest
-from pytriton.client.generate import StreamPost
+from pytriton.client.generate import StreamPost, stream_post
 from pytriton.client.lost import wait_slices
+from pytriton.client.model_config import ClientModelConfig
 from pytriton.client.url import TritonUrl
 
 _LOGGER = logging.getLogger(__name__)
@@ -348,6 +350,36 @@ class HttpResponseStream(ResponseStream):
         if self._response is not None:
             self._response.close()
         self._connection.close()
+
+
+class StreamOpener:
+    """Opens streams to one server: over gRPC on the core's ``tritonclient`` client (which runs one
+    stream at a time), over HTTP on a connection of each stream's own (``tritonclient.http`` cannot stream)."""
+
+    def __init__(self, url: TritonUrl, auth: Mapping[str, str], connection: Callable[[], Any]) -> None:
+        """Prepare; nothing is opened before the first stream.
+
+        Args:
+            url: the server's address; its scheme picks the protocol.
+            auth: the headers (HTTP) or metadata (gRPC) carrying the access token.
+            connection: the core's ``tritonclient.grpc`` client (made on the first call).
+        """
+        self.url = url
+        self._auth = dict(auth)
+        self._connection = connection
+
+    def open(self, request: CoreRequest, config: ClientModelConfig) -> ResponseStream:
+        """Send one request and return the stream of its responses; see ``TritonCore.open_stream``."""
+        timeout_s = request.timeout_s
+        assert timeout_s is not None
+        request = dataclasses.replace(request, headers=with_auth(self._auth, request.headers))
+        if self.url.scheme == "grpc":
+            return GrpcResponseStream(self._connection(), self.url, request)
+        post = stream_post(request, config, str(self.url))
+        return HttpResponseStream(self.url, request.model_name, post, headers=request.headers, timeout_s=timeout_s)
+
+    def close(self) -> None:
+        """Nothing of its own to close: gRPC streams end with the core's client, HTTP ones with their connection."""
 
 
 class ChunkedDecoder:

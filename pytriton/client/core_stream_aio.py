@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -146,12 +146,15 @@ class AsyncHttpResponseStream(AsyncResponseStream):
 class AsyncStreamOpener:
     """Opens streams to one server, over a ``grpc.aio`` channel or an ``aiohttp`` session of its own."""
 
-    def __init__(self, url: TritonUrl, auth: Mapping[str, str]) -> None:
+    def __init__(self, url: TritonUrl, auth: Mapping[str, str], connection: Callable[[], Any]) -> None:
         """Prepare; nothing is created before the first stream.
 
         Args:
             url: the server's address; its scheme picks the protocol.
             auth: the headers (HTTP) or metadata (gRPC) carrying the access token.
+            connection: the core's ``tritonclient`` client, which the blocking opener streams on;
+                not used here (``tritonclient.grpc.aio`` cannot ask for the final response, so a
+                channel of this opener's own carries the streams).
         """
         self.url = url
         self._auth = dict(auth)

@@ -28,6 +28,7 @@ from pytriton.client.exceptions import (
 )
 from pytriton.client.infer_calls import InferCall, InferCalls
 from pytriton.client.model_config import ClientModelConfig
+from pytriton.client.shm_regions import ShmMode, shm_arg
 
 _T = TypeVar("_T")
 _Outputs = Dict[str, np.ndarray]
@@ -69,6 +70,7 @@ class FuturesModelClient(InferCalls["concurrent.futures.Future[_Outputs]"]):
         init_timeout_s: float | None = None,
         inference_timeout_s: float | None = None,
         access_token: str | None = None,
+        shared_memory: ShmMode = False,
     ) -> None:
         """Create the client; no thread or connection starts before the first request.
 
@@ -87,6 +89,8 @@ class FuturesModelClient(InferCalls["concurrent.futures.Future[_Outputs]"]):
             init_timeout_s: as for :class:`ModelClient` (default 300 s).
             inference_timeout_s: as for :class:`ModelClient` (default 60 s).
             access_token: as for :class:`ModelClient`.
+            shared_memory: as for :class:`ModelClient`; each worker has its own regions, and a
+                refusal found by one worker sends every worker's tensors through the socket.
 
         Raises:
             PyTritonClientInvalidUrlError: the URL is not understood.
@@ -95,6 +99,7 @@ class FuturesModelClient(InferCalls["concurrent.futures.Future[_Outputs]"]):
         # Checked here, so that a wrong argument fails in the caller, not in a worker thread.
         self._args = client_args(url, model_name, model_version, init_timeout_s=init_timeout_s,
                                  inference_timeout_s=inference_timeout_s, access_token=access_token)
+        self._shm_choice = shm_arg(shared_memory, self._args.url.hostname)
         pool_arg("max_workers", max_workers, 1)
         pool_arg("max_queue_size", max_queue_size, 0)
         workers = max_workers if max_workers is not None else _default_max_workers()
@@ -294,7 +299,9 @@ class FuturesModelClient(InferCalls["concurrent.futures.Future[_Outputs]"]):
                     access_token=self._args.access_token,
                     model_config=shared,
                     ensure_model_is_ready=shared is None,
+                    shared_memory=self._shm_choice.mode,
                 )
+                client._transport.choice = self._shm_choice  # one decision for every worker
                 self._clients.append(client)
             self._local.client = client
         return client

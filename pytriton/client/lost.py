@@ -2,12 +2,13 @@
 
 Triton 2.51 never answers a relayed request (to an async callable or a decoupled model) whose
 stub died; pytriton's server then names such requests in the model's configuration when it
-restarts the instance (`pytriton.ipc.lost`). A client that has waited `LOOK_AFTER_S` on a
-relayed request looks at that configuration every `LOOK_EVERY_S` (one look serves all of the
-client's requests) and, finding its request's id, ends the request with
-`PyTritonClientRequestLostError`. Requests to other models are answered by Triton itself after
-such a death and are never looked for. Every request of these clients carries an id unique to
-the client (`RequestIds`), so one client's notice never ends another's request.
+restarts the instance (`pytriton.ipc.lost`; the notices' format: `pytriton.client_contract`). A
+client that has waited `LOOK_AFTER_S` on a relayed request looks at that configuration every
+`LOOK_EVERY_S` (one look serves all of the client's requests) and, finding its request's id,
+ends the request with `PyTritonClientRequestLostError`. Requests to other models are answered by
+Triton itself after such a death and are never looked for. Every request of these clients
+carries an id unique to the client (`RequestIds`), so one client's notice never ends another's
+request.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from typing import Any, Callable, TypeVar
 
 from pytriton.client.exceptions import PyTritonClientError, PyTritonClientRequestLostError
 from pytriton.client.model_config import ClientModelConfig
-from pytriton.ipc.lost import lost_message, notices_of
-from pytriton.ipc.protocol import PARAM_RELAYED
+from pytriton.client_contract import PARAM_RELAYED, lost_message, notices_of
 
 _T = TypeVar("_T")
 

@@ -33,7 +33,7 @@ import tritonclient.http
 from pytriton.access_token import auth_headers
 from pytriton.client._args import DEFAULT_INIT_TIMEOUT_S, model_args, timeout_arg, token_arg, with_auth
 from pytriton.client._errors import translate_errors
-from pytriton.client.core import GrpcCore, HttpCore, TritonCore
+from pytriton.client.core import TritonCore
 from pytriton.client.exceptions import PyTritonClientValueError
 from pytriton.client.model_config import ClientModelConfig
 from pytriton.client.url import TritonUrl, parse_url
@@ -96,31 +96,20 @@ class _GivenClientUrl(TritonUrl):
         return f"<the server of the given tritonclient.{self.scheme} client>"
 
 
-class _AdoptedGrpcCore(GrpcCore):
-    """A :class:`GrpcCore` over the caller's client; every call still carries its own deadline."""
+class _AdoptedCore(TritonCore):
+    """A :class:`TritonCore` over the caller's client, which it never closes.
 
-    def __init__(self, client: tritonclient.grpc.InferenceServerClient, url: TritonUrl, default_timeout_s: float,
+    A gRPC call still carries its own deadline; an HTTP client's socket timeouts are the ones the
+    caller gave it, and bound every call (a call cannot get a shorter one).
+    """
+
+    def __init__(self, client: TritonSyncClient, url: TritonUrl, default_timeout_s: float,
                  access_token: str | None) -> None:  # fmt: skip
-        # TritonCore's set-up only: GrpcCore's would open a second channel next to the caller's.
-        TritonCore.__init__(self, url, default_timeout_s, access_token)
-        self._client = client
-
-    def close(self) -> None:
-        """Leave the caller's client open."""
-
-
-class _AdoptedHttpCore(HttpCore):
-    """An :class:`HttpCore` over the caller's client, whose socket timeouts bound every call."""
-
-    def __init__(self, client: tritonclient.http.InferenceServerClient, url: TritonUrl, default_timeout_s: float,
-                 access_token: str | None) -> None:  # fmt: skip
-        # TritonCore's set-up only: HttpCore's would open a second connection pool.
-        TritonCore.__init__(self, url, default_timeout_s, access_token)
+        super().__init__(url, default_timeout_s, access_token)
         self._client = client
 
     @contextlib.contextmanager
-    def _client_for(self, timeout_s: float) -> Iterator[tritonclient.http.InferenceServerClient]:
-        # The caller fixed this client's timeouts when building it; calls cannot get shorter ones.
+    def _client_for(self, timeout_s: float) -> Iterator[Any]:
         yield self._client
 
     def close(self) -> None:
@@ -132,9 +121,7 @@ def _adopt(client: Any, access_token: str | None) -> TritonCore:
     token = token_arg(access_token)
     scheme = _scheme_of(client)
     url, timeout_s = _MADE.get(client, (_GivenClientUrl(scheme, "", 0), _DEFAULT_NETWORK_TIMEOUT_S))
-    if scheme == "grpc":
-        return _AdoptedGrpcCore(client, url, timeout_s, token)
-    return _AdoptedHttpCore(client, url, timeout_s, token)
+    return _AdoptedCore(client, url, timeout_s, token)
 
 
 def _scheme_of(client: Any) -> str:

@@ -1,8 +1,8 @@
 """Carrying out the readiness waits of `pytriton.client.readiness` through a client core.
 
 `readiness_steps` and `server_steps` say what to ask next and when to give up, without I/O;
-`drive_async` asks it. This is the asyncio module: the blocking ``pytriton.client.waits`` is
-generated from it (``build_backend/unasync.py``), so the two drivers cannot differ.
+`drive_async` asks it. The asyncio driver and the blocking one are written once
+(``build_backend/unasync.py`` writes the blocking module from the asyncio one), so they cannot differ.
 """
 
 from __future__ import annotations

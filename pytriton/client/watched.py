@@ -22,7 +22,7 @@ import tritonclient.grpc
 import tritonclient.http
 from tritonclient.utils import InferenceServerException
 
-from pytriton.client.codec import infer_call, request_timeout_us, to_infer_inputs
+from pytriton.client.codec import infer_call, request_timeout_us, requested_outputs, to_infer_inputs
 from pytriton.client.core_request import CoreRequest
 from pytriton.client.generate import model_path
 from pytriton.client.lost import wait_slices
@@ -51,7 +51,8 @@ class WatchedHttp:
         assert request.timeout_s is not None
         timeout_s = request.timeout_s
         body, json_size = tritonclient.http.InferenceServerClient.generate_request_body(
-            to_infer_inputs(tritonclient.http, request.inputs),
+            to_infer_inputs(tritonclient.http, request.inputs, request.shared),
+            outputs=requested_outputs(tritonclient.http, request.shared),
             request_id=request.request_id,
             timeout=request_timeout_us(timeout_s),
             parameters=request.parameters,

@@ -12,10 +12,10 @@ from typing import Any, Callable, Dict, Hashable, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
+from pytriton.decorating.results import gather
 from pytriton.exceptions import PyTritonValidationError
-from pytriton.worker.arrays import host_array
 from pytriton.worker.context import current_context
-from pytriton.worker.results import gather
+from pytriton.worker.responses import host_array
 
 # Names of the published PyTriton API for the data the decorators pass around, for type hints
 # in users' own decorators.

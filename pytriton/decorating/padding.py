@@ -14,10 +14,10 @@ import numpy as np
 import wrapt
 
 from pytriton.decorating.common import _as_array, _batch_size, _reject_positional, _requests_arg
+from pytriton.decorating.results import map_result
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError, PyTritonValidationError
 from pytriton.worker.context import current_context
 from pytriton.worker.request import rebuilt
-from pytriton.worker.results import map_result
 
 
 class ConstantPadder:

@@ -16,10 +16,10 @@ import numpy as np
 import wrapt
 
 from pytriton.decorating.common import Outputs, _batch_size, _outputs_as_dict, _requests_arg
+from pytriton.decorating.results import gather, is_lazy, map_result
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.worker.request import BatchResponses, Requests
-from pytriton.worker.results import gather, map_result
-from pytriton.worker.whole import WholeBatch
+from pytriton.worker.responses import WholeBatch, WholeOutputs
 
 # --- list of requests -> one gathered batch ---------------------------------------------------
 
@@ -100,15 +100,26 @@ def whole_batch(infer_func: Any) -> Optional[WholeBatch]:
     """`infer_func` taken apart when it is exactly ``@batch``-decorated (a function, a method,
     or an object whose ``__call__`` is) and the function under it takes none of the
     per-request arguments @batch can add; else None. Such a callable reads only each input of
-    the batch as one array, which the worker can hand it without building the requests
-    (`pytriton.worker.whole`)."""
+    the batch as one array, which the worker can hand it without building the requests (the
+    whole-batch path of `pytriton.worker.batches`)."""
     for candidate in (infer_func, getattr(infer_func, "__call__", None)):  # noqa: B004 - the method itself
         if getattr(candidate, "_self_wrapper", None) is batch.__wrapped__:  # type: ignore[attr-defined]
             wrapped = candidate.__wrapped__  # type: ignore[union-attr]
             if _parameter_names(wrapped) & {"is_cancelled", "spans", *_SEQUENCE_ARGUMENTS}:
                 return None
-            return WholeBatch(wrapped, batch_outputs)
+            return functools.partial(_call_whole, wrapped)
     return None
+
+
+def _call_whole(function: Callable[..., Any], inputs: dict[str, np.ndarray], rows: list[int]) -> Any:
+    """The function under ``@batch`` on the batch's whole inputs: its answer as `WholeOutputs`. A
+    result that is not a direct answer (a generator or a coroutine) is passed on as ``@batch``
+    passes it, each of its values split into per-request responses. Raises what the function or
+    ``@batch``'s checks raise."""
+    result = function(**inputs)
+    if type(result) is not dict and is_lazy(result):
+        return map_result(result, lambda value: WholeOutputs(batch_outputs(value, rows), rows).responses())
+    return WholeOutputs(batch_outputs(result, rows), rows)
 
 
 @functools.lru_cache(maxsize=256)

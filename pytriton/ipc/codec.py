@@ -283,11 +283,13 @@ def _dtype(name: str) -> np.dtype:
     return dtype
 
 
-def gathered(column: TensorColumn, segment: str, payload: Any, reader: SegmentReader) -> Optional[np.ndarray]:
+def gathered(column: TensorColumn, segment: str, payload: Any, reader: SegmentReader,
+             writable: bool = False) -> Optional[np.ndarray]:
     """Every group's tensor of a numeric column as one array, rows back to back, or None.
 
     Possible when every group has the tensor, all of one trailing shape, laid out back to back
-    in one buffer (`pack` lays columns out that way). The array views the buffer (read-only).
+    in one buffer (`pack` lays columns out that way). The array views the buffer: read-only,
+    unless `writable` and the column is in the arena (see `SegmentReader`).
     """
     shapes: Sequence[Tuple[int, ...]] = column.shapes  # type: ignore[assignment]  # no None, checked below
     if len(shapes) == 1:  # one request: its own tensor, viewed as it is
@@ -295,7 +297,7 @@ def gathered(column: TensorColumn, segment: str, payload: Any, reader: SegmentRe
         if shape is None or not shape or column.dtype == BYTES:
             return None
         dtype = _dtype(column.dtype)
-        buffer = reader.buffer(segment) if column.in_shm[0] else payload
+        buffer = reader.buffer(segment, writable) if column.in_shm[0] else payload
         return np.frombuffer(buffer, dtype=dtype, count=column.sizes[0] // dtype.itemsize if dtype.itemsize else 0,
                              offset=column.offsets[0]).reshape(shape)
     if column.dtype == BYTES or None in shapes or not shapes or not shapes[0]:
@@ -311,7 +313,7 @@ def gathered(column: TensorColumn, segment: str, payload: Any, reader: SegmentRe
         rows += shape[0]
         expected += size
     dtype = _dtype(column.dtype)
-    buffer = reader.buffer(segment) if in_shm else payload
+    buffer = reader.buffer(segment, writable) if in_shm else payload
     items = (expected - offsets[0]) // dtype.itemsize if dtype.itemsize else 0
     return np.frombuffer(buffer, dtype=dtype, count=items, offset=offsets[0]).reshape(rows, *trailing)
 

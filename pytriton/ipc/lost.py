@@ -1,5 +1,5 @@
 """Notices of requests a dead model instance left unanswered: how the server writes them into the
-model's configuration and how pytriton's clients read them.
+model's configuration (how pytriton's clients read them: `pytriton.client_contract`).
 
 Triton 2.51 never answers a relayed request (an async callable's, a decoupled model's) whose stub
 died: the stub held its response sender. The stub's proxy keeps those requests' ids in a ledger
@@ -9,7 +9,8 @@ has waited a while on a relayed request reads the configuration and, finding its
 ends the request with an error that names the death (a retry is served by the healed instance).
 
 The parameter holds JSON: a list of notices ``{"instance", "pid", "cause", "at", "ids"}`` (``at``
-in seconds since the epoch), those of the last `KEPT_S` seconds.
+in seconds since the epoch), those of the last `KEPT_S` seconds. Its name and its reading
+(`notices_of`) are defined in `pytriton.client_contract`, which the client-only distribution ships.
 
 The ledger file is a map of `SLOT_BYTES` slots: the id's length in the first byte (0: a free
 slot), then the id's UTF-8 bytes.
@@ -18,9 +19,10 @@ slot), then the id's UTF-8 bytes.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
-LOST_REQUESTS_PARAMETER = "pytriton.lost_requests"
+from pytriton.client_contract import LOST_REQUESTS_PARAMETER, notices_of
+
 KEPT_S = 120.0
 """How long a notice stays in the model's configuration (a client looks within seconds)."""
 MAX_IDS = 4096
@@ -45,21 +47,6 @@ def read_ledger(path: str) -> List[str]:
     return found
 
 
-def notices_of(parameters: Mapping[str, Any]) -> List[Dict[str, Any]]:
-    """The notices in a model configuration's ``parameters`` (as Triton's JSON gives them: name
-    to ``{"string_value": ...}``, or name to text); empty when there are none or they are unreadable."""
-    raw = parameters.get(LOST_REQUESTS_PARAMETER)
-    if isinstance(raw, Mapping):
-        raw = raw.get("string_value")
-    if not isinstance(raw, str) or not raw:
-        return []
-    try:
-        notices = json.loads(raw)
-    except ValueError:
-        return []
-    return [notice for notice in notices if isinstance(notice, dict)] if isinstance(notices, list) else []
-
-
 def with_notice(config: Dict[str, Any], notice: Dict[str, Any], now: float) -> Dict[str, Any]:
     """`config` (Triton's JSON of a model configuration) with `notice` added to its notices, those
     older than `KEPT_S` dropped, and at most `MAX_IDS` ids kept."""
@@ -74,15 +61,3 @@ def with_notice(config: Dict[str, Any], notice: Dict[str, Any], now: float) -> D
 
 def notice(instance: str, pid: int, cause: str, at: float, ids: Sequence[str]) -> Dict[str, Any]:
     return {"instance": instance, "pid": pid, "cause": cause, "at": at, "ids": list(ids)[-MAX_IDS:]}
-
-
-def lost_message(model_name: str, request_id: str, notices: Sequence[Mapping[str, Any]]) -> Optional[str]:
-    """The error for request `request_id` when a notice names it, else None."""
-    for found in notices:
-        if request_id in found.get("ids", ()):
-            return (
-                f"Model '{model_name}': its instance {found.get('instance')} (stub pid {found.get('pid')}) "
-                f"{found.get('cause', 'died')} while this request (id {request_id}) was in flight; the request "
-                "was not answered. The instance was restarted: a retry will be served"
-            )
-    return None

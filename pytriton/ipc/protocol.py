@@ -41,9 +41,15 @@ import hashlib
 import marshal
 import os
 import time
-from typing import Any, NamedTuple, Optional, Tuple, Union
+from typing import Any, NamedTuple, Optional, Sequence, Tuple, Union
 
-PROTOCOL_VERSION = 8
+# Two names the clients read as well: defined where the client-only distribution has them, and
+# named here too, so that the proxy and the worker keep one vocabulary (`PARAM_RELAYED`: the proxy
+# answers from a relay thread; `DEADLINE_PARAMETER`: a request's deadline for the worker).
+from pytriton.client_contract import DEADLINE_PARAMETER as DEADLINE_PARAMETER
+from pytriton.client_contract import PARAM_RELAYED as PARAM_RELAYED
+
+PROTOCOL_VERSION = 9
 
 # Keys of the model configuration `parameters` that tell a proxy where its worker is.
 PARAM_ENDPOINT = "pytriton.endpoint"
@@ -51,9 +57,6 @@ PARAM_SHM_PREFIX = "pytriton.shm_prefix"
 PARAM_PROTOCOL = "pytriton.protocol"
 PARAM_WORKER_PID = "pytriton.worker_pid"
 PARAM_HANDSHAKE_TIMEOUT_S = "pytriton.handshake_timeout_s"
-PARAM_RELAYED = "pytriton.relayed"
-"""``"1"`` when the proxy answers through Triton's response senders from a relay thread (decoupled
-models, and callables that are coroutines, whose batches may overlap); absent otherwise."""
 PARAM_DATA_SOCKETS = "pytriton.data_sockets"
 """The data socket of each worker handler, in instance order, as a JSON list: where the backend
 connects (`data_socket_path` of each `instance_endpoint`)."""
@@ -72,13 +75,15 @@ PARAM_TRACING = "pytriton.tracing"
 context (`InferBatch.traces`); absent otherwise."""
 PARAM_STOPPING = "pytriton.stopping"
 """The path of the server's stopping flag (`pytriton.ipc.stopping`); absent: nothing refused."""
-
-DEADLINE_PARAMETER = "pytriton_deadline_ms"
-"""Request parameter by which pytriton's clients send their deadline to the worker: the Unix time,
-in milliseconds, after which nobody waits for the answer. Triton honours its own ``timeout``
-parameter only over gRPC and only in the dynamic batcher's queue; the worker drops requests whose
-deadline passed (and never shows the parameter to the callable) on both protocols. It compares
-wall clocks, so the client's and the server's must agree to well within the timeouts used."""
+PARAM_DEVICES = "pytriton.devices"
+"""The device of each instance, in instance order, as a JSON list (``ModelConfig.devices``); for
+people and tools reading the configuration; neither the backend nor the proxy reads it. Absent
+when the model lists no devices."""
+PARAM_INSTANCE_NAMES = "pytriton.instance_names"
+"""Triton's name of each instance, in instance (worker handler) order, as a JSON list: written
+where the instances are grouped by device (one instance group per device, named after it, so
+Triton's instance names say the device); the backend and the proxy find their handler's number
+there. Absent: instance k is Triton's ``<group>_<k>``."""
 
 # Tensors at or under this size travel inline in ZeroMQ frames; larger ones in shared memory.
 INLINE_MAX_BYTES = 64 * 1024
@@ -186,6 +191,11 @@ class BatchResult(NamedTuple):
     unrecoverable: bool = False
     stamps: Tuple[int, ...] = ()
     """The batch's stamps so far (see `Stamp`), when the model records them."""
+    inputs_kept: bool = False
+    """The callable kept arrays that view this batch's input arena (the whole-batch path hands
+    large inputs over without a copy, `pytriton.worker.batches`): the sender must never write that
+    segment again, so it gives the segment up and lays the next batch out in a new one. The kept
+    arrays hold the worker's mapping of the old segment, which goes when they do."""
 
 
 class StreamPart(NamedTuple):
@@ -231,7 +241,7 @@ class Stamp:
     """Where the `time.monotonic_ns` stamps of one batch are taken (indices into its record).
 
     Recorded when the serving process runs with ``PYTRITON_HOP_STAMPS`` set (see
-    `pytriton.worker.stamps`): the proxy and the worker share one host's monotonic clock, so the
+    `pytriton.worker.blocking`): the proxy and the worker share one host's monotonic clock, so the
     differences are the time each stage of the hop took.
     """
 
@@ -290,8 +300,30 @@ _MESSAGE_TYPES: Tuple[Any, ...] = (
     Hello, Welcome, InferBatch, BatchResult, StreamPart, StreamEnd, Cancel, MetricsPoll, MetricsReport
 )
 _KINDS = {message_type: kind for kind, message_type in enumerate(_MESSAGE_TYPES)}
-_COLUMNS_AT = {InferBatch: 3, BatchResult: 3, StreamPart: 4}
-"""Where a message's columns sit in its encoded tuple (after the kind number)."""
+_COLUMNS_AT = {kind: 1 + kind._fields.index("columns") for kind in _MESSAGE_TYPES if "columns" in kind._fields}
+"""Where a message's columns sit in its encoded tuple (after the kind number), from its fields."""
+
+
+def infer_batch_header(
+    *,
+    batch_id: int,
+    parameters: Tuple[str, ...],
+    columns: Tuple[TensorColumn, ...],
+    segment: str,
+    stamps: Tuple[int, ...] = (),
+    sequences: Tuple[Tuple[Union[int, str], int], ...] = (),
+    requested: Tuple[Tuple[str, ...], ...] = (),
+    traces: Tuple[str, ...] = (),
+) -> bytes:
+    """The encoded header of an `InferBatch`, stamped with the time it is sent (`InferBatch.sent_ns`).
+
+    Every sender of batches (the proxy, test drivers) builds the header here, by keyword, so a
+    field added to `InferBatch` cannot shift another's place. (pytriton's backend builds the
+    same tuple in C, `pytriton/backend/requests.c`, against the field order the mirror test pins.)
+    """
+    return encode(InferBatch(batch_id=batch_id, parameters=parameters, columns=columns, segment=segment,
+                             stamps=stamps, sequences=sequences, requested=requested, sent_ns=time.monotonic_ns(),
+                             traces=traces))
 
 
 def encode(message: Message) -> bytes:
@@ -408,8 +440,13 @@ def segment_name(shm_prefix: str, instance: int, direction: str, generation: int
     return f"{shm_prefix}-{instance}-{direction}-{generation}"
 
 
-def instance_index(model_instance_name: str) -> int:
-    """The instance number from Triton's instance name (``<group>_<k>``)."""
+def instance_index(model_instance_name: str, names: Sequence[str] = ()) -> int:
+    """The instance number from Triton's instance name: its place in `names` (`PARAM_INSTANCE_NAMES`)
+    when the model has them, else the k of ``<group>_<k>``."""
+    if names:
+        if model_instance_name not in names:
+            raise ValueError(f"Triton instance name {model_instance_name!r} is not one of {list(names)!r}")
+        return list(names).index(model_instance_name)
     _, _, suffix = model_instance_name.rpartition("_")
     if not suffix.isdigit():
         raise ValueError(f"cannot read an instance number from Triton instance name {model_instance_name!r}")

@@ -302,30 +302,35 @@ class Arena:
 
 
 class SegmentReader:
-    """Maps segments written by the peer, read-only, one mapping per arena at a time.
+    """Maps segments written by the peer, one mapping per arena (and access) at a time.
 
     A new generation of an arena (same name up to the last ``-``) replaces the old mapping.
     An arena its owner gave up (unlinked) keeps its memory while it is mapped, so `forget_gone`
     drops such mappings when the peer's messages stop using shared memory.
+
+    Mappings are read-only unless asked otherwise: only the whole-batch path maps the sender's
+    input arena writable, to hand its arrays to a ``@batch`` function without a copy (the
+    sender writes that segment again only once the batch is answered, and gives it up when the
+    function kept the arrays, `protocol.BatchResult.inputs_kept`).
     """
 
     def __init__(self) -> None:
-        self._maps: Dict[str, Tuple[str, mmap.mmap]] = {}
+        self._maps: Dict[Tuple[str, bool], Tuple[str, mmap.mmap]] = {}
 
-    def buffer(self, segment: str) -> mmap.mmap:
-        """The read-only mapping of `segment`, opened on first use."""
-        base = segment.rpartition("-")[0]
-        entry = self._maps.get(base)
+    def buffer(self, segment: str, writable: bool = False) -> mmap.mmap:
+        """The mapping of `segment` (read-only unless `writable`), opened on first use."""
+        key = (segment.rpartition("-")[0], writable)
+        entry = self._maps.get(key)
         if entry is not None and entry[0] == segment:
             return entry[1]
-        fd = os.open(_path(segment), os.O_RDONLY)
+        fd = os.open(_path(segment), os.O_RDWR if writable else os.O_RDONLY)
         try:
-            mapping = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+            mapping = mmap.mmap(fd, 0, prot=mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0))
         finally:
             os.close(fd)
         if entry is not None:
             _close_quietly(entry[1])
-        self._maps[base] = (segment, mapping)
+        self._maps[key] = (segment, mapping)
         return mapping
 
     def forget_gone(self) -> None:

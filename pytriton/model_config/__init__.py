@@ -13,6 +13,7 @@ from pytriton.model_config.common import (
     WarmupInput,
 )
 from pytriton.model_config.ensemble import EnsembleStep
+from pytriton.model_config.instances import InstancePlacement, InstanceSetup
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
 
@@ -20,6 +21,8 @@ __all__ = [
     "DeviceKind",
     "DynamicBatcher",
     "EnsembleStep",
+    "InstancePlacement",
+    "InstanceSetup",
     "ModelConfig",
     "ModelWarmup",
     "QueuePolicy",

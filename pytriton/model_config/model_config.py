@@ -19,6 +19,7 @@ import numpy as np
 
 from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.model_config.common import DynamicBatcher, ModelWarmup, SequenceBatcher, _check_bool, _check_int
+from pytriton.model_config.instances import Device, checked_devices
 
 
 @dataclasses.dataclass
@@ -66,6 +67,15 @@ class ModelConfig:
             process has its own copy: state the callable changes is not seen by your process
             or the other instances. Refused at `bind` once CUDA is initialised in your process
             (a forked child cannot use it). Each process costs its memory and a fork at start.
+            To load the model in each process instead (on its own GPU), bind an
+            `InstanceSetup` in place of the callable.
+        devices: the GPU of each process instance (needs ``process_instances=True``): CUDA
+            ordinals as your process counts them (``[0, 1]``) or GPU/MIG UUIDs. Each worker
+            process starts with ``CUDA_VISIBLE_DEVICES`` naming only its device, so its code
+            addresses it as ``"cuda"``. A single callable (or `InstanceSetup`) bound with
+            devices is served by one instance per listed device; a list of callables keeps one
+            instance per callable, placed on the listed devices in turn. None (the default):
+            each process sees what yours sees.
         warmup: deprecated spelling of `model_warmup` (an earlier pytriton name); warns, moves
             its value to `model_warmup` and reads back as None.
     """
@@ -82,6 +92,7 @@ class ModelConfig:
     execution_timeout_s: Optional[float] = None
     process_instances: bool = False
     hang_timeout_s: Optional[float] = None
+    devices: Optional[Sequence[Device]] = None
     # Last, so positional calls of the fields above keep working; out of repr and eq because it
     # always reads back as None (kept None so that dataclasses.replace() does not pass it again).
     warmup: Optional[Union[ModelWarmup, Sequence[ModelWarmup]]] = dataclasses.field(
@@ -125,6 +136,7 @@ class ModelConfig:
         set_(self, "execution_timeout_s", _check_timeout_s(self.execution_timeout_s, "execution_timeout_s"))
         set_(self, "process_instances", _check_bool("ModelConfig.process_instances", self.process_instances))
         set_(self, "hang_timeout_s", _check_timeout_s(self.hang_timeout_s, "hang_timeout_s"))
+        set_(self, "devices", checked_devices(self.devices, self.process_instances))
         for name, on in (("isolate_failures", self.isolate_failures),
                          ("execution_timeout_s", self.execution_timeout_s is not None)):
             if on and self.decoupled:

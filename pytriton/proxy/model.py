@@ -170,7 +170,8 @@ class TritonPythonModel:
         self._sequences = "sequence_batching" in config  # each request then tells its sequence
         # With one output a request cannot ask for fewer; with several, each request says which.
         self._output_count = len(config.get("output", ()))
-        self._instance = protocol.instance_index(args["model_instance_name"])  # also the handler's number
+        names = json.loads(params.get(protocol.PARAM_INSTANCE_NAMES, "[]"))
+        self._instance = protocol.instance_index(args["model_instance_name"], names)  # also the handler's number
         shm_prefix = params[protocol.PARAM_SHM_PREFIX]
         endpoint = protocol.instance_endpoint(params[protocol.PARAM_ENDPOINT], self._instance)
         socket_path = protocol.ipc_socket_path(endpoint)
@@ -315,9 +316,9 @@ class TritonPythonModel:
         stamps = (*self._last_stamps, started, time.monotonic_ns()) if self._stamps else ()
         sequences = _sequences(requests) if self._sequences else ()
         requested = _requested(requests, self._output_count)
-        header = protocol.encode(
-            protocol.InferBatch(self._batch_id, parameters, columns, segment, stamps, sequences, requested,
-                                sent_ns=time.monotonic_ns(), traces=_traces(requests) if self._tracing else ())
+        header = protocol.infer_batch_header(
+            batch_id=self._batch_id, parameters=parameters, columns=columns, segment=segment, stamps=stamps,
+            sequences=sequences, requested=requested, traces=_traces(requests) if self._tracing else (),
         )
         self._in_flight = len(requests)
         try:
@@ -328,6 +329,8 @@ class TritonPythonModel:
             self._link.drop()
             error = pb_utils.TritonError(f"Model '{self._model_name}': {self._link.worker_gone()}")
             return [pb_utils.InferenceResponse(error=error) for _ in requests]
+        if result.inputs_kept:  # the callable kept views of this arena: the next batch takes a new one
+            self._arena.close()
         received = time.monotonic_ns() if self._stamps else 0
         groups = codec.unpack(result.columns, result.segment, answer, self._reader, len(requests))
         responses = []
@@ -445,9 +448,9 @@ class TritonPythonModel:
         self._batch_id += 1
         sequences = _sequences(requests) if self._sequences else ()
         requested = _requested(requests, self._output_count)
-        header = protocol.encode(
-            protocol.InferBatch(self._batch_id, parameters, columns, segment, (), sequences, requested,
-                                sent_ns=time.monotonic_ns(), traces=_traces(requests) if self._tracing else ())
+        header = protocol.infer_batch_header(
+            batch_id=self._batch_id, parameters=parameters, columns=columns, segment=segment, sequences=sequences,
+            requested=requested, traces=_traces(requests) if self._tracing else (),
         )
         senders = [request.get_response_sender() for request in requests]
         assert self._relay is not None

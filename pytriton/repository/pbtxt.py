@@ -10,7 +10,7 @@ from __future__ import annotations
 import numbers
 import re
 import types
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence, Tuple
 
 import numpy as np
 from google.protobuf import text_format
@@ -139,7 +139,7 @@ def _fill_dynamic_batching(proto: pb.ModelConfig, config: ModelConfig) -> None:
     # batcher has a queue policy (even `allow_timeout_override` alone) stalls for 500 ms at a time
     # under load (the batcher misses a wake-up and sleeps its 500 ms default wait; measured: 13
     # such stalls in 6 s at concurrency 16). Expired requests are dropped by the worker instead
-    # (`pytriton.worker.deadline`), over both protocols.
+    # (`pytriton.worker.batches`), over both protocols.
     if batcher.default_queue_policy is not None:
         batching.default_queue_policy.CopyFrom(_queue_policy(batcher.default_queue_policy))
     for level, policy in sorted((batcher.priority_queue_policy or {}).items()):
@@ -154,6 +154,7 @@ def model_config_proto(
     instance_count: int,
     parameters: Mapping[str, str] = _NO_PARAMETERS,
     backend: str = "python",
+    instance_groups: Sequence[Tuple[str, int]] = (),
     warmups: Sequence[pb.ModelWarmup] = (),
 ) -> pb.ModelConfig:
     """Build the Triton ``ModelConfig`` message of one bound model.
@@ -172,6 +173,9 @@ def model_config_proto(
         instance_count: how many model instances Triton runs, >= 1.
         parameters: extra ``parameters`` entries, each written as a ``string_value``.
         backend: the Triton backend that runs the model.
+        instance_groups: named CPU groups (name, count) instead of the one unnamed group, their
+            counts adding up to `instance_count` (instances grouped by device, see
+            `pytriton.repository.served`).
         warmups: the ``model_warmup`` entries Triton runs (`pytriton.repository.warmup.WarmupPlan`).
 
     Returns:
@@ -214,7 +218,11 @@ def model_config_proto(
         _fill_sequence_batching(proto, config.batcher, config.triton_max_batch_size, int(count))
     elif config.batching:
         _fill_dynamic_batching(proto, config)
-    proto.instance_group.add(count=int(count), kind=pb.ModelInstanceGroup.KIND_CPU)
+    if instance_groups:
+        for group, group_count in instance_groups:
+            proto.instance_group.add(name=group, count=group_count, kind=pb.ModelInstanceGroup.KIND_CPU)
+    else:
+        proto.instance_group.add(count=int(count), kind=pb.ModelInstanceGroup.KIND_CPU)
     if config.response_cache:
         proto.response_cache.enable = True
     if config.decoupled:

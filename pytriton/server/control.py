@@ -271,6 +271,45 @@ class ServerControl:
         entries = self._repository_call("could not read its model repository index", "index", None, timeout_s)
         return [{key: str(value) for key, value in entry.items()} for entry in entries]
 
+    def shared_memory_regions(self, timeout_s: float = 2.0) -> Dict[str, str]:
+        """The system shared-memory regions clients registered with the server: name -> key.
+
+        Raises:
+            PyTritonServerError: the server is unreachable or refuses.
+        """
+        try:
+            if self._http:
+                status, body = self._request("GET", "/v2/systemsharedmemory/status", timeout_s)
+                if status != 200:
+                    raise PyTritonServerError(f"Triton could not list its shared memory: {self._refusal(status, body)}")
+                return {str(region["name"]): str(region.get("key", "")) for region in json.loads(body)}
+            answer = self._grpc().get_system_shared_memory_status(headers=self._grpc_headers, as_json=True,
+                                                                  client_timeout=timeout_s)
+            return {str(name): str(region.get("key", "")) for name, region in answer.get("regions", {}).items()}
+        except PyTritonServerError:
+            raise
+        except Exception as exc:
+            raise PyTritonServerError(f"Triton could not list its shared memory: {exc}") from exc
+
+    def unregister_shared_memory(self, name: str, timeout_s: float = 2.0) -> None:
+        """Unregister a client's system shared-memory region (an unknown name is no error).
+
+        Raises:
+            PyTritonServerError: the server is unreachable or refuses.
+        """
+        try:
+            if self._http:
+                path = f"/v2/systemsharedmemory/region/{urllib.parse.quote(name)}/unregister"
+                status, body = self._request("POST", path, timeout_s, b"{}")
+                if status != 200:
+                    raise PyTritonServerError(f"Triton could not unregister {name}: {self._refusal(status, body)}")
+                return
+            self._grpc().unregister_system_shared_memory(name, headers=self._grpc_headers, client_timeout=timeout_s)
+        except PyTritonServerError:
+            raise
+        except Exception as exc:
+            raise PyTritonServerError(f"Triton could not unregister {name}: {exc}") from exc
+
     def _repository_call(
         self,
         failure: str,

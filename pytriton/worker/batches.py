@@ -1,11 +1,40 @@
-"""One batch's way through the worker, whatever loop serves it: requests, the call, the answer.
+"""A batch in: one batch's way through the worker, whatever loop serves it: requests, the call.
 
-`BatchCalls` holds what every loop kind (`pytriton.worker.blocking`, `pytriton.worker.asynchronous`)
-does the same way for a batch: build the `Request` objects from the wire's columns, leave out
-the requests whose deadline passed, call the callable (through the opt-in steps
-``isolate_failures`` (`isolation`) and ``execution_timeout_s`` (`timed`), or directly), turn
-the callable's exceptions into the messages its requesters get, and build the answer messages.
-It owns no socket and no thread.
+Step of the request flow: the loop that received it (`pytriton.worker.blocking`,
+`pytriton.worker.asynchronous`) -> here -> the user's callable -> `pytriton.worker.responses`
+(the answer) -> the loop, which sends it.
+
+`BatchCalls` holds what every loop kind does the same way for a batch: build the `Request`
+objects from the wire's columns, leave out the requests whose deadline passed, call the callable
+(through the opt-in steps ``isolate_failures`` (`isolation`) and ``execution_timeout_s``
+(`timed`), or directly), turn the callable's exceptions into the messages its requesters get,
+and hand the outcome to `pytriton.worker.responses`. It owns no socket and no thread.
+
+Deadlines travel with requests: pytriton's clients send their inference timeout as an absolute
+deadline (the request parameter `pytriton.ipc.protocol.DEADLINE_PARAMETER`). A request that
+waited in Triton's queue past it has no one waiting for its answer any more; computing it would
+only delay the requests behind it, so it is answered with an error and left out of the call.
+
+The whole-batch path: the common model is a function under ``@batch`` alone: all it reads is
+each input of the batch as one array, and all it returns is each output as one array. For such
+a callable (`pytriton.worker.responses.WholeBatch`) the worker builds exactly that from the
+wire's columns (one writeable array per input, as ``@batch`` gives it), calls the function, and
+gets `WholeOutputs` that `pytriton.worker.responses.batch_result` checks once for the batch and
+sends back as one buffer per output. No request objects, no per-request checks, no parameters
+parsed. A batch this path does not fit goes the general way, which gives the same callable the
+same arrays through ``@batch``: a BYTES input, requests with different inputs or trailing
+shapes, request parameters (anything a decorator might read, or a deadline that passed; the
+deadlines pytriton's clients send with every request are no obstacle while they lie ahead), a
+subset of outputs asked for, trace contexts. An answer that fails the batch's check is answered
+exactly as ``@batch`` would have answered it, so errors read the same on both paths.
+
+A large input (one the sender laid out in its arena) is handed over without a copy: a writeable
+view of the arena, which holds this batch alone until it is answered. Only a function that keeps
+such an array past its answer (a cache, a queue for later) could see the next batch's bytes
+arrive in it; `LentInputs` notices that (a weak reference per array still alive once the answer
+is packed) and the answer tells the sender (`protocol.BatchResult.inputs_kept`), who then lays
+the next batch out in a new segment and leaves the old one to the kept arrays. Small inputs
+travel inline in the channel's buffer, which the next message reuses: those are copied.
 """
 
 from __future__ import annotations
@@ -15,23 +44,31 @@ import itertools
 import json
 import logging
 import time
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from pytriton.exceptions import PyTritonModelConfigError, PyTritonUnrecoverableError
 from pytriton.ipc import codec, protocol
+from pytriton.ipc.protocol import DEADLINE_PARAMETER
 from pytriton.ipc.shm import Arena, SegmentReader
 from pytriton.worker import tracing
-from pytriton.worker.cancellation import CancelProbe, Reader
 from pytriton.worker.context import TritonContext
-from pytriton.worker.deadline import expired_message, pop_expired
+from pytriton.worker.instance import InstanceSpec
 from pytriton.worker.isolation import isolate
 from pytriton.worker.measures import Measures
-from pytriton.worker.request import Request, Requests
-from pytriton.worker.responses import Expected, Failure, batch_result, per_request, stream_part
+from pytriton.worker.request import CancelProbe, CancelReader, Request, Requests
+from pytriton.worker.responses import (
+    Expected,
+    Failure,
+    WholeBatch,
+    WholeOutputs,
+    batch_result,
+    per_request,
+    stream_part,
+)
 from pytriton.worker.timed import ExecutionTimeout, TimedCaller
-from pytriton.worker.whole import WholeBatch, WholeOutputs, call_whole, serves_whole, whole_inputs
 
 logger = logging.getLogger("pytriton.worker")
 
@@ -44,63 +81,53 @@ class BatchCalls:
     """Runs one model instance's callable on the batches of the wire.
 
     Args:
-        context: the model served.
-        infer_func: the user's callable for this instance.
-        instance: the instance number (for messages and the time-limit thread's name).
-        strict: validate output dtypes and shapes.
-        asynchronous: the callable is a coroutine or async generator function.
+        spec: the instance (`InstanceSpec`): its model, callable, number (for messages and the
+            time-limit thread's name), ``strict``, ``asynchronous`` and ``whole``.
         stopping: set when the handler stops (a timed call stops waiting).
         measures: where the instance's own metrics are recorded.
-        whole: the callable taken apart, when it is a ``@batch`` function that may take the
-            whole-batch path (`pytriton.worker.whole`).
 
     Raises:
         PyTritonModelConfigError: ``isolate_failures`` or ``execution_timeout_s`` asked of an
             async callable (they apply to plain callables only).
     """
 
-    def __init__(
-        self,
-        context: TritonContext,
-        infer_func: Callable[[List[Request]], Any],
-        instance: int,
-        strict: bool,
-        asynchronous: bool,
-        stopping: Any,
-        measures: Measures,
-        whole: Optional[WholeBatch] = None,
-    ) -> None:
+    def __init__(self, spec: InstanceSpec, stopping: Any, measures: Measures) -> None:
+        context, asynchronous = spec.context, spec.asynchronous
         self.context = context
         self.measures = measures
         self.model_name = context.model_name
-        self.strict = strict
+        self.strict = spec.strict
         self.asynchronous = asynchronous
-        self.decoupled = bool(getattr(context.config, "decoupled", False))
-        self._isolate_failures = bool(getattr(context.config, "isolate_failures", False))
-        timeout_s: Optional[float] = getattr(context.config, "execution_timeout_s", None)
+        config = context.config
+        self.decoupled = bool(config.decoupled)
+        self._isolate_failures = bool(config.isolate_failures)
+        timeout_s: Optional[float] = config.execution_timeout_s
         if asynchronous and (self._isolate_failures or timeout_s is not None):
             asked = ", ".join(f"{name}={value!r}" for name, value in (
                 ("isolate_failures", self._isolate_failures), ("execution_timeout_s", timeout_s)) if value)
             raise PyTritonModelConfigError(
                 f"model '{context.model_name}': ModelConfig({asked}) applies to plain callables only, but the "
-                f"inference callable of instance {instance} is async; leave it unset, or handle failures and time "
-                "limits inside the coroutine (e.g. with asyncio.wait_for)"
+                f"inference callable of instance {spec.instance} is async; leave it unset, or handle failures and "
+                "time limits inside the coroutine (e.g. with asyncio.wait_for)"
             )
         self._timed: Optional[TimedCaller] = None
-        self._run_callable: Callable[[List[Request]], Any] = infer_func  # the hot path: a direct call
+        self._run_callable: Callable[[List[Request]], Any] = spec.infer_func  # the hot path: a direct call
         if timeout_s is not None:
-            self._timed = TimedCaller(infer_func, timeout_s, context=context, instance=instance, stopping=stopping)
+            self._timed = TimedCaller(spec.infer_func, timeout_s, context=context, instance=spec.instance,
+                                      stopping=stopping)
             self._run_callable = self._timed
         self._bytes_inputs = {t.name for t in context.inputs if np.dtype(t.dtype).kind == "S"}
-        self._batching = bool(context.config.batching)
-        self._strict_sizes = strict and self._batching
+        self._batching = bool(config.batching)
+        self._strict_sizes = spec.strict and self._batching
         self._traced = context.tracing is not None
         """The server traces with OpenTelemetry: batches may carry trace contexts (`tracing`)."""
         self.probe = CancelProbe()
         """The cancellations of the batch being served (a handler serves one at a time)."""
-        self._whole_batch = whole if serves_whole(context, whole, asynchronous=asynchronous,
-                                            isolate_failures=self._isolate_failures,
-                                            timed=timeout_s is not None) else None
+        self.lent: Optional[LentInputs] = None
+        """The current batch's inputs lent from the sender's arena (the whole-batch path)."""
+        self._whole_batch = spec.whole if serves_whole(context, spec.whole, asynchronous=asynchronous,
+                                                       isolate_failures=self._isolate_failures,
+                                                       timed=timeout_s is not None) else None
 
     def close(self) -> None:
         if self._timed is not None:
@@ -150,7 +177,7 @@ class BatchCalls:
         return whole
 
     def call(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader,
-             marks: Optional[List[int]] = None, cancels: Optional[Reader] = None) -> Tuple[Expected, Any]:
+             marks: Optional[List[int]] = None, cancels: Optional[CancelReader] = None) -> Tuple[Expected, Any]:
         """Run the callable on the batch: its result (list, generator, coroutine...) or a `Failure`.
 
         Requests whose deadline passed are answered with an error and left out of the call (for
@@ -162,7 +189,8 @@ class BatchCalls:
             Per request its batch size (when `strict` checks shapes, else None), and the outcome.
         """
         if self._whole_batch is not None and (taken := whole_inputs(batch, payload, reader)) is not None:
-            return self._call_whole(batch, *taken, marks)
+            inputs, rows, self.lent = taken
+            return self._call_whole(batch, inputs, rows, marks)
         batch_sizes = Expected([None] * len(batch.parameters), batch.requested)
         try:
             requests = self.requests(batch, payload, reader)
@@ -201,7 +229,7 @@ class BatchCalls:
 
     def _call_whole(self, batch: protocol.InferBatch, inputs: Dict[str, np.ndarray], rows: List[int],
                     marks: Optional[List[int]]) -> Tuple[Expected, Any]:
-        """`call` on the whole-batch path (`pytriton.worker.whole`): the function under ``@batch``
+        """`call` on the whole-batch path (see the module docstring): the function under ``@batch``
         gets the batch's inputs as built from the wire, without a request object per request."""
         assert self._whole_batch is not None
         count = len(rows)
@@ -210,7 +238,7 @@ class BatchCalls:
             marks.append(time.monotonic_ns())
         started = self.measures.batch_started(count, batch.sent_ns, 0)
         try:
-            outcome = call_whole(self._whole_batch, inputs, rows)
+            outcome = self._whole_batch(inputs, rows)
         except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
             outcome = Failure(*self.callable_error(exc))
         if type(outcome) is WholeOutputs or not runs_on(outcome):
@@ -286,6 +314,12 @@ class BatchCalls:
     def cut_message(self) -> str:
         return f"Model '{self.model_name}': the server is stopping; the stream was cut short"
 
+    def inputs_kept(self) -> bool:
+        """Whether the callable kept an input lent from the sender's arena; asked once per batch,
+        after its answer is packed and dropped (`LentInputs`)."""
+        lent, self.lent = self.lent, None
+        return lent is not None and lent.kept()
+
     def result(
         self, batch_id: int, count: int, results: Any, batch_sizes: Expected, arena: Optional[Arena]
     ) -> Tuple[protocol.BatchResult, List[Any]]:
@@ -321,3 +355,102 @@ def _batch_size(request: Request) -> Optional[int]:
         if array.ndim:
             return int(array.shape[0])
     return None
+
+
+def pop_expired(requests: Sequence[Request], now_s: float) -> List[int]:
+    """Indices of the requests whose deadline passed by `now_s` (Unix seconds).
+
+    The deadline parameter is removed from every request's parameters, so the callable sees only
+    the parameters its client chose, and kept on the request for `Request.is_cancelled`. A value
+    that is not a number is ignored (not pytriton's).
+    """
+    expired = []
+    now_ms = now_s * 1000
+    for index, request in enumerate(requests):
+        deadline = request.parameters.pop(DEADLINE_PARAMETER, None)
+        if isinstance(deadline, (int, float)) and not isinstance(deadline, bool):
+            request._deadline_ms = deadline  # past it, request.is_cancelled() says True: nobody waits
+            if deadline < now_ms:
+                expired.append(index)
+    return expired
+
+
+def only_live_deadlines(parameters: Sequence[str]) -> bool:
+    """Whether a batch's request parameters (JSON text per request, "" for none) hold nothing but
+    pytriton's deadlines, none of them passed: what pytriton's own clients send. Such a batch
+    needs no request objects (the whole-batch path); any other parameter, or a passed deadline,
+    goes the general way, which hands parameters over and answers the expired."""
+    now_ms = time.time() * 1000
+    for text in parameters:
+        if not text:
+            continue
+        try:
+            values = json.loads(text)
+        except ValueError:
+            return False
+        if type(values) is not dict or len(values) != 1:
+            return False
+        deadline = values.get(DEADLINE_PARAMETER)
+        if not isinstance(deadline, (int, float)) or isinstance(deadline, bool) or deadline < now_ms:
+            return False
+    return True
+
+
+def expired_message(model_name: str) -> str:
+    return (f"Model '{model_name}': the request's deadline (its client's inference timeout) passed while it "
+            "waited in the server's queue; it was not computed")
+
+
+def serves_whole(context: TritonContext, whole: Optional[WholeBatch], *, asynchronous: bool,
+                 isolate_failures: bool, timed: bool) -> bool:
+    """Whether the model's batches may take the whole-batch path at all.
+
+    Not for a model without batching (no batch axis to gather), a decoupled or async one (their
+    results stream or overlap), one whose callable is retried on parts (``isolate_failures``) or
+    timed on a thread (``execution_timeout_s``), nor a sequence model (its requests carry ids).
+    """
+    config = context.config
+    if whole is None or asynchronous or isolate_failures or timed or not config.batching or config.decoupled:
+        return False
+    return type(config.batcher).__name__ != "SequenceBatcher"
+
+
+class LentInputs:
+    """The inputs a batch handed over as views of the sender's arena (see the module docstring):
+    whether the function kept any of them once its answer is packed."""
+
+    __slots__ = ("_refs",)
+
+    def __init__(self, arrays: List[np.ndarray]) -> None:
+        self._refs = [weakref.ref(array) for array in arrays]
+
+    def kept(self) -> bool:
+        """Whether any of the arrays is still referenced (a view of one holds it too)."""
+        return any(ref() is not None for ref in self._refs)
+
+
+def whole_inputs(batch: protocol.InferBatch, payload: Any, reader: SegmentReader) -> Optional[Tuple[
+        Dict[str, np.ndarray], List[int], Optional[LentInputs]]]:
+    """Each input of `batch` as one writeable array, each request's row count, and the inputs
+    lent from the sender's arena (None when all were copied); None when the batch does not fit
+    this path (see the module docstring)."""
+    if batch.traces or batch.requested or batch.sequences or not batch.columns:
+        return None
+    if any(batch.parameters) and not only_live_deadlines(batch.parameters):
+        return None  # parameters go to the requests, and a passed deadline decides a request's fate
+    if not batch.segment:
+        reader.forget_gone()  # as `codec.unpack`: an arena the proxy gave up lives while mapped here
+    inputs: Dict[str, np.ndarray] = {}
+    lent: List[np.ndarray] = []
+    for column in batch.columns:
+        in_arena = column.in_shm[0]
+        array = codec.gathered(column, batch.segment, payload, reader, writable=in_arena)
+        if array is None or column.name in inputs:
+            return None
+        if in_arena:
+            lent.append(array)  # this batch's own bytes until it is answered: no copy
+        else:
+            array = array.copy()  # the channel's buffer, which the next message reuses
+        inputs[column.name] = array
+    rows = [shape[0] for shape in batch.columns[0].shapes]  # type: ignore[index]  # no None: gathered
+    return inputs, rows, LentInputs(lent) if lent else None

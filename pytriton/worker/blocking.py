@@ -14,6 +14,15 @@ What the callable returns decides how the answer travels:
   (other messages wait their turn);
 - a coroutine (an async callable behind a plain wrapper, found only at call time): run to its
   end here, by `pytriton.worker.asynchronous.finish`.
+
+Timing stamps of the hop, for the benchmark's breakdown (``bench/run.py --breakdown``), are off
+unless the serving process has ``PYTRITON_HOP_STAMPS`` set to a folder. Then every model of
+plain callables records, for each batch, the eight `time.monotonic_ns` stamps of
+`pytriton.ipc.protocol.Stamp`: the proxy takes two before sending and two after the answer, this
+loop four in between (one host, one monotonic clock, so the differences are the stages'
+durations). The proxy sends each batch's complete record with its next batch, and the loop
+keeps the records in memory (a bounded number, `StampLog`) until its handler stops, when it
+writes them as one JSON file per handler: ``<folder>/<model>-<instance>-<pid>.json``.
 """
 
 from __future__ import annotations
@@ -22,13 +31,17 @@ import asyncio
 import collections
 import functools
 import inspect
+import json
 import logging
+import os
+import re
 import threading
 import time
-from typing import Any, Callable, Deque, Generator, List, Optional, Tuple
+from typing import Any, Callable, Deque, Generator, List, Optional, Sequence, Tuple
 
 from pytriton.ipc import protocol
 from pytriton.ipc.channel import ChannelClosed
+from pytriton.ipc.protocol import Stamp
 from pytriton.ipc.shm import IDLE_RELEASE_S, Arena, SegmentReader
 from pytriton.metrics import set_current_registry
 from pytriton.worker import tracing
@@ -36,13 +49,44 @@ from pytriton.worker.asynchronous import finish
 from pytriton.worker.batches import BatchCalls, NotDecoupled
 from pytriton.worker.context import set_current_context
 from pytriton.worker.endpoint import Connection, HandlerEndpoint
+from pytriton.worker.instance import InstanceSpec
 from pytriton.worker.responses import Expected
-from pytriton.worker.stamps import StampLog
 
 logger = logging.getLogger("pytriton.worker")
 
 POLL_MS = 100
 """How long the loop sleeps at most: how soon it sees a stop, and looks whether it is idle."""
+
+STAMPS_ENV = "PYTRITON_HOP_STAMPS"
+MAX_RECORDS = 200_000
+"""How many stamp records a handler keeps (the oldest go first)."""
+
+
+def stamps_folder() -> Optional[str]:
+    """The folder of the stamp files, when recording is on."""
+    return os.environ.get(STAMPS_ENV) or None
+
+
+class StampLog:
+    """The stamp records of one handler, written to its file by `write`."""
+
+    def __init__(self, folder: str, model_name: str, instance: int) -> None:
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", model_name)
+        self.path = os.path.join(folder, f"{safe}-{instance}-{os.getpid()}.json")
+        self._model_name = model_name
+        self._records: Deque[Tuple[int, ...]] = collections.deque(maxlen=MAX_RECORDS)
+
+    def add_previous(self, stamps: Sequence[int]) -> Tuple[int, ...]:
+        """Keep the previous batch's record carried by an `InferBatch`; this batch's first stamps."""
+        if len(stamps) == Stamp.COUNT + 2:
+            self._records.append(tuple(stamps[: Stamp.COUNT]))
+        return tuple(stamps[-2:])
+
+    def write(self) -> None:
+        if not self._records:
+            return
+        with open(self.path, "w", encoding="utf-8") as handle:
+            json.dump({"model": self._model_name, "records": list(self._records)}, handle)
 
 
 class BlockingLoop:
@@ -51,7 +95,7 @@ class BlockingLoop:
     Args:
         endpoint: the handler's sockets.
         calls: runs the callable on a batch.
-        shm_prefix, instance: name the output arena.
+        spec: the instance (its segments' prefix and number name the output arena).
         use_arenas: large outputs travel in arenas (False: inline, as for decoupled models).
         stop: set to end the loop.
         ending_streams: set to cut the streams in flight short.
@@ -66,8 +110,7 @@ class BlockingLoop:
         endpoint: HandlerEndpoint,
         calls: BatchCalls,
         *,
-        shm_prefix: str,
-        instance: int,
+        spec: InstanceSpec,
         use_arenas: bool,
         stop: threading.Event,
         ending_streams: threading.Event,
@@ -78,8 +121,8 @@ class BlockingLoop:
         self._endpoint = endpoint
         self._busy_since = busy_since
         self._calls = calls
-        self._shm_prefix = shm_prefix
-        self._instance = instance
+        self._shm_prefix = spec.shm_prefix
+        self._instance = spec.instance
         self._use_arenas = use_arenas
         self._stop = stop
         self._ending_streams = ending_streams
@@ -180,6 +223,9 @@ class BlockingLoop:
             result, answer = calls.result(batch.batch_id, count, outcome, batch_sizes, self._output_arena())
         except Exception as exc:  # noqa: BLE001 - a bug of ours must not leave requesters waiting (logged)
             result, answer = protocol.BatchResult(batch.batch_id, (calls.internal_error(exc),) * count, (), ""), []
+        outcome = None  # packed: what still views the batch's inputs now is the callable's own
+        if calls.inputs_kept():
+            result = result._replace(inputs_kept=True)
         if result.unrecoverable:  # before the reply, so is_alive() is false once a client sees it
             self._on_unrecoverable(calls.model_name)
         if marks is not None and len(marks) == protocol.Stamp.CALLED + 1:

@@ -16,7 +16,7 @@ import sys
 import threading
 import traceback
 import warnings
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import zmq
 
@@ -25,18 +25,14 @@ from pytriton.ipc import protocol
 from pytriton.metrics import Registry
 from pytriton.worker.asynchronous import AsyncLoop
 from pytriton.worker.batches import BatchCalls
-from pytriton.worker.blocking import BlockingLoop
-from pytriton.worker.context import TritonContext
+from pytriton.worker.blocking import BlockingLoop, StampLog, stamps_folder
 from pytriton.worker.endpoint import HandlerEndpoint
-from pytriton.worker.instance import BusySince, Instance
+from pytriton.worker.instance import BusySince, Instance, InstanceSpec
 from pytriton.worker.measures import Measures
-from pytriton.worker.request import Request
-from pytriton.worker.stamps import StampLog, stamps_folder
-from pytriton.worker.whole import WholeBatch
 
 logger = logging.getLogger("pytriton.worker")
 
-__all__ = ["Instance", "InstanceHandler", "check_callables", "forgotten_decorator", "is_async_callable",
+__all__ = ["Instance", "InstanceHandler", "InstanceSpec", "check_callables", "forgotten_decorator", "is_async_callable",
            "is_generator_callable"]
 
 
@@ -101,31 +97,17 @@ def check_callables(model_name: str, funcs: Sequence[Callable[..., Any]], decoup
 
 
 class InstanceHandler:
-    """Serves model instance `instance` of one model with one inference callable, in this process.
+    """Serves one model instance (`InstanceSpec`) with its inference callable, in this process.
 
     Args:
-        context: the model served (name, version, tensors, config).
-        infer_func: the user's callable for this instance.
-        endpoint: the ZeroMQ control endpoint to bind (see `protocol.instance_endpoint`); the
-            data socket goes beside it.
-        instance: the instance number.
-        shm_prefix: prefix of this model's shared-memory segments.
-        strict: validate output dtypes and shapes.
+        spec: the instance: its model, callable, endpoint, number, segments and kind.
         zmq_context: the process's ZeroMQ context.
         on_unrecoverable: called (from the handler's thread) after a callable raised
             `PyTritonUnrecoverableError`, before its requesters get their errors.
-        asynchronous: run an asyncio loop in the thread (for coroutine and async generator
-            callables); the proxy then relays, so batches may overlap.
-        pipelined: the model's callables are all plain, so the handler's proxy waits for each
-            answer before it sends another batch: large outputs then travel in an arena. False
-            when the proxies relay (some callable of the model is async), so their batches
-            overlap: outputs then go inline.
         worker_restarts: for a process instance, how many of its worker processes died before
             this one (a metric, `pytriton.worker.measures`).
         busy_since: where the handler keeps the start of the oldest batch it serves (given by the
             parent of a process instance, which reads it; a fresh one by default).
-        whole: `infer_func` taken apart when it is a plain ``@batch`` function
-            (`pytriton.decorating.shaping.whole_batch`): its batches may skip the request objects.
 
     Raises:
         PyTritonModelConfigError: ``isolate_failures`` or ``execution_timeout_s`` asked of an
@@ -134,42 +116,33 @@ class InstanceHandler:
 
     def __init__(
         self,
+        spec: InstanceSpec,
         *,
-        context: TritonContext,
-        infer_func: Callable[[List[Request]], Any],
-        endpoint: str,
-        instance: int,
-        shm_prefix: str,
-        strict: bool,
         zmq_context: zmq.Context[zmq.Socket[bytes]],
         on_unrecoverable: Callable[[str], None],
-        asynchronous: bool = False,
-        pipelined: bool = True,
         worker_restarts: int = 0,
         busy_since: Optional[BusySince] = None,
-        whole: Optional[WholeBatch] = None,
     ) -> None:
+        context, instance = spec.context, spec.instance
         self._stop = threading.Event()
         self._busy_since = busy_since if busy_since is not None else BusySince()
         self._ending_streams = threading.Event()
         self._measures = Measures(Registry(context.model_name, context.model_version, instance), worker_restarts)
-        self._calls = BatchCalls(context, infer_func, instance, strict, asynchronous, self._stop, self._measures,
-                                 whole)
-        self._endpoint = HandlerEndpoint(zmq_context, endpoint, instance, context.model_name,
+        self._calls = BatchCalls(spec, self._stop, self._measures)
+        self._endpoint = HandlerEndpoint(zmq_context, spec.endpoint, instance, context.model_name,
                                          on_proxy_replaced=self._proxy_replaced,
                                          metrics_report=self._measures.registry.report,
-                                         arena_stem=protocol.segment_name(shm_prefix, instance, "in", 0)[:-1])
+                                         arena_stem=protocol.segment_name(spec.shm_prefix, instance, "in", 0)[:-1])
         self._loop: Union[BlockingLoop, AsyncLoop]
-        if asynchronous:
+        if spec.asynchronous:
             self._loop = AsyncLoop(self._endpoint, self._calls, stop=self._stop, ending_streams=self._ending_streams,
                                    on_unrecoverable=on_unrecoverable, busy_since=self._busy_since)
         else:
             folder = stamps_folder()
             decoupled = self._calls.decoupled
             self._loop = BlockingLoop(
-                self._endpoint, self._calls, shm_prefix=shm_prefix, instance=instance,
-                use_arenas=pipelined and not decoupled, stop=self._stop, ending_streams=self._ending_streams,
-                on_unrecoverable=on_unrecoverable,
+                self._endpoint, self._calls, spec=spec, use_arenas=spec.pipelined and not decoupled,
+                stop=self._stop, ending_streams=self._ending_streams, on_unrecoverable=on_unrecoverable,
                 stamp_log=StampLog(folder, context.model_name, instance) if folder and not decoupled else None,
                 busy_since=self._busy_since,
             )
@@ -192,8 +165,13 @@ class InstanceHandler:
         self._loop.reader.close()
         self._measures.stub_replaced()
 
+    def launch(self) -> None:
+        """Start serving (at once: a thread starts)."""
+        if self._thread.ident is None:
+            self._thread.start()
+
     def start(self) -> None:
-        self._thread.start()
+        self.launch()
 
     def is_serving(self) -> bool:
         """Whether the handler's thread still runs (it ends only on stop)."""

@@ -1,15 +1,69 @@
-"""The interface of a served model instance, whichever process runs its callable.
+"""A served model instance: what `bind` decides for it (`InstanceSpec`), and the interface it
+offers, whichever process runs its callable.
 
 `pytriton.worker.handler.InstanceHandler` runs the callable on a thread of the user's process;
 `pytriton.worker.process_instance.ProcessInstance` in a worker process forked from it. The
-bindings and the supervisor see both through this one interface.
+bindings build one `InstanceSpec` per instance and hand it to either; the supervisor sees both
+through the one `Instance` interface.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import mmap
-from typing import Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+from pytriton.repository.warmup import LocalWarmup
+from pytriton.worker.context import TritonContext
+from pytriton.worker.responses import WholeBatch
+
+
+def _no_whole(func: Any) -> Optional[WholeBatch]:
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class InstanceSpec:
+    """One model instance as `bind` decided it: what it serves, where it listens, how it calls.
+
+    Read by every layer that serves the instance: the handler (`InstanceHandler`), the process
+    that runs it (`ProcessInstance`) and the steps of each batch (`pytriton.worker.batches`).
+
+    Attributes:
+        context: the model served (name, version, tensors, config).
+        infer_func: the user's callable for this instance, or the `InstanceSetup` that builds it
+            in its worker process.
+        endpoint: the ZeroMQ control endpoint to bind (`protocol.instance_endpoint`); the data
+            socket goes beside it.
+        instance: the instance number.
+        shm_prefix: prefix of this model's shared-memory segments.
+        strict: validate output dtypes and shapes.
+        asynchronous: the callable is a coroutine or async generator function: an asyncio loop
+            serves it, and the proxy relays, so batches may overlap.
+        pipelined: the model's callables are all plain, so the handler's proxy waits for each
+            answer before it sends another batch: large outputs then travel in an arena. False
+            when the proxies relay (some callable of the model is async), so their batches
+            overlap: outputs then go inline.
+        whole: `infer_func` taken apart when it is a plain ``@batch`` function
+            (`pytriton.decorating.shaping.whole_batch`): its batches may skip the request objects.
+        warmups: pytriton's own warm-ups of the model, run in the worker process on what an
+            `InstanceSetup` built there (`bind` runs them on other callables before it forks).
+        whole_of: takes a callable an `InstanceSetup` built apart as `whole` is (the decorators
+            know how; the worker does not import them).
+    """
+
+    context: TritonContext
+    infer_func: Any
+    endpoint: str
+    instance: int
+    shm_prefix: str
+    strict: bool = False
+    asynchronous: bool = False
+    pipelined: bool = True
+    whole: Optional[WholeBatch] = None
+    warmups: Sequence[LocalWarmup] = ()
+    whole_of: Callable[[Any], Optional[WholeBatch]] = _no_whole
 
 
 class Instance(Protocol):
@@ -19,8 +73,11 @@ class Instance(Protocol):
     def proxy_pid(self) -> Optional[int]:
         """The pid of the stub process whose proxy greeted last (None before the first)."""
 
+    def launch(self) -> None:
+        """Begin starting, without waiting (a worker process runs its setup meanwhile); `start` waits."""
+
     def start(self) -> None:
-        """Start serving; returns once the instance listens.
+        """Start serving (unless `launch` began it); returns once the instance listens.
 
         Raises:
             PyTritonModelConfigError: the callable cannot be served as configured.

@@ -1,10 +1,12 @@
 """The worker process's side of a process instance: what runs in the child forked from the user's.
 
-`pytriton.worker.process_instance` forks the child and calls `child_main` in it. The child dies
-with its parent, ignores SIGINT, builds an `InstanceHandler` with a ZeroMQ context of its own,
-tells the parent over the pipe when it serves (and the pid of the stub whose proxy greeted it, and
-an unrecoverable error, which it waits for the parent to acknowledge), takes ``stop`` and
-``end_streams``, and leaves only through ``os._exit``.
+`pytriton.worker.process_instance` forks the child and calls `child_main` in it. The child sets
+its ``CUDA_VISIBLE_DEVICES`` (a device of its own), dies with its parent, ignores SIGINT, runs its
+`InstanceSetup` when it has one (`pytriton.worker.placement`), builds an `InstanceHandler` with a
+ZeroMQ context of its own, tells the parent over the pipe when its setup is done and when it
+serves (and the pid of the stub whose proxy greeted it, and an unrecoverable error, which it waits
+for the parent to acknowledge), takes ``stop`` and ``end_streams``, and leaves only through
+``os._exit``.
 """
 
 from __future__ import annotations
@@ -19,15 +21,16 @@ import pickle
 import signal
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import zmq
 
 from pytriton.exceptions import PyTritonModelConfigError
+from pytriton.model_config.instances import InstancePlacement, InstanceSetup
 from pytriton.worker import tracing
-from pytriton.worker.context import TritonContext
 from pytriton.worker.handler import InstanceHandler
-from pytriton.worker.request import Request
+from pytriton.worker.instance import BusySince, InstanceSpec
+from pytriton.worker.placement import CUDA_VISIBLE_DEVICES, set_up
 
 logger = logging.getLogger("pytriton.worker")
 
@@ -40,34 +43,27 @@ _ACK_TIMEOUT_S = 5.0
 _PR_SET_PDEATHSIG = 1
 
 
-@dataclasses.dataclass(frozen=True)
-class Spec:
-    """What a child needs to build its handler (all of it reaches the child by fork)."""
-
-    context: TritonContext
-    infer_func: Callable[[List[Request]], Any]
-    endpoint: str
-    instance: int
-    shm_prefix: str
-    strict: bool
-    options: Dict[str, Any]
-    """The other keyword arguments of `InstanceHandler` (``asynchronous``, ...), passed as given."""
-
-
-def child_main(spec: Spec, shm_prefix: str, conn: multiprocessing.connection.Connection, parent_pid: int,
-                restarts: int) -> None:
+def child_main(spec: InstanceSpec, *, placement: InstancePlacement, busy_since: BusySince, shm_prefix: str,
+               conn: multiprocessing.connection.Connection, parent_pid: int, restarts: int) -> None:
     """Run in the forked child: serve until told to stop or the parent is gone; never returns.
 
-    `restarts` counts the children of this instance that died before this one.
+    `placement` holds the ``CUDA_VISIBLE_DEVICES`` set before anything else runs; `busy_since`
+    lives in memory the parent reads; `shm_prefix` names this child's segments (each child of an
+    instance gets a fresh one); `restarts` counts the children of this instance that died before
+    this one.
     """
     code = 1
     try:
+        if placement.visible_devices is not None:
+            # First: CUDA reads it once, when something in this process initialises it.
+            os.environ[CUDA_VISIBLE_DEVICES] = placement.visible_devices
         _die_with_parent(parent_pid)
         faulthandler.register(DUMP_SIGNAL, all_threads=True)  # a hung callable's stacks, on the parent's request
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's Python handlers are not ours
         signal.set_wakeup_fd(-1)  # an asyncio loop of the parent set one: its pipe is the parent's
-        code = _ChildRuntime(spec, shm_prefix, conn, restarts).run()
+        code = _ChildRuntime(dataclasses.replace(spec, shm_prefix=shm_prefix), placement, busy_since, conn,
+                             restarts).run()
     except BaseException:  # logged, then the exit code says it
         logger.exception("Model '%s' instance %d: the worker process failed", spec.context.model_name, spec.instance)
     finally:
@@ -95,11 +91,12 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 class _ChildRuntime:
-    def __init__(self, spec: Spec, shm_prefix: str, conn: multiprocessing.connection.Connection,
-                 restarts: int) -> None:
+    def __init__(self, spec: InstanceSpec, placement: InstancePlacement, busy_since: BusySince,
+                 conn: multiprocessing.connection.Connection, restarts: int) -> None:
         self._spec = spec
+        self._placement = placement
+        self._busy_since = busy_since
         self._restarts = restarts
-        self._shm_prefix = shm_prefix
         self._conn = conn
         self._send_lock = threading.Lock()
         self._acked = threading.Event()
@@ -116,20 +113,18 @@ class _ChildRuntime:
 
     def run(self) -> int:
         spec = self._spec
+        if isinstance(spec.infer_func, InstanceSetup):
+            try:
+                built = set_up(spec.infer_func, self._placement, spec.context, spec.warmups)
+                spec = dataclasses.replace(spec, infer_func=built, whole=spec.whole_of(built))
+            except Exception as exc:  # noqa: BLE001 - the parent raises it from start()
+                self._send(("failed", _picklable(exc)))
+                return 1
+            self._send(("set_up",))
         zmq_context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         try:
-            handler = InstanceHandler(
-                context=spec.context,
-                infer_func=spec.infer_func,
-                endpoint=spec.endpoint,
-                instance=spec.instance,
-                shm_prefix=self._shm_prefix,
-                strict=spec.strict,
-                zmq_context=zmq_context,
-                on_unrecoverable=self._unrecoverable,
-                worker_restarts=self._restarts,
-                **spec.options,
-            )
+            handler = InstanceHandler(spec, zmq_context=zmq_context, on_unrecoverable=self._unrecoverable,
+                                      worker_restarts=self._restarts, busy_since=self._busy_since)
         except Exception as exc:  # noqa: BLE001 - the parent raises it from start()
             self._send(("failed", _picklable(exc)))
             return 1

@@ -35,26 +35,30 @@ import sys
 import threading
 import time
 import warnings
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 from pytriton.exceptions import PyTritonModelConfigError
 from pytriton.exit_status import describe_wait_status
 from pytriton.ipc import protocol
 from pytriton.ipc.shm import SHM_DIR
-from pytriton.worker.context import TritonContext
-from pytriton.worker.instance import BusySince
-from pytriton.worker.process_child import DUMP_SIGNAL, POLL_S, Spec, child_main
-from pytriton.worker.request import Request
+from pytriton.model_config.instances import InstanceSetup
+from pytriton.worker.instance import BusySince, InstanceSpec
+from pytriton.worker.placement import CUDA_VISIBLE_DEVICES, placement_of
+from pytriton.worker.process_child import DUMP_SIGNAL, POLL_S, child_main
 
 logger = logging.getLogger("pytriton.worker")
 
 START_TIMEOUT_S = 60.0
-"""How long `start` waits for a child to report that its handler listens."""
+"""How long `start` waits for a child to report that its handler listens (after its setup, if any)."""
 _DUMP_WAIT_S = 0.3
 _KILL_GRACE_S = 2.0
 """How long past the `stop` timeout a child gets to end before it is killed."""
 _QUICK_DEATH_S = 1.0
 """A child that dies sooner than this after its fork is forked again only after this long."""
+_FORK_LOCK = threading.Lock()
+"""Instances fork from their watcher threads at once (`launch`): one fork at a time, so that no
+child inherits the child's end of another's pipe, and `warnings.catch_warnings` (process-wide) is
+not entered by two threads at once."""
 
 
 def check_forkable(model_name: str) -> None:
@@ -123,34 +127,35 @@ class _Child:
 
 
 class ProcessInstance:
-    """Serves model instance `instance` from a worker process forked from this one.
+    """Serves a model instance (`InstanceSpec`) from a worker process forked from this one.
 
-    Takes the arguments of `InstanceHandler` but the ZeroMQ context, which a child makes itself;
-    those not named here (`options`) reach the child's handler as given.
+    The child builds an `InstanceHandler` of the same spec, with a ZeroMQ context of its own, on
+    the device ``spec.context.config.devices`` gives this instance (`pytriton.worker.placement`);
+    an `InstanceSetup` in ``spec.infer_func`` builds the callable there.
 
     Args:
+        spec: the instance.
         on_unrecoverable: called in this process (from the watcher thread) with the model name
             after the callable raised `PyTritonUnrecoverableError` in the child.
+
+    Raises:
+        PyTritonBadParameterError: the instance's device is not one this process sees.
     """
 
-    def __init__(
-        self,
-        *,
-        context: TritonContext,
-        infer_func: Callable[[List[Request]], Any],
-        endpoint: str,
-        instance: int,
-        shm_prefix: str,
-        strict: bool,
-        on_unrecoverable: Callable[[str], None],
-        **options: Any,
-    ) -> None:
+    def __init__(self, spec: InstanceSpec, *, on_unrecoverable: Callable[[str], None]) -> None:
+        context, instance = spec.context, spec.instance
         self._busy_since = BusySince()  # in memory shared across the fork: the child writes, this reads
-        options = {**options, "busy_since": self._busy_since}
-        self._spec = Spec(context, infer_func, endpoint, instance, shm_prefix, strict, options)
+        self._spec = spec
+        self.placement = placement_of(context, instance, os.environ.get(CUDA_VISIBLE_DEVICES))
+        """Where the child runs (its device), worked out here so that a device not seen fails at once."""
+        setup = spec.infer_func if isinstance(spec.infer_func, InstanceSetup) else None
+        self._setup_timeout_s = setup.timeout_s if setup is not None else None
+        self._set_up = threading.Event()
+        if setup is None:
+            self._set_up.set()
         self._on_unrecoverable = on_unrecoverable
         self._name = f"model '{context.model_name}' instance {instance}"
-        self._socket_path = protocol.ipc_socket_path(endpoint)
+        self._socket_path = protocol.ipc_socket_path(spec.endpoint)
         self._child: Optional[_Child] = None
         self._incarnation = 0
         self._send_lock = threading.Lock()
@@ -170,15 +175,27 @@ class ProcessInstance:
         child = self._child
         return child.pid if child is not None and child.status is None else None
 
+    def launch(self) -> None:
+        """Fork the child without waiting for it (`start` waits): the setups of a model's instances,
+        each loading the model, run at the same time."""
+        if self._thread.ident is None:
+            self._thread.start()
+
     def start(self) -> None:
-        """Fork the child and wait until its handler listens.
+        """Fork the child (unless `launch` did) and wait until its handler listens.
 
         Raises:
-            PyTritonModelConfigError: the handler refused the configuration (as `InstanceHandler`),
-                or the child did not report within `START_TIMEOUT_S`; other errors of the child's
-                start are raised as they were raised there.
+            PyTritonModelConfigError: the setup failed or did not finish within its
+                ``timeout_s``, the handler refused the configuration (as `InstanceHandler`), or the
+                child did not report within `START_TIMEOUT_S`; other errors of the child's start are
+                raised as they were raised there.
         """
-        self._thread.start()
+        self.launch()
+        if self._setup_timeout_s is not None and not self._set_up.wait(self._setup_timeout_s):
+            self.stop(1.0)
+            raise PyTritonModelConfigError(
+                f"{self._name}: its setup (InstanceSetup) did not finish within timeout_s={self._setup_timeout_s:g} s"
+            )
         if not self._started.wait(START_TIMEOUT_S):
             self.stop(1.0)
             raise PyTritonModelConfigError(
@@ -262,6 +279,7 @@ class ProcessInstance:
             child = self._fork()
         except BaseException as exc:  # noqa: BLE001 - handed to start()
             self._start_error = exc
+            self._set_up.set()
             self._started.set()
             return
         first = True
@@ -275,6 +293,7 @@ class ProcessInstance:
                         self._start_error = PyTritonModelConfigError(
                             f"{self._name}: its worker process {describe_wait_status(child.status)} while starting"
                         )
+                    self._set_up.set()
                     self._started.set()
                     return
             if self._stopping.is_set():
@@ -305,18 +324,20 @@ class ProcessInstance:
         shm_prefix = self._spec.shm_prefix
         if self._incarnation > 1:
             shm_prefix = f"{shm_prefix}-w{self._incarnation}"
-        parent_end, child_end = multiprocessing.Pipe(duplex=True)
         parent_pid = os.getpid()
-        with warnings.catch_warnings():
+        with _FORK_LOCK, warnings.catch_warnings():
+            parent_end, child_end = multiprocessing.Pipe(duplex=True)
             # Python 3.12+ warns that a fork of a threaded process may deadlock the child on a lock
             # another thread held. The child takes none of the parent's locks but those Python
             # re-initialises after a fork (logging, imports); it builds all it uses anew.
             warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
             pid = os.fork()
+            if pid != 0:
+                child_end.close()  # before another instance forks: its child must not hold this end
         if pid == 0:  # the child: never returns
             parent_end.close()
-            child_main(self._spec, shm_prefix, child_end, parent_pid, self._incarnation - 1)
-        child_end.close()
+            child_main(self._spec, placement=self.placement, busy_since=self._busy_since, shm_prefix=shm_prefix,
+                       conn=child_end, parent_pid=parent_pid, restarts=self._incarnation - 1)
         child = _Child(pid, parent_end, shm_prefix)
         self._child = child
         return child
@@ -340,9 +361,12 @@ class ProcessInstance:
                 message = ("gone",)
             if message is not None:
                 kind = message[0]
-                if kind == "ready":
+                if kind == "set_up":
+                    self._set_up.set()
+                elif kind == "ready":
                     ready = True
                     if first:
+                        self._set_up.set()
                         self._started.set()
                 elif kind == "failed":
                     self._start_error = message[1]

@@ -10,13 +10,21 @@ names to arrays; a plain dict serves as well, the class exists for code written 
 
 Numeric input arrays are read-only views on the proxy's message or shared memory; they are
 valid while the callable runs. Copy an array (``array.copy()``) to keep it beyond the call.
+
+``request.is_cancelled()`` while the callable runs reads the proxy's `Cancel` messages on
+demand (`CancelProbe`): while a batch takes longer than a tenth of a second, the proxy looks
+whether its requests were cancelled by their clients (a closed connection, a cancelled gRPC
+call) and sends the worker their positions. Nobody reads the channel while the handler thread
+runs the callable, so the callable's own question reads it, at most every `_READ_EVERY_S` (a
+loop may ask as often as it likes), keeping any other message for later. One probe per handler:
+a handler serves one batch at a time.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from typing import Any, ContextManager, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -60,7 +68,7 @@ class Request(_Tensors):
     # Set only for requests that carry them (a slot left unset costs the others nothing).
     _sequence: Tuple[Union[int, str], int]
     _requested: Tuple[str, ...]
-    _probe: Any  # pytriton.worker.cancellation.CancelProbe of the batch
+    _probe: Any  # the CancelProbe of the batch
     _origin: Any  # the request a decorator rebuilt this one from
     _deadline_ms: float  # when its pytriton client stops waiting (Unix ms)
     _tracing: Tuple[Any, Any]  # its OpenTelemetry span and the tracer that made it (sampled requests only)
@@ -235,3 +243,73 @@ class BatchResponses(List[Dict[str, np.ndarray]]):
                 if response.get(name) is not column[index]:
                     return None
         return self.whole
+
+
+_READ_EVERY_S = 0.01
+
+CancelReader = Callable[[], Optional[Tuple[int, ...]]]
+"""Reads the channel now: the positions of the current batch cancelled so far (``()`` for all),
+or None when nothing new arrived."""
+
+
+class CancelProbe:
+    """What the requests of the batch being served learn about their cancellation."""
+
+    __slots__ = ("requests", "_reader", "_cancelled", "_all", "_next_read")
+
+    def __init__(self) -> None:
+        self.requests: Sequence[Any] = ()
+        self._reader: Optional[CancelReader] = None
+        self._cancelled: Set[int] = set()
+        self._all = False
+        self._next_read = 0.0
+
+    def begin(self, requests: Sequence[Any], reader: Optional[CancelReader]) -> None:
+        """A new batch: its requests, and how to read its cancellations (None: never learnt)."""
+        self.requests = requests
+        self._reader = reader
+        self._cancelled = set()
+        self._all = False
+        self._next_read = 0.0
+
+    def end(self) -> None:
+        """The batch is answered: let go of its requests, whose arrays may view shared memory
+        that the handler unmaps once idle."""
+        self.begin((), None)
+
+    def is_cancelled(self, request: Any) -> bool:
+        """Whether `request` (or the request it was rebuilt from) was cancelled by its client."""
+        self._refresh()
+        if self._all:
+            return True
+        if not self._cancelled:
+            return False
+        position = self._position(request)
+        return position is not None and position in self._cancelled
+
+    def all_cancelled(self) -> bool:
+        """Whether every request of the batch was cancelled: nobody waits for the answer."""
+        self._refresh()
+        return self._all or (bool(self.requests) and len(self._cancelled) >= len(self.requests))
+
+    def _refresh(self) -> None:
+        if self._reader is None or self._all:
+            return
+        now = time.monotonic()
+        if now < self._next_read:
+            return
+        self._next_read = now + _READ_EVERY_S
+        positions = self._reader()
+        if positions is None:
+            return
+        if not positions:
+            self._all = True
+        self._cancelled.update(positions)
+
+    def _position(self, request: Any) -> Optional[int]:
+        while request is not None:
+            for position, candidate in enumerate(self.requests):
+                if candidate is request:
+                    return position
+            request = getattr(request, "_origin", None)  # rebuilt by a decorator from this one
+        return None

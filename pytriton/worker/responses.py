@@ -1,27 +1,97 @@
-"""Checks what a callable returned and turns it into the wire's answer messages.
+"""A batch out: checks what a callable returned and turns it into the wire's answer messages.
 
-Pure functions: `shape_response` checks one request's response against the declared outputs,
-so that one request's bad response becomes an error for that requester alone; `batch_result`
-and `stream_part` build the `BatchResult` (one answer per request) and the `StreamPart` (one
-step of a stream) of a whole batch from what the callable returned or yielded.
+Step of the request flow: the user's callable (through the decorators) -> here -> the loop that
+sends the answer (`pytriton.worker.blocking`, `pytriton.worker.asynchronous`); the batch came in
+through `pytriton.worker.batches`.
+
+Pure functions: `host_array` makes a numpy array of an output (torch tensors included),
+`shape_response` checks one request's response against the declared outputs, so that one
+request's bad response becomes an error for that requester alone; `batch_result` and
+`stream_part` build the `BatchResult` (one answer per request) and the `StreamPart` (one step of
+a stream) of a whole batch from what the callable returned or yielded. A ``@batch`` function on
+the whole-batch path answers `WholeOutputs`: each output of the batch as one array, checked once
+for the batch and sent as one buffer per output.
+
+Outputs as torch tensors: the wire carries numpy arrays only, but a model on a GPU naturally ends
+in a torch tensor; making every user write ``.detach().cpu().numpy()`` is busywork, and a bare
+``np.asarray`` fails on tensors that are on a device or require grad. torch is never imported
+here: a value counts as a torch tensor only when torch is already in ``sys.modules`` (the
+callable made one, so it is) and the value is an instance of its ``Tensor``.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+import sys
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.ipc import codec, protocol
 from pytriton.ipc.shm import Arena
-from pytriton.worker.arrays import host_array
 from pytriton.worker.context import TritonContext
 from pytriton.worker.request import BatchResponses, Request
-from pytriton.worker.whole import WholeOutputs
 
 logger = logging.getLogger("pytriton.worker")
+
+WholeBatch = Callable[[Dict[str, np.ndarray], List[int]], Any]
+"""A plain ``@batch`` callable taken apart for the whole-batch path (by the decorators'
+`pytriton.decorating.shaping.whole_batch`): called with each input of the batch as one array and
+each request's row count, it answers `WholeOutputs` (or what ``@batch`` passes on lazily),
+raising what the function or ``@batch``'s checks raise."""
+
+
+class WholeOutputs(NamedTuple):
+    """The answer of the whole-batch path: each output of the batch as one array, and each
+    request's row count (what ``@batch`` would have split them by)."""
+
+    outputs: Dict[str, np.ndarray]
+    rows: List[int]
+
+    def responses(self) -> Any:
+        """The answer as ``@batch`` gives it through the general path: one response per request."""
+        if len(self.rows) == 1:
+            return [self.outputs]
+        return BatchResponses(self.outputs, self.rows)
+
+
+def is_torch_tensor(value: Any) -> bool:
+    """Whether `value` is a torch tensor, without importing torch."""
+    torch = sys.modules.get("torch")
+    tensor_type = getattr(torch, "Tensor", None) if torch is not None else None
+    return tensor_type is not None and isinstance(value, tensor_type)
+
+
+def torch_to_numpy(tensor: Any, what: str) -> np.ndarray:
+    """One copy to the host (none for a CPU tensor), detached from autograd, as a numpy array.
+
+    A CPU tensor's array shares its memory; the wire copies it anyway. Dtypes that numpy lacks
+    (bfloat16, the float8 kinds) are refused with the cast to make, rather than guessed at.
+    """
+    host = tensor.detach()
+    if host.device.type != "cpu":
+        host = host.cpu()  # the one device-to-host copy, which also waits for the kernels before it
+    if getattr(host, "is_conj", lambda: False)():
+        host = host.resolve_conj()
+    try:
+        array: np.ndarray = host.numpy()
+    except TypeError as exc:
+        raise PyTritonValidationError(
+            f"{what} is a torch tensor of dtype {tensor.dtype}, which numpy cannot hold ({exc}); "
+            "convert it in the callable, e.g. with .float() for bfloat16"
+        ) from exc
+    return array
+
+
+def host_array(value: Any, what: str) -> np.ndarray:
+    """`value` as a numpy array: arrays as they are, torch tensors copied to the host, the rest
+    through ``np.asarray`` (whose errors the caller words)."""
+    if isinstance(value, np.ndarray):
+        return value
+    if is_torch_tensor(value):
+        return torch_to_numpy(value, what)
+    return np.asarray(value)
 
 
 class Failure:

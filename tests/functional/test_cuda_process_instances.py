@@ -90,3 +90,71 @@ def test_bind_refuses_process_instances_after_torch_probed_cuda(tmp_path):
     assert "PyTritonModelConfigError" in done.stderr and "model 'Double'" in done.stderr, done.stderr[-4000:]
     assert "PYTORCH_NVML_BASED_CUDA_CHECK=1" in done.stderr
     assert "Cannot re-initialize CUDA" not in done.stderr  # refused at bind, before any request
+
+
+PLACED_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    import numpy as np
+    from pytriton.client import FuturesModelClient
+    from pytriton.decorators import batch
+    from pytriton.model_config import InstanceSetup, ModelConfig, Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    http, grpc, metrics = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    devices = json.loads(sys.argv[4])
+
+    def load(placement):  # in each worker process, after CUDA_VISIBLE_DEVICES names its one device
+        import torch
+        weights = torch.full((1,), 2.0, device="cuda")
+        uuid = str(torch.cuda.get_device_properties(0).uuid)
+
+        @batch
+        def double(x):
+            y = torch.from_numpy(x).to("cuda") * weights
+            seen = json.dumps({"instance": placement.instance, "device": placement.device, "uuid": uuid,
+                               "visible": os.environ["CUDA_VISIBLE_DEVICES"], "count": torch.cuda.device_count()})
+            return {"y": y.cpu().numpy(), "seen": np.array([[seen.encode()]] * len(x), dtype=object)}
+
+        return double
+
+    import torch  # imported, never asked about CUDA: the worker processes may use it
+    config = TritonConfig(http_port=http, grpc_port=grpc, metrics_port=metrics, exit_timeout_secs=5)
+    with Triton(config=config) as triton:
+        triton.bind(
+            "Placed", InstanceSetup(load),
+            inputs=[Tensor(name="x", dtype=np.float32, shape=(-1,))],
+            outputs=[Tensor(name="y", dtype=np.float32, shape=(-1,)), Tensor(name="seen", dtype=bytes, shape=(1,))],
+            config=ModelConfig(max_batch_size=8, process_instances=True, devices=devices),
+        )
+        triton.run()
+        with FuturesModelClient(f"http://127.0.0.1:{http}", "Placed", max_workers=8, init_timeout_s=120) as client:
+            futures = [client.infer_sample(x=np.array([1.0, 2.5], np.float32)) for _ in range(32)]
+            results = [future.result() for future in futures]
+    print(json.dumps({"y": sorted({tuple(r["y"].tolist()) for r in results}),
+                      "seen": sorted({r["seen"][0].decode() for r in results}),
+                      "parent_cuda": torch.cuda.is_initialized()}))
+    """
+)
+
+
+def test_each_process_instance_computes_on_its_own_gpu(tmp_path):
+    """One instance per GPU of the machine (two on one GPU where it has one): each worker process
+    sees exactly its device, and the setup loaded the model there."""
+    count = torch.cuda.device_count()
+    devices = list(range(count)) if count > 1 else [0, 0]
+    script = tmp_path / "serve_placed.py"
+    script.write_text(PLACED_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), *map(str, free_ports(3)), json.dumps(devices)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer["y"] == [[2.0, 5.0]]
+    assert answer["parent_cuda"] is False
+    seen = [json.loads(text) for text in answer["seen"]]
+    assert all(entry["count"] == 1 for entry in seen), seen  # each process sees one device
+    assert all(entry["visible"] == str(entry["device"]) for entry in seen), seen
+    assert {entry["instance"] for entry in seen} <= set(range(len(devices)))
+    if count > 1:  # instances on different GPUs: different devices answered
+        by_device = {entry["device"]: entry["uuid"] for entry in seen}
+        assert len(set(by_device.values())) == len(by_device), seen

@@ -10,6 +10,7 @@ process instances, warm-up, the response cache, pytriton's metrics and Triton's 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import threading
@@ -89,12 +90,22 @@ def picky(requests):
 
 @batch
 def pid(x):
+    time.sleep(0.2)  # long enough that requests sent together need both instances
     return {"pid": np.full((len(x), 1), os.getpid(), np.int64)}
 
 
 def warmed(requests):
     WARMED.append(len(requests))
     return [{"y": request["x"]} for request in requests]
+
+
+KEPT: list = []
+
+
+@batch
+def keeps(x):
+    KEPT.append(x)  # kept past the answer: the proxy's next batch must not write into it
+    return {"y": x + 1}
 
 
 @pytest.fixture(scope="module")
@@ -112,11 +123,12 @@ def server():
     triton.bind("Watchful", watchful, X, Y, config=batching)
     triton.bind("Picky", picky, X, Y, config=ModelConfig(max_batch_size=8, isolate_failures=True))
     triton.bind("Forked", pid, X, [Tensor(name="pid", dtype=np.int64, shape=(1,))],
-                config=ModelConfig(max_batch_size=8, process_instances=True))
+                config=ModelConfig(max_batch_size=8, process_instances=True, devices=[0, 1]))
     zeros = WarmupInput(dtype=np.float32, shape=(3,), zero_data=True)
     warmup = ModelWarmup(name="w", batch_size=2, inputs={"x": zeros})
     triton.bind("Warmed", warmed, X, Y, config=ModelConfig(max_batch_size=8, model_warmup=[warmup]))
     triton.bind("Cached", plain, X, Y, config=ModelConfig(max_batch_size=8, response_cache=True))
+    triton.bind("Keeps", keeps, X, Y, config=batching)
     triton.run()
     TOKEN["header"] = {"triton-access-token": triton.get_access_token() or ""}
     try:
@@ -143,6 +155,16 @@ def test_plain_batch_and_async_callables_answer(url):
             assert client.model_config.backend == "python"
     with ModelClient(url, "Plain") as client:  # request parameters reach the callable
         np.testing.assert_array_equal(client.infer_sample(x=ones, parameters={"add": 5})["y"], ones + 5)
+
+
+def test_large_inputs_a_batch_function_keeps_stay_its_own(url):
+    KEPT.clear()
+    sent = [np.full((2, 256 * 1024), value, dtype=np.float32) for value in (1.0, 2.0, 3.0)]  # in the arena
+    with ModelClient(url, "Keeps") as client:
+        for data in sent:
+            np.testing.assert_array_equal(client.infer_batch(x=data)["y"], data + 1)
+    assert [float(kept[0, 0]) for kept in KEPT] == [1.0, 2.0, 3.0]  # none overwritten by a later batch
+    KEPT.clear()
 
 
 def test_a_stream_answers_step_by_step(url):
@@ -197,6 +219,20 @@ def test_a_failing_request_fails_alone(server):
 def test_a_process_instance_answers_from_its_own_process(server):
     with ModelClient(http_url(server), "Forked") as client:
         assert int(client.infer_sample(x=np.ones(1, np.float32))["pid"][0]) != os.getpid()
+
+
+def test_instances_grouped_by_device_each_relay_to_their_own_process(server):
+    # Two instances named after their devices (Forked_gpu0_0, Forked_gpu1_0): each stub finds its
+    # worker by that name; two requests at once need both.
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        pids = set(pool.map(lambda _: _forked_pid(server), range(8)))
+    assert len(pids) == 2 and os.getpid() not in pids
+    assert len(stub_processes("Forked")) == 2
+
+
+def _forked_pid(server):
+    with ModelClient(http_url(server), "Forked") as client:
+        return int(client.infer_sample(x=np.ones(1, np.float32))["pid"][0])
 
 
 def test_warm_up_and_the_response_cache_work(server):

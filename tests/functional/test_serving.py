@@ -87,6 +87,21 @@ def _parameters(requests):
         [[str(r.parameters.get("mode", "")).encode()]], dtype=object)} for r in requests]
 
 
+@batch
+def _in_place(INPUT_1):
+    INPUT_1 *= 2  # the whole-batch path hands large inputs over writeable, as @batch's copy was
+    return {"OUTPUT_1": INPUT_1}
+
+
+KEPT: list = []
+
+
+@batch
+def _keeps(INPUT_1):
+    KEPT.append(INPUT_1)  # kept past the answer: later batches must not write into it
+    return {"OUTPUT_1": INPUT_1 + 1}
+
+
 @pytest.fixture(scope="module")
 def server():
     config = server_config()
@@ -94,6 +109,8 @@ def server():
     f32 = {"inputs": [Tensor(dtype=np.float32, shape=(-1,))], "outputs": [Tensor(dtype=np.float32, shape=(-1,))]}
     triton.bind("Identity", lambda requests: requests, config=ModelConfig(max_batch_size=8), **f32)
     triton.bind("Double", _double, config=ModelConfig(max_batch_size=16), **f32)
+    triton.bind("InPlace", _in_place, config=ModelConfig(max_batch_size=16), **f32)
+    triton.bind("Keeps", _keeps, config=ModelConfig(max_batch_size=16), **f32)
     triton.bind(
         "Batch2", batch(lambda **inputs: [inputs["INPUT_1"]]), inputs=[Tensor(dtype=np.int32, shape=(1,))],
         outputs=[Tensor(dtype=np.int32, shape=(1,))], config=ModelConfig(max_batch_size=2),
@@ -141,6 +158,25 @@ def test_batch_decorator_doubles_large_tensors_through_shared_memory(url):
     with ModelClient(url, "Double") as client:
         result = client.infer_batch(data)
     np.testing.assert_array_equal(result["OUTPUT_1"], data * 2)
+
+
+def test_batch_function_may_change_its_large_inputs_in_place(url):
+    data = np.random.default_rng(1).random((2, 256 * 1024), dtype=np.float32)  # in the arena: no copy
+    with ModelClient(url, "InPlace") as client:
+        for _ in range(3):  # the same arena again: each batch starts from what its requester sent
+            np.testing.assert_array_equal(client.infer_batch(data)["OUTPUT_1"], data * 2)
+
+
+def test_large_inputs_a_batch_function_keeps_are_never_overwritten_by_later_batches(url):
+    KEPT.clear()
+    sent = [np.full((2, 256 * 1024), value, dtype=np.float32) for value in (1.0, 2.0, 3.0)]
+    with ModelClient(url, "Keeps") as client:
+        for data in sent:
+            np.testing.assert_array_equal(client.infer_batch(data)["OUTPUT_1"], data + 1)
+    assert len(KEPT) == 3
+    for kept, data in zip(KEPT, sent):
+        np.testing.assert_array_equal(kept, data)  # each still holds its own batch
+    KEPT.clear()
 
 
 def test_batch_larger_than_max_batch_size_gets_tritons_message(url):

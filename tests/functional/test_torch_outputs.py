@@ -1,4 +1,4 @@
-"""Callables that return torch tensors, served by the real tritonserver (pytriton/worker/arrays.py).
+"""Callables that return torch tensors, served by the real tritonserver (pytriton/worker/responses.py, host_array).
 
 One server serves four models: a `@batch` model returning a CPU tensor that requires grad (a bare
 ``np.asarray`` refuses those), a plain per-request model returning tensors, a streaming model

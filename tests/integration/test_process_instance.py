@@ -28,6 +28,7 @@ from pytriton.ipc.shm import SHM_DIR
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.proxy.link import Link
 from pytriton.worker.context import TritonContext
+from pytriton.worker.instance import InstanceSpec
 from pytriton.worker.process_instance import ProcessInstance
 
 pytestmark = pytest.mark.integration
@@ -44,16 +45,9 @@ def _instance(tmp_path: pathlib.Path, config: Optional[ModelConfig] = None, infe
     shm_prefix = f"pytriton-{os.getpid()}-test{secrets.token_hex(4)}"
     config = config or ModelConfig(max_batch_size=4)
     context = TritonContext(model_name="forked", model_version=1, inputs=TENSORS, outputs=TENSORS, config=config)
-    instance = ProcessInstance(
-        context=context,
-        infer_func=infer_func,
-        endpoint=endpoint,
-        instance=0,
-        shm_prefix=shm_prefix,
-        strict=False,
-        on_unrecoverable=lambda model: None,
-        **options,
-    )
+    spec = InstanceSpec(context=context, infer_func=infer_func, endpoint=endpoint, instance=0, shm_prefix=shm_prefix,
+                        **options)
+    instance = ProcessInstance(spec, on_unrecoverable=lambda model: None)
     return instance, endpoint, shm_prefix
 
 
@@ -191,7 +185,8 @@ def test_stop_kills_a_worker_whose_callable_does_not_return(tmp_path):
     worker = link.worker_pid
     try:
         columns, segment, payload = codec.pack([{"x": np.ones(2, np.float32)}], None)
-        link.channel.send(protocol.encode(protocol.InferBatch(1, ("",), columns, segment)), payload)
+        link.channel.send(protocol.infer_batch_header(batch_id=1, parameters=("",), columns=columns, segment=segment),
+                          payload)
         assert _wait(marker.exists, 5.0), "the callable was not called"
         started = time.monotonic()
         assert instance.stop(0.5) is True

@@ -24,6 +24,7 @@ from pytriton.model_config import ModelConfig, Tensor
 from pytriton.proxy.link import Link
 from pytriton.worker.context import TritonContext
 from pytriton.worker.handler import InstanceHandler, is_async_callable, is_generator_callable
+from pytriton.worker.instance import InstanceSpec
 
 pytestmark = pytest.mark.integration
 
@@ -38,11 +39,9 @@ class Peer:
         self.zmq = zmq.Context()
         endpoint = f"ipc://{tmp_path}/sock-0"
         context = TritonContext("M", 1, INPUTS, OUTPUTS, ModelConfig(max_batch_size=8, decoupled=decoupled))
-        self.handler = InstanceHandler(
-            context=context, infer_func=func, endpoint=endpoint, instance=0,
-            shm_prefix=f"pytriton-{os.getpid()}-streams", strict=False, zmq_context=self.zmq,
-            on_unrecoverable=lambda name: None, asynchronous=asynchronous,
-        )
+        spec = InstanceSpec(context=context, infer_func=func, endpoint=endpoint, instance=0,
+                            shm_prefix=f"pytriton-{os.getpid()}-streams", asynchronous=asynchronous)
+        self.handler = InstanceHandler(spec, zmq_context=self.zmq, on_unrecoverable=lambda name: None)
         self.handler.start()
         self.link = Link("M", endpoint, protocol.Hello(protocol.PROTOCOL_VERSION, 0, os.getpid()), os.getpid())
         self.channel = self.link.connect(5.0, 5.0)
@@ -51,8 +50,9 @@ class Peer:
     def send_batch(self, batch_id, values):
         groups = [{"x": np.array([[v]], np.float32)} for v in values]
         columns, segment, payload = codec.pack(groups, None)
-        batch = protocol.InferBatch(batch_id, ("",) * len(values), columns, segment)
-        self.channel.send(protocol.encode(batch), payload)
+        header = protocol.infer_batch_header(batch_id=batch_id, parameters=("",) * len(values), columns=columns,
+                                             segment=segment)
+        self.channel.send(header, payload)
 
     def send(self, message):
         self.channel.send(protocol.encode(message))

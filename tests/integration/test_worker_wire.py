@@ -26,6 +26,7 @@ from pytriton.ipc.shm import ALIGNMENT, SHM_DIR
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.worker.context import TritonContext
 from pytriton.worker.handler import InstanceHandler
+from pytriton.worker.instance import InstanceSpec
 
 pytestmark = pytest.mark.integration
 
@@ -54,16 +55,9 @@ class Wire:
         context = TritonContext(
             model_name=MODEL, model_version=1, inputs=INPUTS, outputs=OUTPUTS, config=ModelConfig(max_batch_size=8)
         )
-        self.handler = InstanceHandler(
-            context=context,
-            infer_func=infer_func,
-            endpoint=self.endpoint,
-            instance=0,
-            shm_prefix=self.shm_prefix,
-            strict=strict,
-            zmq_context=self.zmq_context,
-            on_unrecoverable=self._on_unrecoverable,
-        )
+        spec = InstanceSpec(context=context, infer_func=infer_func, endpoint=self.endpoint, instance=0,
+                            shm_prefix=self.shm_prefix, strict=strict)
+        self.handler = InstanceHandler(spec, zmq_context=self.zmq_context, on_unrecoverable=self._on_unrecoverable)
         self.handler.start()
         self._runs = 0
 

@@ -82,8 +82,9 @@ def main(endpoint, shm_prefix, instance, plan_path, result_path):
             batch_id += 1
             count = len(requests)
             columns, segment, parts = codec.pack([inputs for inputs, _ in requests], arena)
-            batch = protocol.InferBatch(batch_id, tuple(p for _, p in requests), columns, segment)
-            data.send(protocol.encode(batch), parts)
+            header = protocol.infer_batch_header(batch_id=batch_id, parameters=tuple(p for _, p in requests),
+                                                 columns=columns, segment=segment)
+            data.send(header, parts)
             received = data.receive()
             if received is None:
                 _no_reply()

@@ -26,7 +26,7 @@ PACKAGE = ROOT / "pytriton"
 NAME = re.compile(r"\bPYTRITON_[A-Z0-9_]*[A-Z0-9]")
 
 SPELLED_ELSEWHERE = {
-    "pytriton/worker/stamps.py": "PYTRITON_HOP_STAMPS, until the worker rework (issue 34) reads it from the registry",
+    "pytriton/worker/blocking.py": "PYTRITON_HOP_STAMPS (STAMPS_ENV), until the worker reads it from the registry",
 }
 """Modules that still write a registered variable's name as a value of their own, and why."""
 

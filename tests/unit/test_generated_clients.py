@@ -47,16 +47,35 @@ def test_the_command_line_check_exits_non_zero_only_when_stale():
     assert result.returncode == 0, result.stderr
 
 
-def test_generated_clients_are_never_committed():
+def test_a_stale_twin_fails_the_check_saying_to_run_make_generate(tmp_path, monkeypatch, capsys):
+    for source, target in unasync.SOURCES.items():
+        for name in (source, target):
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name).write_text((ROOT / name).read_text())
+    target = next(iter(unasync.SOURCES.values()))
+    (tmp_path / target).write_text((tmp_path / target).read_text() + "# edited by hand\n")
+    monkeypatch.setattr(unasync, "ROOT", tmp_path)
+    assert unasync.main(["--check"]) == 1
+    assert f"{target} differs from what its asyncio source gives: run `make generate`" in capsys.readouterr().err
+    assert unasync.main([]) == 0 and unasync.main(["--check"]) == 0
+
+
+def test_generated_clients_are_committed_and_lint_and_test_check_them():
+    """Visible to `git grep` and editors (httpcore's way), and never rewritten by `make test` or `make lint`."""
     targets = list(unasync.SOURCES.values())
-    result = subprocess.run(["git", "-C", str(ROOT), "check-ignore", *targets], capture_output=True, text=True,
-                            check=False)
-    if result.returncode == 128:
+    ignored = subprocess.run(["git", "-C", str(ROOT), "check-ignore", *targets], capture_output=True, text=True,
+                             check=False)
+    if ignored.returncode == 128:
         pytest.skip("not a git checkout")
-    assert result.stdout.split() == targets
+    assert ignored.stdout == ""
     tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", *targets], capture_output=True, text=True,
                              check=True)
-    assert tracked.stdout == ""
+    assert tracked.stdout.split() == sorted(targets)
+    makefile = (ROOT / "Makefile").read_text()
+    for target in ("test", "lint"):
+        rule = next(line for line in makefile.splitlines() if line.startswith(f"{target}:"))
+        assert "check-generated" in rule.split() and "generate" not in rule.split(), rule
+    assert "unasync.py --check" in makefile
 
 
 SOURCE = '''"""Doc of AsyncioModelClient."""
@@ -78,6 +97,12 @@ class AsyncioModelClient:
             async for item in self._items:
                 await asyncio.sleep(0)
         return self
+
+
+def uses_the_imports():
+    # unasync: sync-only
+    # return threading, AsyncTritonCore
+    # unasync: end
 '''
 
 
@@ -110,3 +135,48 @@ def test_the_rewrite_drops_async_maps_names_and_follows_directives():
 def test_a_malformed_source_is_refused_with_its_line(source, complaint):
     with pytest.raises(ValueError, match=complaint):
         unasync.unasync(source, "pytriton/client/bad.py")
+
+
+def test_imports_are_sorted_as_ruff_sorts_them_without_repeats_or_unused_names():
+    source = "\n".join([
+        '"""Doc."""',
+        "from __future__ import annotations",
+        "",
+        "import asyncio  # unasync: import threading",
+        "import functools",
+        "from typing import Any, Awaitable  # Awaitable: the asyncio side's only",
+        "",
+        "import tritonclient.grpc",
+        "import tritonclient.grpc.aio",
+        "",
+        "from pytriton.client.waits_aio import wait_until_ready_async",
+        "from pytriton.client._args import (",
+        "    client_args,",
+        "    load_args,",
+        ")",
+        "",
+        "# unasync: sync-only",
+        "# from pytriton.client.utils import TritonSyncClient",
+        "# unasync: end",
+        "X: Any = (threading, functools, tritonclient.grpc, wait_until_ready_async, client_args, load_args)",
+        "Y = TritonSyncClient  # a comment naming Awaitable does not keep it",
+    ])
+    text = unasync.unasync(source, "pytriton/client/example.py")
+    imports = text.split('"""Doc."""\n')[1].split("\nX: Any")[0]
+    assert imports == "\n".join([
+        "from __future__ import annotations",
+        "",
+        "import functools",
+        "import threading",
+        "from typing import Any",
+        "",
+        "import tritonclient.grpc",
+        "",
+        "from pytriton.client._args import (",
+        "    client_args,",
+        "    load_args,",
+        ")",
+        "from pytriton.client.utils import TritonSyncClient",
+        "from pytriton.client.waits import wait_until_ready",
+        "",
+    ])

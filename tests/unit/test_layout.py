@@ -95,7 +95,10 @@ def test_the_ring_finder_finds_a_ring():
     assert _rings({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-FOUNDATIONS = ("__init__", "access_token", "constants", "environment", "exceptions", "exit_status", "notices")
+FOUNDATIONS = (
+    "__init__", "access_token", "client_contract", "client_regions", "constants", "environment", "exceptions",
+    "exit_status", "notices",
+)
 """Modules every package may import; they import nothing of pytriton but each other."""
 
 MAY_IMPORT = {
@@ -104,11 +107,12 @@ MAY_IMPORT = {
     "metrics": (),
     # What the user declares, and a deployed model's configuration as Triton reports it.
     "model_config": (),
-    # The clients: nothing of the server side.
-    "client": ("ipc", "model_config"),
+    # The clients: nothing of the server side (what both read is in the foundations' client_contract and
+    # client_regions).
+    "client": ("model_config",),
     "repository": ("ipc", "model_config"),
     # The user's process side of the hop (its warm-up samples come from the repository's plan).
-    "worker": ("ipc", "metrics", "repository"),
+    "worker": ("ipc", "metrics", "model_config", "repository"),
     # The proxy model (ipc only) and the published `pytriton.proxy.types` names (the worker's requests).
     "proxy": ("ipc", "worker"),
     "decorating": ("worker",),

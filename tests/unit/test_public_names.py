@@ -23,8 +23,8 @@ PUBLIC = {
         'get_triton_context', 'group_by_keys', 'group_by_values', 'pad_batch', 'sample', 'triton_context',
     ),
     'pytriton.model_config': (
-        'DeviceKind', 'DynamicBatcher', 'EnsembleStep', 'ModelConfig', 'ModelWarmup', 'QueuePolicy',
-        'SequenceBatcher', 'Tensor', 'TimeoutAction', 'WarmupInput',
+        'DeviceKind', 'DynamicBatcher', 'EnsembleStep', 'InstancePlacement', 'InstanceSetup', 'ModelConfig',
+        'ModelWarmup', 'QueuePolicy', 'SequenceBatcher', 'Tensor', 'TimeoutAction', 'WarmupInput',
     ),
     'pytriton.client': (
         'AsyncioDecoupledModelClient', 'AsyncioModelClient', 'ClientModelConfig', 'DecoupledModelClient',

@@ -179,6 +179,8 @@ def test_the_final_stage_installs_only_the_wheel(parser):
         assert tool not in runs
     (install,) = [run for run in values(final, "RUN") if "pip install" in run]
     assert "from=wheel" in install and "/wheels/pytriton-*.whl" in install
+    assert "/wheels/pytriton_client-*.whl" in install  # the wheel pytriton requires, built beside it
+    assert "./pytriton-client" in " ".join(values(wheel_stage, "RUN"))
     assert "--constraint" in install
     assert not [value for value in values(final, "COPY") if "--from" in value]  # the wheel stays in no layer
 
@@ -265,11 +267,21 @@ def _constraints() -> Dict[str, str]:
     return pins
 
 
-def test_every_dependency_is_pinned_for_the_image_in_step_with_pyproject():
+def _image_dependencies() -> List[str]:
+    """The requirements of both distributions the image installs, less pytriton's requirement on
+    pytriton-client (the image builds that wheel from the same commit)."""
     tomllib = pytest.importorskip("tomllib")
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lines = []
+    for pyproject in (ROOT / "pyproject.toml", ROOT / "pytriton-client" / "pyproject.toml"):
+        lines += tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    return [line for line in lines if canonicalize_name(Requirement(line).name) != "pytriton-client"]
+
+
+def test_every_dependency_is_pinned_for_the_image_in_step_with_pyproject():
     pins = _constraints()
-    for line in project["dependencies"]:
+    dependencies = _image_dependencies()
+    assert "tritonclient[http,grpc]" in dependencies  # pytriton-client's too
+    for line in dependencies:
         requirement = Requirement(line)
         name = canonicalize_name(requirement.name)
         assert name in pins, f"{name} is not pinned in docker/constraints.txt"
@@ -277,7 +289,7 @@ def test_every_dependency_is_pinned_for_the_image_in_step_with_pyproject():
         assert requirement.specifier.contains(pins[name], prereleases=True), (
             f"docker/constraints.txt pins {name}=={pins[name]}, outside pyproject.toml's {requirement}")
     # The pins are what this environment, which passes the test suite, has installed.
-    for name in (canonicalize_name(Requirement(line).name) for line in project["dependencies"]):
+    for name in (canonicalize_name(Requirement(line).name) for line in dependencies):
         try:
             installed = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:

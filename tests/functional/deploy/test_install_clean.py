@@ -1,10 +1,13 @@
-"""`pip install .` from a checkout installs the server, leaves the checkout as it was, and serves the README.
+"""`pip install ./pytriton-client .` from a checkout installs the server, leaves the checkout as it was, and
+serves the README.
 
 The build used to leave the server tree (207 MB) and setuptools' ``build/`` (208 MB) in the
 checkout. Here a copy of the checkout as a clone has it (tracked and untracked files, no
-server tree, no generated clients) is installed with pip into a target folder, from the wheel
+server tree) is installed with pip into a target folder, from the wheel
 cache (no download: the test is skipped without the cached server wheel), and the copy is
-compared file by file before and after.
+compared file by file before and after. Both distributions are installed, as a checkout installs
+them (pytriton requires pytriton-client, which is not on PyPI): each builds and the two together
+make the package.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ def test_a_regular_install_leaves_the_checkout_as_it_was(tmp_path):
     assert "pyproject.toml" in before and not any(name.startswith("pytriton/tritonserver/") for name in before)
     result = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-         "--disable-pip-version-check", "--no-compile", "--target", str(target), str(checkout)],
+         "--disable-pip-version-check", "--no-compile", "--target", str(target), str(checkout / "pytriton-client"),
+         str(checkout)],
         capture_output=True, text=True, timeout=840, env=dict(os.environ, PYTRITON_CACHE_DIR=str(_cache())),
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -65,7 +69,12 @@ def test_a_regular_install_leaves_the_checkout_as_it_was(tmp_path):
                              "removed": sorted(set(before) - set(after))[:20]}
     installed = target / "pytriton"
     assert (installed / "tritonserver" / "bin" / "tritonserver").is_file()
-    assert (installed / "client" / "client.py").is_file()  # the generated clients are in the wheel
+    assert (installed / "client" / "client.py").is_file()  # the generated clients are in pytriton-client's wheel
+    records = {path.parent.name.split("-")[0]: set(path.read_text().splitlines())
+               for path in target.glob("*.dist-info/RECORD")}
+    assert set(records) == {"pytriton", "pytriton_client"}, sorted(records)
+    owned = [{line.split(",")[0] for line in lines if line.startswith("pytriton/")} for lines in records.values()]
+    assert owned[0] and owned[1] and not owned[0] & owned[1]  # no file belongs to both
     _readme_first_screen_runs(target, tmp_path)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -13,49 +14,54 @@ from pytriton.client.waits import wait_until_ready
 
 
 class ScriptedCore(TritonCore):
-    """Answers readiness from a script; records the time limit each poll was given."""
+    """Answers readiness from a script; records the time limit each poll was given.
+
+    The core's calls go to the ``tritonclient`` client `_client_for` hands out: here a scripted
+    one, told the call's time limit as the core would build a short-lived HTTP client with it.
+    """
 
     def __init__(self, server_ready=lambda: True, model_ready=lambda: True, poll_delay_s=0.0):
         super().__init__(parse_url("localhost:1"), 60.0)
         self.server_ready, self.model_ready, self.poll_delay_s = server_ready, model_ready, poll_delay_s
         self.timeouts: list[float] = []
 
-    def _poll(self, answer, timeout_s):
-        self.timeouts.append(timeout_s)
-        time.sleep(min(self.poll_delay_s, timeout_s))
-        if self.poll_delay_s > timeout_s:
-            raise TimeoutError("timed out")  # what a socket does; the base class translates it
-        return answer()
-
-    def _is_server_live(self, timeout_s):
-        return True
-
-    def _is_server_ready(self, timeout_s):
-        return self._poll(self.server_ready, timeout_s)
-
-    def _is_model_ready(self, model_name, model_version, timeout_s):
-        return self._poll(self.model_ready, timeout_s)
-
-    def _get_model_config(self, model_name, model_version, timeout_s):
-        return {"name": model_name}
-
-    def _get_model_metadata(self, model_name, timeout_s):
-        return {"name": model_name}  # the server has it
-
-    def _repository_index(self, timeout_s):
-        return []
-
-    def _infer(self, request):
-        raise NotImplementedError
-
-    def _infer_watched(self, request, look):
-        raise NotImplementedError
-
-    def _open_stream(self, request, config):
-        raise NotImplementedError
+    @contextlib.contextmanager
+    def _client_for(self, timeout_s):
+        yield _ScriptedClient(self, timeout_s)
 
     def close(self):
         pass
+
+
+class _ScriptedClient:
+    def __init__(self, core, timeout_s):
+        self.core, self.timeout_s = core, timeout_s
+
+    def _poll(self, answer):
+        core = self.core
+        core.timeouts.append(self.timeout_s)
+        time.sleep(min(core.poll_delay_s, self.timeout_s))
+        if core.poll_delay_s > self.timeout_s:
+            raise TimeoutError("timed out")  # what a socket does; the core translates it
+        return answer()
+
+    def is_server_live(self, **_):
+        return True
+
+    def is_server_ready(self, **_):
+        return self._poll(self.core.server_ready)
+
+    def is_model_ready(self, model_name, model_version, **_):
+        return self._poll(self.core.model_ready)
+
+    def get_model_config(self, model_name, model_version, **_):
+        return {"name": model_name}
+
+    def get_model_metadata(self, model_name, **_):
+        return {"name": model_name}  # the server has it
+
+    def get_model_repository_index(self, **_):
+        return []
 
 
 def test_returns_as_soon_as_ready():

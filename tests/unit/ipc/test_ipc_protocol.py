@@ -43,6 +43,29 @@ def test_encode_decode_round_trip(message):
         assert type(column) is TensorColumn
 
 
+def test_the_columns_index_follows_the_fields_and_the_bytes_stay_as_the_backend_reads_them():
+    """`_COLUMNS_AT` is derived from the messages' fields; the encoded tuple is the kind, then the
+    fields in order, columns as plain tuples: the layout pytriton's C backend reads and writes."""
+    assert protocol._COLUMNS_AT == {InferBatch: 3, BatchResult: 3, StreamPart: 4}
+    batch = MESSAGES[4]
+    fields = marshal.loads(protocol.encode(batch))
+    assert fields[0] == 2 and fields[1:3] == (7, batch.parameters)
+    assert fields[3] == tuple(tuple(column) for column in batch.columns)
+    assert fields[4:] == (_SEGMENT, (), (), (), 0, ())
+
+
+def test_a_batch_header_is_built_by_keyword_and_stamped_when_sent(monkeypatch):
+    monkeypatch.setattr(protocol.time, "monotonic_ns", lambda: 123)
+    header = protocol.infer_batch_header(batch_id=7, parameters=('{"temperature": 0.5}', ""),
+                                         columns=(_SMALL, _LARGE), segment=_SEGMENT, requested=(("a",), ()),
+                                         sequences=((5, 1), ("s", 2)), traces=("00-ab", ""), stamps=(1, 2))
+    assert protocol.decode(header) == InferBatch(
+        batch_id=7, parameters=('{"temperature": 0.5}', ""), columns=(_SMALL, _LARGE), segment=_SEGMENT,
+        stamps=(1, 2), sequences=((5, 1), ("s", 2)), requested=(("a",), ()), sent_ns=123, traces=("00-ab", ""))
+    with pytest.raises(TypeError):
+        protocol.infer_batch_header(7, ("",), (), "")  # type: ignore[misc]  # by keyword only
+
+
 def test_decode_refuses_what_is_not_a_message():
     with pytest.raises(ValueError, match="unreadable message"):
         protocol.decode(marshal.dumps({"batch_id": 1}))  # not a tuple with a kind

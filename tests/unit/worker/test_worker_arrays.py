@@ -1,4 +1,4 @@
-"""Outputs returned as torch tensors become host numpy arrays (pytriton/worker/arrays.py)."""
+"""Outputs returned as torch tensors become host numpy arrays (`pytriton.worker.responses.host_array`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 
 from pytriton.decorators import batch
 from pytriton.exceptions import PyTritonValidationError
-from pytriton.worker.arrays import host_array, is_torch_tensor
+from pytriton.worker.responses import host_array, is_torch_tensor
 
 
 def test_cpu_tensor_becomes_an_array_with_its_values_and_dtype():
@@ -55,7 +55,7 @@ def test_batch_splits_a_torch_result_into_per_request_arrays():
 
 
 def test_importing_pytriton_does_not_import_torch():
-    code = "import sys, pytriton.triton, pytriton.decorators, pytriton.worker.arrays; print('torch' in sys.modules)"
+    code = "import sys, pytriton.triton, pytriton.decorators, pytriton.worker.responses; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 

@@ -2,8 +2,7 @@
 
 import numpy as np
 
-from pytriton.worker.cancellation import CancelProbe
-from pytriton.worker.request import Request, rebuilt
+from pytriton.worker.request import CancelProbe, Request, rebuilt
 
 
 def _batch(count, reads):

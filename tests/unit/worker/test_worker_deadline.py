@@ -1,4 +1,4 @@
-"""pytriton.worker.deadline: which requests expired, and the parameter the callable never sees."""
+"""The deadlines of `pytriton.worker.batches`: which requests expired, and the parameter the callable never sees."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 
 from pytriton.client.codec import with_deadline
 from pytriton.ipc.protocol import DEADLINE_PARAMETER
-from pytriton.worker.deadline import expired_message, pop_expired
+from pytriton.worker.batches import expired_message, pop_expired
 from pytriton.worker.request import Request
 
 

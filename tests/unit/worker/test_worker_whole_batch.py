@@ -6,7 +6,9 @@ with its per-request errors) whenever something is not uniform or was changed on
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from pytriton.metrics import Registry
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.worker.batches import BatchCalls
 from pytriton.worker.context import TritonContext, set_current_context
+from pytriton.worker.instance import InstanceSpec
 from pytriton.worker.measures import Measures
 from pytriton.worker.request import BatchResponses, Requests
 from pytriton.worker.responses import Expected, batch_result
@@ -35,7 +38,7 @@ def _wire(groups):
     """An InferBatch of these groups as the worker receives it: header fields and a read-only payload."""
     columns, segment, parts = codec.pack(groups, None)
     payload = memoryview(b"".join(memoryview(p).cast("B") for p in parts)).toreadonly()
-    return protocol.InferBatch(1, ("",) * len(groups), columns, segment), payload
+    return protocol.InferBatch(batch_id=1, parameters=("",) * len(groups), columns=columns, segment=segment), payload
 
 
 def _groups(rows=(1, 3, 2), width=4):
@@ -52,7 +55,8 @@ def reader():
 
 def _calls(context, func, strict=False):
     set_current_context(context)
-    return BatchCalls(context, func, 0, strict, False, threading.Event(), Measures(Registry("m", 1, 0)))
+    spec = InstanceSpec(context=context, infer_func=func, endpoint="", instance=0, shm_prefix="", strict=strict)
+    return BatchCalls(spec, threading.Event(), Measures(Registry("m", 1, 0)))
 
 
 def test_gathered_views_a_column_as_one_array_and_refuses_uneven_ones(reader):
@@ -163,3 +167,29 @@ def test_strict_mismatches_leave_the_whole_path_and_fail_each_request_by_name(re
     answers = batch(lambda a, b: {"y": a, "n": b})(calls.requests(wire, payload, reader))
     result, _ = batch_result(_context(strict_shapes=(3,)), 1, 3, answers, Expected([1, 3, 2]), True, None)
     assert "output 'y' of request 0 has shape (1, 4); expected (1, 3)" in result.errors[0]
+
+
+def test_only_live_deadlines_lets_pytritons_own_deadlines_through_and_nothing_else():
+    from pytriton.worker.batches import only_live_deadlines
+
+    ahead = json.dumps({"pytriton_deadline_ms": int(time.time() * 1000 + 60_000)})
+    passed = json.dumps({"pytriton_deadline_ms": int(time.time() * 1000 - 1)})
+    assert only_live_deadlines(("", ahead, ahead))
+    assert not only_live_deadlines((ahead, passed))  # the general path answers the expired one
+    assert not only_live_deadlines(('{"pytriton_deadline_ms": 1e30, "mode": "x"}',))  # the callable reads mode
+    assert not only_live_deadlines(('{"mode": "x"}',))
+    assert not only_live_deadlines(('{"pytriton_deadline_ms": "soon"}',))
+    assert not only_live_deadlines(("not json",))
+
+
+def test_lent_inputs_tell_whether_the_function_kept_an_array_or_a_view_of_one():
+    from pytriton.worker.batches import LentInputs
+
+    arrays = [np.ones(4), np.ones(4)]
+    lent = LentInputs(arrays)
+    assert lent.kept()
+    view = arrays[1][1:]
+    arrays.clear()
+    assert lent.kept()  # the view holds its array
+    del view
+    assert not lent.kept()

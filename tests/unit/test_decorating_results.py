@@ -7,10 +7,10 @@ import asyncio
 import numpy as np
 import pytest
 
+from pytriton.decorating.results import gather, is_lazy, map_result
 from pytriton.decorators import batch, pad_batch, sample
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.worker.request import Request
-from pytriton.worker.results import gather, is_lazy, map_result
 
 
 def double(value):

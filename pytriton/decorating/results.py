@@ -1,5 +1,8 @@
 """What an inference callable may return, and how decorators transform it without running it.
 
+Step of the request flow: worker -> decorators (here, the helpers all of them share) -> the
+user's callable.
+
 A callable returns its answer directly (a list of responses, or the keyword form below
 `@batch`), or lazily: a generator or async generator (a streaming model: each value is one
 step of responses) or a coroutine (an async model). Decorators such as `@batch` and `@sample`

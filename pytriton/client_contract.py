@@ -1,0 +1,58 @@
+"""What pytriton's clients and its server side tell each other through Triton's own parameters.
+
+Neither side calls the other: a client's deadline travels as a request parameter that the worker
+reads, and the server marks relayed models and names the requests a dead instance left unanswered
+in the model's configuration, which the client reads (`pytriton.client.lost`). Both sides take
+the names and the notice format from here. The module imports only the standard library and
+belongs to the client-only distribution (``pytriton-client``), so the clients need none of the
+server side (`pytriton.ipc` names these constants too, for the proxy and the worker; the rest of
+the notices, written by the supervisor, are in `pytriton.ipc.lost`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+DEADLINE_PARAMETER = "pytriton_deadline_ms"
+"""Request parameter by which pytriton's clients send their deadline to the worker: the Unix time,
+in milliseconds, after which nobody waits for the answer. Triton honours its own ``timeout``
+parameter only over gRPC and only in the dynamic batcher's queue; the worker drops requests whose
+deadline passed (and never shows the parameter to the callable) on both protocols. It compares
+wall clocks, so the client's and the server's must agree to well within the timeouts used."""
+
+PARAM_RELAYED = "pytriton.relayed"
+"""``"1"`` in a model configuration's ``parameters`` when the proxy answers through Triton's
+response senders from a relay thread (decoupled models, and callables that are coroutines, whose
+batches may overlap); absent otherwise."""
+
+LOST_REQUESTS_PARAMETER = "pytriton.lost_requests"
+"""The model configuration parameter that holds the notices of lost requests, as JSON: a list of
+``{"instance", "pid", "cause", "at", "ids"}`` (``at`` in seconds since the epoch)."""
+
+
+def notices_of(parameters: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """The notices in a model configuration's ``parameters`` (as Triton's JSON gives them: name
+    to ``{"string_value": ...}``, or name to text); empty when there are none or they are unreadable."""
+    raw = parameters.get(LOST_REQUESTS_PARAMETER)
+    if isinstance(raw, Mapping):
+        raw = raw.get("string_value")
+    if not isinstance(raw, str) or not raw:
+        return []
+    try:
+        notices = json.loads(raw)
+    except ValueError:
+        return []
+    return [notice for notice in notices if isinstance(notice, dict)] if isinstance(notices, list) else []
+
+
+def lost_message(model_name: str, request_id: str, notices: Sequence[Mapping[str, Any]]) -> Optional[str]:
+    """The error for request `request_id` when a notice names it, else None."""
+    for found in notices:
+        if request_id in found.get("ids", ()):
+            return (
+                f"Model '{model_name}': its instance {found.get('instance')} (stub pid {found.get('pid')}) "
+                f"{found.get('cause', 'died')} while this request (id {request_id}) was in flight; the request "
+                "was not answered. The instance was restarted: a retry will be served"
+            )
+    return None
