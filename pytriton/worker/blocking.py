@@ -39,6 +39,7 @@ import threading
 import time
 from typing import Any, Callable, Deque, Generator, List, Optional, Sequence, Tuple
 
+from pytriton.environment import HOP_STAMPS
 from pytriton.ipc import protocol
 from pytriton.ipc.channel import ChannelClosed
 from pytriton.ipc.protocol import Stamp
@@ -57,14 +58,13 @@ logger = logging.getLogger("pytriton.worker")
 POLL_MS = 100
 """How long the loop sleeps at most: how soon it sees a stop, and looks whether it is idle."""
 
-STAMPS_ENV = "PYTRITON_HOP_STAMPS"
 MAX_RECORDS = 200_000
 """How many stamp records a handler keeps (the oldest go first)."""
 
 
 def stamps_folder() -> Optional[str]:
     """The folder of the stamp files, when recording is on."""
-    return os.environ.get(STAMPS_ENV) or None
+    return os.environ.get(HOP_STAMPS) or None
 
 
 class StampLog:

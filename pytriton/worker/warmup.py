@@ -1,4 +1,4 @@
-"""Warm-ups pytriton runs itself (`pytriton.repository.warmup.local_warmups`), before the model loads.
+"""Warm-ups pytriton runs itself (`pytriton.repository.warmup.WarmupPlan.local`), before the model loads.
 
 Triton's own warm-up sends one sample to every request of its batch; a warm-up whose batch rows
 differ (a ``.npy`` file of rows, as the published PyTriton reads them) is run here instead: each

@@ -25,9 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "pytriton"
 NAME = re.compile(r"\bPYTRITON_[A-Z0-9_]*[A-Z0-9]")
 
-SPELLED_ELSEWHERE = {
-    "pytriton/worker/blocking.py": "PYTRITON_HOP_STAMPS (STAMPS_ENV), until the worker reads it from the registry",
-}
+SPELLED_ELSEWHERE: dict = {}
 """Modules that still write a registered variable's name as a value of their own, and why."""
 
 NAMES = {variable.name for variable in VARIABLES if not variable.name.startswith(TRITON_CONFIG_PREFIX)}
