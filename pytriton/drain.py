@@ -96,10 +96,11 @@ def drain_poll(exit_timeout: float, *, process: Optional[ServerProcess], supervi
     return poll
 
 
-def refuse_new_requests(control: Any, flag: Any, serving_s: float, hurry: threading.Event) -> None:
+def refuse_new_requests(control: Any, workspace: Workspace, serving_s: float, hurry: threading.Event) -> None:
     """The drain's first part: not ready at once, new requests served for `serving_s` more (unless
     a second signal comes), then refused (`pytriton.ipc.stopping`)."""
-    hold_not_ready(control)
+    hold_not_ready(control, workspace.model_repository)
+    flag = workspace.stopping_flag
     if serving_s > 0:
         logger.info("Stopping: not ready any more; serving new requests for %.1f s more (drain_serving_s)", serving_s)
         hurry.wait(serving_s)
@@ -151,7 +152,7 @@ def stop_draining(process: ServerProcess, config: TritonConfig, tracing: Optiona
     through_triton = writes_files or bindings.keeps_sequences()
     at_once = False
     if control is not None and workspace is not None and process.is_running() and not hurry.is_set():
-        refuse_new_requests(control, workspace.stopping_flag, config.drain_serving_s or 0.0, hurry)
+        refuse_new_requests(control, workspace, config.drain_serving_s or 0.0, hurry)
         if not through_triton:
             # Answered, or the exit timeout spent on a busy callable, or a second signal: over.
             wait_answered(bindings, exit_timeout, hurry)

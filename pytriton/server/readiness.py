@@ -67,19 +67,28 @@ STOPPING_MODEL = "pytriton_stopping"
 RESERVED_MODELS = frozenset({GATE_MODEL, STOPPING_MODEL})
 
 
-def hold_not_ready(control: Any, timeout_s: float = 2.0) -> None:
+def hold_not_ready(control: Any, repository: pathlib.Path, timeout_s: float = 2.0) -> None:
     """At a stop's start, make the server report not ready at once, over HTTP and gRPC alike.
 
     Triton's own shutdown leaves gRPC's readiness true until the end, and pytriton signals it
     only once the accepted requests are answered; a model that fails to load makes strict
-    readiness false (the same effect as the closed gate), and its load costs milliseconds.
+    readiness false (the same effect as the closed gate), and its load costs milliseconds. The
+    model is written into the server's `repository` and loaded from there: a load that sends its
+    files instead makes Triton copy them into a ``/tmp/folder*`` it never removes.
     """
-    config = placeholder_config(STOPPING_MODEL, backend=_CLOSED_BACKEND)
+    folder = repository / STOPPING_MODEL
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "config.pbtxt").write_text(stopping_config())
     try:
-        control.load_model(STOPPING_MODEL, timeout_s, config, {"1/STOPPING.txt": b"the server is stopping\n"})
+        control.load_model(STOPPING_MODEL, timeout_s)
     except PyTritonServerError:
         return  # failed, as it should
     logger.debug("the stopping model loaded: readiness stays as it was")
+
+
+def stopping_config() -> str:
+    """The config.pbtxt of the stopping model: one of a backend no server has, so its load fails."""
+    return closed_gate_config().replace(f'name: "{GATE_MODEL}"', f'name: "{STOPPING_MODEL}"', 1)
 
 
 def closed_gate_config() -> str:

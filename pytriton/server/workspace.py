@@ -22,6 +22,7 @@ import pathlib
 import secrets
 import shutil
 import tempfile
+import time
 from typing import Callable, Dict, List, Optional, Sequence, Set
 
 import psutil
@@ -235,7 +236,46 @@ def sweep_stale(tmp_dir: Optional[str] = None) -> List[str]:
             os.close(fd)
     if removed:
         logger.info("Removed %d leftovers of servers whose process died: %s", len(removed), removed)
+    copies = sweep_load_copies(tmp)
+    if copies:
+        logger.info("Removed %d copies tritonserver made of pytriton's own models and left in %s", len(copies), tmp)
+    return removed + copies
+
+
+LOAD_COPY_AGE_S = 60.0
+"""How old a copy of a load's files must be before `sweep_load_copies` takes it (its load long over)."""
+
+
+def sweep_load_copies(tmp: pathlib.Path, now: Optional[float] = None) -> List[str]:
+    """Remove the ``folder*`` copies tritonserver made of pytriton's own models (the readiness
+    gate, the stopping model) and never removed.
+
+    A load that sends a model's files (Triton's load with a config override) makes Triton write
+    them into a new ``<tmp>/folderXXXXXX`` that nothing removes, not even its unload or its
+    exit. pytriton's stops write their model into the repository instead; this takes what
+    earlier versions and the gate's loads left, once its load is surely over. Only folders whose
+    ``config.pbtxt`` names one of pytriton's reserved models are touched.
+    """
+    now = time.time() if now is None else now
+    removed = []
+    for folder in tmp.glob("folder??????"):
+        if not folder.name[len("folder"):].isalnum():  # Triton's mkdtemp template: six letters or digits
+            continue
+        try:
+            if now - folder.stat().st_mtime < LOAD_COPY_AGE_S:
+                continue
+            with open(folder / "config.pbtxt", encoding="utf-8", errors="replace") as config:
+                first = config.readline()
+        except OSError:
+            continue
+        if first.strip() in _RESERVED_NAME_LINES:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(str(folder))
     return removed
+
+
+_RESERVED_NAME_LINES = frozenset({'name: "pytriton_readiness_gate"', 'name: "pytriton_stopping"'})
+"""The first line of the config.pbtxt Triton writes for pytriton's own models (`readiness.RESERVED_MODELS`)."""
 
 
 def kill_server_processes(

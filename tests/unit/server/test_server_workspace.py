@@ -267,3 +267,28 @@ def test_sweep_judges_pid_1_names_by_their_lease_not_their_pid(tmp_path):
         holder.stdin.close()
         holder.wait(5)
         remove_segments(live_id)
+
+
+def test_load_copies_of_pytritons_own_models_are_swept_once_old_and_nothing_else(tmp_path):
+    import os
+
+    from pytriton.server import workspace
+    from pytriton.server.readiness import RESERVED_MODELS, stopping_config
+
+    assert workspace._RESERVED_NAME_LINES == {f'name: "{name}"' for name in RESERVED_MODELS}
+
+    def copy(name, text, age_s):
+        folder = tmp_path / name
+        (folder / "1").mkdir(parents=True)
+        (folder / "config.pbtxt").write_text(text)
+        stamp = 1_000_000.0 - age_s
+        os.utime(folder, (stamp, stamp))
+        return folder
+
+    old = copy("folderAbC123", stopping_config(), 120)
+    young = copy("folderXyZ789", stopping_config(), 5)  # its load may still run
+    users = copy("folderUsr000", 'name: "Remote"\nbackend: "python"\n', 120)  # a user's model: never ours to take
+    other = copy("folder-x_y-z", stopping_config(), 120)  # not Triton's name pattern
+    removed = workspace.sweep_load_copies(tmp_path, now=1_000_000.0)
+    assert removed == [str(old)]
+    assert not old.exists() and young.exists() and users.exists() and other.exists()
