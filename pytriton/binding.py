@@ -262,8 +262,10 @@ class ModelBindings:
             raise PyTritonInvalidOperationError(refusal(model_name, served[-1], model_version, difference))
         if self._zmq is None:
             self._zmq = zmq.Context()
-        # Warm-ups Triton cannot send run here, before the handlers (and any fork) start.
-        run_local_warmups(context, declaration.infer_funcs, local_warmups(model_name, context.inputs, config))
+        # Warm-ups Triton cannot send run here, before the handlers (and any fork) start; a joining
+        # version's all run here, so that a version failing them is refused before Triton loads it.
+        warmups = local_warmups(model_name, context.inputs, config, every=bool(served))
+        run_local_warmups(context, declaration.infer_funcs, warmups)
         bound = BoundModel(declaration, [], model_shm_prefix, endpoint, config_text, slot)
         self.models.add(bound)  # registered first, so stop_handlers() finds whatever started
         try:

@@ -125,7 +125,10 @@ def undo_load(
     not ready, see `ServerControl.forget_failed_model`). A joining version goes from the folder,
     and the name is loaded again with the versions that serve (`reload`), so that Triton's
     policy names them only; a failure of that load is logged, not raised over the first error.
-    `reload` defaults to a load from the server's repository.
+    `reload` defaults to a load from the server's repository. Triton keeps the failed version's
+    record, which keeps a strict server not ready until that version number loads (said in the
+    log); a joining version's warm-ups run in the user's process first (`ModelBindings.start`),
+    so the usual failure, a callable that fails its warm-up, never reaches Triton.
     """
     if not others:
         bindings.discard(model_name, repository)
@@ -133,12 +136,17 @@ def undo_load(
         return
     point_slot(bindings.models.get(model_name, max(others)))
     bindings.write_config(model_name, repository, others)
-    bindings.discard(model_name, repository, version)
-    try:
+    try:  # before the handlers stop: a version Triton did load is dropped first
         (reload or _from_repository(control, model_name))()
+        _wait_dropped(control, model_name, [bindings.models.get(model_name, version)])
     except PyTritonServerError as exc:
         logger.warning("model '%s': loading it again with version(s) %s after version %d failed: %s", model_name,
                        list(others), version, exc)
+    bindings.discard(model_name, repository, version)
+    if not control.is_ready():
+        logger.warning("model '%s' version %d failed to load; Triton 2.51 keeps that failure, and the server reports "
+                       "not ready until a version %d of the model loads: bind it again once it can load (the "
+                       "served version(s) %s serve on meanwhile)", model_name, version, version, list(others))
 
 
 def check_unbind(bindings: ModelBindings, owner: str, model_name: str, version: Optional[int]) -> None:

@@ -240,9 +240,13 @@ def _runs_locally(model_name: str, inputs: Sequence[Tensor], config: ModelConfig
     return False
 
 
-def local_warmups(model_name: str, inputs: Sequence[Tensor], config: ModelConfig) -> List[LocalWarmup]:
+def local_warmups(
+    model_name: str, inputs: Sequence[Tensor], config: ModelConfig, every: bool = False
+) -> List[LocalWarmup]:
     """The warm-ups pytriton runs itself, in their order; empty when Triton runs them (the usual
     case, see `warmup_entries`, which checks them either way and must have been called first).
+    With `every`, all of them, Triton's too: a version that joins a serving one is warmed up here
+    first, so that one that fails is refused before Triton loads it (`pytriton.versions`).
 
     The data follows the published PyTriton: a ``.npy`` file of rows gives the batch its rows
     (repeated or cut to `batch_size`), a sample (array, raw file or ``.npy``) is repeated for
@@ -250,7 +254,7 @@ def local_warmups(model_name: str, inputs: Sequence[Tensor], config: ModelConfig
     [0, 1)); inputs left out are zeros, with every variable axis of length 1, optional ones are
     left out.
     """
-    if not _runs_locally(model_name, inputs, config):
+    if not every and not _runs_locally(model_name, inputs, config):
         return []
     plans = []
     for warmup in cast(Tuple[ModelWarmup, ...], config.model_warmup or ()):

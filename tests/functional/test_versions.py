@@ -34,9 +34,9 @@ from support import (
 
 from pytriton.client import AsyncioModelClient, ModelClient
 from pytriton.decorators import batch
-from pytriton.exceptions import PyTritonInvalidOperationError
+from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonModelConfigError
 from pytriton.ipc import protocol
-from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
+from pytriton.model_config import EnsembleStep, ModelConfig, ModelWarmup, Tensor
 from pytriton.triton import RemoteTriton, Triton
 
 pytestmark = pytest.mark.functional
@@ -114,17 +114,22 @@ def wait_answers(loads: List[Load], version: int, count: int) -> None:
     assert wait_until(enough, 60), {load.label: load.answers[-5:] for load in loads}
 
 
-def swap_under_load(triton, urls, model: str, workspace: pathlib.Path, config: ModelConfig = TENSORS["config"]):
-    """Serve `model` v1 under load, bind v2, unbind v1; check the clients and what v1 left."""
+def swap_under_load(triton, urls, model: str, workspace: pathlib.Path, config: ModelConfig = TENSORS["config"]) -> int:
+    """Serve `model` v1 under load, bind v2, unbind v1; check the clients and what v1 left.
+    Returns how many stubs version 1 had (the proxy path)."""
     tensors = {**TENSORS, "config": config}
     triton.bind(model, answer_with(1), model_version=1, **tensors)
     loads = [Load(label, make(url, model)) for label, make, url in urls]
     try:
         wait_answers(loads, 1, 10)
+        stubs = {stub.pid for stub in stub_processes(f"{model}/1")}  # the proxy path's; none on pytriton's backend
         before = sum(len(load.answers) for load in loads)
         started = time.monotonic()
         triton.bind(model, answer_with(2), model_version=2, **tensors)
         bound = time.monotonic()
+        # Version 1 was updated in place, not loaded again: its instances are those that served
+        # (a new one would have started a new stub, or, on pytriton's backend, reached version 2's workers).
+        assert {stub.pid for stub in stub_processes(f"{model}/1")} == stubs
         with ModelClient(urls[0][2], model, "1") as one, ModelClient(urls[0][2], model, "2") as two:
             assert (one.infer_sample(x=X)["y"][0], two.infer_sample(x=X)["y"][0]) == (1, 2)
         unbinding = time.monotonic()
@@ -147,6 +152,7 @@ def swap_under_load(triton, urls, model: str, workspace: pathlib.Path, config: M
     old = protocol.model_key(model, 1)
     assert [p.name for p in (workspace / "sockets").iterdir() if p.name.startswith(old)] == []
     assert [name for name in shm_entries("") if f"-{old}-" in name] == []
+    return len(stubs)
 
 
 @pytest.fixture(scope="module")
@@ -293,6 +299,40 @@ def test_swap_on_the_proxy_path(tmp_path):
         triton.run()
         urls = [("ModelClient HTTP", blocking_load, http_url(config)),
                 ("AsyncioModelClient gRPC", asyncio_load, grpc_url(config))]
-        swap_under_load(triton, urls, "Proxied", tmp_path)
-        assert wait_until(lambda: not stub_processes("Proxied/1"), 10), "version 1's stub lives on"
+        assert swap_under_load(triton, urls, "Proxied", tmp_path) == 1  # version 1's stub, kept through the swap
+        assert not stub_processes("Proxied/1"), "version 1's stub lives on"  # unbind waited for it
         assert len(stub_processes("Proxied/2")) == 1
+
+
+def test_a_version_that_fails_its_warm_up_is_refused_while_the_served_one_serves(served):
+    @batch
+    def broken(x):
+        raise ValueError("weights missing")
+
+    triton, config, workspace = served
+    warmed = {**TENSORS, "config": ModelConfig(max_batch_size=8, model_warmup=[ModelWarmup()])}
+    calls = []
+
+    @batch
+    def counted(x):
+        calls.append(len(x))
+        return {"y": np.full_like(x, 1)}
+
+    triton.bind("Fragile", counted, **warmed)
+    try:
+        assert calls == [1]  # Triton's warm-up of the first version
+        with pytest.raises(PyTritonModelConfigError, match="'Fragile': warm-up 'warmup' failed: ValueError: weights"):
+            triton.bind("Fragile", broken, model_version=2, **warmed)
+        # Refused before Triton heard of it: no failure recorded there (the server stays ready),
+        # nothing of version 2 on disk, version 1 serves on.
+        assert http_status(f"{http_url(config)}/v2/health/ready") == 200
+        assert sorted(p.name for p in (workspace / "models" / "Fragile").iterdir()) == ["1", "config.pbtxt"]
+        assert [p.name for p in (workspace / "sockets").iterdir()
+                if p.name.startswith(protocol.model_key("Fragile", 2))] == []
+        with ModelClient(http_url(config), "Fragile") as client:
+            assert client.infer_sample(x=X)["y"][0] == 1
+        triton.bind("Fragile", answer_with(3), model_version=3, **warmed)  # warmed up here, then by Triton
+        with ModelClient(http_url(config), "Fragile") as client:
+            assert client.infer_sample(x=X)["y"][0] == 3
+    finally:
+        triton.unbind("Fragile")
