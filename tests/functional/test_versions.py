@@ -32,7 +32,7 @@ from support import (
     wait_until,
 )
 
-from pytriton.client import AsyncioModelClient, ModelClient
+from pytriton.client import AsyncioModelClient, DecoupledModelClient, ModelClient
 from pytriton.decorators import batch
 from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonModelConfigError
 from pytriton.ipc import protocol
@@ -196,6 +196,34 @@ def test_swap_of_process_instances_ends_the_old_processes(served):
     triton.unbind("Forked")
     assert wait_until(lambda: not (set(forked_children()) & second), 10), "version 2's worker processes live on"
     assert [name for name in shm_entries("") if protocol.model_key("Forked", 2) in name] == []
+
+
+def test_swap_of_a_streaming_model(served):
+    triton, config, _ = served
+
+    def streamer(version):
+        def stream(requests):
+            for step in range(3):
+                yield [{"y": np.array([version * 10 + step], np.float32)} for _ in requests]
+
+        return stream
+
+    streaming = {**TENSORS, "config": ModelConfig(decoupled=True, batching=False)}
+    triton.bind("Streamed", streamer(1), **streaming)
+
+    def parts():
+        # Over HTTP: a gRPC stream that the client cancels as its final response arrives (as
+        # pytriton's client ends a completed stream) sometimes leaves Triton 2.51 holding the
+        # request, and the model version then never finishes unloading (about 1 unload in 15).
+        with DecoupledModelClient(http_url(config), "Streamed") as client:
+            return [int(part["y"][0]) for part in client.infer_sample(x=X)]
+
+    assert parts() == [10, 11, 12]
+    triton.bind("Streamed", streamer(2), model_version=2, **streaming)
+    assert parts() == [20, 21, 22]
+    triton.unbind("Streamed", model_version=1)
+    assert parts() == [20, 21, 22]
+    triton.unbind("Streamed")
 
 
 def test_unbind_then_bind_the_name_again(served):
