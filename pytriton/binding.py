@@ -316,9 +316,9 @@ class ModelBindings:
     def rewrite_for(self, model_name: str, backend: str, repository: pathlib.Path) -> None:
         """Write model `model_name`'s config.pbtxt again, for `backend` (a server without
         pytriton's backend gets the proxy's); its workers serve on unchanged."""
-        for bound in self.models.pop(model_name):
+        for version in self.models.versions(model_name):
+            bound = self.models.get(model_name, version)
             bound.config_text = self._config_text(bound.declaration, bound.slot, self._shm_prefix, backend)
-            self.models.add(bound)
         self.write_config(model_name, repository)
 
     def write_config(self, model_name: str, repository: pathlib.Path, versions: Optional[Sequence[int]] = None) -> None:
