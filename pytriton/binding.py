@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import zmq
 
+from pytriton.bound import BoundModel, BoundModels, InferFunc, ModelDeclaration, point_slot, remove_slot
 from pytriton.decorating.shaping import whole_batch
 from pytriton.environment import PROXY_SPIN_US as SPIN_ENV
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError
@@ -30,13 +31,13 @@ from pytriton.metrics import Registry
 from pytriton.model_config import ModelConfig, SequenceBatcher, Tensor
 from pytriton.model_config.common import rechecked
 from pytriton.model_config.ensemble import EnsembleStep
-from pytriton.model_config.instances import InstanceSetup
 from pytriton.model_config.tensor import resolve_tensor_names
-from pytriton.repository.ensemble import EnsemblePlan, ensemble_config_proto, plan_ensemble, step_model
+from pytriton.repository.ensemble import ensemble_config_proto, plan_ensemble, step_model
 from pytriton.repository.pbtxt import to_pbtxt
 from pytriton.repository.served import served_config_text
-from pytriton.repository.warmup import WarmupPlan, plan_warmups
-from pytriton.repository.writer import remove_model, write_ensemble, write_model
+from pytriton.repository.versions import refusal, served_difference, with_versions
+from pytriton.repository.warmup import local_warmups, plan_warmups
+from pytriton.repository.writer import remove_model, remove_version, write_ensemble, write_model, write_version
 from pytriton.server.model_trace import model_trace_settings
 from pytriton.server.workspace import remove_segments
 from pytriton.worker.blocking import stamps_folder
@@ -45,7 +46,6 @@ from pytriton.worker.handler import InstanceHandler, check_callables
 from pytriton.worker.instance import Instance, InstanceSpec
 from pytriton.worker.placement import instance_entries, is_async_entry, plain_callables
 from pytriton.worker.process_instance import ProcessInstance, check_forkable
-from pytriton.worker.request import Request
 from pytriton.worker.tracing import TraceExport
 from pytriton.worker.warmup import run_local_warmups
 
@@ -54,41 +54,6 @@ logger = logging.getLogger("pytriton.triton")
 _ZMQ_TERM_S = 2.0
 """How long `ModelBindings.stop_handlers` waits for the handlers' ZeroMQ context to end."""
 
-InferFunc = Union[Callable[[List[Request]], Any], InstanceSetup]
-"""An inference callable: a list of requests in, one mapping of output name to array per request out;
-or the `InstanceSetup` that builds it in each worker process."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelDeclaration:
-    """A checked `bind` call: what to serve, before anything runs."""
-
-    context: TritonContext
-    infer_funcs: List[InferFunc]
-    strict: bool
-    asynchronous: List[bool]
-    trace_settings: Optional[Dict[str, Any]] = None
-    """The model's own trace settings (`pytriton.server.model_trace`), sent once it is ready."""
-    ensemble: Optional[EnsemblePlan] = None
-    """For an ensemble (`Triton.bind_ensemble`): its checked steps; it has no callable then."""
-    warmups: WarmupPlan = dataclasses.field(default_factory=WarmupPlan)
-    """Its checked warm-ups, for Triton (config.pbtxt and ``warmup/``) or run here (`pytriton.repository.warmup`)."""
-
-
-@dataclasses.dataclass
-class BoundModel:
-    """A model being served: its declaration and the handlers started for its instances."""
-
-    declaration: ModelDeclaration
-    handlers: List[Instance]
-    shm_prefix: str = ""
-    """Prefix of this model's shared-memory segments."""
-    endpoint: str = ""
-    """The ZeroMQ endpoint its handlers' sockets are named after (`protocol.instance_endpoint`)."""
-
-    @property
-    def version(self) -> int:
-        return self.declaration.context.model_version
 
 
 class ModelBindings:
@@ -103,7 +68,9 @@ class ModelBindings:
     def __init__(self, owner: str, on_unrecoverable: Callable[[str], None]) -> None:
         self._owner = owner
         self._on_unrecoverable = on_unrecoverable
-        self._models: Dict[str, BoundModel] = {}
+        self.models = BoundModels()
+        """The bound model versions (a name may have several while one replaces another)."""
+        self._shm_prefix = ""
         self._zmq: Optional[zmq.Context[zmq.Socket[bytes]]] = None
         self.model_parameters: Dict[str, str] = {}
         self.backend = "python"
@@ -114,45 +81,46 @@ class ModelBindings:
         """Where the workers export their spans when the server traces with OpenTelemetry (else None)."""
 
     def __contains__(self, model_name: object) -> bool:
-        return model_name in self._models
+        return model_name in self.models
 
     def names(self) -> List[str]:
         """The bound model names, in binding order."""
-        return list(self._models)
+        return self.models.names()
 
     def version(self, model_name: str) -> int:
-        return self._models[model_name].version
+        """The highest bound version of `model_name`: the one requests naming no version reach."""
+        return self.models.get(model_name).version
 
     def contexts(self) -> List[TritonContext]:
-        """What each bound model declared (name, tensors, config), in binding order."""
-        return [model.declaration.context for model in self._models.values()]
+        """What each bound model version declared (name, tensors, config), in binding order."""
+        return [model.declaration.context for model in self.models.all()]
 
     def trace_settings(self, model_name: str) -> Optional[Dict[str, Any]]:
-        """The trace settings `bind` gave model `model_name`, or None."""
-        return self._models[model_name].declaration.trace_settings
+        """The trace settings `bind` gave model `model_name` (its highest version), or None."""
+        return self.models.get(model_name).declaration.trace_settings
 
     def config(self, model_name: str) -> ModelConfig:
-        config: ModelConfig = self._models[model_name].declaration.context.config
+        config: ModelConfig = self.models.get(model_name).declaration.context.config
         return config
 
     def instances(self) -> List[Tuple[str, int, int, Optional[int]]]:
         """``(model, version, Triton instance, stub pid)`` of every Triton instance (one per
         handler, of the same number); the pid is None until its stub's proxy greeted."""
-        return [(name, model.version, index, handler.proxy_pid)
-                for name, model in list(self._models.items()) for index, handler in enumerate(model.handlers)]
+        return [(model.name, model.version, index, handler.proxy_pid)
+                for model in self.models.all() for index, handler in enumerate(model.handlers)]
 
     def registry(self, model_name: str) -> Optional[Registry]:
         """The metric registry of model `model_name`'s first instance; None for a model not bound here or
         served from a worker process (whose registry lives there)."""
-        handlers = self._models[model_name].handlers if model_name in self._models else []
+        handlers = self.models.get(model_name).handlers if model_name in self.models else []
         return getattr(handlers[0], "registry", None) if handlers else None
 
-    def forget_stub(self, model_name: str, instance: int) -> List[str]:
+    def forget_stub(self, model_name: str, version: int, instance: int) -> List[str]:
         """Remove the input segments a dead stub of `instance` left, so its successor can create them."""
-        model = self._models.get(model_name)
-        if model is None:
+        if version not in self.models.versions(model_name):
             return []
-        return remove_segments(protocol.segment_name(model.shm_prefix, instance, "in", 0)[:-1])
+        prefix = self.models.get(model_name, version).shm_prefix
+        return remove_segments(protocol.segment_name(prefix, instance, "in", 0)[:-1])
 
     def declare(
         self,
@@ -169,7 +137,7 @@ class ModelBindings:
 
         Raises:
             PyTritonBadParameterError: an argument has the wrong kind or value.
-            PyTritonInvalidOperationError: `model_name` is already bound here.
+            PyTritonInvalidOperationError: this version of `model_name` is already bound here.
             PyTritonModelConfigError: a generator callable on a model that is not decoupled.
         """
         self._check_new_name(model_name, model_version)
@@ -197,15 +165,20 @@ class ModelBindings:
         return ModelDeclaration(context, infer_funcs, strict, [is_async_entry(f) for f in infer_funcs],
                                 trace_settings, warmups=plan_warmups(model_name, context.inputs, config))
 
-    def _check_new_name(self, model_name: str, model_version: int) -> None:
+    def _check_new_name(self, model_name: str, model_version: int, ensemble: bool = False) -> None:
         if not isinstance(model_name, str) or not model_name:
             raise PyTritonBadParameterError(f"model_name={model_name!r} is invalid: expected a non-empty string")
-        if model_name in self._models:
-            raise PyTritonInvalidOperationError(f"model '{model_name}' is already bound to this {self._owner}; "
-                                                "bind each model name once")
         if not isinstance(model_version, int) or isinstance(model_version, bool) or model_version < 1:
             raise PyTritonBadParameterError(f"model_version={model_version!r} of model '{model_name}' is invalid: "
                                             "expected an int >= 1")
+        if model_version in self.models.versions(model_name):
+            raise PyTritonInvalidOperationError(
+                f"model '{model_name}' version {model_version} is already bound to this {self._owner}; unbind it "
+                f"first ({self._owner}.unbind), or bind another version")
+        if model_name in self.models and (ensemble or self.models.get(model_name).declaration.ensemble is not None):
+            raise PyTritonInvalidOperationError(
+                f"model '{model_name}' is already bound to this {self._owner}, and an ensemble serves one version "
+                f"only: unbind it first ({self._owner}.unbind), or choose another name")
 
     def declare_ensemble(
         self,
@@ -222,11 +195,11 @@ class ModelBindings:
                 (`pytriton.repository.ensemble.plan_ensemble`).
             PyTritonInvalidOperationError: `model_name` is already bound here.
         """
-        self._check_new_name(model_name, model_version)
+        self._check_new_name(model_name, model_version, ensemble=True)
         models = {
             name: step_model(bound.version, bound.declaration.context.inputs, bound.declaration.context.outputs,
                              bound.declaration.context.config)
-            for name, bound in self._models.items()
+            for name, bound in ((name, self.models.get(name)) for name in self.models.names())
         }
         plan = plan_ensemble(model_name, steps, models, inputs, outputs)
         size = plan.max_batch_size
@@ -241,7 +214,7 @@ class ModelBindings:
         write_ensemble(repository, context.model_name, context.model_version,
                        to_pbtxt(ensemble_config_proto(declaration.ensemble)))
         bound = BoundModel(declaration, handlers=[])
-        self._models[context.model_name] = bound
+        self.models.add(bound)
         return bound
 
     def start(
@@ -262,8 +235,10 @@ class ModelBindings:
             shm_prefix: prefix of every shared-memory segment of the facade.
             import_paths: folders the generated model.py puts on the stub's ``sys.path``.
 
-        On failure, the handlers started so far are stopped and the model is not bound. An
-        ensemble has no handlers: only its folder is written (`start_ensemble`).
+        A name's first version gets the folder and the slot (`pytriton.bound`); another version,
+        which must have the same served configuration (else `PyTritonInvalidOperationError`),
+        only its version folder: `pytriton.versions` loads it. On failure, the handlers started
+        so far are stopped and the model is not bound. An ensemble has only its folder.
         """
         if declaration.ensemble is not None:
             return self.start_ensemble(declaration, repository)
@@ -271,18 +246,24 @@ class ModelBindings:
         if self.tracing is not None:  # the handlers continue the requests' traces
             context = dataclasses.replace(context, tracing=self.tracing)
         model_name, model_version, config = context.model_name, context.model_version, context.config
-        key = protocol.model_key(model_name, model_version)
-        endpoint = protocol.ipc_endpoint(sockets / key)
-        model_shm_prefix = f"{shm_prefix}-{key}"
+        slot = protocol.slot_endpoint(sockets, model_name)
+        endpoint = protocol.version_endpoint(slot, model_name, model_version)
+        model_shm_prefix = protocol.model_shm_prefix(shm_prefix, model_name, model_version)
+        self._shm_prefix = shm_prefix  # the facade's, named in every served configuration
         relayed = any(declaration.asynchronous) or config.decoupled
-        config_text = self._config_text(declaration, context, endpoint, model_shm_prefix, self.backend)
+        config_text = self._config_text(declaration, slot, shm_prefix, self.backend)
+        served = self.models.versions(model_name)
+        if served and (difference := served_difference(self.models.get(model_name).config_text, config_text)):
+            raise PyTritonInvalidOperationError(refusal(model_name, served[-1], model_version, difference))
         if self._zmq is None:
             self._zmq = zmq.Context()
-        # Warm-ups Triton cannot send run here, before the handlers (and any fork) start (or after a setup).
-        warmups = declaration.warmups.local
+        # Warm-ups Triton cannot send run here, before the handlers (and any fork) start (or after a
+        # setup, in its process); a joining version's all run so, so that a version failing them is
+        # refused before Triton loads it.
+        warmups = tuple(local_warmups(model_name, context.inputs, config)) if served else declaration.warmups.local
         run_local_warmups(context, plain_callables(declaration.infer_funcs), warmups)
-        bound = BoundModel(declaration, handlers=[], shm_prefix=model_shm_prefix, endpoint=endpoint)
-        self._models[model_name] = bound  # registered first, so stop_handlers() finds whatever started
+        bound = BoundModel(declaration, [], model_shm_prefix, endpoint, config_text, slot)
+        self.models.add(bound)  # registered first, so stop_handlers() finds whatever started
         try:
             for index, func in enumerate(declaration.infer_funcs):
                 spec = InstanceSpec(context=context, infer_func=func, instance=index, shm_prefix=model_shm_prefix,
@@ -296,18 +277,24 @@ class ModelBindings:
                 handler.launch()  # worker processes run their setups side by side
             for handler in bound.handlers:
                 handler.start()
-            write_model(repository, model_name, model_version, config_text, import_paths, declaration.warmups.files)
+            if served:  # the folder and its warm-up files stay as they are: the served versions' files
+                write_version(repository, model_name, model_version, import_paths)
+            else:
+                write_model(repository, model_name, model_version, with_versions(config_text, [model_version]),
+                            import_paths, declaration.warmups.files)
+                point_slot(bound)
         except BaseException:
             for handler in bound.handlers:
                 handler.stop()
-            del self._models[model_name]
+            self.models.pop(model_name, model_version)
             raise
         logger.debug("Bound model '%s' version %d with %d instance(s)", model_name, model_version,
                      len(bound.handlers))
         return bound
 
-    def _config_text(self, declaration: ModelDeclaration, context: TritonContext, endpoint: str, shm_prefix: str,
-                     backend: str) -> str:
+    def _config_text(self, declaration: ModelDeclaration, endpoint: str, shm_prefix: str, backend: str) -> str:
+        """The served config.pbtxt text of a declaration, without a version policy."""
+        context = declaration.context
         return served_config_text(
             context.model_name, context.inputs, context.outputs, context.config, len(declaration.infer_funcs),
             coroutines=any(declaration.asynchronous), endpoint=endpoint, shm_prefix=shm_prefix, backend=backend,
@@ -320,33 +307,45 @@ class ModelBindings:
     def rewrite_for(self, model_name: str, backend: str, repository: pathlib.Path) -> None:
         """Write model `model_name`'s config.pbtxt again, for `backend` (a server without
         pytriton's backend gets the proxy's); its workers serve on unchanged."""
-        bound = self._models[model_name]
-        context = bound.declaration.context
-        text = self._config_text(bound.declaration, context, bound.endpoint, bound.shm_prefix, backend)
+        for version in self.models.versions(model_name):
+            bound = self.models.get(model_name, version)
+            bound.config_text = self._config_text(bound.declaration, bound.slot, self._shm_prefix, backend)
+        self.write_config(model_name, repository)
+
+    def write_config(self, model_name: str, repository: pathlib.Path, versions: Optional[Sequence[int]] = None) -> None:
+        """Write the config.pbtxt of `model_name` that serves `versions` (None: every bound version)."""
+        text = with_versions(self.models.get(model_name).config_text, versions or self.models.versions(model_name))
         (repository / model_name / "config.pbtxt").write_text(text)
 
-    def discard(self, model_name: str, repository: pathlib.Path) -> None:
-        """Undo `start` for a model whose load failed: stop its handlers, forget it, remove its
-        folder from `repository` and its segments."""
-        remove_model(repository, model_name)
-        model = self._models.pop(model_name, None)
-        if model is None:
-            return
-        for handler in model.handlers:
-            if not handler.stop():
-                logger.warning("a handler of model '%s' still runs its inference callable; leaving it behind",
-                               model_name)
-        remove_segments(f"{model.shm_prefix}-")
+    def discard(self, model_name: str, repository: pathlib.Path, version: Optional[int] = None) -> None:
+        """Undo `start` for a model whose load failed, or unbind it: stop its handlers, forget it,
+        remove its folder from `repository` and its segments. With `version`, only that version
+        goes (its version folder and segments); the others keep the folder and the slot."""
+        others = [v for v in self.models.versions(model_name) if v != version] if version is not None else []
+        if others:
+            remove_version(repository, model_name, version or 0)
+        else:
+            remove_model(repository, model_name)
+        for model in self.models.pop(model_name, version):
+            if not others and model.slot:
+                remove_slot(model)
+            for handler in model.handlers:
+                if not handler.stop():
+                    logger.warning("a handler of model '%s' still runs its inference callable; leaving it behind",
+                                   model_name)
+            if model.shm_prefix:
+                remove_segments(f"{model.shm_prefix}-")
 
     def idle(self) -> bool:
         """Whether no handler serves a batch (no callable running, no stream open)."""
-        return all(handler.idle() for model in self._models.values() for handler in model.handlers)
+        return all(handler.idle() for model in self.models.all() for handler in model.handlers)
 
     def hung(self, now: float) -> List[Tuple[str, int, Instance, float, float]]:
         """``(model, instance number, instance, seconds busy, hang_timeout_s)`` of every instance
         whose oldest batch has run past its model's ``ModelConfig.hang_timeout_s``, at `now`."""
         found = []
-        for name, model in list(self._models.items()):
+        for model in self.models.all():
+            name = model.name
             limit = getattr(model.declaration.context.config, "hang_timeout_s", None)
             if limit is None:
                 continue
@@ -360,24 +359,24 @@ class ModelBindings:
         """The longest time a model's batcher may hold a request while an instance is free
         (``max_queue_delay_microseconds``): past it, a queued request reaches a worker."""
         delays = [getattr(model.declaration.context.config.batcher, "max_queue_delay_microseconds", 0) or 0
-                  for model in self._models.values()]
+                  for model in self.models.all()]
         return max(delays, default=0) / 1e6
 
     def keeps_sequences(self) -> bool:
         """Whether some model serves sequences: a stop does not refuse their later requests, so
         it cannot end as soon as the workers are idle."""
         return any(isinstance(model.declaration.context.config.batcher, SequenceBatcher)
-                   for model in self._models.values())
+                   for model in self.models.all())
 
     def relays(self) -> bool:
         """Whether some model's proxies relay (decoupled models, async callables): their answers
         travel after Triton's `execute` returned, so Triton's count of requests in flight misses them."""
         return any(model.declaration.context.config.decoupled or any(model.declaration.asynchronous)
-                   for model in self._models.values())
+                   for model in self.models.all())
 
     def end_streams(self) -> None:
         """Cut open streams short, so the server can unload decoupled models without waiting for them."""
-        for model in self._models.values():
+        for model in self.models.all():
             for handler in model.handlers:
                 handler.end_streams()
 
@@ -389,7 +388,7 @@ class ModelBindings:
         one closes, and terminating a context waits for every socket (seen: 1 stop in 30 under
         SIGTERM during a `bind` hung there for good). Such a context is left to the process's end.
         """
-        stuck = [h for model in self._models.values() for h in model.handlers if not h.stop()]
+        stuck = [h for model in self.models.all() for h in model.handlers if not h.stop()]
         if self._zmq is not None and not stuck:
             ending = threading.Thread(target=self._zmq.destroy, kwargs={"linger": 0}, name="pytriton-zmq-term",
                                       daemon=True)

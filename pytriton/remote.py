@@ -28,7 +28,8 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from pytriton.binding import InferFunc, ModelBindings, block_until_signal
+from pytriton.binding import ModelBindings, block_until_signal
+from pytriton.bound import InferFunc
 from pytriton.exceptions import (
     PyTritonBadParameterError,
     PyTritonInvalidOperationError,
@@ -41,6 +42,7 @@ from pytriton.repository.override import load_override
 from pytriton.server.control import ServerControl, wait_for
 from pytriton.server.distribution import find_distribution, lacks_backend, proxy_import_paths, remote_backend
 from pytriton.server.workspace import SharedWorkspace, Workspace, remote_server_flags
+from pytriton.versions import check_can_add, check_unbind, prepare_load, unbind, undo_load
 
 __all__ = ["RemoteTriton"]
 
@@ -166,10 +168,12 @@ class RemoteTriton(OpenAIBindings):
         The model's folder is written at once (into the shared workspace, whose server is then
         asked whether it sees it; or into a private folder). Once connected, the model is also
         loaded, and this returns when it is ready; a model that fails to load is unbound again.
+        Once connected, a new version of a name bound here loads beside the one serving (see
+        `Triton.bind` and `unbind`).
 
         Raises:
             PyTritonInvalidOperationError: the server already has a model of this name (bound by
-                another process, or not pytriton's).
+                another process, or not pytriton's), or as for `Triton.bind`.
             PyTritonServerError: the server is unreachable, refuses the repository calls (a
                 missing access token), does not serve the shared workspace's ``models`` folder,
                 or fails to load the model (with its reason).
@@ -184,28 +188,24 @@ class RemoteTriton(OpenAIBindings):
                 self._import_paths = proxy_import_paths(distribution)
                 self._bindings.backend = remote_backend(distribution)
             self._reach()
-            if self._shared is not None:
+            check_can_add(self._bindings, model_name, self._running)
+            first = model_name not in self._bindings  # else a version joins those this process serves
+            if self._shared is not None and first:
                 self._shared.claim(model_name)
             try:
-                if self._shared is None:
+                if first and self._shared is None:
                     self._check_name_free(model_name)
-                else:
+                elif first:
                     self._check_served(model_name)
                 target = self._workspace
-                self._bindings.start(
-                    declaration,
-                    repository=target.model_repository,
-                    sockets=target.sockets,
-                    shm_prefix=target.shm_prefix,
-                    import_paths=self._import_paths,
-                )
+                self._bindings.start(declaration, repository=target.model_repository, sockets=target.sockets,
+                                     shm_prefix=target.shm_prefix, import_paths=self._import_paths)
             except BaseException:
-                if self._shared is not None:
-                    self._shared.release(model_name)
-                self._bindings.discard(model_name, self._repository)
+                if first:
+                    self._forget(model_name)
                 raise
             if self._running:
-                self._load_or_forget(model_name)
+                self._load_or_forget(model_name, model_version)
 
     def bind_ensemble(
         self,
@@ -236,7 +236,29 @@ class RemoteTriton(OpenAIBindings):
                 self._forget(model_name)
                 raise
             if self._running:
-                self._load_or_forget(model_name)
+                self._load_or_forget(model_name, model_version)
+
+    def unbind(self, model_name: str, model_version: Optional[int] = None) -> None:
+        """Stop serving model `model_name` (every version, or only `model_version`), as `Triton.unbind` does.
+
+        The server unloads it after its requests in flight; then its instances end and its files
+        (in the shared workspace too) and shared memory go. The server and its other models serve on.
+
+        Raises:
+            PyTritonInvalidOperationError: not bound here, a step of an ensemble bound here, or stopped.
+            PyTritonServerError: the server refused to unload it.
+        """
+        with self._lock:
+            self._check_can_bind()
+            check_unbind(self._bindings, "RemoteTriton", model_name, model_version)
+            whole = model_version is None or self._bindings.models.versions(model_name) == [model_version]
+            control = self._control if model_name in self._loaded else None
+            unbind(self._bindings, control, model_name, model_version, self._repository,
+                   lambda: self._load_one(model_name))
+            if whole:
+                self._loaded[:] = [name for name in self._loaded if name != model_name]
+                self._ready[:] = [name for name in self._ready if name != model_name]
+                self._forget(model_name)
 
     def _check_can_bind(self) -> None:
         if self._stopped:
@@ -244,14 +266,17 @@ class RemoteTriton(OpenAIBindings):
                 "this RemoteTriton was stopped; create a new RemoteTriton to bind models"
             )
 
-    def _load_or_forget(self, model_name: str) -> None:
-        """Load a model bound while connected; on failure, undo the bind and say why."""
+    def _load_or_forget(self, model_name: str, version: int) -> None:
+        """Load a model version bound while connected; on failure, undo the bind and say why."""
+        others = prepare_load(self._bindings, model_name, version, self._repository)
         try:
             self._load([model_name])
         except BaseException:
-            self._loaded.remove(model_name)
-            self._forget(model_name)
-            self._control.forget_failed_model(model_name, MODEL_LOAD_TIMEOUT_S)
+            undo_load(self._bindings, self._control, model_name, version, self._repository, others,
+                      lambda: self._load_one(model_name))
+            if not others:
+                self._loaded.remove(model_name)
+                self._forget(model_name)
             raise
 
     def _forget(self, model_name: str) -> None:
@@ -357,7 +382,8 @@ class RemoteTriton(OpenAIBindings):
     def _load(self, names: Sequence[str]) -> None:
         deadline = time.monotonic() + MODEL_LOAD_TIMEOUT_S
         for name in names:
-            self._loaded.append(name)  # before the call: a load that half happened is unloaded too
+            if name not in self._loaded:  # before the call: a load that half happened is unloaded too
+                self._loaded.append(name)
             try:
                 self._load_one(name)
             except PyTritonServerError as exc:
@@ -382,7 +408,8 @@ class RemoteTriton(OpenAIBindings):
                     f"model '{name}' version {version} did not become ready on the tritonserver at {self._url} "
                     f"within {MODEL_LOAD_TIMEOUT_S:.0f} s"
                 )
-            self._ready.append(name)
+            if name not in self._ready:
+                self._ready.append(name)
             settings = self._bindings.trace_settings(name)
             if settings is not None:
                 self._control.set_model_trace(name, settings, MODEL_LOAD_TIMEOUT_S)

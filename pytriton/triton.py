@@ -17,14 +17,8 @@ import threading
 import time
 from typing import Any, Callable, List, NoReturn, Optional, Sequence, Union
 
-from pytriton.binding import (
-    InferFunc,
-    ModelBindings,
-    ModelDeclaration,
-    SignalWatch,
-    TerminationScope,
-    block_until_signal,
-)
+from pytriton.binding import ModelBindings, SignalWatch, TerminationScope, block_until_signal
+from pytriton.bound import InferFunc, ModelDeclaration
 from pytriton.constants import DEFAULT_TRITON_STARTUP_TIMEOUT_S as STARTUP_TIMEOUT_S
 from pytriton.drain import stop_draining
 from pytriton.exceptions import (
@@ -41,9 +35,7 @@ from pytriton.launch import (
     check_traces_go_somewhere,
     configure_proxies,
     launch,
-    load_watching_signals,
     open_workspace,
-    refuse_foreign_model,
     start_supervisor,
     startup_failure,
     still_starting,
@@ -79,6 +71,7 @@ from pytriton.server.security import (
 from pytriton.server.supervisor import Supervisor, reap_adopted
 from pytriton.server.vertex_ai import check_vertex_ai_models
 from pytriton.server.workspace import Workspace, sweep_stale
+from pytriton.versions import check_can_add, check_unbind, load_bound, unbind
 from pytriton.worker.tracing import shutdown as shutdown_tracing
 
 __all__ = [
@@ -200,11 +193,13 @@ class Triton(OpenAIBindings):
 
         Once the server runs (after `run()`, or inside ``with Triton()``), the model is loaded
         at once and this returns when it is ready; a model that fails to load is unbound again
-        and the server goes on serving the others.
+        and the server goes on serving the others. A new version of a bound name loads beside
+        the one serving, which serves on (a swap: see `unbind`).
 
         Raises:
-            PyTritonInvalidOperationError: the name is bound here already, or the running server
-                serves a model of that name that another process sent (`RemoteTriton`).
+            PyTritonInvalidOperationError: the version is bound here already (or another one, with
+                other tensors or config, or the server does not run yet), or the running server
+                serves that name for another process (`RemoteTriton`).
             PyTritonServerError: the running server failed to load the model (its reason).
         """
         with self._lock:
@@ -247,6 +242,23 @@ class Triton(OpenAIBindings):
             self._check_can_bind()
             self._add(self._bindings.declare_ensemble(model_name, steps, inputs, outputs, model_version))
 
+    def unbind(self, model_name: str, model_version: Optional[int] = None) -> None:
+        """Stop serving model `model_name` (every version, or only `model_version`); it may be bound again.
+
+        The server unloads it after its requests in flight (see `pytriton.versions`); then its
+        instances end and its files and shared memory go. Unbinding version 1 once `bind` loaded
+        version 2 swaps a model without refusing a request: those naming no version reach the highest.
+
+        Raises:
+            PyTritonInvalidOperationError: not bound here, a step of an ensemble bound here, or stopped.
+            PyTritonServerError: the server refused to unload it.
+        """
+        with self._lock:
+            self._check_can_bind()
+            check_unbind(self._bindings, "Triton", model_name, model_version)
+            unbind(self._bindings, self._control if self._process is not None else None, model_name, model_version,
+                   self._ensure_workspace().model_repository)
+
     def _check_can_bind(self) -> None:
         self._raise_if_failed()
         if self._stopped:
@@ -260,46 +272,27 @@ class Triton(OpenAIBindings):
                                             "readiness); choose another name")
         workspace = self._ensure_workspace()
         running = self._process is not None and self._control is not None
-        if running:
-            assert self._control is not None
-            refuse_foreign_model(self._control, model_name)
+        check_can_add(self._bindings, model_name, running, self._control)
         if self._gate is not None:
             self._gate.hold()  # a bind before it opened: the server stays not ready through this one too
-        self._bindings.start(
-            declaration,
-            repository=workspace.model_repository,
-            sockets=workspace.sockets,
-            shm_prefix=workspace.shm_prefix,
-            import_paths=proxy_import_paths(self._distribution()),
-        )
+        self._bindings.start(declaration, repository=workspace.model_repository, sockets=workspace.sockets,
+                             shm_prefix=workspace.shm_prefix, import_paths=proxy_import_paths(self._distribution()))
         if running:
             try:
-                self._load_bound(model_name)
+                self._load_bound(model_name, declaration.context.model_version)
             finally:
                 if self._gate is not None:  # loaded or failed, this bind is over
                     self._gate.open_soon()  # unless another bind follows at once
 
-    def _load_bound(self, model_name: str) -> None:
-        """Load a model bound while the server runs; on failure, unbind it and say why.
-
-        The load runs on a thread while the calling one (the main thread) watches for SIGINT and
-        SIGTERM, as `run()` does: a signal stops the server at once instead of waiting for a slow load.
-        """
+    def _load_bound(self, model_name: str, version: int) -> None:
+        """Load a model version bound while the server runs; on failure, unbind it and say why. The
+        main thread watches for SIGINT and SIGTERM meanwhile, as `run()` does: a signal stops the server."""
         assert self._control is not None and self._workspace is not None
-        control = self._control
         warn_if_shm_small([c for c in self._bindings.contexts() if c.model_name == model_name])
-        watch_signals = not self._in_serve and threading.current_thread() is threading.main_thread()
-        signum, failure = load_watching_signals(control, model_name, watch_signals)
-        if signum is not None:
-            self._stop_for_signal(signum, f"loading model '{model_name}'")
-        try:
-            if failure is not None:
-                raise failure
-            self._wait_models_ready([model_name], time.monotonic() + MODEL_LOAD_TIMEOUT_S)
-        except BaseException:
-            self._bindings.discard(model_name, self._workspace.model_repository)
-            control.forget_failed_model(model_name, MODEL_LOAD_TIMEOUT_S)
-            raise
+        load_bound(self._bindings, self._control, model_name, version, self._workspace.model_repository,
+                   watch_signals=not self._in_serve and threading.current_thread() is threading.main_thread(),
+                   on_signal=lambda signum: self._stop_for_signal(signum, f"loading model '{model_name}'"),
+                   wait_ready=lambda: self._wait_models_ready([model_name], time.monotonic() + MODEL_LOAD_TIMEOUT_S))
 
     def _stop_for_signal(self, signum: int, during: str) -> NoReturn:
         """Stop and clean up, then let the signal take its course; raise if the process lives on."""

@@ -51,15 +51,21 @@ from pytriton.client_contract import PARAM_RELAYED as PARAM_RELAYED
 
 PROTOCOL_VERSION = 9
 
-# Keys of the model configuration `parameters` that tell a proxy where its worker is.
+# Keys of the model configuration `parameters` that tell a proxy where its worker is. Every
+# version of a model name shares one configuration (Triton keeps one per name), so these name the
+# model, not a version: the proxy of version v finds its own worker with `version_endpoint` and
+# `model_shm_prefix`, and pytriton's backend goes through the name's slot (`slot_data_socket`).
 PARAM_ENDPOINT = "pytriton.endpoint"
+"""The model name's slot endpoint (`slot_endpoint`)."""
 PARAM_SHM_PREFIX = "pytriton.shm_prefix"
+"""The server's prefix of shared-memory segments; a version's own is `model_shm_prefix`."""
 PARAM_PROTOCOL = "pytriton.protocol"
 PARAM_WORKER_PID = "pytriton.worker_pid"
 PARAM_HANDSHAKE_TIMEOUT_S = "pytriton.handshake_timeout_s"
 PARAM_DATA_SOCKETS = "pytriton.data_sockets"
 """The data socket of each worker handler, in instance order, as a JSON list: where the backend
-connects (`data_socket_path` of each `instance_endpoint`)."""
+connects. These are the name's slot (`slot_data_socket`): links to the sockets of the version the
+facade points them at (`pytriton.bound.point_slot`)."""
 PARAM_HANDLERS = "pytriton.handlers"
 """How many worker handlers (one per callable) serve the model."""
 PARAM_SPIN_US = "pytriton.spin_us"
@@ -362,6 +368,37 @@ def model_key(model_name: str, model_version: int) -> str:
     """A short, filesystem- and socket-safe key for one model version."""
     digest = hashlib.sha1(f"{model_name}\x00{model_version}".encode()).hexdigest()[:10]
     return f"m{digest}"
+
+
+def name_key(model_name: str) -> str:
+    """A short, filesystem- and socket-safe key for a model name, whatever its version (its slot)."""
+    digest = hashlib.sha1(f"{model_name}\x00slot".encode()).hexdigest()[:10]
+    return f"n{digest}"
+
+
+def slot_endpoint(sockets_dir: Union[str, os.PathLike[str]], model_name: str) -> str:
+    """The endpoint a model name's configuration names (`PARAM_ENDPOINT`), for all its versions."""
+    return ipc_endpoint(os.path.join(os.fspath(sockets_dir), name_key(model_name)))
+
+
+def version_endpoint(slot: str, model_name: str, model_version: int) -> str:
+    """The ZeroMQ endpoint the handlers of `model_version` of `model_name` are named after, beside
+    the name's `slot` endpoint: what the facade binds and what that version's proxies greet."""
+    folder = os.path.dirname(ipc_socket_path(slot) or "")
+    return ipc_endpoint(os.path.join(folder, model_key(model_name, model_version)))
+
+
+def slot_data_socket(sockets_dir: Union[str, os.PathLike[str]], model_name: str, instance: int) -> str:
+    """Where pytriton's backend connects for instance `instance` of any version of `model_name`:
+    a link to the data socket of the version the facade points the slot at. A worker process's
+    death note goes beside it too, where that backend looks (`death_note_path`)."""
+    slot = ipc_socket_path(instance_endpoint(slot_endpoint(sockets_dir, model_name), instance)) or ""
+    return data_socket_path(slot)
+
+
+def model_shm_prefix(server_prefix: str, model_name: str, model_version: int) -> str:
+    """The prefix of every shared-memory segment of one model version (`segment_name`)."""
+    return f"{server_prefix}-{model_key(model_name, model_version)}"
 
 
 _IPC_SCHEME = "ipc://"

@@ -172,8 +172,12 @@ class TritonPythonModel:
         self._output_count = len(config.get("output", ()))
         names = json.loads(params.get(protocol.PARAM_INSTANCE_NAMES, "[]"))
         self._instance = protocol.instance_index(args["model_instance_name"], names)  # also the handler's number
-        shm_prefix = params[protocol.PARAM_SHM_PREFIX]
-        endpoint = protocol.instance_endpoint(params[protocol.PARAM_ENDPOINT], self._instance)
+        # The configuration names the model, shared by its versions: this version's worker and
+        # segment names follow from the version Triton loads this instance for.
+        version = int(args.get("model_version") or 1)
+        shm_prefix = protocol.model_shm_prefix(params[protocol.PARAM_SHM_PREFIX], self._model_name, version)
+        endpoint = protocol.instance_endpoint(
+            protocol.version_endpoint(params[protocol.PARAM_ENDPOINT], self._model_name, version), self._instance)
         socket_path = protocol.ipc_socket_path(endpoint)
         self._fault_trace = _record_fatal_signals(
             protocol.fault_trace_path(os.path.dirname(socket_path), os.getpid()) if socket_path else None

@@ -50,8 +50,9 @@ def served_config_text(
         model_name, inputs, outputs, config: the declaration (names resolved).
         instance_count: one Triton instance per callable.
         coroutines: some callable is async: its batches overlap, answered from a relay.
-        endpoint: the ZeroMQ endpoint the handlers are named after (`protocol.instance_endpoint`).
-        shm_prefix: the model's prefix of shared-memory segments.
+        endpoint: the model name's slot endpoint (`protocol.slot_endpoint`): the configuration
+            serves every bound version of the name, and names none of them.
+        shm_prefix: the server's prefix of shared-memory segments (`protocol.model_shm_prefix`).
         backend: the Triton backend that runs the model.
         parameters: more parameters (the facade's: metrics, tracing, timing stamps, the spin);
             ``pytriton.stamps`` is dropped for relayed models, which record none.

@@ -196,7 +196,7 @@ def plan_warmups(model_name: str, inputs: Sequence[Tensor], config: ModelConfig)
     """
     messages, files = _triton_entries(model_name, inputs, config)
     if _runs_locally(model_name, inputs, config):
-        return WarmupPlan(local=tuple(_local_warmups(model_name, inputs, config)))
+        return WarmupPlan(local=tuple(local_warmups(model_name, inputs, config)))
     return WarmupPlan(tuple(messages), files)
 
 
@@ -263,8 +263,11 @@ def _runs_locally(model_name: str, inputs: Sequence[Tensor], config: ModelConfig
     return False
 
 
-def _local_warmups(model_name: str, inputs: Sequence[Tensor], config: ModelConfig) -> List[LocalWarmup]:
-    """The warm-ups pytriton runs itself, in their order (checked before, by `_triton_entries`).
+def local_warmups(model_name: str, inputs: Sequence[Tensor], config: ModelConfig) -> List[LocalWarmup]:
+    """Every warm-up of the model as pytriton runs it itself, in their order (checked before, by
+    `_triton_entries`): the plan's `WarmupPlan.local` where Triton cannot send them, and all of them
+    for a version that joins a serving one, warmed up here first so that one that fails is refused
+    before Triton loads it (`pytriton.versions`).
 
     The data follows the published PyTriton: a ``.npy`` file of rows gives the batch its rows
     (repeated or cut to `batch_size`), a sample (array, raw file or ``.npy``) is repeated for

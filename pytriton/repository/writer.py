@@ -1,7 +1,13 @@
 """On disk: one Triton model folder per bound model.
 
-The folder holds ``config.pbtxt`` and a version folder whose ``model.py`` only imports the proxy,
-so what runs inside Triton is the installed library's code, never a copy of it.
+The folder holds ``config.pbtxt`` and a folder per bound version whose ``model.py`` only imports
+the proxy, so what runs inside Triton is the installed library's code, never a copy of it.
+
+A version folder must not change once its version serves: Triton 2.51 reloads a serving version
+whose folder changed when the model is loaded again (as it is when another version joins or
+leaves, see `pytriton.versions`), and a reloaded version would be served by the newer version's
+workers on pytriton's backend. The stub's Python would write ``__pycache__/`` there when it
+imports ``model.py``: a plain file of that name, written first, makes it skip the bytecode.
 """
 
 from __future__ import annotations
@@ -45,10 +51,7 @@ def write_model(
     `warmup_files` (file name -> bytes, or a user's file to copy) go into the ``warmup/``
     subfolder the config's ``model_warmup`` entries read from.
     """
-    folder = repository / model_name
-    version_folder = folder / str(model_version)
-    version_folder.mkdir(parents=True, exist_ok=True)
-    (version_folder / "model.py").write_text(model_py(import_paths))
+    folder = write_version(repository, model_name, model_version, import_paths).parent
     if warmup_files:
         warmup_folder = folder / WARMUP_FOLDER
         warmup_folder.mkdir(exist_ok=True)
@@ -59,6 +62,21 @@ def write_model(
                 shutil.copyfile(data, warmup_folder / name)
     (folder / "config.pbtxt").write_text(config_text)
     return folder
+
+
+def write_version(
+    repository: pathlib.Path, model_name: str, model_version: int, import_paths: Sequence[str]
+) -> pathlib.Path:
+    """Write the folder of one version (its ``model.py``) into the model's folder; returns it."""
+    version_folder = repository / model_name / str(model_version)
+    version_folder.mkdir(parents=True, exist_ok=True)
+    (version_folder / "__pycache__").write_bytes(b"")  # no bytecode written here (see above)
+    (version_folder / "model.py").write_text(model_py(import_paths))
+    return version_folder
+
+
+def remove_version(repository: pathlib.Path, model_name: str, model_version: int) -> None:
+    shutil.rmtree(repository / model_name / str(model_version), ignore_errors=True)
 
 
 def write_ensemble(repository: pathlib.Path, model_name: str, model_version: int, config_text: str) -> pathlib.Path:

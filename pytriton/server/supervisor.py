@@ -118,8 +118,8 @@ class Supervisor:
         control: the library's control calls to that server.
         instances: the instances of every bound model, read on each check.
         budget_for: the restart budget of a model (called once per model).
-        forget_instance: called with (model, instance) after its stub died and before the model
-            is loaded again: removes what the dead stub left (its shared-memory segments).
+        forget_instance: called with (model, version, instance) after its stub died and before the
+            model is loaded again: removes what the dead stub left (its shared-memory segments).
         after_reload: called with the model name once it serves again.
         on_fatal: called once with the error that ends serving (the server died, or a model spent
             its restart budget).
@@ -141,7 +141,7 @@ class Supervisor:
         control: ServerControl,
         instances: Callable[[], List[InstanceView]],
         budget_for: Callable[[str], RestartBudget],
-        forget_instance: Callable[[str, int], object],
+        forget_instance: Callable[[str, int, int], object],
         after_reload: Callable[[str], object],
         on_fatal: Callable[[PyTritonServerError], None],
         server_id: str,
@@ -260,7 +260,7 @@ class Supervisor:
             if view.stub_pid is not None:
                 self._buried.add(view.stub_pid)
                 self._stubs.pop(view.stub_pid, None)
-            self._forget_instance(model, view.instance)
+            self._forget_instance(model, view.version, view.instance)
         if "LOADING" in states:
             # Unloaded and being loaded again (``unload_model()`` then ``load_model()``): the old
             # stub's end is seen only now, and healing would unload the new load.
@@ -315,7 +315,7 @@ class Supervisor:
         started = time.monotonic()
         self._wait_unloaded(model, views[0].version)
         for view in views:
-            self._forget_instance(model, view.instance)
+            self._forget_instance(model, view.version, view.instance)
         if self._stop.is_set():
             return
         try:

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 import warnings
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from pytriton.exceptions import PyTritonModelConfigError
 from pytriton.exit_status import describe_wait_status
@@ -427,26 +427,33 @@ class ProcessInstance:
         its own), so it reads it here and answers every request of the batch with it. Notes of
         earlier children go: one note per instance at a time.
         """
-        assert self._socket_path is not None
-        data_socket = protocol.data_socket_path(self._socket_path)
-        for old in glob.glob(glob.escape(protocol.death_note_path(data_socket, 0))[:-1] + "*"):
-            _unlink(old)
+        self.remove_death_notes()
         stopping = " while it was being stopped" if self._stopping.is_set() else ""
         note = (f"the worker process of instance {self._spec.instance} (pid {child.pid}) "
                 f"{describe_wait_status(child.status)}{stopping} while serving this request"
                 f"{'' if stopping else '; a fresh worker process takes its place'}")
-        path = protocol.death_note_path(data_socket, child.pid)
-        try:
-            with open(path + ".tmp", "w", encoding="utf-8") as handle:
-                handle.write(note)
-            os.replace(path + ".tmp", path)
-        except OSError:
-            pass  # the workspace is gone: the server stops anyway
+        for data_socket in self._note_sockets():
+            path = protocol.death_note_path(data_socket, child.pid)
+            try:
+                with open(path + ".tmp", "w", encoding="utf-8") as handle:
+                    handle.write(note)
+                os.replace(path + ".tmp", path)
+            except OSError:
+                pass  # the workspace is gone: the server stops anyway
+
+    def _note_sockets(self) -> List[str]:
+        """Beside which data sockets a death note goes: this instance's own, where a proxy looks,
+        and its model name's slot (`protocol.slot_data_socket`), through which pytriton's backend
+        connects and where it looks."""
+        if self._socket_path is None:
+            return []
+        slot = protocol.slot_data_socket(os.path.dirname(self._socket_path), self._spec.context.model_name,
+                                         self._spec.instance)
+        return [protocol.data_socket_path(self._socket_path), slot]
 
     def remove_death_notes(self) -> None:
         """Remove the death notes this instance wrote (at stop)."""
-        if self._socket_path is not None:
-            data_socket = protocol.data_socket_path(self._socket_path)
+        for data_socket in self._note_sockets():
             for old in glob.glob(glob.escape(protocol.death_note_path(data_socket, 0))[:-1] + "*"):
                 _unlink(old)
 

@@ -82,7 +82,7 @@ def test_each_file_belongs_to_one_distribution(client_set):
     assert client_set.owns("pytriton/client/core.py") and client_set.owns("pytriton/exceptions.py")
     assert client_set.owns("pytriton/model_config/common.py") and client_set.owns("pytriton/client_contract.py")
     for server_side in ("pytriton/triton.py", "pytriton/decorators.py", "pytriton/ipc/protocol.py",
-                        "pytriton/server/launch.py", "pytriton/__main__.py", "pytriton/tritonserver/bin/tritonserver",
+                        "pytriton/launch.py", "pytriton/__main__.py", "pytriton/tritonserver/bin/tritonserver",
                         "pytriton/clientele.py"):
         assert not client_set.owns(server_side), server_side
     # The facade the client-only install looks for to tell itself apart is the full one's.

@@ -121,13 +121,18 @@ MAY_IMPORT = {
     "server": ("ipc", "model_config"),
     # `pytriton check`, a tool beside the serving path (it reads the trace settings as the worker exports them).
     "check": ("ipc", "server", "worker"),
-    "binding": ("decorating", "ipc", "metrics", "model_config", "repository", "server", "worker"),
+    # The bound versions of each name (what `binding` starts and `versions` swaps).
+    "bound": ("ipc", "model_config", "repository", "worker"),
+    "binding": ("bound", "decorating", "ipc", "metrics", "model_config", "repository", "server", "worker"),
     "openai": ("decorating", "metrics", "model_config", "server"),
     # The facade's start and stop: they wire the bindings to the server.
     "launch": ("binding", "check", "ipc", "model_config", "server", "worker"),  # the ports probed as the check does
     "drain": ("binding", "ipc", "launch", "server", "worker"),
-    "remote": ("binding", "launch", "model_config", "openai", "repository", "server"),
-    "triton": ("binding", "drain", "launch", "model_config", "openai", "remote", "server", "worker"),
+    # A version loaded beside a serving one, or unbound.
+    "versions": ("binding", "bound", "ipc", "launch", "server"),
+    "remote": ("binding", "bound", "launch", "model_config", "openai", "repository", "server", "versions"),
+    "triton": ("binding", "bound", "drain", "launch", "model_config", "openai", "remote", "server", "versions",
+               "worker"),
     "__main__": ("check", "server"),
 }
 """Which package (or top-level module) of pytriton may import which, besides `FOUNDATIONS`: the layering rule."""
