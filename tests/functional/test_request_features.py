@@ -132,6 +132,7 @@ class Patient:
             while time.monotonic() < deadline:
                 if all(request.is_cancelled() for request in requests):
                     self.learnt.append(time.monotonic())
+                    time.sleep(0.3)  # answer well after the client gave up: its timeout must win the race
                     break
                 time.sleep(0.01)
         return [{"double": request["x"] * 2, "costly": request["x"]} for request in requests]

@@ -136,7 +136,7 @@ def test_several_models_are_served_by_one_server(server):
 
 def test_binding_the_same_name_twice_is_refused(server):
     triton, config, counters = server
-    with pytest.raises(PyTritonInvalidOperationError, match="model 'Cached' is already bound"):
+    with pytest.raises(PyTritonInvalidOperationError, match="model 'Cached' version 1 is already bound"):
         triton.bind("Cached", lambda requests: requests, **F32)
     with ModelClient(http_url(config), "Cached") as client:  # the first binding still serves
         client.infer_batch(np.full((1, 1), 99.0, dtype=np.float32))
