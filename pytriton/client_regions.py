@@ -52,7 +52,29 @@ def lease_path(owner_id: str) -> str:
     return os.path.join(SHM_DIR, f"{owner_id}{LEASE_SUFFIX}")
 
 
-class OwnerLease:
+class LockedLease:
+    """A lease file in /dev/shm held locked by its owner (`path`, and `_fd` its locked descriptor).
+
+    The servers' leases (`pytriton.server.workspace.ShmLease`) and the clients' (`OwnerLease`)
+    differ only in how they are taken; both are given back the same way.
+    """
+
+    path: str
+    _fd: Optional[int]
+
+    def release(self) -> None:
+        """Unlink the lease, then drop the lock: call after everything else of the owner is gone. Idempotent."""
+        if self._fd is None:
+            return
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+
+
+class OwnerLease(LockedLease):
     """The lease of `owner_id`, taken at once; `release` it after every region of the owner is gone.
 
     The file is locked under a hidden name and then renamed into place, so no one ever sees it
@@ -73,18 +95,8 @@ class OwnerLease:
             os.close(fd)
             os.unlink(staging)
             raise
-        self._fd: Optional[int] = fd
+        self._fd = fd
 
-    def release(self) -> None:
-        """Unlink the lease, then drop the lock. Idempotent."""
-        if self._fd is None:
-            return
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-        os.close(self._fd)
-        self._fd = None
 
 
 def owner_alive(owner_id: str) -> bool:

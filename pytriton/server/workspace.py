@@ -27,6 +27,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Set
 
 import psutil
 
+from pytriton.client_regions import LockedLease
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError
 from pytriton.ipc.shm import SHM_DIR
 from pytriton.ipc.stopping import create_flag
@@ -42,25 +43,14 @@ _MAX_SOCKET_DIR = 80
 LEASE_SUFFIX = "-lock"
 
 
-class ShmLease:
+class ShmLease(LockedLease):
     """The lease that tells other processes the owner of prefix `prefix` is alive (see module doc)."""
 
     def __init__(self, prefix: str) -> None:
         self.path = os.path.join(SHM_DIR, f"{prefix}{LEASE_SUFFIX}")
         fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        self._fd: Optional[int] = fd
-
-    def release(self) -> None:
-        """Unlink the lease, then drop the lock: call after everything else of the prefix is gone."""
-        if self._fd is None:
-            return
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-        os.close(self._fd)
-        self._fd = None
+        self._fd = fd
 
 
 def _lease_state(server_id: str) -> Optional[int]:
