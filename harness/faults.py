@@ -401,20 +401,26 @@ class Matrix:
             in_flight.streams_started.acquire(timeout=10.0)
         victims.update(in_flight.stream_pids)
         time.sleep(0.5)  # the plain requests are in their worker's batch by now
-        for pid in victims:
+        targets = {pid: script.host_pid(pid) for pid in victims}
+        signalled = time.monotonic()
+        for pid, target in targets.items():
+            if target is None:
+                round_.fail(f"worker process {pid} not found among the script's processes (not signalled)")
+                continue
             try:
-                os.kill(script.host_pid(pid), signum)
+                os.kill(target, signum)
             except ProcessLookupError:
                 round_.fail(f"worker process {pid} was gone before the signal")
-        signalled = time.monotonic()
         in_flight.wait(30.0)
         name = signal.Signals(signum).name
         expected = f"killed by signal {int(signum)} ({name}) while serving this request"
         slowest, failed = 0.0, 0
         for request, (seen, at) in sorted(in_flight.results.items()):
             if seen.startswith("answered by pid "):  # queued in Triton behind the batch: the fresh worker's
-                if int(seen.rsplit(" ", 1)[1]) in victims:
+                if int(seen.rsplit(" ", 1)[1]) in victims and at > signalled:
                     round_.fail(f"{request}: answered by the signalled worker process: {seen}")
+                elif at <= signalled:  # a loaded machine took longer than SLOW_S to start them all
+                    round_.notes.append(f"{request} was answered before the signal")
                 continue
             failed += 1
             slowest = max(slowest, at - signalled)

@@ -139,10 +139,12 @@ class ServingScript:
         except psutil.NoSuchProcess:
             return []
 
-    def host_pid(self, pid: int) -> int:
+    def host_pid(self, pid: int) -> Optional[int]:
         """The pid this harness sees for a process of the script that reported `pid` about
         itself: as PID 1 the script lives in a PID namespace of its own, where its processes
-        have other numbers (the last field of ``NSpid`` in /proc/<pid>/status)."""
+        have other numbers (the last field of ``NSpid`` in /proc/<pid>/status). None when no
+        process of the script has that number: the namespace's number is never signalled as it
+        is, which would hit a stranger of the host."""
         if not self.pid1:
             return pid
         root = self.root()
@@ -154,7 +156,7 @@ class ServingScript:
                             return process.pid
             except (OSError, ValueError):
                 continue
-        return pid
+        return None
 
     def tritonserver(self) -> Optional[psutil.Process]:
         root = self.root()

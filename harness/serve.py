@@ -44,7 +44,7 @@ from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 
 STREAM_STEPS = 3
-SLOW_S = 3.0
+SLOW_S = 5.0
 FAULT = os.environ.get("PYTRITON_HARNESS_FAULT", "")
 _calls = itertools.count(1)
 _kept: List[Any] = []

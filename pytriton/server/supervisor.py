@@ -30,6 +30,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set
 
 import psutil
 
+from pytriton import children
 from pytriton.exceptions import PyTritonModelRestartLimitError, PyTritonServerCrashedError, PyTritonServerError
 from pytriton.exit_status import (
     describe_returncode,
@@ -437,17 +438,20 @@ def reap_adopted(exclude: Optional[int] = None) -> List[int]:
     Orphans of a PID namespace are reparented to its PID 1, and Python reaps only the children
     it started itself; stubs left by a killed tritonserver would stay ``<defunct>``. Children
     that are not zombies yet, and `exclude` (the server, whose status `subprocess` reads), are
-    left alone. Elsewhere this does nothing: a user's own children are theirs to wait for.
+    left alone, and so are the worker processes of process instances (`pytriton.children`): their
+    parent waits for them, to tell their requests how they ended. Elsewhere this does nothing: a
+    user's own children are theirs to wait for.
     """
     if os.getpid() != 1:
         return []
     reaped = []
-    for child in psutil.Process().children():
-        try:
-            if child.pid == exclude or child.status() != psutil.STATUS_ZOMBIE:
-                continue
-            os.waitpid(child.pid, os.WNOHANG)
-            reaped.append(child.pid)
-        except (psutil.NoSuchProcess, ChildProcessError):
-            pass
+    with children.LOCK:
+        for child in psutil.Process().children():
+            try:
+                if child.pid == exclude or children.is_kept(child.pid) or child.status() != psutil.STATUS_ZOMBIE:
+                    continue
+                os.waitpid(child.pid, os.WNOHANG)
+                reaped.append(child.pid)
+            except (psutil.NoSuchProcess, ChildProcessError):
+                pass
     return reaped

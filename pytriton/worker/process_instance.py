@@ -37,6 +37,7 @@ import time
 import warnings
 from typing import Any, Callable, List, Optional, Tuple
 
+from pytriton import children
 from pytriton.exceptions import PyTritonModelConfigError
 from pytriton.exit_status import describe_wait_status
 from pytriton.ipc import protocol
@@ -103,14 +104,17 @@ def _forks_lose_cuda(cuda: Any) -> bool:
     in_bad_fork = getattr(cuda, "_is_in_bad_fork", None)
     if in_bad_fork is None:
         return False
-    pid = os.fork()
-    if pid == 0:  # the probe: one call, then out, without running any of the parent's cleanup
-        try:
-            code = 1 if in_bad_fork() else 0
-        except BaseException:  # noqa: BLE001 - any doubt reads as "usable", as before the probe
-            code = 0
-        os._exit(code)
+    with children.LOCK:
+        pid = os.fork()
+        if pid == 0:  # the probe: one call, then out, without running any of the parent's cleanup
+            try:
+                code = 1 if in_bad_fork() else 0
+            except BaseException:  # noqa: BLE001 - any doubt reads as "usable", as before the probe
+                code = 0
+            os._exit(code)
+        children.keep(pid)
     _, status = os.waitpid(pid, 0)
+    children.release(pid)
     return os.waitstatus_to_exitcode(status) == 1
 
 
@@ -325,7 +329,7 @@ class ProcessInstance:
         if self._incarnation > 1:
             shm_prefix = f"{shm_prefix}-w{self._incarnation}"
         parent_pid = os.getpid()
-        with _FORK_LOCK, warnings.catch_warnings():
+        with _FORK_LOCK, children.LOCK, warnings.catch_warnings():
             parent_end, child_end = multiprocessing.Pipe(duplex=True)
             # Python 3.12+ warns that a fork of a threaded process may deadlock the child on a lock
             # another thread held. The child takes none of the parent's locks but those Python
@@ -333,6 +337,7 @@ class ProcessInstance:
             warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
             pid = os.fork()
             if pid != 0:
+                children.keep(pid)
                 child_end.close()  # before another instance forks: its child must not hold this end
         if pid == 0:  # the child: never returns
             parent_end.close()
@@ -396,11 +401,13 @@ class ProcessInstance:
     def _reaped(child: _Child) -> bool:
         try:
             pid, status = os.waitpid(child.pid, os.WNOHANG)
-        except ChildProcessError:  # reaped by someone else (as PID 1, the supervisor reaps zombies)
+        except ChildProcessError:  # reaped by someone else (the user's own reaper, as PID 1)
+            children.release(child.pid)
             return True
         if pid == 0:
             return False
         child.status = status
+        children.release(child.pid)
         return True
 
     def _bury(self, child: _Child) -> None:

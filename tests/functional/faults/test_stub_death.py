@@ -21,7 +21,7 @@ from support import http_status, http_url, our_leftovers, running_triton, stub_p
 from pytriton.client import ModelClient
 from pytriton.client.exceptions import PyTritonClientInferenceServerError
 from pytriton.decorators import batch
-from pytriton.exceptions import PyTritonModelRestartLimitError
+from pytriton.exceptions import PyTritonModelRestartLimitError, PyTritonServerCrashedError
 from pytriton.model_config import ModelConfig, Tensor
 
 pytestmark = pytest.mark.functional
@@ -105,7 +105,12 @@ def test_killed_stub_turns_readiness_false_fails_in_flight_request_and_is_healed
     assert our_leftovers() == {"processes": [], "segments": []}
 
 
-def test_a_model_whose_stubs_keep_dying_is_given_up_and_serve_raises():
+TRITON_ABORT = "boost::interprocess::lock_exception"
+"""Triton 2.51's own abort when a stub dies holding a lock of its message queue (docs/reliability.md)."""
+
+
+def _spend_the_restart_budget() -> dict:
+    """Serve a model allowed one restart, kill its stub twice; what `serve()` raised, and the server's health."""
     with running_triton(model_backend="python") as triton:
         _bind_sleep(triton, max_restarts=1, restart_window_s=60)
         triton.run()
@@ -125,12 +130,29 @@ def test_a_model_whose_stubs_keep_dying_is_given_up_and_serve_raises():
         _kill_stub()  # the second death within the window spends the budget of one restart
         thread.join(15)
         assert not thread.is_alive(), "serve() did not return after the restart budget was spent"
+        raised["alive"] = triton.is_alive()
+        raised["live"] = http_status(f"{base}/v2/health/live")
+    assert our_leftovers() == {"processes": [], "segments": []}
+    return raised
+
+
+def test_a_model_whose_stubs_keep_dying_is_given_up_and_serve_raises():
+    # A stub killed while it holds a lock of the queue it shares with tritonserver makes the server
+    # abort (Triton's fault, a few percent of kills): serve() then raises the crash, naming it, and
+    # the scenario is run again; the restart limit must be seen in one of three runs.
+    aborts = []
+    for _ in range(3):
+        raised = _spend_the_restart_budget()
         error = raised.get("error")
+        if isinstance(error, PyTritonServerCrashedError) and TRITON_ABORT in str(error):
+            aborts.append(str(error)[:200])
+            continue
         assert isinstance(error, PyTritonModelRestartLimitError), raised
         assert "Sleep" in str(error) and "max_restarts=1" in str(error)
-        assert not triton.is_alive()
-        assert http_status(f"{base}/v2/health/live") != 200  # the server is gone, not half-serving
-    assert our_leftovers() == {"processes": [], "segments": []}
+        assert not raised["alive"]
+        assert raised["live"] != 200  # the server is gone, not half-serving
+        return
+    pytest.fail(f"tritonserver aborted in each of three runs: {aborts}")
 
 
 def test_a_segfaulted_stub_is_named_by_its_signal_and_leaves_no_zombie(caplog):

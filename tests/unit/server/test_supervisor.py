@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -67,6 +69,46 @@ def test_reaping_adopted_children_is_only_for_pid_1():
     if os.getpid() == 1:
         pytest.skip("this test process is PID 1")
     assert reap_adopted() == []
+
+
+_PID1_REAP = """
+import json, os, signal, time
+from pytriton import children
+from pytriton.server.supervisor import reap_adopted
+assert os.getpid() == 1
+def fork(keep):
+    with children.LOCK:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        if keep:
+            children.keep(pid)
+    os.kill(pid, signal.SIGKILL)
+    return pid
+kept, stranger = fork(True), fork(False)
+time.sleep(0.5)  # both zombies by now
+reaped = reap_adopted()
+_, status = os.waitpid(kept, 0)
+children.release(kept)
+print(json.dumps({"reaped": reaped, "kept": kept, "stranger": stranger, "signal": os.WTERMSIG(status)}))
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare for a PID namespace"
+)
+def test_as_pid_1_the_reaper_leaves_a_process_instance_to_its_parent():
+    # The parent of a process instance tells its requests how the worker ended: the PID 1 reaper must
+    # not take that exit status (it read "exit status unknown" under load).
+    result = subprocess.run(
+        ["unshare", "-p", "-f", "--mount-proc", sys.executable, "-c", _PID1_REAP],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert found["reaped"] == [found["stranger"]]
+    assert found["signal"] == signal.SIGKILL
 
 
 def test_a_fault_trace_tells_the_signal_that_a_reaped_process_died_of(tmp_path):
