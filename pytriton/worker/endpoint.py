@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
+import select
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import zmq
@@ -26,6 +28,9 @@ logger = logging.getLogger("pytriton.worker")
 
 SEND_TIMEOUT_S = 1.0
 """How long a send waits on a full queue before it looks whether the proxy still lives."""
+
+CONTROL_LOOK_S = 0.1
+"""How often a wait reads the control socket whether or not its descriptor said so."""
 
 
 class Connection:
@@ -96,10 +101,15 @@ class HandlerEndpoint:
         """The open data connections by file descriptor."""
         self.proxy_pid: Optional[int] = None
         """The pid of the stub process whose proxy greeted last (None before the first)."""
-        self._poller = zmq.Poller()
-        self._poller.register(self.control, zmq.POLLIN)
-        self._poller.register(self.listener.fileno(), zmq.POLLIN)
-        self._poller.register(self.metrics_listener.fileno(), zmq.POLLIN)
+        # One poll(2) per wait: the control socket joins as its descriptor, which ZeroMQ makes
+        # readable when something happened on the socket (edge-triggered: `answer_greetings`
+        # reads until nothing is left, and an idle wait looks again). A zmq.Poller would cost
+        # two or three system calls per wait, and this wait runs once per batch.
+        self._control_fd = self.control.getsockopt(zmq.FD)
+        self._poller = select.poll()
+        self._next_control_look = 0.0
+        for fd in (self._control_fd, self.listener.fileno(), self.metrics_listener.fileno()):
+            self._poller.register(fd, select.POLLIN)
 
     def wait(self, timeout_ms: int) -> List[Connection]:
         """The connections with a message (or an end) to read, after up to `timeout_ms` of waiting.
@@ -107,19 +117,23 @@ class HandlerEndpoint:
         Greetings are answered and new connections accepted on the way; they are not returned.
         """
         ready = []
-        for item, _ in self._poller.poll(timeout_ms):
-            if item is self.control:
+        events = self._poller.poll(timeout_ms)
+        now = time.monotonic()
+        if now >= self._next_control_look:  # what an edge of the control descriptor may have missed
+            self._next_control_look = now + CONTROL_LOOK_S
+            self.answer_greetings()
+        for fd, _ in events:
+            connection = self.connections.get(fd)
+            if connection is not None:
+                ready.append(connection)
+            elif fd == self._control_fd:
                 self.answer_greetings()
-            elif item == self.listener.fileno():
+            elif fd == self.listener.fileno():
                 self.accept()
-            elif item in self._metrics_connections:
-                self.answer_metrics(item)
-            elif item == self.metrics_listener.fileno():
+            elif fd in self._metrics_connections:
+                self.answer_metrics(fd)
+            elif fd == self.metrics_listener.fileno():
                 self.accept_metrics()
-            else:
-                connection = self.connections.get(item)
-                if connection is not None:
-                    ready.append(connection)
         return ready
 
     def accept_metrics(self) -> List[int]:
@@ -128,7 +142,7 @@ class HandlerEndpoint:
         while (opened := channel.accept(self.metrics_listener)) is not None:
             opened.set_timeouts(None, SEND_TIMEOUT_S)
             self._metrics_connections[opened.fileno()] = opened
-            self._poller.register(opened.fileno(), zmq.POLLIN)
+            self._poller.register(opened.fileno(), select.POLLIN)
             accepted.append(opened.fileno())
         return accepted
 
@@ -242,7 +256,7 @@ class HandlerEndpoint:
             for older in list(self.connections.values()):
                 self.drop(older)
             self.connections[opened.fileno()] = Connection(opened, opened.peer_pid())
-            self._poller.register(opened.fileno(), zmq.POLLIN)
+            self._poller.register(opened.fileno(), select.POLLIN)
 
     def send(self, connection: Connection, header: bytes, payload: Sequence[Any] = ()) -> bool:
         """Send one message to a proxy; False when its connection is gone (and now dropped).
