@@ -234,8 +234,19 @@ class AsyncTritonCore:
         return self.default_timeout_s if timeout_s is None else timeout_s
 
     def _headers(self, headers: Mapping[str, str] | None = None) -> dict[str, str] | None:
-        """The headers of one call: the user's plus the token's, in a fresh dict."""
-        return with_auth(self._auth, headers)
+        """The headers of one call: the user's plus the token's, in a fresh dict.
+
+        Over HTTP, answers are asked for uncompressed unless the user's headers say otherwise:
+        aiohttp asks for gzip by default, and Triton then compresses every answer on its side
+        and the client inflates it (measured: 1 MiB answers 5.5 times slower, 16 MiB twice).
+        """
+        merged = with_auth(self._auth, headers)
+        if self._grpc:
+            return merged
+        merged = merged if merged is not None else {}
+        if not any(name.lower() == "accept-encoding" for name in merged):
+            merged["Accept-Encoding"] = "identity"
+        return merged
 
     def _connection(self) -> Any:
         if self._client is None:
