@@ -237,7 +237,19 @@ class ReadinessGate:
             # Sent with its load call (on the proxy path with no folder in the repository, so
             # Triton neither loads it at start nor lists it). One instance, on the CPU, GPU or not.
             config, files = gate_model(self._backend, str(self._release_path), self._import_paths)
-            self._control.load_model(GATE_MODEL, _HOLD_S, config, files)
+            if self._closed_folder is not None:
+                # Into the repository, the load sending only its configuration: a load that sends
+                # files makes Triton copy them into a /tmp/folder* it never removes.
+                for relative, content in files.items():
+                    path = self._closed_folder / relative
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(content)
+                files = {}
+            try:
+                self._control.load_model(GATE_MODEL, _HOLD_S, config, files)
+            finally:
+                if self._closed_folder is not None:  # loaded (or not): the index lists the script's models only
+                    shutil.rmtree(self._closed_folder, ignore_errors=True)
         except PyTritonServerError as exc:
             if not self._opened:
                 logger.warning("pytriton's readiness gate failed (%s): the server may report ready before its models "
