@@ -234,8 +234,8 @@ class ReadinessGate:
 
     def _load_gate(self) -> None:
         try:
-            # Sent with its load call (on the proxy path with no folder in the repository, so
-            # Triton neither loads it at start nor lists it). One instance, on the CPU, GPU or not.
+            # One instance, on the CPU, GPU or not. The earlier gate's files go with its load
+            # call (no folder in the repository, so Triton neither loads it at start nor lists it).
             config, files = gate_model(self._backend, str(self._release_path), self._import_paths)
             if self._closed_folder is not None:
                 # Into the repository, the load sending only its configuration: a load that sends
