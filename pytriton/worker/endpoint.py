@@ -103,8 +103,8 @@ class HandlerEndpoint:
         """The pid of the stub process whose proxy greeted last (None before the first)."""
         # One poll(2) per wait: the control socket joins as its descriptor, which ZeroMQ makes
         # readable when something happened on the socket (edge-triggered: `answer_greetings`
-        # reads until nothing is left, and an idle wait looks again). A zmq.Poller would cost
-        # two or three system calls per wait, and this wait runs once per batch.
+        # reads until nothing is left, and a wait reads it every `CONTROL_LOOK_S` anyway). A
+        # zmq.Poller would cost two or three system calls per wait, and this wait runs once per batch.
         self._control_fd = self.control.getsockopt(zmq.FD)
         self._poller = select.poll()
         self._next_control_look = 0.0
