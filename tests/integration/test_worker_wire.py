@@ -181,6 +181,23 @@ def test_handshake_reports_a_protocol_or_instance_mismatch(serve):
     assert instance.error == "instance 5 connected to the handler of instance 0"
 
 
+def test_greetings_between_batches_are_answered(serve):
+    # The handler waits in one poll(2) that holds ZeroMQ's edge-triggered descriptor, with the
+    # data connection's: greetings on the control socket and batches on the data one interleave.
+    wire = serve(lambda requests: requests)
+    request = _request(1, 4, seed=1)
+    steps = []
+    for _ in range(3):
+        steps += [("infer", [(request, "")]), ("hello", protocol.PROTOCOL_VERSION, 0)]
+    outcomes = wire.run(steps)
+    welcomes = [outcome for outcome in outcomes if isinstance(outcome, protocol.Welcome)]
+    answers = [outcome for outcome in outcomes if not isinstance(outcome, protocol.Welcome)]
+    assert len(welcomes) == 3 and all(welcome.error is None for welcome in welcomes), welcomes
+    assert len(answers) == 3
+    for answer in answers:
+        _assert_same(answer["outputs"][0], request)
+
+
 def test_identity_round_trips_inline_and_shared_memory_tensors(serve):
     wire = serve(lambda requests: requests)
     first = [
