@@ -46,8 +46,13 @@ def run_harness(script: str, tmp_path: pathlib.Path, *args: str, timeout_s: floa
 @pytest.mark.timeout(200)
 def test_short_soak_answers_every_request_and_returns_to_baseline(tmp_path):
     plot = tmp_path / "soak.png"
+    # Growth between the marks is judged by `make soak`'s long run, not here: in a load of about 3 s
+    # each mark is the median of a few samples, and the worker's output arena holds 2 or 4 MiB by
+    # whichever payload it answered last (it shrinks back after small answers), so shared memory
+    # read 2.0 MiB at one mark and 4.0 at the other in one CI run. What this test names (every
+    # request answered, every metric back at its baseline) is checked exactly.
     code, figures, report = run_harness(
-        "soak.py", tmp_path, "--requests", "2000", "--plot", str(plot), "--growth-limit", "0.5", "--settle-s", "20",
+        "soak.py", tmp_path, "--requests", "2000", "--plot", str(plot), "--growth-limit", "1.5", "--settle-s", "20",
         "--server-rss-tolerance", "1.0",
     )  # fmt: skip
     assert code == 0, report
@@ -66,9 +71,10 @@ def test_soak_fails_when_the_user_process_leaks(tmp_path):
     )
     assert code == 1, report
     fds = figures["metrics"]["fds"]
-    # One file kept open per call: the count keeps rising through the load (past the 5 % limit; how
-    # far depends on how the calls batched) and stays up after the clients close.
-    assert not fds["growth_ok"] and not fds["back_ok"] and fds["after"] > fds["baseline"] + 100, report
+    # One file kept open per call: the count stays up by about one per call after the clients
+    # close. (It also rises between the 50 % and 100 % marks, but a load of 1.5 s leaves the
+    # sampler few samples there: in one CI run both marks read the same value.)
+    assert not fds["back_ok"] and fds["after"] > fds["baseline"] + 100, report
     assert any("fds" in failure for failure in figures["failures"]), report
 
 
