@@ -178,7 +178,6 @@ typedef struct {
   int64_t batch_id;
   double typical_answer_s; /* running average of the waits for an answer */
   double last_done_s;      /* when the last execute ended (0: none yet) */
-  double idle_before_s;    /* how long the instance waited for the batch it executes */
   int64_t last_stamps[PYT_STAMP_COUNT];
   int has_last_stamps;
   uint8_t* answered;       /* per request of the batch: ANSWERED_* */

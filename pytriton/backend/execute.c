@@ -25,6 +25,7 @@ typedef struct {
   TRITONBACKEND_Request** live;
   uint32_t* index; /* each live request's position in the batch */
   uint32_t count;
+  double idle_before_s; /* how long the instance waited for this batch */
 } live_batch;
 
 static void answer_error(live_batch* b, uint32_t slot, TRITONSERVER_Error_Code code, const char* text) {
@@ -80,7 +81,7 @@ static int wait_result(live_batch* b, int64_t batch_id, pyt_message* message, py
    * between looks. Only for a batch of one that the instance waited for (several, or batches
    * back to back, mean requests queue: the cores are busy) and whose answers usually come within
    * the window (pytriton/proxy/waiting.py measured both). */
-  int spin = b->count == 1 && instance->idle_before_s >= SPIN_IDLE_GAP_S && instance->model->spin_s > 0 &&
+  int spin = b->count == 1 && b->idle_before_s >= SPIN_IDLE_GAP_S && instance->model->spin_s > 0 &&
              instance->typical_answer_s < instance->model->spin_s;
   for (;;) {
     int got = 0;
@@ -163,7 +164,6 @@ static void respond_all(live_batch* b, pyt_mv* result, const pyt_message* messag
 void pyt_execute(pyt_instance* instance, TRITONBACKEND_Request** requests, uint32_t count) {
   const pyt_model* model = instance->model;
   uint64_t exec_start = pyt_now_ns();
-  instance->idle_before_s = instance->last_done_s > 0 ? (double)exec_start / 1e9 - instance->last_done_s : 1.0;
   char why[PYT_MAX_ERROR];
   char text[PYT_MAX_ERROR + 512];
   TRITONBACKEND_Request** live = malloc((count ? count : 1) * sizeof(*live));
@@ -176,7 +176,8 @@ void pyt_execute(pyt_instance* instance, TRITONBACKEND_Request** requests, uint3
     free(index);
     return;
   }
-  live_batch b = {instance, live, index, pyt_answer_early(instance, requests, count, live, index)};
+  double idle_before_s = instance->last_done_s > 0 ? (double)exec_start / 1e9 - instance->last_done_s : 1.0;
+  live_batch b = {instance, live, index, pyt_answer_early(instance, requests, count, live, index), idle_before_s};
   memset(instance->cancelled, 0, b.count);
   uint64_t compute_start = pyt_now_ns(), compute_end = compute_start, rows = 0;
   instance->out.column_count = 0;

@@ -402,8 +402,7 @@ class ProcessInstance:
         try:
             pid, status = os.waitpid(child.pid, os.WNOHANG)
         except ChildProcessError:  # reaped by someone else (the user's own reaper, as PID 1)
-            children.release(child.pid)
-            return True
+            pid, status = child.pid, None
         if pid == 0:
             return False
         child.status = status
