@@ -24,6 +24,7 @@ import zmq
 
 from pytriton.bound import BoundModel, BoundModels, InferFunc, ModelDeclaration, point_slot, remove_slot
 from pytriton.decorating.shaping import whole_batch
+from pytriton.environment import BATCH_HOLD_US as HOLD_ENV
 from pytriton.environment import PROXY_SPIN_US as SPIN_ENV
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError
 from pytriton.ipc import protocol
@@ -301,6 +302,7 @@ class ModelBindings:
             warmups=declaration.warmups.entries,
             parameters={**({protocol.PARAM_STAMPS: "1"} if stamps_folder() else {}),
                         **({protocol.PARAM_SPIN_US: spin} if (spin := os.environ.get(SPIN_ENV)) else {}),
+                        **({protocol.PARAM_HOLD_US: hold} if (hold := os.environ.get(HOLD_ENV)) else {}),
                         **self.model_parameters},
         )
 

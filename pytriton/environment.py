@@ -23,6 +23,7 @@ BACKEND_LIBRARY = "PYTRITON_BACKEND_LIBRARY"
 SERVER_LD_PRELOAD = "PYTRITON_SERVER_LD_PRELOAD"
 METRICS_PERIOD_S = "PYTRITON_METRICS_PERIOD_S"
 PROXY_SPIN_US = "PYTRITON_PROXY_SPIN_US"
+BATCH_HOLD_US = "PYTRITON_BATCH_HOLD_US"
 HOP_STAMPS = "PYTRITON_HOP_STAMPS"
 HOME = "PYTRITON_HOME"
 CACHE_DIR = "PYTRITON_CACHE_DIR"
@@ -94,6 +95,15 @@ VARIABLES: Tuple[Variable, ...] = (
         "how long, in microseconds, pytriton's backend (or the proxy) polls for a one-request batch's "
         "answer before it sleeps; 0 never polls",
         "200",
+        "serving",
+        see="performance.md#tuning",
+    ),
+    Variable(
+        BATCH_HOLD_US,
+        "how long, in microseconds, an instance of pytriton's backend that is busy (its batches come back "
+        "to back) waits before it takes the next batch, so that batches grow; only for models with "
+        "dynamic batching and no `max_queue_delay_microseconds`; 0 never waits",
+        "100",
         "serving",
         see="performance.md#tuning",
     ),

@@ -21,6 +21,7 @@
 #include "backend.h"
 
 #define DEFAULT_SPIN_US 200.0 /* as pytriton/proxy/waiting.py: see execute.c */
+#define DEFAULT_HOLD_US 100.0 /* see execute.c */
 #define GATE_POLL_US 5000
 
 static void model_free(pyt_model* model) {
@@ -35,6 +36,21 @@ static void model_free(pyt_model* model) {
 static int flag(const pyt_json* config, const char* key) {
   const char* value = pyt_json_parameter(config, key);
   return value != NULL && strcmp(value, "1") == 0;
+}
+
+/* A number Triton's JSON gives as a number or, for 64-bit fields, as a string. */
+static double json_number(const pyt_json* value) {
+  if (value == NULL) return 0;
+  return value->kind == PYT_JSON_STRING ? atof(value->text) : value->number;
+}
+
+/* Whether the instances of a model may hold between busy batches (execute.c): a plain callable
+ * behind Triton's dynamic batcher with no queue delay of the user's (a delay set means the
+ * batches are tuned already; a sequence's requests are not to wait). */
+static int holds(const pyt_model* model, const pyt_json* config) {
+  const pyt_json* dynamic = pyt_json_get(config, "dynamic_batching");
+  return model->batching && !model->relayed && !model->sequences && dynamic != NULL &&
+         json_number(pyt_json_get(dynamic, "max_queue_delay_microseconds")) == 0;
 }
 
 static TRITONSERVER_Error* read_config(pyt_model* model, TRITONBACKEND_Model* triton, char* gate_path,
@@ -59,6 +75,7 @@ static TRITONSERVER_Error* read_config(pyt_model* model, TRITONBACKEND_Model* tr
   model->output_count = outputs != NULL ? (uint32_t)outputs->count : 0;
   const pyt_json* batch = pyt_json_get(config, "max_batch_size");
   model->batching = batch != NULL && batch->number > 0;
+  model->max_batch_size = model->batching ? (uint64_t)batch->number : 0;
   model->sequences = pyt_json_get(config, "sequence_batching") != NULL;
   const pyt_json* decoupled = pyt_json_get(pyt_json_get(config, "model_transaction_policy"), "decoupled");
   model->decoupled = decoupled != NULL && decoupled->number != 0;
@@ -78,6 +95,9 @@ static TRITONSERVER_Error* read_config(pyt_model* model, TRITONBACKEND_Model* tr
   value = pyt_json_parameter(config, "pytriton.spin_us");
   model->spin_s = (value != NULL ? atof(value) : DEFAULT_SPIN_US) / 1e6;
   if (model->spin_s < 0) model->spin_s = 0;
+  value = pyt_json_parameter(config, "pytriton.hold_us");
+  model->hold_s = holds(model, config) ? (value != NULL ? atof(value) : DEFAULT_HOLD_US) / 1e6 : 0;
+  if (model->hold_s < 0) model->hold_s = 0;
   value = pyt_json_parameter(config, "pytriton.gate_release");
   if (value != NULL) {
     model->gate = 1;

@@ -66,6 +66,8 @@ typedef struct {
   int worker_pid;
   double handshake_timeout_s;
   double spin_s; /* how long a wait for a one-request batch's answer polls before it sleeps */
+  double hold_s; /* how long a busy instance waits before its next batch (0: never; see execute.c) */
+  uint64_t max_batch_size;
   char** data_sockets;
   uint32_t socket_count;
   char* instance_names; /* pytriton.instance_names (JSON list, worker order) or NULL: names say <group>_<k> */

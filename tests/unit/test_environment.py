@@ -102,5 +102,17 @@ def test_the_numeric_defaults_are_the_code_s(name, default):
     assert float(described) == default
 
 
+@pytest.mark.parametrize(("name", "macro"), [
+    (environment.PROXY_SPIN_US, "DEFAULT_SPIN_US"),
+    (environment.BATCH_HOLD_US, "DEFAULT_HOLD_US"),
+])
+def test_the_backend_s_defaults_are_the_registry_s(name, macro):
+    """pytriton's backend (C) applies these defaults itself when the variable is unset."""
+    source = (pathlib.Path(environment.__file__).parent / "backend" / "backend.c").read_text()
+    value = re.search(rf"#define {macro} ([0-9.]+)", source)
+    described = next(variable.default for variable in VARIABLES if variable.name == name)
+    assert value is not None and float(value.group(1)) == float(described)
+
+
 def test_the_published_constant_is_the_registry_s():
     assert constants.METRICS_PERIOD_ENV == environment.METRICS_PERIOD_S

@@ -1,0 +1,117 @@
+"""The hold of a busy instance (pytriton's backend, ``backend/execute.c``): when batches come back to
+back, the instance waits ``PYTRITON_BATCH_HOLD_US`` before it takes the next one, so that more
+requests join it; a client at a time never waits, nor a model whose batcher has a queue delay of
+the user's.
+
+The hold is set to half a second here, far above anything a busy 2-core machine adds between two
+batches, so that each assertion reads a gap of the hold's size or its absence.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+
+import numpy as np
+import pytest
+from support import http_url, served_backend, server_config
+
+from pytriton.client import ModelClient
+from pytriton.decorators import batch
+from pytriton.environment import BATCH_HOLD_US
+from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+from pytriton.triton import Triton
+
+pytestmark = [
+    pytest.mark.functional,
+    pytest.mark.skipif(served_backend() != "pytriton", reason="the hold is pytriton's backend's"),
+]
+
+HOLD_S = 0.5
+MAX_BATCH = 4
+ROUNDS = 3
+X = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+Y = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
+
+
+class Recorder:
+    """A `@batch` identity that records each call's start, end and batch size; its first call
+    lasts long enough for a second client's request to queue behind it."""
+
+    def __init__(self) -> None:
+        self.calls: list = []
+        self.first_started = threading.Event()
+
+    def __call__(self, x):
+        started = time.monotonic()
+        if not self.first_started.is_set():
+            self.first_started.set()
+            time.sleep(0.3)
+        self.calls.append((started, time.monotonic(), len(x)))
+        return {"y": x}
+
+    def gaps(self) -> list:
+        """The time from each call's end to the next call's start."""
+        return [after[0] - before[1] for before, after in zip(self.calls, self.calls[1:])]
+
+
+def _two_clients(url: str, model: str, recorder: Recorder) -> None:
+    """Two clients, each sending `ROUNDS` requests one after the other; the second starts once the
+    first one's request is in the callable, so that its request queues behind a busy instance."""
+
+    def client(wait_for_first: bool) -> None:
+        if wait_for_first:
+            assert recorder.first_started.wait(30)
+        with ModelClient(url, model, init_timeout_s=30, inference_timeout_s=30) as client:
+            for _ in range(ROUNDS):
+                np.testing.assert_array_equal(client.infer_sample(x=np.ones(2, np.float32))["y"], [1.0, 1.0])
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for done in [pool.submit(client, False), pool.submit(client, True)]:
+            done.result()
+    assert sum(size for _, _, size in recorder.calls) == 2 * ROUNDS
+
+
+@pytest.fixture(scope="module")
+def served():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(BATCH_HOLD_US, str(int(HOLD_S * 1e6)))
+        with Triton(config=server_config()) as triton:
+            recorders = {"Held": Recorder(), "Delayed": Recorder()}
+            triton.bind("Held", batch(recorders["Held"]), X, Y,
+                        config=ModelConfig(max_batch_size=MAX_BATCH, batcher=DynamicBatcher()))
+            triton.bind("Delayed", batch(recorders["Delayed"]), X, Y,
+                        config=ModelConfig(max_batch_size=MAX_BATCH,
+                                           batcher=DynamicBatcher(max_queue_delay_microseconds=100)))
+            triton.run()
+            yield http_url(triton._config), recorders
+
+
+def test_batches_that_queue_behind_each_other_are_held_and_grow(served):
+    url, recorders = served
+    recorder = recorders["Held"]
+    _two_clients(url, "Held", recorder)
+    gaps, sizes = recorder.gaps(), [size for _, _, size in recorder.calls]
+    held = [index for index, gap in enumerate(gaps) if gap >= HOLD_S * 0.95]
+    assert held, f"no call waited the hold after a busy batch: gaps {gaps}, batches {sizes}"
+    # both clients' next requests queued during the hold, and went in one batch
+    assert all(size == 2 for size in sizes[held[0] + 1:]), (gaps, sizes)
+
+
+def test_a_client_at_a_time_is_never_held(served):
+    url, recorders = served
+    recorders["Held"].first_started.set()  # no slow first call
+    time.sleep(HOLD_S)  # a hold after an earlier test's last batch has ended
+    with ModelClient(url, "Held") as client:
+        for _ in range(4):
+            started = time.monotonic()
+            client.infer_sample(x=np.ones(2, np.float32))
+            assert time.monotonic() - started < HOLD_S, "a request that queued behind nothing waited the hold"
+
+
+def test_a_model_with_a_queue_delay_of_its_own_is_never_held(served):
+    url, recorders = served
+    recorder = recorders["Delayed"]
+    _two_clients(url, "Delayed", recorder)
+    assert max(recorder.gaps()) < HOLD_S, recorder.gaps()
