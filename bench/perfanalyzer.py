@@ -190,8 +190,9 @@ class PerfAnalyzer:
             start = log.stat().st_size if log.exists() else 0
             # perf_analyzer's own HTTP client fails now and then at concurrency 64 on 2 cores: its
             # synchronous threads spin in libcurl (a hang), its asynchronous mode crashed once
-            # ("Unexpected error: received CURLMsg=0", SIGSEGV). Such a run goes again, twice.
-            for _ in range(3):
+            # ("Unexpected error: received CURLMsg=0", SIGSEGV; three times in a row once). Such a run
+            # goes again, up to four times.
+            for _ in range(5):
                 with log.open("a") as output:
                     output.write("$ " + " ".join(command) + "\n")
                     output.flush()

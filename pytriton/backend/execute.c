@@ -175,10 +175,11 @@ static void respond_all(live_batch* b, pyt_mv* result, const pyt_message* messag
  * callable's call, Triton's scheduling) again. When batches follow each other back to back
  * (the requests queue and the cores are busy), a short pause lets the front end queue more
  * requests for the next batch: fewer, larger batches, for less CPU per request. Measured on 2
- * cores at concurrency 16 and 64 over HTTP: batches of 4-5 instead of 1.8-2.0, and 1.04-1.34x
- * the throughput (docs/design/hop.md). An instance that waited for its batch never holds (a
- * client at a time pays nothing), nor one whose batch is already full, nor one whose callable
- * takes over ten times the hold (its batches fill while it runs). */
+ * cores over HTTP with a 100 us hold, medians of three paired runs: batches of 4-5 instead of
+ * 1.8-2.2, 1.34x the throughput at concurrency 16 and 1.13x at 64 (docs/design/hop.md).
+ * An instance that waited for its batch never holds (a client at a time pays nothing), nor
+ * one whose batch is already full, nor one whose callable takes over ten times the hold (its
+ * batches fill while it runs). */
 static double hold_s(const pyt_instance* instance, double idle_before_s, uint64_t rows) {
   const pyt_model* model = instance->model;
   if (model->hold_s <= 0 || idle_before_s >= BUSY_GAP_S || rows >= model->max_batch_size) return 0;
