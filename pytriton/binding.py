@@ -57,6 +57,23 @@ _ZMQ_TERM_S = 2.0
 
 
 
+def microseconds_from(variable: str) -> Optional[str]:
+    """A duration in microseconds from the environment variable `variable`, as its text, or None
+    where it is unset or not a number >= 0 (then the backend's default holds, with a warning:
+    the C side would read such a value as 0)."""
+    value = os.environ.get(variable)
+    if not value:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not 0 <= number < float("inf"):
+        logger.warning("%s=%r is not a number of microseconds >= 0; the default applies", variable, value)
+        return None
+    return value
+
+
 class ModelBindings:
     """The models one facade serves, with their worker handlers and their ZeroMQ context.
 
@@ -301,8 +318,8 @@ class ModelBindings:
             coroutines=any(declaration.asynchronous), endpoint=endpoint, shm_prefix=shm_prefix, backend=backend,
             warmups=declaration.warmups.entries,
             parameters={**({protocol.PARAM_STAMPS: "1"} if stamps_folder() else {}),
-                        **({protocol.PARAM_SPIN_US: spin} if (spin := os.environ.get(SPIN_ENV)) else {}),
-                        **({protocol.PARAM_HOLD_US: hold} if (hold := os.environ.get(HOLD_ENV)) else {}),
+                        **({protocol.PARAM_SPIN_US: spin} if (spin := microseconds_from(SPIN_ENV)) else {}),
+                        **({protocol.PARAM_HOLD_US: hold} if (hold := microseconds_from(HOLD_ENV)) else {}),
                         **self.model_parameters},
         )
 

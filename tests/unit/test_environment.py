@@ -116,3 +116,20 @@ def test_the_backend_s_defaults_are_the_registry_s(name, macro):
 
 def test_the_published_constant_is_the_registry_s():
     assert constants.METRICS_PERIOD_ENV == environment.METRICS_PERIOD_S
+
+
+@pytest.mark.parametrize("variable", [environment.PROXY_SPIN_US, environment.BATCH_HOLD_US])
+@pytest.mark.parametrize(("value", "passed"), [
+    ("250", "250"), ("0", "0"), ("12.5", "12.5"), ("", None), ("abc", None), ("-5", None), ("nan", None), ("inf", None),
+])
+def test_the_backend_s_microseconds_come_through_only_as_numbers(monkeypatch, caplog, variable, value, passed):
+    from pytriton.binding import microseconds_from
+
+    monkeypatch.setenv(variable, value)
+    with caplog.at_level("WARNING", logger="pytriton.triton"):
+        assert microseconds_from(variable) == passed
+    warned = [record.getMessage() for record in caplog.records]
+    if value and passed is None:  # named with its value and what is expected
+        assert warned == [f"{variable}={value!r} is not a number of microseconds >= 0; the default applies"]
+    else:
+        assert not warned
