@@ -21,8 +21,11 @@
  * request at concurrency 16, where most batches hold one request). */
 #define SPIN_IDLE_GAP_S 100e-6
 /* A batch that reached the instance within this gap of the last one's end was waiting for it:
- * requests queue, and the instance is what the cores are busy serving. */
-#define BUSY_GAP_S 20e-6
+ * requests queue, and the instance is what the cores are busy serving. A client at a time
+ * leaves gaps of over 100 us (its answer's way back and its next request's way in, see
+ * SPIN_IDLE_GAP_S); Triton's own hand-off of a queued batch took over 20 us on a loaded
+ * machine. */
+#define BUSY_GAP_S 50e-6
 /* The hold costs at most this share of the time a batch's answer takes. */
 #define HOLD_SHARE 0.1
 
