@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <unistd.h>
 
 #include "backend.h"
 
@@ -183,7 +183,7 @@ static void respond_all(live_batch* b, pyt_mv* result, const pyt_message* messag
  * An instance that waited for its batch never holds (a client at a time pays nothing), nor
  * one whose batch is already full, nor one whose callable takes over ten times the hold (its
  * batches fill while it runs). */
-static double hold_s(const pyt_instance* instance, double idle_before_s, uint64_t rows) {
+static double hold_after(const pyt_instance* instance, double idle_before_s, uint64_t rows) {
   const pyt_model* model = instance->model;
   if (model->hold_s <= 0 || idle_before_s >= BUSY_GAP_S || rows >= model->max_batch_size) return 0;
   return instance->typical_answer_s * HOLD_SHARE <= model->hold_s ? model->hold_s : 0;
@@ -270,10 +270,7 @@ done:
   pyt_finish_batch(instance, requests, count, rows, b.count, exec_start, compute_start, compute_end);
   free(live);
   free(index);
-  double hold = hold_s(instance, idle_before_s, rows);
-  if (hold > 0) {
-    struct timespec pause = {(time_t)hold, (long)((hold - (double)(time_t)hold) * 1e9)};
-    nanosleep(&pause, NULL);
-  }
+  double hold = hold_after(instance, idle_before_s, rows);
+  if (hold > 0) usleep((useconds_t)(hold * 1e6));
   instance->last_done_s = (double)pyt_now_ns() / 1e9;
 }
