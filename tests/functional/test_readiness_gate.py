@@ -203,11 +203,19 @@ KILLED_SCRIPT = textwrap.dedent("""
 """)
 
 
+OWNER_GONE_S = 15
+"""How long tritonserver may take to end once its owner was killed. The kernel sends it SIGTERM at
+once (PR_SET_PDEATHSIG) and it shuts down gracefully: on an idle 2-core machine it ended 1.85-1.88 s
+after the kill (strace: models unloaded within 7 ms, then Triton's shutdown loop looks again 1 s
+later, and one of its threads ends about 0.9 s after that). A loaded CI machine once took over 5 s;
+a server that never got the signal would run until the test's end."""
+
+
 @pytest.mark.parametrize("moment", ["entered", "ready"])
 def test_an_owner_killed_during_the_start_leaves_nothing(tmp_path, moment):
     """SIGKILL of the script as soon as `with` is entered (the gate closed, no model yet) or as
-    soon as a 0.1 s probe saw it ready: tritonserver and every worker end within 5 s, six times out
-    of six."""
+    soon as a 0.1 s probe saw it ready: tritonserver and every worker end within OWNER_GONE_S,
+    six times out of six."""
     script = tmp_path / "serve.py"
     script.write_text(KILLED_SCRIPT)
     for _ in range(6):
@@ -226,7 +234,7 @@ def test_an_owner_killed_during_the_start_leaves_nothing(tmp_path, moment):
             assert any("tritonserver" in " ".join(c.cmdline()) for c in children)
             process.kill()
             process.wait()
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + OWNER_GONE_S
             alive = children
             while alive and time.monotonic() < deadline:
                 alive = [c for c in alive if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
