@@ -82,6 +82,32 @@ def test_gpu_path_plumbing_on_the_cpu(tmp_path):
     assert (tmp_path / "performance-gpu.png").is_file() or "no plot" in result.stderr
 
 
+@pytest.mark.timeout(240)
+def test_floor_measures_three_servers_and_leaves_nothing_behind(tmp_path):
+    """bench/floor.py builds the C identity backend, checks one answer of each server, measures
+    them in turn and stops them all."""
+    out = tmp_path / "floor.json"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "floor.py"), "--quick", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=200, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}"
+    results = json.loads(out.read_text())
+    [row] = results["cases"]
+    assert (row["case"], row["protocol"]) == ("small_c1", "http")
+    for name in ("floor", "reference", "ours"):
+        assert row[name]["throughput"] > 0 and row[name]["batch_mean"] == 1.0, row
+    assert row["floor_over_reference"] == pytest.approx(row["floor"]["throughput"] / row["reference"]["throughput"],
+                                                        rel=1e-2)
+    assert row["ours_over_floor"] == pytest.approx(row["ours"]["throughput"] / row["floor"]["throughput"], rel=1e-2)
+    assert "| 16 values, concurrency 1 | http |" in result.stdout
+    assert {server["name"] for server in results["servers"]} == {"floor", "reference", "ours"}
+    for server in results["servers"]:
+        assert not _running(server["pid"], server["marker"]), server
+        assert not [name for name in os.listdir("/dev/shm") if name.startswith(server["marker"])], server
+    assert not pathlib.Path(results["build_dir"]).exists()
+
+
 def _running(pid: int, marker: str) -> bool:
     """Whether the server process (a pid not reused by another program) or one named after it runs."""
     for process in psutil.process_iter(["pid", "cmdline", "status"]):
