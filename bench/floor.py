@@ -10,7 +10,8 @@ for that case; ``floor / reference`` says how much room there was above the plai
 ``ours / floor`` how much of it pytriton takes.
 
 For each case and protocol, perf_analyzer loads the three servers in turn, ``--rounds`` times,
-the order rotating every round (the medians count, as in `make bench`). The table goes to stdout
+the order rotating every round; each server's median throughput counts, and the ratios are
+those of the medians. The table goes to stdout
 and the figures to a JSON file. Every process started is stopped at the end.
 
 Usage: ``python bench/floor.py [--cases small_c64 ...] [--protocols http grpc] [--rounds N] [--quick]``.
@@ -30,10 +31,10 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import cpu_work
-from cases import CASES
+from cases import CASES, Case
 from perfanalyzer import BenchError, PerfAnalyzer
 from report import say
-from run import _interrupt_on_sigterm
+from run import CPU_WORK_S, interrupt_on_sigterm, measure_run
 from servers import REPO, OursServer, ReferenceServer, Server, server_lib_dir
 
 FLOOR_SOURCE = REPO / "bench" / "floor" / "identity.c"
@@ -96,23 +97,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
-def measure(pa: PerfAnalyzer, servers: Sequence[Server], case: Any, protocol: str, args: argparse.Namespace,
+def measure(pa: PerfAnalyzer, servers: Sequence[Server], case: Case, protocol: str, args: argparse.Namespace,
             workdir: pathlib.Path) -> Dict[str, Any]:
     """One case over one protocol on every server, `args.rounds` times, the order rotating."""
     runs: Dict[str, List[Dict[str, Any]]] = {server.name: [] for server in servers}
     for index in range(args.rounds):
         order = list(servers[index % len(servers):]) + list(servers[:index % len(servers)])
         for server in order:
-            before = server.counts(IDENTITY)
-            figures = pa.measure(
-                model=IDENTITY, url=server.url(protocol), protocol=protocol, shape=f"INPUT_1:{case.values}",
-                concurrency=case.concurrency, interval_ms=1000 if args.quick else 3000, workdir=workdir,
-                label=f"floor-{case.key}-{protocol}-{server.name}-r{index + 1}", stabilize=not args.quick,
-                headers=server.headers(protocol), streaming=False,
-            )  # fmt: skip
-            after = server.counts(IDENTITY)
-            executions = after[1] - before[1]
-            figures["batch_mean"] = round((after[0] - before[0]) / executions, 2) if executions else None
+            figures = measure_run(pa, server, case, protocol, case.window_ms(1000 if args.quick else 3000, args.quick),
+                                  not args.quick, workdir, f"floor-{case.key}-{protocol}-{server.name}-r{index + 1}")
             runs[server.name].append(figures)
             say(f"floor: {case.title}, {protocol}, {server.name}-r{index + 1}: {figures['throughput']:,.0f} infer/s, "
                 f"batch {figures['batch_mean']}")
@@ -148,7 +141,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     workdir = args.out.parent / "run-floor"
     shutil.rmtree(workdir, ignore_errors=True)
     pa = PerfAnalyzer.install(server_lib_dir(), args.perf_analyzer)
-    loop_count = cpu_work.calibrate(0.005)
+    loop_count = cpu_work.calibrate(CPU_WORK_S)  # the servers' cpu_5ms, unused here, as make bench sets it
     build_dir = pathlib.Path(tempfile.mkdtemp(prefix="pytriton-bench-floor-"))
     started = time.monotonic()
     servers: List[Server] = []
@@ -184,7 +177,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    _interrupt_on_sigterm()
+    interrupt_on_sigterm()
     try:
         results = run(args)
     except BenchError as exc:

@@ -119,7 +119,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
-def _interrupt_on_sigterm() -> None:
+def interrupt_on_sigterm() -> None:
     """SIGTERM unwinds like Ctrl-C, so the `finally` blocks stop every child."""
 
     def _raise(signum: int, _frame: Any) -> None:
@@ -161,6 +161,24 @@ def measure_startups(
     return samples
 
 
+def measure_run(pa: PerfAnalyzer, server: Server, case: Case, protocol: str, interval_ms: int, stabilize: bool,
+                workdir: pathlib.Path, label: str) -> Dict[str, Any]:
+    """One perf_analyzer run of `case` on `server`: its figures, the wall time it took and the mean
+    batch the model executed meanwhile (Triton's statistics: inferences / executions)."""
+    before = server.counts(case.model)
+    clock = time.monotonic()
+    figures: Dict[str, Any] = pa.measure(
+        model=case.model, url=server.url(protocol), protocol=protocol, shape=f"INPUT_1:{case.values}",
+        concurrency=case.concurrency, interval_ms=interval_ms, workdir=workdir, label=label, stabilize=stabilize,
+        headers=server.headers(protocol), streaming=case.streaming,
+    )  # fmt: skip
+    figures["wall_s"] = round(time.monotonic() - clock, 1)  # what the run took, for planning runs
+    after = server.counts(case.model)
+    inferences, executions = after[0] - before[0], after[1] - before[1]
+    figures["batch_mean"] = round(inferences / executions, 2) if executions else None
+    return figures
+
+
 def measure_case(pa: PerfAnalyzer, case: Case, protocol: str, order: Sequence[Server], args: argparse.Namespace,
                  workdir: pathlib.Path) -> Dict[str, Any]:
     """One case over one protocol: `args.rounds` pairs of runs, the order flipping every round.
@@ -180,18 +198,8 @@ def measure_case(pa: PerfAnalyzer, case: Case, protocol: str, order: Sequence[Se
         measured: Dict[str, Any] = {}
         for server in order if index % 2 == 0 else list(reversed(order)):
             suffix = f"-r{index + 1}" if args.rounds > 1 else ""
-            before = server.counts(case.model)
-            clock = time.monotonic()
-            figures: Dict[str, Any] = pa.measure(
-                model=case.model, url=server.url(protocol), protocol=protocol, shape=f"INPUT_1:{case.values}",
-                concurrency=case.concurrency, interval_ms=case.window_ms(args.interval_ms, args.interval_explicit),
-                workdir=workdir, label=f"{case.key}-{protocol}-{server.name}{suffix}", stabilize=args.stabilize,
-                headers=server.headers(protocol), streaming=case.streaming,
-            )  # fmt: skip
-            figures["wall_s"] = round(time.monotonic() - clock, 1)  # what the run took, for planning runs
-            after = server.counts(case.model)
-            inferences, executions = after[0] - before[0], after[1] - before[1]
-            figures["batch_mean"] = round(inferences / executions, 2) if executions else None
+            figures = measure_run(pa, server, case, protocol, case.window_ms(args.interval_ms, args.interval_explicit),
+                                  args.stabilize, workdir, f"{case.key}-{protocol}-{server.name}{suffix}")
             measured[server.name] = figures
             say(f"bench: {case.title}, {protocol}, {server.name}{suffix}: {figures['throughput']:,.0f} infer/s, "
                 f"{figures['latency_avg_us'] / 1000:.2f} ms mean, batch {figures['batch_mean']}")
@@ -359,7 +367,7 @@ def run_breakdown(args: argparse.Namespace) -> Dict[str, Any]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    _interrupt_on_sigterm()
+    interrupt_on_sigterm()
     if args.breakdown:
         try:
             results = run_breakdown(args)
