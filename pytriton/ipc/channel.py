@@ -164,7 +164,9 @@ class Channel:
             ChannelClosed: the peer is gone.
             BlockingIOError: the send timeout passed with the peer's queue still full.
         """
-        size = sum(memoryview(part).nbytes for part in payload) if payload else 0
+        size = 0
+        for part in payload:
+            size += memoryview(part).nbytes
         pad = _padding(PREFIX_BYTES + len(header))
         parts: List[Any] = [_PREFIX.pack(_MAGIC, len(header), size), header, _PAD[:pad], *payload]
         try:

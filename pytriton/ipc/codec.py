@@ -7,6 +7,7 @@ C order, a 4-byte little-endian length followed by the bytes, so trailing ``\\x0
 
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -174,8 +175,14 @@ def pack_rows(
     back, `rows[i]` of them for group i (a `@batch` callable's outputs). One buffer per tensor,
     however many groups: the columns' per-group shapes and offsets are arithmetic."""
     count = len(rows)
-    if arena is None or all(array.nbytes <= INLINE_MAX_BYTES for array in arrays.values()):
-        if arena is not None:
+    inline = True
+    if arena is not None:
+        for array in arrays.values():
+            if array.nbytes > INLINE_MAX_BYTES:
+                inline = False
+                break
+    if inline:
+        if arena is not None and arena.capacity:
             arena.reserve(0)  # counts in the arena's window: a big arena shrinks back after small messages
         return _pack_rows_inline(arrays, rows)
     columns = []
@@ -207,14 +214,11 @@ def _pack_rows_inline(arrays: Mapping[str, np.ndarray], rows: Sequence[int]) -> 
         array = value if value.flags.c_contiguous else np.ascontiguousarray(value)
         trailing = array.shape[1:]
         row_bytes = array.itemsize * math.prod(trailing)
-        offsets = []
-        sizes = []
-        for size in rows:
-            offsets.append(offset)
-            sizes.append(size * row_bytes)
-            offset += size * row_bytes
-        columns.append(TensorColumn(name, array.dtype.str, tuple((size, *trailing) for size in rows), tuple(offsets),
-                                    tuple(sizes), in_shm))
+        sizes = tuple([size * row_bytes for size in rows])
+        ends = tuple(itertools.accumulate(sizes, initial=offset))
+        offset = ends[-1]
+        columns.append(TensorColumn(name, array.dtype.str, tuple([(size, *trailing) for size in rows]),
+                                    ends[:-1], sizes, in_shm))
         if array.nbytes:
             pieces.append(array)
         pad = _padding(offset)
@@ -228,7 +232,7 @@ def _lay_out(columns: List[_Column], shm_total: int, arena: Optional[Arena]) -> 
         Tuple[TensorColumn, ...], str, List[Any]]:
     """Offsets of every tensor, arena copies and payload buffers (see `pack`)."""
     view: Any = None  # only read when some tensor went to the arena, which needs one
-    if arena is not None:
+    if arena is not None and (shm_total or arena.capacity):
         if not arena.reserve(shm_total):  # called with 0 too: lets a big arena shrink back
             for column in columns:
                 column.in_shm = [False] * len(column.in_shm)

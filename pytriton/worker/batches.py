@@ -123,6 +123,7 @@ class BatchCalls:
         """The server traces with OpenTelemetry: batches may carry trace contexts (`tracing`)."""
         self.probe = CancelProbe()
         """The cancellations of the batch being served (a handler serves one at a time)."""
+        self._unsized_by_count: Dict[int, Expected] = {}
         self.lent: Optional[LentInputs] = None
         """The current batch's inputs lent from the sender's arena (the whole-batch path)."""
         self._whole_batch = spec.whole if serves_whole(context, spec.whole, asynchronous=asynchronous,
@@ -233,7 +234,7 @@ class BatchCalls:
         gets the batch's inputs as built from the wire, without a request object per request."""
         assert self._whole_batch is not None
         count = len(rows)
-        batch_sizes = Expected(list(rows) if self._strict_sizes else [None] * count)
+        batch_sizes = Expected(list(rows)) if self._strict_sizes else self._unsized(count)
         if marks is not None:
             marks.append(time.monotonic_ns())
         started = self.measures.batch_started(count, batch.sent_ns, 0)
@@ -244,6 +245,14 @@ class BatchCalls:
         if type(outcome) is WholeOutputs or not runs_on(outcome):
             self.measures.batch_done(started, count if type(outcome) is Failure else 0)
         return batch_sizes, outcome
+
+    def _unsized(self, count: int) -> Expected:
+        """The `Expected` of a whole batch of `count` requests when sizes are not checked: one per
+        count, kept (it is only read), since building one costs as much as the call it describes."""
+        expected = self._unsized_by_count.get(count)
+        if expected is None:
+            expected = self._unsized_by_count[count] = Expected([None] * count)
+        return expected
 
     def call_requests(self, requests: List[Request]) -> Any:
         """The callable's result for `requests`, or a `Failure` (after isolating failures if asked)."""

@@ -51,7 +51,7 @@ from pytriton.worker.batches import BatchCalls, NotDecoupled
 from pytriton.worker.context import set_current_context
 from pytriton.worker.endpoint import Connection, HandlerEndpoint
 from pytriton.worker.instance import InstanceSpec
-from pytriton.worker.responses import Expected
+from pytriton.worker.responses import Expected, WholeOutputs
 
 logger = logging.getLogger("pytriton.worker")
 
@@ -183,19 +183,20 @@ class BlockingLoop:
 
     def _on_message(self, connection: Connection, header: Any, payload: Any) -> None:
         received = time.monotonic_ns() if self._stamp_log is not None else 0
-        self._last_message = time.monotonic()
+        now = self._last_message = time.monotonic()
         self._idle_released = False
         try:
             message = protocol.decode(header)
         except ValueError:
             logger.exception("Model '%s': dropped an unreadable message", self._calls.model_name)
             return
-        if isinstance(message, protocol.InferBatch):
-            self._busy_since.value = time.monotonic()
+        if type(message) is protocol.InferBatch:
+            busy_since = self._busy_since
+            busy_since.value = now
             try:
                 self._serve_batch(connection, message, payload, received)
             finally:
-                self._busy_since.value = 0.0
+                busy_since.value = 0.0
                 self._calls.probe.end()
                 if message.traces:  # the answer went: the batch's spans end
                     tracing.end()
@@ -212,19 +213,21 @@ class BlockingLoop:
         try:
             batch_sizes, outcome = calls.call(batch, payload, self.reader, marks,
                                               functools.partial(self._read_cancels, connection, batch.batch_id))
-            if inspect.isgenerator(outcome):
-                self._stream(connection, batch.batch_id, count, outcome, batch_sizes)
-                return
-            if inspect.iscoroutine(outcome) or inspect.isasyncgen(outcome):
-                self._run_coroutine(connection, batch.batch_id, count, outcome, batch_sizes)
-                return
+            if type(outcome) is not WholeOutputs:  # the whole-batch path's answer is never lazy
+                if inspect.isgenerator(outcome):
+                    self._stream(connection, batch.batch_id, count, outcome, batch_sizes)
+                    return
+                if inspect.iscoroutine(outcome) or inspect.isasyncgen(outcome):
+                    self._run_coroutine(connection, batch.batch_id, count, outcome, batch_sizes)
+                    return
             if marks is not None:
                 marks.append(time.monotonic_ns())
-            result, answer = calls.result(batch.batch_id, count, outcome, batch_sizes, self._output_arena())
+            arena = self._arena if self._arena is not None else self._output_arena()
+            result, answer = calls.result(batch.batch_id, count, outcome, batch_sizes, arena)
         except Exception as exc:  # noqa: BLE001 - a bug of ours must not leave requesters waiting (logged)
             result, answer = protocol.BatchResult(batch.batch_id, (calls.internal_error(exc),) * count, (), ""), []
         outcome = None  # packed: what still views the batch's inputs now is the callable's own
-        if calls.inputs_kept():
+        if calls.lent is not None and calls.inputs_kept():
             result = result._replace(inputs_kept=True)
         if result.unrecoverable:  # before the reply, so is_alive() is false once a client sees it
             self._on_unrecoverable(calls.model_name)

@@ -275,7 +275,8 @@ class CancelProbe:
     def end(self) -> None:
         """The batch is answered: let go of its requests, whose arrays may view shared memory
         that the handler unmaps once idle."""
-        self.begin((), None)
+        if self.requests or self._reader is not None:  # a whole batch began none: nothing to let go
+            self.begin((), None)
 
     def is_cancelled(self, request: Any) -> bool:
         """Whether `request` (or the request it was rebuilt from) was cancelled by its client."""

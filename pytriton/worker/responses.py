@@ -327,7 +327,8 @@ def _whole_outputs(
         return None
     if whole is None:
         return None
-    whole = positional(context, whole)
+    if context.outputs_unnamed:
+        whole = positional(context, whole)
     if strict and len(whole) != len(context.outputs):  # undeclared ones: refused per request
         return None
     arrays = {}

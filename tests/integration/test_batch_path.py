@@ -35,8 +35,12 @@ WORKER_PATH = {"worker/endpoint.py", "worker/blocking.py", "worker/batches.py", 
                "worker/responses.py", "worker/instance.py", "worker/measures.py"}
 """The worker's modules a plain batch visits (before issue 34's regrouping: also cancellation.py,
 deadline.py, and for ``@batch`` whole.py and results.py)."""
-WIRE = {"ipc/channel.py", "ipc/protocol.py", "ipc/codec.py", "ipc/shm.py", "metrics.py"}
-DECORATORS = {"decorating/shaping.py", "decorating/common.py", "decorating/results.py"}
+WIRE = {"ipc/channel.py", "ipc/protocol.py", "ipc/codec.py", "metrics.py"}
+"""The wire's modules a small batch visits: ``ipc/shm.py`` joins only when some tensor is large
+(or the output arena still holds a segment from one), the arenas' module."""
+DECORATORS = {"decorating/shaping.py", "decorating/results.py"}
+"""``decorating/common.py`` joins only when a result needs converting or naming (a list, a torch
+tensor): a dict of arrays is checked in `shaping.batch_outputs` itself."""
 
 
 def plain(requests):
