@@ -107,22 +107,21 @@ def whole_batch(infer_func: Any) -> Optional[WholeBatch]:
     or an object whose ``__call__`` is) and the function under it takes none of the
     per-request arguments @batch can add; else None. Such a callable reads only each input of
     the batch as one array, which the worker can hand it without building the requests (the
-    whole-batch path of `pytriton.worker.batches`)."""
+    whole-batch lane, `pytriton.worker.whole`)."""
     for candidate in (infer_func, getattr(infer_func, "__call__", None)):  # noqa: B004 - the method itself
         if getattr(candidate, "_self_wrapper", None) is batch.__wrapped__:  # type: ignore[attr-defined]
             wrapped = candidate.__wrapped__  # type: ignore[union-attr]
             if _parameter_names(wrapped) & {"is_cancelled", "spans", *_SEQUENCE_ARGUMENTS}:
                 return None
-            return functools.partial(_call_whole, wrapped)
+            return WholeBatch(wrapped, whole_answer)
     return None
 
 
-def _call_whole(function: Callable[..., Any], inputs: dict[str, np.ndarray], rows: list[int]) -> Any:
-    """The function under ``@batch`` on the batch's whole inputs: its answer as `WholeOutputs`. A
-    result that is not a direct answer (a generator or a coroutine) is passed on as ``@batch``
-    passes it, each of its values split into per-request responses. Raises what the function or
-    ``@batch``'s checks raise."""
-    result = function(**inputs)
+def whole_answer(result: Any, rows: list[int]) -> Any:
+    """What ``@batch`` makes of the result of the function under it, called on the batch's whole
+    inputs: `WholeOutputs`. A result that is not a direct answer (a generator or a coroutine) is
+    passed on as ``@batch`` passes it, each of its values split into per-request responses.
+    Raises what ``@batch``'s checks raise."""
     if type(result) is not dict and is_lazy(result):
         return map_result(result, lambda value: WholeOutputs(batch_outputs(value, rows), rows).responses())
     return WholeOutputs(batch_outputs(result, rows), rows)

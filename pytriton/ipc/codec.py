@@ -184,7 +184,7 @@ def pack_rows(
     if inline:
         if arena is not None and arena.capacity:
             arena.reserve(0)  # counts in the arena's window: a big arena shrinks back after small messages
-        return _pack_rows_inline(arrays, rows)
+        return pack_rows_inline(arrays, rows)
     columns = []
     shm_total = 0
     for name, value in arrays.items():
@@ -202,7 +202,7 @@ def pack_rows(
     return _lay_out(columns, shm_total, arena)
 
 
-def _pack_rows_inline(arrays: Mapping[str, np.ndarray], rows: Sequence[int]) -> Tuple[
+def pack_rows_inline(arrays: Mapping[str, np.ndarray], rows: Sequence[int]) -> Tuple[
         Tuple[TensorColumn, ...], str, List[Any]]:
     """`pack_rows` when every tensor travels in the message (the small answers that dominate a
     server's traffic): the columns built directly, no arena to reserve."""

@@ -15,26 +15,9 @@ deadline (the request parameter `pytriton.ipc.protocol.DEADLINE_PARAMETER`). A r
 waited in Triton's queue past it has no one waiting for its answer any more; computing it would
 only delay the requests behind it, so it is answered with an error and left out of the call.
 
-The whole-batch path: the common model is a function under ``@batch`` alone: all it reads is
-each input of the batch as one array, and all it returns is each output as one array. For such
-a callable (`pytriton.worker.responses.WholeBatch`) the worker builds exactly that from the
-wire's columns (one writeable array per input, as ``@batch`` gives it), calls the function, and
-gets `WholeOutputs` that `pytriton.worker.responses.batch_result` checks once for the batch and
-sends back as one buffer per output. No request objects, no per-request checks, no parameters
-parsed. A batch this path does not fit goes the general way, which gives the same callable the
-same arrays through ``@batch``: a BYTES input, requests with different inputs or trailing
-shapes, request parameters (anything a decorator might read, or a deadline that passed; the
-deadlines pytriton's clients send with every request are no obstacle while they lie ahead), a
-subset of outputs asked for, trace contexts. An answer that fails the batch's check is answered
-exactly as ``@batch`` would have answered it, so errors read the same on both paths.
-
-A large input (one the sender laid out in its arena) is handed over without a copy: a writeable
-view of the arena, which holds this batch alone until it is answered. Only a function that keeps
-such an array past its answer (a cache, a queue for later) could see the next batch's bytes
-arrive in it; `LentInputs` notices that (a weak reference per array still alive once the answer
-is packed) and the answer tells the sender (`protocol.BatchResult.inputs_kept`), who then lays
-the next batch out in a new segment and leaves the old one to the kept arrays. Small inputs
-travel inline in the channel's buffer, which the next message reuses: those are copied.
+A plain ``@batch`` function's batches that need none of this (no request parameters, one layout
+for every request) are served by the whole-batch lane (`pytriton.worker.whole`) before they get
+here; `BatchCalls.whole` says whether a model's may be.
 """
 
 from __future__ import annotations
@@ -44,7 +27,6 @@ import itertools
 import json
 import logging
 import time
-import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -63,7 +45,6 @@ from pytriton.worker.responses import (
     Expected,
     Failure,
     WholeBatch,
-    WholeOutputs,
     batch_result,
     per_request,
     stream_part,
@@ -123,12 +104,11 @@ class BatchCalls:
         """The server traces with OpenTelemetry: batches may carry trace contexts (`tracing`)."""
         self.probe = CancelProbe()
         """The cancellations of the batch being served (a handler serves one at a time)."""
-        self._unsized_by_count: Dict[int, Expected] = {}
-        self.lent: Optional[LentInputs] = None
-        """The current batch's inputs lent from the sender's arena (the whole-batch path)."""
-        self._whole_batch = spec.whole if serves_whole(context, spec.whole, asynchronous=asynchronous,
-                                                       isolate_failures=self._isolate_failures,
-                                                       timed=timeout_s is not None) else None
+        self.whole = spec.whole if serves_whole(context, spec.whole, asynchronous=asynchronous,
+                                                isolate_failures=self._isolate_failures,
+                                                timed=timeout_s is not None) else None
+        """The plain ``@batch`` function taken apart, when the model's batches may take the
+        whole-batch lane (`pytriton.worker.whole`); else None."""
 
     def close(self) -> None:
         if self._timed is not None:
@@ -189,9 +169,6 @@ class BatchCalls:
         Returns:
             Per request its batch size (when `strict` checks shapes, else None), and the outcome.
         """
-        if self._whole_batch is not None and (taken := whole_inputs(batch, payload, reader)) is not None:
-            inputs, rows, self.lent = taken
-            return self._call_whole(batch, inputs, rows, marks)
         batch_sizes = Expected([None] * len(batch.parameters), batch.requested)
         try:
             requests = self.requests(batch, payload, reader)
@@ -227,32 +204,6 @@ class BatchCalls:
             for index, entry in zip(live, entries):
                 answers[index] = entry
         return batch_sizes, answers
-
-    def _call_whole(self, batch: protocol.InferBatch, inputs: Dict[str, np.ndarray], rows: List[int],
-                    marks: Optional[List[int]]) -> Tuple[Expected, Any]:
-        """`call` on the whole-batch path (see the module docstring): the function under ``@batch``
-        gets the batch's inputs as built from the wire, without a request object per request."""
-        assert self._whole_batch is not None
-        count = len(rows)
-        batch_sizes = Expected(list(rows)) if self._strict_sizes else self._unsized(count)
-        if marks is not None:
-            marks.append(time.monotonic_ns())
-        started = self.measures.batch_started(count, batch.sent_ns, 0)
-        try:
-            outcome = self._whole_batch(inputs, rows)
-        except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only
-            outcome = Failure(*self.callable_error(exc))
-        if type(outcome) is WholeOutputs or not runs_on(outcome):
-            self.measures.batch_done(started, count if type(outcome) is Failure else 0)
-        return batch_sizes, outcome
-
-    def _unsized(self, count: int) -> Expected:
-        """The `Expected` of a whole batch of `count` requests when sizes are not checked: one per
-        count, kept (it is only read), since building one costs as much as the call it describes."""
-        expected = self._unsized_by_count.get(count)
-        if expected is None:
-            expected = self._unsized_by_count[count] = Expected([None] * count)
-        return expected
 
     def call_requests(self, requests: List[Request]) -> Any:
         """The callable's result for `requests`, or a `Failure` (after isolating failures if asked)."""
@@ -323,12 +274,6 @@ class BatchCalls:
     def cut_message(self) -> str:
         return f"Model '{self.model_name}': the server is stopping; the stream was cut short"
 
-    def inputs_kept(self) -> bool:
-        """Whether the callable kept an input lent from the sender's arena; asked once per batch,
-        after its answer is packed and dropped (`LentInputs`)."""
-        lent, self.lent = self.lent, None
-        return lent is not None and lent.kept()
-
     def result(
         self, batch_id: int, count: int, results: Any, batch_sizes: Expected, arena: Optional[Arena]
     ) -> Tuple[protocol.BatchResult, List[Any]]:
@@ -387,7 +332,7 @@ def pop_expired(requests: Sequence[Request], now_s: float) -> List[int]:
 def only_live_deadlines(parameters: Sequence[str]) -> bool:
     """Whether a batch's request parameters (JSON text per request, "" for none) hold nothing but
     pytriton's deadlines, none of them passed: what pytriton's own clients send. Such a batch
-    needs no request objects (the whole-batch path); any other parameter, or a passed deadline,
+    needs no request objects (the whole-batch lane, `pytriton.worker.whole`); any other parameter, or a passed deadline,
     goes the general way, which hands parameters over and answers the expired."""
     now_ms = time.time() * 1000
     for text in parameters:
@@ -412,7 +357,7 @@ def expired_message(model_name: str) -> str:
 
 def serves_whole(context: TritonContext, whole: Optional[WholeBatch], *, asynchronous: bool,
                  isolate_failures: bool, timed: bool) -> bool:
-    """Whether the model's batches may take the whole-batch path at all.
+    """Whether the model's batches may take the whole-batch lane (`pytriton.worker.whole`) at all.
 
     Not for a model without batching (no batch axis to gather), a decoupled or async one (their
     results stream or overlap), one whose callable is retried on parts (``isolate_failures``) or
@@ -422,44 +367,3 @@ def serves_whole(context: TritonContext, whole: Optional[WholeBatch], *, asynchr
     if whole is None or asynchronous or isolate_failures or timed or not config.batching or config.decoupled:
         return False
     return type(config.batcher).__name__ != "SequenceBatcher"
-
-
-class LentInputs:
-    """The inputs a batch handed over as views of the sender's arena (see the module docstring):
-    whether the function kept any of them once its answer is packed."""
-
-    __slots__ = ("_refs",)
-
-    def __init__(self, arrays: List[np.ndarray]) -> None:
-        self._refs = [weakref.ref(array) for array in arrays]
-
-    def kept(self) -> bool:
-        """Whether any of the arrays is still referenced (a view of one holds it too)."""
-        return any(ref() is not None for ref in self._refs)
-
-
-def whole_inputs(batch: protocol.InferBatch, payload: Any, reader: SegmentReader) -> Optional[Tuple[
-        Dict[str, np.ndarray], List[int], Optional[LentInputs]]]:
-    """Each input of `batch` as one writeable array, each request's row count, and the inputs
-    lent from the sender's arena (None when all were copied); None when the batch does not fit
-    this path (see the module docstring)."""
-    if batch.traces or batch.requested or batch.sequences or not batch.columns:
-        return None
-    if any(batch.parameters) and not only_live_deadlines(batch.parameters):
-        return None  # parameters go to the requests, and a passed deadline decides a request's fate
-    if not batch.segment:
-        reader.forget_gone()  # as `codec.unpack`: an arena the proxy gave up lives while mapped here
-    inputs: Dict[str, np.ndarray] = {}
-    lent: List[np.ndarray] = []
-    for column in batch.columns:
-        in_arena = column.in_shm[0]
-        array = codec.gathered(column, batch.segment, payload, reader, writable=in_arena)
-        if array is None or column.name in inputs:
-            return None
-        if in_arena:
-            lent.append(array)  # this batch's own bytes until it is answered: no copy
-        else:
-            array = array.copy()  # the channel's buffer, which the next message reuses
-        inputs[column.name] = array
-    rows = [shape[0] for shape in batch.columns[0].shapes]  # type: ignore[index]  # no None: gathered
-    return inputs, rows, LentInputs(lent) if lent else None

@@ -4,7 +4,8 @@ The loop of every handler whose callable is a plain function (or a generator, fo
 model). Its thread sleeps in `HandlerEndpoint.wait` and is the one the kernel wakes when a
 proxy sends a batch; it reads the batch into its connection's buffer, calls the callable on
 arrays that view that buffer (or the proxy's arena), and sends the answer before it reads
-anything else. No other thread and no lock is on this path.
+anything else. No other thread and no lock is on this path. A plain ``@batch`` function's batch
+is offered to the whole-batch lane first (`pytriton.worker.whole`), which serves most of them.
 
 What the callable returns decides how the answer travels:
 
@@ -51,7 +52,8 @@ from pytriton.worker.batches import BatchCalls, NotDecoupled
 from pytriton.worker.context import set_current_context
 from pytriton.worker.endpoint import Connection, HandlerEndpoint
 from pytriton.worker.instance import InstanceSpec
-from pytriton.worker.responses import Expected, WholeOutputs
+from pytriton.worker.responses import Expected, Packed, WholeOutputs
+from pytriton.worker.whole import WholeLane
 
 logger = logging.getLogger("pytriton.worker")
 
@@ -121,6 +123,7 @@ class BlockingLoop:
         self._endpoint = endpoint
         self._busy_since = busy_since
         self._calls = calls
+        self._lane = WholeLane(calls) if calls.whole is not None else None
         self._shm_prefix = spec.shm_prefix
         self._instance = spec.instance
         self._use_arenas = use_arenas
@@ -211,9 +214,12 @@ class BlockingLoop:
         if self._stamp_log is not None:
             marks = [*self._stamp_log.add_previous(batch.stamps), received]
         try:
-            batch_sizes, outcome = calls.call(batch, payload, self.reader, marks,
-                                              functools.partial(self._read_cancels, connection, batch.batch_id))
-            if type(outcome) is not WholeOutputs:  # the whole-batch path's answer is never lazy
+            served = self._lane.serve(batch, payload, self.reader, self._arena, marks) if self._lane else None
+            if served is None:
+                served = calls.call(batch, payload, self.reader, marks,
+                                    functools.partial(self._read_cancels, connection, batch.batch_id))
+            batch_sizes, outcome = served
+            if type(outcome) is not Packed and type(outcome) is not WholeOutputs:  # these never run on
                 if inspect.isgenerator(outcome):
                     self._stream(connection, batch.batch_id, count, outcome, batch_sizes)
                     return
@@ -227,7 +233,7 @@ class BlockingLoop:
         except Exception as exc:  # noqa: BLE001 - a bug of ours must not leave requesters waiting (logged)
             result, answer = protocol.BatchResult(batch.batch_id, (calls.internal_error(exc),) * count, (), ""), []
         outcome = None  # packed: what still views the batch's inputs now is the callable's own
-        if calls.lent is not None and calls.inputs_kept():
+        if self._lane is not None and self._lane.lent is not None and self._lane.inputs_kept():
             result = result._replace(inputs_kept=True)
         if result.unrecoverable:  # before the reply, so is_alive() is false once a client sees it
             self._on_unrecoverable(calls.model_name)

@@ -35,11 +35,24 @@ from pytriton.worker.request import BatchResponses, Request
 
 logger = logging.getLogger("pytriton.worker")
 
-WholeBatch = Callable[[Dict[str, np.ndarray], List[int]], Any]
-"""A plain ``@batch`` callable taken apart for the whole-batch path (by the decorators'
-`pytriton.decorating.shaping.whole_batch`): called with each input of the batch as one array and
-each request's row count, it answers `WholeOutputs` (or what ``@batch`` passes on lazily),
-raising what the function or ``@batch``'s checks raise."""
+class WholeBatch(NamedTuple):
+    """A plain ``@batch`` callable taken apart for the whole-batch lane (`pytriton.worker.whole`),
+    by the decorators' `pytriton.decorating.shaping.whole_batch`."""
+
+    function: Callable[..., Any]
+    """The function under ``@batch``: called with each input of the batch as one array, by name."""
+    answer: Callable[[Any, List[int]], Any]
+    """What ``@batch`` makes of the function's result, given each request's row count:
+    `WholeOutputs`, or a generator or coroutine whose values it splits per request. Raises what
+    ``@batch``'s checks raise."""
+
+
+class Packed(NamedTuple):
+    """A batch's answer packed for the wire as the whole-batch lane checked it (`batch_result`
+    then has nothing left to do)."""
+
+    result: protocol.BatchResult
+    payload: List[Any]
 
 
 class WholeOutputs(NamedTuple):
@@ -110,7 +123,8 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-def _shape_matches(actual: Sequence[int], expected: Sequence[int]) -> bool:
+def shape_matches(actual: Sequence[int], expected: Sequence[int]) -> bool:
+    """Whether a shape fits a declared one (-1: any size on that axis)."""
     return len(actual) == len(expected) and all(e == -1 or a == e for a, e in zip(actual, expected))
 
 
@@ -239,7 +253,7 @@ def shape_response(
             expected_shape = tuple(tensor.shape)
             if batch_size is not None:
                 expected_shape = (batch_size, *expected_shape)
-            if not _shape_matches(array.shape, expected_shape):
+            if not shape_matches(array.shape, expected_shape):
                 raise PyTritonValidationError(
                     f"{model}: output '{tensor.name}' of request {request_index} has shape {array.shape}; "
                     f"expected {expected_shape} (-1 means any size)"
@@ -340,7 +354,7 @@ def _whole_outputs(
             if strict:
                 return None
             array = array.astype(expected)
-        if strict and not _shape_matches(array.shape[1:], tuple(tensor.shape)):
+        if strict and not shape_matches(array.shape[1:], tuple(tensor.shape)):
             return None
         arrays[tensor.name] = array
     return arrays
@@ -359,6 +373,8 @@ def batch_result(
 
     `arena` carries large outputs; None sends everything inline (when answers overlap).
     """
+    if type(results) is Packed:
+        return results.result, results.payload
     whole = _whole_outputs(context, results, count, strict, batch_sizes)
     if whole is not None:
         columns, segment, payload = codec.pack_rows(whole, results.rows, arena)
