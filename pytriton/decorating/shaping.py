@@ -107,7 +107,7 @@ def whole_batch(infer_func: Any) -> Optional[WholeBatch]:
     or an object whose ``__call__`` is) and the function under it takes none of the
     per-request arguments @batch can add; else None. Such a callable reads only each input of
     the batch as one array, which the worker can hand it without building the requests (the
-    whole-batch lane, `pytriton.worker.whole`)."""
+    whole-batch lane, `pytriton.worker.batches.WholeLane`)."""
     for candidate in (infer_func, getattr(infer_func, "__call__", None)):  # noqa: B004 - the method itself
         if getattr(candidate, "_self_wrapper", None) is batch.__wrapped__:  # type: ignore[attr-defined]
             wrapped = candidate.__wrapped__  # type: ignore[union-attr]

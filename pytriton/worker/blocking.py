@@ -5,7 +5,8 @@ model). Its thread sleeps in `HandlerEndpoint.wait` and is the one the kernel wa
 proxy sends a batch; it reads the batch into its connection's buffer, calls the callable on
 arrays that view that buffer (or the proxy's arena), and sends the answer before it reads
 anything else. No other thread and no lock is on this path. A plain ``@batch`` function's batch
-is offered to the whole-batch lane first (`pytriton.worker.whole`), which serves most of them.
+is offered to the whole-batch lane first (`pytriton.worker.batches.WholeLane`), which serves most
+of them.
 
 What the callable returns decides how the answer travels:
 
@@ -48,12 +49,11 @@ from pytriton.ipc.shm import IDLE_RELEASE_S, Arena, SegmentReader
 from pytriton.metrics import set_current_registry
 from pytriton.worker import tracing
 from pytriton.worker.asynchronous import finish
-from pytriton.worker.batches import BatchCalls, NotDecoupled
+from pytriton.worker.batches import BatchCalls, NotDecoupled, WholeLane
 from pytriton.worker.context import set_current_context
 from pytriton.worker.endpoint import Connection, HandlerEndpoint
 from pytriton.worker.instance import InstanceSpec
 from pytriton.worker.responses import Expected, Packed, WholeOutputs
-from pytriton.worker.whole import WholeLane
 
 logger = logging.getLogger("pytriton.worker")
 

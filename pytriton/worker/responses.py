@@ -36,7 +36,7 @@ from pytriton.worker.request import BatchResponses, Request
 logger = logging.getLogger("pytriton.worker")
 
 class WholeBatch(NamedTuple):
-    """A plain ``@batch`` callable taken apart for the whole-batch lane (`pytriton.worker.whole`),
+    """A plain ``@batch`` callable taken apart for the whole-batch lane (`pytriton.worker.batches.WholeLane`),
     by the decorators' `pytriton.decorating.shaping.whole_batch`."""
 
     function: Callable[..., Any]

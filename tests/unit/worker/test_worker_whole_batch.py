@@ -183,7 +183,7 @@ def test_only_live_deadlines_lets_pytritons_own_deadlines_through_and_nothing_el
 
 
 def test_lent_inputs_tell_whether_the_function_kept_an_array_or_a_view_of_one():
-    from pytriton.worker.whole import LentInputs
+    from pytriton.worker.batches import LentInputs
 
     arrays = [np.ones(4), np.ones(4)]
     lent = LentInputs(arrays)

@@ -1,4 +1,4 @@
-"""The whole-batch lane (`pytriton.worker.whole`): what it packs itself, and what it leaves to the
+"""The whole-batch lane (`pytriton.worker.batches.WholeLane`): what it packs itself, and what it leaves to the
 general steps, which must then answer exactly as before.
 
 Each test sends a batch as the wire carries it through `WholeLane.serve` and the loop's next step
@@ -21,12 +21,11 @@ from pytriton.ipc import codec, protocol
 from pytriton.ipc.shm import Arena, SegmentReader
 from pytriton.metrics import Registry
 from pytriton.model_config import ModelConfig, Tensor
-from pytriton.worker.batches import BatchCalls
+from pytriton.worker.batches import BatchCalls, WholeLane
 from pytriton.worker.context import TritonContext, set_current_context
 from pytriton.worker.instance import InstanceSpec
 from pytriton.worker.measures import CALLABLE_SECONDS, Measures
 from pytriton.worker.responses import Failure, Packed, WholeOutputs
-from pytriton.worker.whole import WholeLane
 
 X = (Tensor(name="x", shape=(-1,), dtype=np.float32),)
 Y = (Tensor(name="y", shape=(-1,), dtype=np.float32),)
