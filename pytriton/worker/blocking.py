@@ -214,11 +214,7 @@ class BlockingLoop:
         if self._stamp_log is not None:
             marks = [*self._stamp_log.add_previous(batch.stamps), received]
         try:
-            served = self._lane.serve(batch, payload, self.reader, self._arena, marks) if self._lane else None
-            if served is None:
-                served = calls.call(batch, payload, self.reader, marks,
-                                    functools.partial(self._read_cancels, connection, batch.batch_id))
-            batch_sizes, outcome = served
+            batch_sizes, outcome = self._call(connection, batch, payload, marks)
             if type(outcome) is not Packed and type(outcome) is not WholeOutputs:  # these never run on
                 if inspect.isgenerator(outcome):
                     self._stream(connection, batch.batch_id, count, outcome, batch_sizes)
@@ -240,6 +236,20 @@ class BlockingLoop:
         if marks is not None and len(marks) == protocol.Stamp.CALLED + 1:
             result = result._replace(stamps=(*marks, time.monotonic_ns()))
         self._endpoint.send(connection, protocol.encode(result), answer)
+
+    def _call(self, connection: Connection, batch: protocol.InferBatch, payload: Any,
+              marks: Optional[List[int]]) -> Tuple[Expected, Any]:
+        """The callable's outcome for `batch`: through the whole-batch lane when it takes the batch,
+        else the general way. (A function of its own so that nothing but the caller's `outcome`
+        references the outcome: the lane asks whether the function kept a lent input by whether
+        anything still references one, after the caller drops it.)"""
+        lane = self._lane
+        if lane is not None:
+            served = lane.serve(batch, payload, self.reader, self._arena, marks)
+            if served is not None:
+                return served
+        return self._calls.call(batch, payload, self.reader, marks,
+                                functools.partial(self._read_cancels, connection, batch.batch_id))
 
     def _run_coroutine(self, connection: Connection, batch_id: int, count: int, outcome: Any,
                        batch_sizes: Expected) -> None:

@@ -170,3 +170,64 @@ def test_batches_the_lane_does_not_take_are_left_untouched(reader):
     ahead = json.dumps({protocol.DEADLINE_PARAMETER: int(time.time() * 1000 + 60_000)})
     batch_, payload, _ = _wire(parameters=(ahead, ahead, ""))
     assert lane.serve(batch_, payload, reader, None, None) is not None and called == [1]
+
+
+def _loop(func):
+    """A blocking loop serving `func` over a socket pair: (loop, connection, the sender's end)."""
+    import os
+    import socket
+
+    from pytriton.ipc.channel import Channel
+    from pytriton.worker.blocking import BlockingLoop
+    from pytriton.worker.endpoint import Connection
+    from pytriton.worker.instance import BusySince
+
+    class Endpoint:  # the one method of HandlerEndpoint the loop calls for a batch
+        @staticmethod
+        def send(connection, header, payload=()):
+            connection.channel.send(header, payload)
+            return True
+
+    lane, calls = _lane(func)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    spec = InstanceSpec(context=calls.context, infer_func=func, endpoint="", instance=0,
+                        shm_prefix=f"/pytriton-test-lane-{os.getpid()}", whole=whole_batch(func))
+    loop = BlockingLoop(Endpoint(), calls, spec=spec, use_arenas=True, stop=threading.Event(),
+                        ending_streams=threading.Event(), on_unrecoverable=lambda name: None, stamp_log=None,
+                        busy_since=BusySince())
+    return loop, Connection(Channel(ours), os.getpid()), Channel(theirs)
+
+
+@pytest.mark.parametrize("keeps", [False, True])
+def test_an_answer_says_the_inputs_were_kept_only_when_the_function_kept_one(keeps):
+    """A large input reaches the function as a view of the sender's arena; the answer tells the
+    sender to lay the next batch out elsewhere only when the function kept such a view, else every
+    large batch would cost a new segment."""
+    kept = []
+
+    @batch
+    def identity(x):
+        if keeps:
+            kept.append(x)
+        return {"y": x}
+
+    import os
+
+    loop, connection, sender = _loop(identity)
+    arena = Arena(lambda generation: f"/pytriton-test-lane-in-{os.getpid()}-{generation}")
+    try:
+        groups = [{"x": np.full((1, 20_000), float(i), np.float32)} for i in range(2)]  # 80 KB each: the arena
+        columns, segment, parts = codec.pack(groups, arena)
+        assert segment == arena.name and all(column.in_shm == (True, True) for column in columns)
+        header = protocol.infer_batch_header(batch_id=3, parameters=("", ""), columns=columns, segment=segment)
+        payload = memoryview(b"".join(memoryview(p).cast("B") for p in parts)).toreadonly()
+        loop._on_message(connection, memoryview(header), payload)
+        received = sender.receive()
+        assert received is not None
+        result = protocol.decode(received[0])
+        assert result.errors == (None, None)
+        assert result.inputs_kept is keeps
+    finally:
+        kept.clear()
+        loop.close()
+        arena.close()
