@@ -429,15 +429,13 @@ def whole_inputs(batch: protocol.InferBatch, payload: Any, reader: SegmentReader
     if not segment:
         reader.forget_gone()  # as `codec.unpack`: an arena the proxy gave up lives while mapped here
     inputs: Dict[str, np.ndarray] = {}
-    lent: Optional[List[np.ndarray]] = None
+    lent: List[np.ndarray] = []
     for column in batch.columns:
         in_arena = column.in_shm[0]
         array = codec.gathered(column, segment, payload, reader, writable=in_arena)
         if array is None or column.name in inputs:
             return None
         if in_arena:
-            if lent is None:
-                lent = []
             lent.append(array)  # this batch's own bytes until it is answered: no copy
         else:
             array = array.copy()  # the channel's buffer, which the next message reuses

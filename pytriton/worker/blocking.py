@@ -224,12 +224,11 @@ class BlockingLoop:
                     return
             if marks is not None:
                 marks.append(time.monotonic_ns())
-            arena = self._arena if self._arena is not None else self._output_arena()
-            result, answer = calls.result(batch.batch_id, count, outcome, batch_sizes, arena)
+            result, answer = calls.result(batch.batch_id, count, outcome, batch_sizes, self._output_arena())
         except Exception as exc:  # noqa: BLE001 - a bug of ours must not leave requesters waiting (logged)
             result, answer = protocol.BatchResult(batch.batch_id, (calls.internal_error(exc),) * count, (), ""), []
         outcome = None  # packed: what still views the batch's inputs now is the callable's own
-        if self._lane is not None and self._lane.lent is not None and self._lane.inputs_kept():
+        if self._lane is not None and self._lane.inputs_kept():
             result = result._replace(inputs_kept=True)
         if result.unrecoverable:  # before the reply, so is_alive() is false once a client sees it
             self._on_unrecoverable(calls.model_name)
