@@ -165,9 +165,11 @@ class ServingScript:
         except psutil.NoSuchProcess:
             return None
         for child in children:
-            if _cmdline(child)[:1] and _cmdline(child)[0].endswith("/tritonserver") and _alive(child):
+            # One read of the command line: a child that ends between two reads has none left.
+            argv = _cmdline(child)
+            if argv and argv[0].endswith("/tritonserver") and _alive(child):
                 if self.server_id is None:
-                    found = _SERVER_ID.search(" ".join(_cmdline(child)))
+                    found = _SERVER_ID.search(" ".join(argv))
                     self.server_id = found.group(1) if found else None
                 return child
         return None
