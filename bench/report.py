@@ -54,14 +54,17 @@ def machine() -> Dict[str, Any]:
 
 
 def git_revision(repo: pathlib.Path) -> str:
-    """The commit measured, with a mark when the working tree differs from it."""
+    """The commit measured, with a mark when the working tree's code differs from it.
+
+    Changes under docs/ are not marked: a bench writes its own page and plot there, so an earlier
+    partial run (or a page being edited) would otherwise mark a run of committed code as changed."""
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True, text=True,
-            check=True,
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs"], cwd=repo,
+            capture_output=True, text=True, check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

@@ -115,3 +115,21 @@ def test_gpu_path_refuses_clearly_without_a_gpu_and_starts_nothing():
     assert result.returncode == 2, result.stderr
     assert "--gpu refused" in result.stderr and "torch.cuda.is_available() is False" in result.stderr
     assert "start-up" not in result.stderr
+
+
+def test_the_revision_is_marked_for_changed_code_and_not_for_the_bench_own_pages(tmp_path):
+    def git(*argv: str) -> None:
+        subprocess.run(["git", *argv], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "performance.md").write_text("before\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.name=bench", "-c", "user.email=bench@example.invalid", "commit", "-qm", "first")
+    head = report.git_revision(tmp_path)
+    assert head and "+" not in head and head != "unknown"
+    (tmp_path / "docs" / "performance.md").write_text("a bench wrote its page\n")
+    assert report.git_revision(tmp_path) == head
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert report.git_revision(tmp_path) == f"{head}+uncommitted changes"
