@@ -52,7 +52,15 @@ class Relay:
         self.port = server.sockets[0].getsockname()[1]
         self._started.set()
         self._loop.run_forever()
+        # Cancel the relays still open and let them close their sockets while the loop still
+        # runs: left to the garbage collector, each one's `finally` ran on a closed loop and
+        # pytest reported it as an unraisable exception.
         server.close()
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self._loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self._target_port)
