@@ -132,7 +132,7 @@ def undo_load(
     """
     if not others:
         bindings.discard(model_name, repository)
-        control.forget_failed_model(model_name, MODEL_LOAD_TIMEOUT_S)
+        control.forget_failed_model(model_name, MODEL_LOAD_TIMEOUT_S, bindings.backend)
         return
     point_slot(bindings.models.get(model_name, max(others)))
     bindings.write_config(model_name, repository, others)

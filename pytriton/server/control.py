@@ -11,6 +11,7 @@ import base64
 import http.client
 import json
 import logging
+import os
 import socket
 import time
 import urllib.parse
@@ -229,19 +230,18 @@ class ServerControl:
         if reason:
             raise PyTritonServerError(f"the server refused the trace settings of model '{name}': {reason}")
 
-    def forget_failed_model(self, name: str, timeout_s: float) -> None:
+    def forget_failed_model(self, name: str, timeout_s: float, backend: str = "python") -> None:
         """Clear the record a failed load of `name` leaves, which keeps a strict server unready.
 
         Triton 2.51 keeps reporting not ready after a model failed to load, even once it is
         unloaded and its folder removed, until some model of that name loads. So a placeholder
-        (a Python model that only exists to load) is sent under the name and unloaded again;
-        an unloaded model that was sent, not read from the repository, is forgotten.
+        (`placeholder_model`, of the server's `backend`) is sent under the name and unloaded
+        again; an unloaded model that was sent, not read from the repository, is forgotten.
 
         Best effort, called while another error is on its way to the user: a refusal is logged.
         """
-        placeholder = b"class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
         try:
-            self.load_model(name, timeout_s, placeholder_config(name), {"1/model.py": placeholder})
+            self.load_model(name, timeout_s, *placeholder_model(name, backend))
             self.unload_model(name, timeout_s)
         except PyTritonServerError as exc:
             logger.warning("model '%s' failed to load, and the server may report not ready until a model of that "
@@ -366,6 +366,28 @@ class ServerControl:
         if self._grpc_client is not None:
             self._grpc_client.close()
             self._grpc_client = None
+
+
+def gate_parameters(release_path: str) -> Dict[str, Dict[str, str]]:
+    """The parameters of a model without a worker on pytriton's backend (the readiness gate's
+    kind): its load returns once `release_path` exists, or fails once this process is gone."""
+    return {"pytriton.gate_release": {"string_value": release_path},
+            "pytriton.worker_pid": {"string_value": str(os.getpid())}}
+
+
+def placeholder_model(name: str, backend: str) -> Tuple[str, Dict[str, bytes]]:
+    """The configuration and files of a model named `name` that exists only to load at once.
+
+    On pytriton's backend it is a model without a worker released by a path that always exists:
+    a Python model would need the Python backend's stub, which cannot run where the backend
+    path is the only one (Python 3.13: no NumPy 1.x for the stub), and a placeholder that fails
+    to load would leave the server unready for good.
+    """
+    if backend == "python":
+        model_py = b"class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
+        return placeholder_config(name), {"1/model.py": model_py}
+    config = placeholder_config(name, backend=backend, parameters=gate_parameters("/"))
+    return config, {"1/PLACEHOLDER.txt": b"loaded and unloaded again, to clear a failed load of this name\n"}
 
 
 def placeholder_config(name: str, **fields: Any) -> str:

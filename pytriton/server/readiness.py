@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import pathlib
 import shutil
 import threading
@@ -47,7 +46,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from pytriton.exceptions import PyTritonServerError
 from pytriton.server.config import TritonConfig
-from pytriton.server.control import placeholder_config
+from pytriton.server.control import gate_parameters, placeholder_config
 
 logger = logging.getLogger("pytriton.server")
 
@@ -126,9 +125,8 @@ def gate_model(backend: str, release_path: str, import_paths: Sequence[str] = ()
     if backend == "python":
         return (placeholder_config(GATE_MODEL, instance_group=instances),
                 {"1/model.py": gate_model_py(release_path, import_paths)})
-    parameters = {"pytriton.gate_release": {"string_value": release_path},
-                  "pytriton.worker_pid": {"string_value": str(os.getpid())}}
-    config = placeholder_config(GATE_MODEL, backend=backend, instance_group=instances, parameters=parameters)
+    config = placeholder_config(GATE_MODEL, backend=backend, instance_group=instances,
+                                parameters=gate_parameters(release_path))
     return config, {"1/GATE.txt": b"pytriton's readiness gate: loaded once the script's models are bound\n"}
 
 
@@ -255,7 +253,7 @@ class ReadinessGate:
                 logger.warning("pytriton's readiness gate failed (%s): the server may report ready before its models "
                                "are loaded", exc)
             # A failed load would keep a strict server unready for good: clear its record.
-            self._control.forget_failed_model(GATE_MODEL, _OPEN_WAIT_S)
+            self._control.forget_failed_model(GATE_MODEL, _OPEN_WAIT_S, self._backend)
         finally:
             self._loaded.set()
 

@@ -16,6 +16,8 @@ import pathlib
 import shutil
 import subprocess
 import textwrap
+import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -77,6 +79,16 @@ SCRIPT = textwrap.dedent("""
 
     config = TritonConfig(http_port=http, grpc_port=grpc, metrics_port=metrics)
     with Triton(config=config) as triton:
+        # A model whose load fails (its worker speaks another protocol) must not leave the
+        # server unready: the placeholder that clears Triton's record of it needs no stub.
+        import pytriton.ipc.protocol as protocol
+        real, protocol.PROTOCOL_VERSION = protocol.PROTOCOL_VERSION, 99
+        try:
+            triton.bind("Broken", scale, [Tensor(name="x", dtype=np.float32, shape=(-1,))],
+                        [Tensor(name="y", dtype=np.float32, shape=(-1,))], config=ModelConfig(max_batch_size=8))
+        except Exception as exc:
+            print("broken refused:", type(exc).__name__, flush=True)
+        protocol.PROTOCOL_VERSION = real
         triton.bind("Scale", scale, [Tensor(name="x", dtype=np.float32, shape=(-1,))],
                     [Tensor(name="y", dtype=np.float32, shape=(-1,)),
                      Tensor(name="version", dtype=np.int64, shape=(1,))],
@@ -105,9 +117,25 @@ def test_a_python_313_process_serves_through_pytritons_backend(tmp_path):
                 np.testing.assert_array_equal(result["y"], [15.0, -20.0])
                 assert int(result["version"][0]) == 13
                 assert client.model_config.backend == "pytriton"
+        assert _ready_within(f"http://127.0.0.1:{http}/v2/health/ready", 30.0), log.read_text()
     finally:
         process.terminate()
         code = process.wait(60)
     text = log.read_text()
     assert code == 0, text
     assert "proxy refused:" in text and "NumPy" in text, text  # the stub cannot run on 3.13: said, not served
+    assert "broken refused: PyTritonServerError" in text, text
+
+
+def _ready_within(url: str, timeout_s: float) -> bool:
+    """Whether `url` (a readiness endpoint) answers 200 within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                if answer.status == 200:
+                    return True
+        except OSError:  # 400 (not ready) included: urllib raises HTTPError, an OSError
+            pass
+        time.sleep(0.2)
+    return False
