@@ -20,7 +20,6 @@ import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytriton.binding import ModelBindings, SignalWatch
-from pytriton.check.runtime import enabled_endpoints, probe_port
 from pytriton.constants import DEFAULT_TRITON_STARTUP_TIMEOUT_S as STARTUP_TIMEOUT_S
 from pytriton.environment import METRICS_PERIOD_S
 from pytriton.exceptions import (
@@ -37,6 +36,7 @@ from pytriton.server.config import TritonConfig
 from pytriton.server.control import GrpcTls, ServerControl, accepts_connections, wait_for
 from pytriton.server.distribution import ServerDistribution, assemble_backends, server_environment
 from pytriton.server.hangs import HangWatch
+from pytriton.server.ports import enabled_endpoints, probe_port
 from pytriton.server.process import ServerProcess
 from pytriton.server.security import TritonSecurityConfig, restricted_config
 from pytriton.server.supervisor import InstanceView, RestartBudget, Supervisor
