@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import zmq
 
-from pytriton.bound import BoundModel, BoundModels, InferFunc, ModelDeclaration, point_slot, remove_slot
+from pytriton.bound import BoundModel, BoundModels, InferFunc, ModelDeclaration
 from pytriton.decorating.shaping import whole_batch
 from pytriton.environment import BATCH_HOLD_US as HOLD_ENV
 from pytriton.environment import PROXY_SPIN_US as SPIN_ENV
@@ -55,6 +55,29 @@ logger = logging.getLogger("pytriton.triton")
 _ZMQ_TERM_S = 2.0
 """How long `ModelBindings.stop_handlers` waits for the handlers' ZeroMQ context to end."""
 
+
+
+_SOCKET_PATH_MAX = 107
+"""The longest Unix socket path Linux takes (``sun_path`` holds 108 bytes with the NUL)."""
+
+
+def check_socket_paths(model_name: str, model_version: int, endpoint: str, instances: int) -> None:
+    """Refuse a version whose handlers' socket paths would not fit a Unix socket address.
+
+    The version's digits are part of each path (`protocol.version_endpoint`); the workspace
+    keeps its sockets folder short enough for any version up to seven digits.
+
+    Raises:
+        PyTritonBadParameterError: naming the model, the version and the longest path.
+    """
+    longest = protocol.metrics_socket_path(
+        protocol.data_socket_path(protocol.ipc_socket_path(protocol.instance_endpoint(endpoint, instances - 1)) or "")
+    )
+    if len(longest) > _SOCKET_PATH_MAX:
+        raise PyTritonBadParameterError(
+            f"model '{model_name}' version {model_version}: its worker socket path {longest!r} is "
+            f"{len(longest)} characters, over the {_SOCKET_PATH_MAX} a Unix socket takes; choose a smaller "
+            "model_version or a shorter workspace path")
 
 
 def microseconds_from(variable: str) -> Optional[str]:
@@ -253,7 +276,7 @@ class ModelBindings:
             shm_prefix: prefix of every shared-memory segment of the facade.
             import_paths: folders the generated model.py puts on the stub's ``sys.path``.
 
-        A name's first version gets the folder and the slot (`pytriton.bound`); another version,
+        A name's first version gets the folder (`pytriton.bound`); another version,
         which must have the same served configuration (else `PyTritonInvalidOperationError`),
         only its version folder: `pytriton.versions` loads it. On failure, the handlers started
         so far are stopped and the model is not bound. An ensemble has only its folder.
@@ -264,12 +287,13 @@ class ModelBindings:
         if self.tracing is not None:  # the handlers continue the requests' traces
             context = dataclasses.replace(context, tracing=self.tracing)
         model_name, model_version, config = context.model_name, context.model_version, context.config
-        slot = protocol.slot_endpoint(sockets, model_name)
-        endpoint = protocol.version_endpoint(slot, model_name, model_version)
+        name_endpoint = protocol.name_endpoint(sockets, model_name)
+        endpoint = protocol.version_endpoint(name_endpoint, model_version)
+        check_socket_paths(model_name, model_version, endpoint, len(declaration.infer_funcs))
         model_shm_prefix = protocol.model_shm_prefix(shm_prefix, model_name, model_version)
         self._shm_prefix = shm_prefix  # the facade's, named in every served configuration
         relayed = any(declaration.asynchronous) or config.decoupled
-        config_text = self._config_text(declaration, slot, shm_prefix, self.backend)
+        config_text = self._config_text(declaration, name_endpoint, shm_prefix, self.backend)
         served = self.models.versions(model_name)
         if served and (difference := served_difference(self.models.get(model_name).config_text, config_text)):
             raise PyTritonInvalidOperationError(refusal(model_name, served[-1], model_version, difference))
@@ -280,7 +304,7 @@ class ModelBindings:
         # refused before Triton loads it.
         warmups = tuple(local_warmups(model_name, context.inputs, config)) if served else declaration.warmups.local
         run_local_warmups(context, plain_callables(declaration.infer_funcs), warmups)
-        bound = BoundModel(declaration, [], model_shm_prefix, endpoint, config_text, slot)
+        bound = BoundModel(declaration, [], model_shm_prefix, endpoint, config_text, name_endpoint)
         self.models.add(bound)  # registered first, so stop_handlers() finds whatever started
         try:
             for index, func in enumerate(declaration.infer_funcs):
@@ -300,7 +324,6 @@ class ModelBindings:
             else:
                 write_model(repository, model_name, model_version, with_versions(config_text, [model_version]),
                             import_paths, declaration.warmups.files)
-                point_slot(bound)
         except BaseException:
             for handler in bound.handlers:
                 handler.stop()
@@ -328,7 +351,7 @@ class ModelBindings:
         pytriton's backend gets the proxy's); its workers serve on unchanged."""
         for version in self.models.versions(model_name):
             bound = self.models.get(model_name, version)
-            bound.config_text = self._config_text(bound.declaration, bound.slot, self._shm_prefix, backend)
+            bound.config_text = self._config_text(bound.declaration, bound.name_endpoint, self._shm_prefix, backend)
         self.write_config(model_name, repository)
 
     def write_config(self, model_name: str, repository: pathlib.Path, versions: Optional[Sequence[int]] = None) -> None:
@@ -339,15 +362,13 @@ class ModelBindings:
     def discard(self, model_name: str, repository: pathlib.Path, version: Optional[int] = None) -> None:
         """Undo `start` for a model whose load failed, or unbind it: stop its handlers, forget it,
         remove its folder from `repository` and its segments. With `version`, only that version
-        goes (its version folder and segments); the others keep the folder and the slot."""
+        goes (its version folder and segments); the others keep the folder."""
         others = [v for v in self.models.versions(model_name) if v != version] if version is not None else []
         if others:
             remove_version(repository, model_name, version or 0)
         else:
             remove_model(repository, model_name)
         for model in self.models.pop(model_name, version):
-            if not others and model.slot:
-                remove_slot(model)
             for handler in model.handlers:
                 if not handler.stop():
                     logger.warning("a handler of model '%s' still runs its inference callable; leaving it behind",

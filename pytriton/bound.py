@@ -1,22 +1,20 @@
-"""The models a facade serves, by name and version, and the slot through which each name is reached.
+"""The models a facade serves, by name and version.
 
 A name may be bound in several versions at once (a new version loads while the old one serves,
 then the old one is unbound: see `pytriton.versions`). Triton keeps one configuration per name,
-so that configuration cannot name a version's sockets. It names the name's *slot* instead:
-pytriton's backend connects to ``protocol.slot_data_socket`` paths, which are symbolic links to
-the data sockets of one version's handlers, and `point_slot` turns them to another version
-before that version's instances start. The instances already connected keep their connections;
-only instances that start (or reconnect) afterwards follow the links. A proxy on the Python
-backend path needs no slot: it knows the version it serves (`protocol.version_endpoint`).
+so that configuration cannot name a version's sockets. It names the name's endpoint
+(`protocol.name_endpoint`) instead, and each version's handlers are named after it with their
+version (`protocol.version_endpoint`): a proxy on the Python backend path asks Triton for the
+version it serves, and pytriton's backend puts that version into the data socket paths the
+configuration lists (`protocol.data_socket_patterns`). So an instance, whenever it connects or
+reconnects, reaches its own version's workers.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Callable, Dict, List, Optional, Union
 
-from pytriton.ipc import protocol
 from pytriton.model_config.instances import InstanceSetup
 from pytriton.repository.ensemble import EnsemblePlan
 from pytriton.repository.warmup import WarmupPlan
@@ -57,8 +55,8 @@ class BoundModel:
     """The ZeroMQ endpoint its handlers' sockets are named after (`protocol.version_endpoint`)."""
     config_text: str = ""
     """Its served config.pbtxt without a version policy: every version of a name has the same."""
-    slot: str = ""
-    """The slot endpoint of its name (`protocol.slot_endpoint`), which that configuration names."""
+    name_endpoint: str = ""
+    """The endpoint of its name (`protocol.name_endpoint`), which that configuration names."""
 
     @property
     def name(self) -> str:
@@ -108,34 +106,3 @@ class BoundModels:
         if version is None or not versions:
             self._by_name.pop(model_name, None)
         return popped
-
-
-def _data_socket(endpoint: str, index: int) -> str:
-    return protocol.data_socket_path(protocol.ipc_socket_path(protocol.instance_endpoint(endpoint, index)) or "")
-
-
-def point_slot(model: BoundModel) -> None:
-    """Make the slot of `model`'s name lead to `model`'s handlers (one link per instance).
-
-    Each link is replaced in one step (a new link renamed over the old), so an instance that
-    connects meanwhile reaches one version or the other, never a missing path.
-    """
-    for index in range(len(model.declaration.infer_funcs)):
-        link = _data_socket(model.slot, index)
-        staged = f"{link}.new"
-        try:
-            os.unlink(staged)
-        except FileNotFoundError:
-            pass
-        # Relative: a server in another container may see the sockets folder at another path.
-        os.symlink(os.path.basename(_data_socket(model.endpoint, index)), staged)
-        os.replace(staged, link)
-
-
-def remove_slot(model: BoundModel) -> None:
-    """Remove the slot links of `model`'s name (once no version of it is bound)."""
-    for index in range(len(model.declaration.infer_funcs)):
-        try:
-            os.unlink(_data_socket(model.slot, index))
-        except FileNotFoundError:
-            pass

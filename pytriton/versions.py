@@ -15,10 +15,9 @@ and its version folder must never change once it serves (`pytriton.repository.wr
 Requests that name no version go to the highest version that is ready: to version 2 from the
 moment it is.
 
-Before a version's instances start, the name's slot is pointed at that version's workers
-(`pytriton.bound.point_slot`); an unbind points it back at the highest version that stays.
-A version that leaves is dropped by Triton once its requests in flight are answered; only then
-do its handlers stop and its files and segments go.
+Each version's instances reach that version's own workers, whenever they connect (the version
+is part of the socket paths: `pytriton.bound`). A version that leaves is dropped by Triton once
+its requests in flight are answered; only then do its handlers stop and its files and segments go.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ import time
 from typing import Callable, Dict, List, NoReturn, Optional, Sequence
 
 from pytriton.binding import ModelBindings
-from pytriton.bound import BoundModel, point_slot
+from pytriton.bound import BoundModel
 from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonServerError
 from pytriton.ipc.channel import pid_alive
 from pytriton.launch import MODEL_LOAD_TIMEOUT_S, load_watching_signals, refuse_foreign_model
@@ -53,8 +52,8 @@ def check_can_add(
     """Refuse another version of a bound name before the server runs; with `control` (`Triton`'s),
     a new name that the running server serves for another process.
 
-    A name's versions load one after the other (each version's instances start while the slot
-    points at it), so a second version waits until the server runs and loads the first.
+    A name's versions load one after the other (a joining version loads beside the versions that
+    serve), so a second version waits until the server runs and loads the first.
 
     Raises:
         PyTritonInvalidOperationError: saying which, and what to do instead.
@@ -100,13 +99,12 @@ def load_bound(
 def prepare_load(bindings: ModelBindings, model_name: str, version: int, repository: pathlib.Path) -> List[int]:
     """Ready the folder for loading `version` of `model_name` (bound by `ModelBindings.start`).
 
-    A version that joins others gets the config.pbtxt that serves them all, and the slot. Returns
+    A version that joins others gets the config.pbtxt that serves them all. Returns
     the other bound versions (empty for a name's first version, whose folder is ready as written).
     """
     others = [v for v in bindings.models.versions(model_name) if v != version]
     if others:
         bindings.write_config(model_name, repository)
-        point_slot(bindings.models.get(model_name, version))
     return others
 
 
@@ -134,7 +132,6 @@ def undo_load(
         bindings.discard(model_name, repository)
         control.forget_failed_model(model_name, MODEL_LOAD_TIMEOUT_S, bindings.backend)
         return
-    point_slot(bindings.models.get(model_name, max(others)))
     bindings.write_config(model_name, repository, others)
     try:  # before the handlers stop: a version Triton did load is dropped first
         (reload or _from_repository(control, model_name))()
@@ -200,12 +197,10 @@ def unbind(
     gone = [models.get(model_name, v) for v in leaving]
     if control is not None:
         if staying:
-            point_slot(models.get(model_name, max(staying)))
             bindings.write_config(model_name, repository, staying)
             try:
                 (reload or _from_repository(control, model_name))()
             except BaseException:
-                point_slot(models.get(model_name, max(versions)))
                 bindings.write_config(model_name, repository)
                 raise
         else:

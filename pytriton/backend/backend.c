@@ -53,6 +53,33 @@ static int holds(const pyt_model* model, const pyt_json* config) {
          json_number(pyt_json_get(dynamic, "max_queue_delay_microseconds")) == 0;
 }
 
+/* `pattern` with each "{version}" replaced by `version` (malloc'd; NULL when out of memory).
+ * Every version of a name shares one configuration, so it names each instance's data socket
+ * with the version left open: an instance connects to the workers of the version it serves,
+ * also when it reconnects while another version of the name is bound. */
+static char* with_version(const char* pattern, uint64_t version) {
+  static const char token[] = "{version}";
+  char number[24];
+  int digits = snprintf(number, sizeof(number), "%llu", (unsigned long long)version);
+  size_t count = 0;
+  for (const char* at = strstr(pattern, token); at != NULL; at = strstr(at + sizeof(token) - 1, token)) count++;
+  char* out = malloc(strlen(pattern) + count * (size_t)digits + 1);
+  if (out == NULL) return NULL;
+  char* end = out;
+  for (const char* at = pattern;;) {
+    const char* next = strstr(at, token);
+    size_t plain = next != NULL ? (size_t)(next - at) : strlen(at);
+    memcpy(end, at, plain);
+    end += plain;
+    if (next == NULL) break;
+    memcpy(end, number, (size_t)digits);
+    end += digits;
+    at = next + sizeof(token) - 1;
+  }
+  *end = '\0';
+  return out;
+}
+
 static TRITONSERVER_Error* read_config(pyt_model* model, TRITONBACKEND_Model* triton, char* gate_path,
                                        size_t gate_size) {
   TRITONSERVER_Message* message;
@@ -131,7 +158,7 @@ static TRITONSERVER_Error* read_config(pyt_model* model, TRITONBACKEND_Model* tr
   model->data_sockets = calloc(sockets->count, sizeof(char*));
   for (size_t i = 0; model->data_sockets != NULL && i < sockets->count; i++) {
     const pyt_json* item = sockets->items[i];
-    model->data_sockets[i] = strdup(item->kind == PYT_JSON_STRING ? item->text : "");
+    model->data_sockets[i] = with_version(item->kind == PYT_JSON_STRING ? item->text : "", model->version);
     if (model->data_sockets[i] != NULL) model->socket_count++;
   }
   int complete = model->data_sockets != NULL && model->socket_count == sockets->count;

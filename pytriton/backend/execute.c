@@ -44,6 +44,17 @@ static void answer_error(live_batch* b, uint32_t slot, TRITONSERVER_Error_Code c
   pyt_send_error(b->live[slot], NULL, code, text);
 }
 
+/* Send the laid-out batch to the worker; 0, or -1 with errno (a full socket is waited out while
+ * the worker lives). */
+static int send_batch(pyt_instance* instance) {
+  for (;;) {
+    pthread_mutex_lock(&instance->send_lock);
+    int sent = pyt_send_batch(instance->fd, &instance->out);
+    pthread_mutex_unlock(&instance->send_lock);
+    if (sent == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || !pyt_pid_alive(instance->worker_pid)) return sent;
+  }
+}
+
 static void fail_live(live_batch* b, TRITONSERVER_Error_Code code, const char* text) {
   for (uint32_t slot = 0; slot < b->count; slot++) answer_error(b, slot, code, text);
 }
@@ -224,12 +235,17 @@ void pyt_execute(pyt_instance* instance, TRITONBACKEND_Request** requests, uint3
   }
   rows = pyt_batch_rows(model, &instance->out, b.count);
   compute_start = pyt_now_ns(); /* Triton's "compute input" ends: the inputs are laid out */
-  int sent;
-  for (;;) {
-    pthread_mutex_lock(&instance->send_lock);
-    sent = pyt_send_batch(instance->fd, &instance->out);
-    pthread_mutex_unlock(&instance->send_lock);
-    if (sent == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || !pyt_pid_alive(instance->worker_pid)) break;
+  int sent = send_batch(instance);
+  if (sent != 0 && (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN)) {
+    /* The connection had ended before this batch went out: a process instance's worker died
+     * while the instance was idle. The batch reached no worker, so it goes to the fresh worker
+     * that takes its place, once; a worker that dies holding it fails it below. */
+    if (pyt_instance_connect(instance, PYT_RECONNECT_S, why, sizeof(why)) != 0) {
+      snprintf(text, sizeof(text), "Model '%s': its worker ended, and %s", model->name, why);
+      fail_live(&b, TRITONSERVER_ERROR_UNAVAILABLE, text);
+      goto done;
+    }
+    sent = send_batch(instance);
   }
   pyt_message message;
   pyt_mv* result = NULL;

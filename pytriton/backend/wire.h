@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#define PYT_PROTOCOL_VERSION 9
+#define PYT_PROTOCOL_VERSION 10
 #define PYT_MAGIC 0x70797432u
 #define PYT_PREFIX_BYTES 12
 #define PYT_DATAGRAM_BYTES (128 * 1024)

@@ -41,7 +41,7 @@ import hashlib
 import marshal
 import os
 import time
-from typing import Any, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 # Two names the clients read as well: defined where the client-only distribution has them, and
 # named here too, so that the proxy and the worker keep one vocabulary (`PARAM_RELAYED`: the proxy
@@ -49,14 +49,14 @@ from typing import Any, NamedTuple, Optional, Sequence, Tuple, Union
 from pytriton.client_contract import DEADLINE_PARAMETER as DEADLINE_PARAMETER
 from pytriton.client_contract import PARAM_RELAYED as PARAM_RELAYED
 
-PROTOCOL_VERSION = 9
+PROTOCOL_VERSION = 10
 
 # Keys of the model configuration `parameters` that tell a proxy where its worker is. Every
 # version of a model name shares one configuration (Triton keeps one per name), so these name the
 # model, not a version: the proxy of version v finds its own worker with `version_endpoint` and
-# `model_shm_prefix`, and pytriton's backend goes through the name's slot (`slot_data_socket`).
+# `model_shm_prefix`, and pytriton's backend puts its version into `PARAM_DATA_SOCKETS`.
 PARAM_ENDPOINT = "pytriton.endpoint"
-"""The model name's slot endpoint (`slot_endpoint`)."""
+"""The model name's endpoint (`name_endpoint`)."""
 PARAM_SHM_PREFIX = "pytriton.shm_prefix"
 """The server's prefix of shared-memory segments; a version's own is `model_shm_prefix`."""
 PARAM_PROTOCOL = "pytriton.protocol"
@@ -64,8 +64,7 @@ PARAM_WORKER_PID = "pytriton.worker_pid"
 PARAM_HANDSHAKE_TIMEOUT_S = "pytriton.handshake_timeout_s"
 PARAM_DATA_SOCKETS = "pytriton.data_sockets"
 """The data socket of each worker handler, in instance order, as a JSON list: where the backend
-connects. These are the name's slot (`slot_data_socket`): links to the sockets of the version the
-facade points them at (`pytriton.bound.point_slot`)."""
+connects, once it put the version it serves in place of `VERSION_TOKEN` (`data_socket_patterns`)."""
 PARAM_HANDLERS = "pytriton.handlers"
 """How many worker handlers (one per callable) serve the model."""
 PARAM_SPIN_US = "pytriton.spin_us"
@@ -392,29 +391,35 @@ def model_key(model_name: str, model_version: int) -> str:
 
 
 def name_key(model_name: str) -> str:
-    """A short, filesystem- and socket-safe key for a model name, whatever its version (its slot)."""
+    """A short, filesystem- and socket-safe key for a model name, whatever its version."""
     digest = hashlib.sha1(f"{model_name}\x00slot".encode()).hexdigest()[:10]
     return f"n{digest}"
 
 
-def slot_endpoint(sockets_dir: Union[str, os.PathLike[str]], model_name: str) -> str:
-    """The endpoint a model name's configuration names (`PARAM_ENDPOINT`), for all its versions."""
+def name_endpoint(sockets_dir: Union[str, os.PathLike[str]], model_name: str) -> str:
+    """The endpoint a model name's configuration names (`PARAM_ENDPOINT`), for all its versions:
+    each version's handlers are named after it (`version_endpoint`)."""
     return ipc_endpoint(os.path.join(os.fspath(sockets_dir), name_key(model_name)))
 
 
-def version_endpoint(slot: str, model_name: str, model_version: int) -> str:
-    """The ZeroMQ endpoint the handlers of `model_version` of `model_name` are named after, beside
-    the name's `slot` endpoint: what the facade binds and what that version's proxies greet."""
-    folder = os.path.dirname(ipc_socket_path(slot) or "")
-    return ipc_endpoint(os.path.join(folder, model_key(model_name, model_version)))
+VERSION_TOKEN = "{version}"
+"""Where a data socket path in `PARAM_DATA_SOCKETS` leaves the version open (`data_socket_patterns`)."""
 
 
-def slot_data_socket(sockets_dir: Union[str, os.PathLike[str]], model_name: str, instance: int) -> str:
-    """Where pytriton's backend connects for instance `instance` of any version of `model_name`:
-    a link to the data socket of the version the facade points the slot at. A worker process's
-    death note goes beside it too, where that backend looks (`death_note_path`)."""
-    slot = ipc_socket_path(instance_endpoint(slot_endpoint(sockets_dir, model_name), instance)) or ""
-    return data_socket_path(slot)
+def version_endpoint(name_endpoint: str, model_version: Union[int, str]) -> str:
+    """The ZeroMQ endpoint the handlers of version `model_version` of a name are named after,
+    beside the name's endpoint: what the facade binds and what that version's proxies greet.
+    The version goes into the name in digits, so that pytriton's backend, which knows the version
+    it serves, finds the same path from the configuration (`data_socket_patterns`)."""
+    return f"{name_endpoint}v{model_version}"
+
+
+def data_socket_patterns(name_endpoint: str, instances: int) -> List[str]:
+    """The data socket of each instance's handler, for `PARAM_DATA_SOCKETS`, with `VERSION_TOKEN`
+    where pytriton's backend puts the version it serves: every version of a name shares one
+    configuration, and an instance connects (or reconnects) to its own version's workers."""
+    pattern = version_endpoint(name_endpoint, VERSION_TOKEN)
+    return [data_socket_path(ipc_socket_path(instance_endpoint(pattern, index)) or "") for index in range(instances)]
 
 
 def model_shm_prefix(server_prefix: str, model_name: str, model_version: int) -> str:

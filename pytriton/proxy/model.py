@@ -177,7 +177,7 @@ class TritonPythonModel:
         version = int(args.get("model_version") or 1)
         shm_prefix = protocol.model_shm_prefix(params[protocol.PARAM_SHM_PREFIX], self._model_name, version)
         endpoint = protocol.instance_endpoint(
-            protocol.version_endpoint(params[protocol.PARAM_ENDPOINT], self._model_name, version), self._instance)
+            protocol.version_endpoint(params[protocol.PARAM_ENDPOINT], version), self._instance)
         socket_path = protocol.ipc_socket_path(endpoint)
         self._fault_trace = _record_fatal_signals(
             protocol.fault_trace_path(os.path.dirname(socket_path), os.getpid()) if socket_path else None

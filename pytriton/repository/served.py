@@ -50,7 +50,7 @@ def served_config_text(
         model_name, inputs, outputs, config: the declaration (names resolved).
         instance_count: one Triton instance per callable.
         coroutines: some callable is async: its batches overlap, answered from a relay.
-        endpoint: the model name's slot endpoint (`protocol.slot_endpoint`): the configuration
+        endpoint: the model name's endpoint (`protocol.name_endpoint`): the configuration
             serves every bound version of the name, and names none of them.
         shm_prefix: the server's prefix of shared-memory segments (`protocol.model_shm_prefix`).
         backend: the Triton backend that runs the model.
@@ -59,10 +59,7 @@ def served_config_text(
         warmups: the ``model_warmup`` entries of the model's `pytriton.repository.warmup.WarmupPlan`.
     """
     relayed = coroutines or config.decoupled
-    data_sockets = [
-        protocol.data_socket_path(protocol.ipc_socket_path(protocol.instance_endpoint(endpoint, index)) or "")
-        for index in range(instance_count)
-    ]
+    data_sockets = protocol.data_socket_patterns(endpoint, instance_count)
     extra = {key: value for key, value in parameters.items() if not (relayed and key == protocol.PARAM_STAMPS)}
     groups: List[Tuple[str, int]] = []
     names: List[str] = []

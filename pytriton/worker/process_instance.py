@@ -448,14 +448,11 @@ class ProcessInstance:
                 pass  # the workspace is gone: the server stops anyway
 
     def _note_sockets(self) -> List[str]:
-        """Beside which data sockets a death note goes: this instance's own, where a proxy looks,
-        and its model name's slot (`protocol.slot_data_socket`), through which pytriton's backend
-        connects and where it looks."""
+        """Beside which data sockets a death note goes: this instance's own, where a proxy looks
+        and where pytriton's backend, connected to the same path, looks."""
         if self._socket_path is None:
             return []
-        slot = protocol.slot_data_socket(os.path.dirname(self._socket_path), self._spec.context.model_name,
-                                         self._spec.instance)
-        return [protocol.data_socket_path(self._socket_path), slot]
+        return [protocol.data_socket_path(self._socket_path)]
 
     def remove_death_notes(self) -> None:
         """Remove the death notes this instance wrote (at stop)."""

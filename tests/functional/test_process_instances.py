@@ -88,7 +88,8 @@ def test_stop_leaves_no_worker_process_socket_file_or_segment():
         triton.run()
         workers = forked_children()
         assert len(workers) == 2
-        key = protocol.model_key("Big", 1)  # a child also inherits the sockets of other servers of this process
+        # a child also inherits the sockets of other servers of this process: only version 1 of Big's
+        key = f"{protocol.name_key('Big')}v1-"
         sockets = {c.laddr for pid in workers for c in psutil.Process(pid).net_connections(kind="unix")
                    if c.laddr and key in c.laddr}
         # each worker listens on a control socket (ZeroMQ), a data socket beside it and the metrics
@@ -213,6 +214,8 @@ def served():
     try:
         triton.bind("Pids", [whoami, whoami], X_IN, PID_OUT, config=PROCESS)
         triton.bind("Failing", failing, X_IN, PID_OUT, config=PROCESS)
+        triton.bind("Lone", lambda requests: [{"pid": np.array([os.getpid()], np.int64)} for _ in requests],
+                    X_IN, PID_OUT, config=PROCESS)
         triton.bind("AsyncDouble", async_double, X_IN, [Tensor(name="y", dtype=np.float32, shape=(-1,)), *PID_OUT],
                     config=PROCESS)
         triton.bind("Countdown", countdown, [Tensor(name="n", dtype=np.int32, shape=(1,))],
@@ -231,6 +234,41 @@ def test_two_instances_answer_from_two_worker_processes(served):
     assert len(pids) == 2, f"expected two worker processes to answer, got pids {pids}"
     assert os.getpid() not in pids
     assert pids <= set(forked_children()), f"answering pids {pids} are not children forked from this process"
+
+
+@pytest.mark.parametrize("model", ["Lone", "Countdown"])
+def test_a_worker_process_killed_while_idle_costs_no_request(served, model):
+    """Nothing was in flight when the worker died: the next request goes to the fresh worker (the
+    backend learns of the death only when it sends, and the batch it could not send reached
+    nobody), on the plain path and the streaming one."""
+
+    def ask() -> int:
+        if model == "Countdown":
+            with DecoupledModelClient(grpc_url(served), model) as client:
+                return len(list(client.infer_sample(n=np.array([2], np.int32))))
+        with ModelClient(http_url(served), model) as client:
+            return int(client.infer_sample(x=np.ones(1, np.float32))["pid"][0])
+
+    first = ask()
+    before = set(forked_children())
+    victims = [first] if model == "Lone" else [pid for pid in before if _serves(pid, model)]
+    assert len(victims) == 1 and victims[0] in before, (model, victims, before)
+    os.kill(victims[0], signal.SIGKILL)
+    assert wait_until(lambda: victims[0] not in forked_children() and len(forked_children()) == len(before), 10)
+    answers = [ask() for _ in range(3)]  # each one would fail if the first after the death were lost
+    if model == "Lone":
+        assert len(set(answers)) == 1 and answers[0] not in before, answers
+    else:
+        assert answers == [2, 2, 2]
+
+
+def _serves(pid: int, model: str) -> bool:
+    """Whether worker process `pid` serves `model` (its sockets are under the model's name key)."""
+    key = protocol.name_key(model)
+    try:
+        return any(key in (c.laddr or "") for c in psutil.Process(pid).net_connections(kind="unix"))
+    except psutil.Error:
+        return False
 
 
 def test_an_exception_of_the_callable_reaches_the_client_with_the_model_name(served):

@@ -14,7 +14,9 @@ The figures of each swap (requests served while it ran, how long each step took)
 from __future__ import annotations
 
 import asyncio
+import os
 import pathlib
+import signal
 import threading
 import time
 from typing import Callable, List, Optional
@@ -47,6 +49,11 @@ TENSORS = {
     "config": ModelConfig(max_batch_size=8),
 }
 X = np.zeros(1, np.float32)
+
+
+def socket_prefix(model: str, version: int) -> str:
+    """How the socket files of `version` of `model` begin (`protocol.version_endpoint`)."""
+    return f"{protocol.name_key(model)}v{version}-"
 
 
 def answer_with(version: int) -> Callable:
@@ -149,8 +156,8 @@ def swap_under_load(triton, urls, model: str, workspace: pathlib.Path, config: M
           f"unbind of version 1: {ended - unbinding:.2f} s")
     assert not serves(urls[0][2], model, 1)
     assert sorted(p.name for p in (workspace / "models" / model).iterdir()) == ["2", "config.pbtxt"]
+    assert [p.name for p in (workspace / "sockets").iterdir() if p.name.startswith(socket_prefix(model, 1))] == []
     old = protocol.model_key(model, 1)
-    assert [p.name for p in (workspace / "sockets").iterdir() if p.name.startswith(old)] == []
     assert [name for name in shm_entries("") if f"-{old}-" in name] == []
     return len(stubs)
 
@@ -174,8 +181,7 @@ def test_swap_under_load_from_every_client(served):
     swap_under_load(triton, urls, "Swapped", workspace)
     triton.unbind("Swapped")
     assert not (workspace / "models" / "Swapped").exists()
-    assert [p.name for p in (workspace / "sockets").iterdir() if p.name.startswith(protocol.model_key("Swapped", 2))
-            or p.name.startswith(protocol.name_key("Swapped"))] == []
+    assert [p.name for p in (workspace / "sockets").iterdir() if p.name.startswith(protocol.name_key("Swapped"))] == []
 
 
 def test_swap_of_process_instances_ends_the_old_processes(served):
@@ -196,6 +202,32 @@ def test_swap_of_process_instances_ends_the_old_processes(served):
     triton.unbind("Forked")
     assert wait_until(lambda: not (set(forked_children()) & second), 10), "version 2's worker processes live on"
     assert [name for name in shm_entries("") if protocol.model_key("Forked", 2) in name] == []
+
+
+def test_an_old_version_s_healed_worker_process_serves_the_old_version(served):
+    """A worker process of version 1 dies while version 2 is bound beside it: the fresh process
+    that takes its place serves version 1's callable, and Triton's instance of version 1
+    reconnects to it, not to version 2's workers (the version is part of the socket paths)."""
+    triton, config, workspace = served
+    before = set(forked_children())
+    for version in (1, 2):
+        triton.bind("Healed", [answer_with(version)] * 2, model_version=version, inputs=TENSORS["inputs"],
+                    outputs=TENSORS["outputs"], config=ModelConfig(max_batch_size=8, process_instances=True))
+        if version == 1:
+            first = set(forked_children()) - before
+    assert len(first) == 2
+    victim = min(first)
+    os.kill(victim, signal.SIGKILL)
+    assert wait_until(lambda: len(set(forked_children()) - before - {victim}) == 4, 30), "no fresh worker process"
+    answers = {1: [], 2: []}
+    deadline = time.monotonic() + 30
+    for version in (1, 2):
+        with ModelClient(http_url(config), "Healed", model_version=str(version), init_timeout_s=60) as client:
+            while len(answers[version]) < 40 and time.monotonic() < deadline:
+                answers[version].append(int(client.infer_sample(x=X)["y"][0]))
+    # Both instances of each version answered (40 requests one after the other reach both).
+    assert answers == {1: [1] * 40, 2: [2] * 40}
+    triton.unbind("Healed")
 
 
 def test_swap_of_a_streaming_model(served):
@@ -355,8 +387,9 @@ def test_a_version_that_fails_its_warm_up_is_refused_while_the_served_one_serves
         # nothing of version 2 on disk, version 1 serves on.
         assert http_status(f"{http_url(config)}/v2/health/ready") == 200
         assert sorted(p.name for p in (workspace / "models" / "Fragile").iterdir()) == ["1", "config.pbtxt"]
-        assert [p.name for p in (workspace / "sockets").iterdir()
-                if p.name.startswith(protocol.model_key("Fragile", 2))] == []
+        names = [p.name for p in (workspace / "sockets").iterdir()]
+        assert any(name.startswith(socket_prefix("Fragile", 1)) for name in names), names  # the check can see
+        assert [name for name in names if name.startswith(socket_prefix("Fragile", 2))] == []
         with ModelClient(http_url(config), "Fragile") as client:
             assert client.infer_sample(x=X)["y"][0] == 1
         triton.bind("Fragile", answer_with(3), model_version=3, **warmed)  # warmed up here, then by Triton

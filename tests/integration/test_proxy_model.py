@@ -71,15 +71,15 @@ def serve(tmp_path, monkeypatch):
 
     def start(func, config, asynchronous=False):
         context = TritonContext("Proxied", 1, X, Y, config)
-        slot = protocol.slot_endpoint(tmp_path, "Proxied")  # what the configuration names, as `bind` writes it
-        endpoint = protocol.version_endpoint(slot, "Proxied", 1)  # the proxy of version 1 finds its handlers here
+        name_endpoint = protocol.name_endpoint(tmp_path, "Proxied")  # what the configuration names, as `bind` writes it
+        endpoint = protocol.version_endpoint(name_endpoint, 1)  # the proxy of version 1 finds its handlers here
         shm_prefix = f"pytriton-{os.getpid()}-proxy{secrets.token_hex(3)}"
         spec = InstanceSpec(context=context, infer_func=func, endpoint=protocol.instance_endpoint(endpoint, 0),
                             instance=0, shm_prefix=protocol.model_shm_prefix(shm_prefix, "Proxied", 1),
                             asynchronous=asynchronous, pipelined=not (asynchronous or config.decoupled))
         handler = InstanceHandler(spec, zmq_context=zmq_context, on_unrecoverable=lambda name: None)
         handler.start()
-        text = served_config_text("Proxied", X, Y, config, 1, coroutines=asynchronous, endpoint=slot,
+        text = served_config_text("Proxied", X, Y, config, 1, coroutines=asynchronous, endpoint=name_endpoint,
                                   shm_prefix=shm_prefix, backend="python", parameters={protocol.PARAM_METRICS: "0"})
         model_config = json_format.MessageToDict(parse_pbtxt(text), preserving_proto_field_name=True)
         model = proxy_model.TritonPythonModel()

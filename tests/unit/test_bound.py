@@ -1,11 +1,14 @@
-"""The bound models by name and version, and the slot links (`pytriton.bound`): no process, only files."""
+"""The bound models by name and version (`pytriton.bound`), and the names of a version's sockets:
+no process."""
 
 import os
 
 import numpy as np
 import pytest
 
-from pytriton.bound import BoundModel, BoundModels, ModelDeclaration, point_slot, remove_slot
+from pytriton.binding import check_socket_paths
+from pytriton.bound import BoundModel, BoundModels, ModelDeclaration
+from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.ipc import protocol
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.worker.context import TritonContext
@@ -15,8 +18,8 @@ def _model(name, version, sockets, instances=2):
     context = TritonContext(name, version, (Tensor(name="x", shape=(1,), dtype=np.float32),),
                             (Tensor(name="y", shape=(1,), dtype=np.float32),), ModelConfig())
     declaration = ModelDeclaration(context, [print] * instances, False, [False] * instances)
-    slot = protocol.slot_endpoint(sockets, name)
-    return BoundModel(declaration, [], "", protocol.version_endpoint(slot, name, version), "", slot)
+    name_endpoint = protocol.name_endpoint(sockets, name)
+    return BoundModel(declaration, [], "", protocol.version_endpoint(name_endpoint, version), "", name_endpoint)
 
 
 def test_versions_are_kept_by_name_and_the_highest_answers_for_the_name(tmp_path):
@@ -36,26 +39,26 @@ def test_versions_are_kept_by_name_and_the_highest_answers_for_the_name(tmp_path
         models.get("A")
 
 
-def test_names_of_a_version_and_of_its_slot_follow_one_contract(tmp_path):
-    slot = protocol.slot_endpoint(tmp_path, "Model")
-    assert slot == protocol.slot_endpoint(str(tmp_path), "Model")
-    version_path = tmp_path / protocol.model_key("Model", 2)
-    assert protocol.version_endpoint(slot, "Model", 2) == protocol.ipc_endpoint(version_path)
-    assert protocol.slot_data_socket(tmp_path, "Model", 1) == protocol.data_socket_path(
-        protocol.ipc_socket_path(protocol.instance_endpoint(slot, 1)))
-    assert protocol.name_key("Model") != protocol.model_key("Model", 1)
+def test_the_configuration_names_each_version_s_sockets_with_the_version_left_open(tmp_path):
+    name_endpoint = protocol.name_endpoint(tmp_path, "Model")
+    assert name_endpoint == protocol.name_endpoint(str(tmp_path), "Model")
+    one, two = _model("Model", 1, tmp_path), _model("Model", 2, tmp_path)
+    patterns = protocol.data_socket_patterns(name_endpoint, 2)
+    # What pytriton's backend connects to once it put its version in (backend.c, with_version)
+    # is where that version's handlers listen: each version reaches its own workers.
+    for model in (one, two):
+        own = [protocol.data_socket_path(protocol.ipc_socket_path(protocol.instance_endpoint(model.endpoint, i)) or "")
+               for i in range(2)]
+        assert [p.replace(protocol.VERSION_TOKEN, str(model.version)) for p in patterns] == own
+        assert all(path.startswith(str(tmp_path) + os.sep) for path in own)
+    assert one.endpoint != two.endpoint
     assert protocol.model_shm_prefix("srv", "Model", 2) == f"srv-{protocol.model_key('Model', 2)}"
 
 
-def test_the_slot_leads_to_the_version_it_is_pointed_at_and_goes(tmp_path):
-    one, two = _model("Model", 1, tmp_path), _model("Model", 2, tmp_path)
-    point_slot(one)
-    links = [protocol.slot_data_socket(tmp_path, "Model", index) for index in range(2)]
-    target = [os.path.basename(protocol.data_socket_path(protocol.ipc_socket_path(
-        protocol.instance_endpoint(one.endpoint, index)))) for index in range(2)]
-    assert [os.readlink(link) for link in links] == target
-    point_slot(two)
-    assert all(protocol.model_key("Model", 2) in os.readlink(link) for link in links)
-    assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(link) for link in links)  # no staged link left
-    remove_slot(two)
-    assert os.listdir(tmp_path) == []
+def test_a_version_whose_socket_paths_do_not_fit_is_refused_with_its_name(tmp_path):
+    folder = tmp_path / ("s" * (80 - len(str(tmp_path)) - 1))  # the longest sockets folder a workspace takes
+    endpoint = protocol.version_endpoint(protocol.name_endpoint(folder, "Model"), 1234567)
+    check_socket_paths("Model", 1234567, endpoint, 9)  # seven digits and instance 8 fit
+    endpoint = protocol.version_endpoint(protocol.name_endpoint(folder, "Model"), 2 ** 40)
+    with pytest.raises(PyTritonBadParameterError, match=r"model 'Model' version 1099511627776: .* over the 107"):
+        check_socket_paths("Model", 2 ** 40, endpoint, 2)
