@@ -55,8 +55,6 @@ logger = logging.getLogger("pytriton.triton")
 _ZMQ_TERM_S = 2.0
 """How long `ModelBindings.stop_handlers` waits for the handlers' ZeroMQ context to end."""
 
-
-
 _SOCKET_PATH_MAX = 107
 """The longest Unix socket path Linux takes (``sun_path`` holds 108 bytes with the NUL)."""
 
@@ -70,9 +68,7 @@ def check_socket_paths(model_name: str, model_version: int, endpoint: str, insta
     Raises:
         PyTritonBadParameterError: naming the model, the version and the longest path.
     """
-    longest = protocol.metrics_socket_path(
-        protocol.data_socket_path(protocol.ipc_socket_path(protocol.instance_endpoint(endpoint, instances - 1)) or "")
-    )
+    longest = protocol.metrics_socket_path(protocol.instance_data_socket(endpoint, instances - 1))
     if len(longest) > _SOCKET_PATH_MAX:
         raise PyTritonBadParameterError(
             f"model '{model_name}' version {model_version}: its worker socket path {longest!r} is "

@@ -419,7 +419,12 @@ def data_socket_patterns(name_endpoint: str, instances: int) -> List[str]:
     where pytriton's backend puts the version it serves: every version of a name shares one
     configuration, and an instance connects (or reconnects) to its own version's workers."""
     pattern = version_endpoint(name_endpoint, VERSION_TOKEN)
-    return [data_socket_path(ipc_socket_path(instance_endpoint(pattern, index)) or "") for index in range(instances)]
+    return [instance_data_socket(pattern, index) for index in range(instances)]
+
+
+def instance_data_socket(version_endpoint: str, instance: int) -> str:
+    """The data socket of the handler of instance `instance` of the version at `version_endpoint`."""
+    return data_socket_path(ipc_socket_path(instance_endpoint(version_endpoint, instance)) or "")
 
 
 def model_shm_prefix(server_prefix: str, model_name: str, model_version: int) -> str:

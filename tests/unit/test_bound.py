@@ -47,8 +47,7 @@ def test_the_configuration_names_each_version_s_sockets_with_the_version_left_op
     # What pytriton's backend connects to once it put its version in (backend.c, with_version)
     # is where that version's handlers listen: each version reaches its own workers.
     for model in (one, two):
-        own = [protocol.data_socket_path(protocol.ipc_socket_path(protocol.instance_endpoint(model.endpoint, i)) or "")
-               for i in range(2)]
+        own = [protocol.instance_data_socket(model.endpoint, i) for i in range(2)]
         assert [p.replace(protocol.VERSION_TOKEN, str(model.version)) for p in patterns] == own
         assert all(path.startswith(str(tmp_path) + os.sep) for path in own)
     assert one.endpoint != two.endpoint
