@@ -358,19 +358,13 @@ class TritonPythonModel:
         at the next liveness check. Every `_CANCEL_CHECK_S` of the wait, requests their clients
         cancelled are told to the worker (``request.is_cancelled()`` of a running callable).
         """
-        channel = self._link.channel
-        assert channel is not None
         count = len(requests)
         cancelled: Set[int] = set()
         sent = time.perf_counter()
         try:
-            while True:
-                try:
-                    channel.send(header, payload)
-                    break
-                except BlockingIOError:  # its queue stayed full for a while
-                    if not self._link.worker_alive():
-                        return None, None
+            channel = self._send(header, payload)
+            if channel is None:
+                return None, None
             next_liveness = time.monotonic() + _LIVENESS_CHECK_S
             while True:
                 received = self._answer_wait.receive(channel, count, sent)
@@ -392,6 +386,36 @@ class TritonPythonModel:
                 # otherwise: a late answer to an abandoned batch
         except ChannelClosed:
             return None, None
+
+    def _send(self, header: bytes, payload: Sequence[Any]) -> Optional[Any]:
+        """Send the batch; the channel it went on, or None when the worker is gone.
+
+        A connection that had ended before the batch went out (a worker process that died while
+        this instance was idle) means the batch reached nobody: it goes to the fresh worker that
+        takes its place, once. A worker that dies holding it fails it (`_round_trip`).
+
+        Raises:
+            ChannelClosed: the fresh worker's connection ended too.
+        """
+        channel = self._link.channel
+        assert channel is not None
+        retried = False
+        while True:
+            try:
+                channel.send(header, payload)
+                return channel
+            except BlockingIOError:  # its queue stayed full for a while
+                if not self._link.worker_alive():
+                    return None
+            except ChannelClosed:
+                if retried:
+                    raise
+                retried = True
+                self._link.drop()
+                if self._reconnect() is not None:
+                    return None
+                channel = self._link.channel
+                assert channel is not None
 
     def _tell_cancelled(self, channel: Any, requests: List[Any], cancelled: Set[int]) -> None:
         """Send the worker the positions of the batch's requests cancelled since the last look."""

@@ -13,11 +13,13 @@ import asyncio
 import concurrent.futures
 import json
 import os
+import signal
 import threading
 import time
 import urllib.request
 
 import numpy as np
+import psutil
 import pytest
 from support import grpc_url, http_url, server_config, stub_processes, wait_until
 
@@ -124,6 +126,8 @@ def server():
     triton.bind("Picky", picky, X, Y, config=ModelConfig(max_batch_size=8, isolate_failures=True))
     triton.bind("Forked", pid, X, [Tensor(name="pid", dtype=np.int64, shape=(1,))],
                 config=ModelConfig(max_batch_size=8, process_instances=True, devices=[0, 1]))
+    triton.bind("Lone", pid, X, [Tensor(name="pid", dtype=np.int64, shape=(1,))],
+                config=ModelConfig(max_batch_size=8, process_instances=True))
     zeros = WarmupInput(dtype=np.float32, shape=(3,), zero_data=True)
     warmup = ModelWarmup(name="w", batch_size=2, inputs={"x": zeros})
     triton.bind("Warmed", warmed, X, Y, config=ModelConfig(max_batch_size=8, model_warmup=[warmup]))
@@ -219,6 +223,19 @@ def test_a_failing_request_fails_alone(server):
 def test_a_process_instance_answers_from_its_own_process(server):
     with ModelClient(http_url(server), "Forked") as client:
         assert int(client.infer_sample(x=np.ones(1, np.float32))["pid"][0]) != os.getpid()
+
+
+def test_a_worker_process_killed_while_idle_costs_no_request(server):
+    """The stub finds the dead worker's connection closed when it sends the next batch, which
+    reached nobody: it goes to the fresh worker process, as on pytriton's backend."""
+    with ModelClient(http_url(server), "Lone") as client:
+        victim = int(client.infer_sample(x=np.ones(1, np.float32))["pid"][0])
+        os.kill(victim, signal.SIGKILL)
+        # Reaped, so every thread of it ended: until then its sockets stay open (its main thread
+        # shows as a zombie first), and a batch sent meanwhile is lost with it, as one in flight.
+        assert wait_until(lambda: not psutil.pid_exists(victim), 10)
+        answers = {int(client.infer_sample(x=np.ones(1, np.float32))["pid"][0]) for _ in range(3)}
+    assert len(answers) == 1 and victim not in answers, answers
 
 
 def test_instances_grouped_by_device_each_relay_to_their_own_process(server):
