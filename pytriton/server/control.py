@@ -230,7 +230,7 @@ class ServerControl:
         if reason:
             raise PyTritonServerError(f"the server refused the trace settings of model '{name}': {reason}")
 
-    def forget_failed_model(self, name: str, timeout_s: float, backend: str = "python") -> None:
+    def forget_failed_model(self, name: str, timeout_s: float, backend: str) -> None:
         """Clear the record a failed load of `name` leaves, which keeps a strict server unready.
 
         Triton 2.51 keeps reporting not ready after a model failed to load, even once it is

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 import warnings
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 from pytriton import children
 from pytriton.exceptions import PyTritonModelConfigError
@@ -438,25 +438,26 @@ class ProcessInstance:
         note = (f"the worker process of instance {self._spec.instance} (pid {child.pid}) "
                 f"{describe_wait_status(child.status)}{stopping} while serving this request"
                 f"{'' if stopping else '; a fresh worker process takes its place'}")
-        for data_socket in self._note_sockets():
-            path = protocol.death_note_path(data_socket, child.pid)
-            try:
-                with open(path + ".tmp", "w", encoding="utf-8") as handle:
-                    handle.write(note)
-                os.replace(path + ".tmp", path)
-            except OSError:
-                pass  # the workspace is gone: the server stops anyway
+        data_socket = self._data_socket()
+        if data_socket is None:
+            return
+        path = protocol.death_note_path(data_socket, child.pid)
+        try:
+            with open(path + ".tmp", "w", encoding="utf-8") as handle:
+                handle.write(note)
+            os.replace(path + ".tmp", path)
+        except OSError:
+            pass  # the workspace is gone: the server stops anyway
 
-    def _note_sockets(self) -> List[str]:
-        """Beside which data sockets a death note goes: this instance's own, where a proxy looks
-        and where pytriton's backend, connected to the same path, looks."""
-        if self._socket_path is None:
-            return []
-        return [protocol.data_socket_path(self._socket_path)]
+    def _data_socket(self) -> Optional[str]:
+        """This instance's data socket, beside which its death notes go: where a proxy and
+        pytriton's backend, both connected to it, look for them."""
+        return protocol.data_socket_path(self._socket_path) if self._socket_path is not None else None
 
     def remove_death_notes(self) -> None:
         """Remove the death notes this instance wrote (at stop)."""
-        for data_socket in self._note_sockets():
+        data_socket = self._data_socket()
+        if data_socket is not None:
             for old in glob.glob(glob.escape(protocol.death_note_path(data_socket, 0))[:-1] + "*"):
                 _unlink(old)
 

@@ -16,12 +16,10 @@ import pathlib
 import shutil
 import subprocess
 import textwrap
-import time
-import urllib.request
 
 import numpy as np
 import pytest
-from support import free_ports, served_backend
+from support import free_ports, http_status, served_backend, wait_until
 
 from pytriton.client import ModelClient
 
@@ -117,7 +115,8 @@ def test_a_python_313_process_serves_through_pytritons_backend(tmp_path):
                 np.testing.assert_array_equal(result["y"], [15.0, -20.0])
                 assert int(result["version"][0]) == 13
                 assert client.model_config.backend == "pytriton"
-        assert _ready_within(f"http://127.0.0.1:{http}/v2/health/ready", 30.0), log.read_text()
+        ready = f"http://127.0.0.1:{http}/v2/health/ready"
+        assert wait_until(lambda: http_status(ready) == 200, 30.0, 0.2), log.read_text()
     finally:
         process.terminate()
         code = process.wait(60)
@@ -126,16 +125,3 @@ def test_a_python_313_process_serves_through_pytritons_backend(tmp_path):
     assert "proxy refused:" in text and "NumPy" in text, text  # the stub cannot run on 3.13: said, not served
     assert "broken refused: PyTritonServerError" in text, text
 
-
-def _ready_within(url: str, timeout_s: float) -> bool:
-    """Whether `url` (a readiness endpoint) answers 200 within `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=5) as answer:
-                if answer.status == 200:
-                    return True
-        except OSError:  # 400 (not ready) included: urllib raises HTTPError, an OSError
-            pass
-        time.sleep(0.2)
-    return False
