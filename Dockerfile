@@ -36,8 +36,9 @@ ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm@sha256:86adf8dbadc3d6e82ee5dd2c74b
 # ---- stage 1: the wheel ---------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS wheel
 WORKDIR /src
-# Build isolation is off, so this pinned setuptools is the one that builds the wheel.
-RUN python -m pip install --no-cache-dir --root-user-action=ignore setuptools==84.2.1
+# Build isolation is off, so the lock's setuptools (constraints.txt) is the one that builds the wheel.
+COPY constraints.txt ./
+RUN python -m pip install --no-cache-dir --root-user-action=ignore --constraint constraints.txt setuptools
 COPY pyproject.toml LICENSE NOTICE ./
 COPY build_backend/ build_backend/
 COPY pytriton/ pytriton/
@@ -50,7 +51,7 @@ COPY pytriton-client/ pytriton-client/
 RUN --mount=type=cache,target=/root/.cache/pytriton \
     python -m pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . ./pytriton-client
 
-# ---- stage 2: the server image: the wheel, its pinned dependencies, tini; no build tools ----
+# ---- stage 2: the server image: the wheel, its locked dependencies, tini; no build tools ----
 FROM ${PYTHON_IMAGE}
 ARG SERVE_SCRIPT=examples/serve.py
 ENV PYTHONUNBUFFERED=1 \
@@ -77,7 +78,7 @@ RUN apt-get update \
 # API (docs/openai.md), which OPENAI_PORT below turns on. `set --` expands the wheel's file name, so that the
 # extra can follow it ("<file>.whl[telemetry]"; a glob would take the brackets as a pattern).
 RUN --mount=type=bind,from=wheel,source=/wheels,target=/wheels \
-    --mount=type=bind,source=docker/constraints.txt,target=/tmp/constraints.txt \
+    --mount=type=bind,source=constraints.txt,target=/tmp/constraints.txt \
     set -- /wheels/pytriton-*.whl \
  && python -m pip install --no-cache-dir --root-user-action=ignore \
         --constraint /tmp/constraints.txt /wheels/pytriton_client-*.whl "${1}[telemetry,openai]"

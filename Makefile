@@ -8,22 +8,36 @@ TORCH_SPEC ?= torch==2.13.0
 
 # Reinstall when the install inputs change, or when the fetched server tree is gone (unless the
 # user brings their own server, see build_backend/pytriton_build.py).
-INSTALL_INPUTS := pyproject.toml $(wildcard build_backend/*.py) $(wildcard pytriton/backend/*.c pytriton/backend/*.h)
+INSTALL_INPUTS := pyproject.toml constraints.txt $(wildcard build_backend/*.py) $(wildcard pytriton/backend/*.c pytriton/backend/*.h)
 ifeq ($(filter 1 true yes on,$(PYTRITON_SKIP_SERVER_FETCH)),)
 INSTALL_INPUTS += $(SERVER_TREE)/VERSION
 endif
 
-.PHONY: install generate check-generated test demo lint clean docs
+.PHONY: install lock generate check-generated test demo lint clean docs
 
 install: $(STAMP)
 
+# Every version comes from the lock, constraints.txt (build_backend/lock.py), the build's
+# setuptools included; on an interpreter the lock is not for, lock.py says so and pyproject's
+# ranges apply. torch runs the page examples: the CPU build this machine kind keeps on disk.
 $(STAMP): $(INSTALL_INPUTS)
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install --upgrade pip
-	$(VPY) -m pip install -e '.[test]'
-	# torch runs the page examples; pinned to the CPU build this machine kind keeps on disk.
-	$(VPY) -m pip install '$(TORCH_SPEC)'
+	@if $(VPY) build_backend/lock.py applies; then \
+	  set -x; \
+	  $(VPY) -m pip install --constraint constraints.txt --upgrade pip && \
+	  $(VPY) -m pip install --constraint constraints.txt --build-constraint constraints.txt \
+	    -e '.[test]' '$(TORCH_SPEC)'; \
+	else \
+	  set -x; \
+	  $(VPY) -m pip install --upgrade pip && $(VPY) -m pip install -e '.[test]' '$(TORCH_SPEC)'; \
+	fi
 	@touch $@
+
+# Moves the lock to the newest releases pyproject.toml admits (in a scratch environment), then
+# reinstalls .venv from it: run `make test` before committing the new constraints.txt.
+lock:
+	$(PYTHON) build_backend/lock.py write --torch '$(TORCH_SPEC)'
+	$(MAKE) install
 
 # No recipe: a missing server tree counts as changed, so the stamp above is remade and the
 # editable install fetches the tree again.

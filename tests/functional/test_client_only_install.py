@@ -90,7 +90,7 @@ def client_only() -> Iterator[Dict[str, Path]]:
         _run([sys.executable, "-m", "venv", "--without-pip", str(base / "venv")], timeout=120)
         python = base / "venv" / "bin" / "python"
         _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-input", "--no-compile",
-              "--progress-bar=off", str(wheel)], timeout=600)
+              "--progress-bar=off", "--constraint", str(ROOT / "constraints.txt"), str(wheel)], timeout=600)
         yield {"wheel": wheel, "python": python, "folder": base}
 
 

@@ -42,15 +42,18 @@ PYTHON313 = _python313()
 
 
 def _environment() -> pathlib.Path:
-    """A virtual environment of Python 3.13 with pytriton's dependencies (made once, then reused)."""
-    key = hashlib.sha256("\n".join((PYTHON313, *DEPENDENCIES)).encode()).hexdigest()[:12]
+    """A virtual environment of Python 3.13 with pytriton's dependencies (made once, then reused), at
+    the lock's versions (constraints.txt), so that a release upstream cannot change what it tests."""
+    lock = (REPO / "constraints.txt").read_text()
+    key = hashlib.sha256("\n".join((PYTHON313, *DEPENDENCIES, lock)).encode()).hexdigest()[:12]
     cache = pathlib.Path(os.environ.get("PYTRITON_CACHE_DIR") or os.path.expanduser("~/.cache/pytriton"))
     venv = cache / "test-venvs" / f"py313-{key}"
     python = venv / "bin" / "python"
     if not (venv / ".complete").is_file():
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([PYTHON313, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *DEPENDENCIES],
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        "--constraint", str(REPO / "constraints.txt"), *DEPENDENCIES],
                        check=True, timeout=600)
         (venv / ".complete").write_text("ok\n")
     return python

@@ -10,7 +10,6 @@ against none, and the image's program (examples/serve.py) serving, healthy and s
 from __future__ import annotations
 
 import fnmatch
-import importlib.metadata
 import json
 import os
 import pathlib
@@ -29,7 +28,6 @@ import yaml
 from dockerfile_parse import DockerfileParser
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import Version
 from support import free_ports, our_leftovers, server_config, wait_until
 
 from pytriton.client import ModelClient
@@ -244,7 +242,7 @@ def test_what_the_build_copies_exists_and_is_not_ignored(parser):
                    ".mypy_cache", ".ruff_cache"):
         assert needed in ignored
     sources = [word for value in values(stages(parser)[0], "COPY") for word in value.split()[:-1]]
-    sources += [str(parser.args["SERVE_SCRIPT"]), "docker/constraints.txt"]
+    sources += [str(parser.args["SERVE_SCRIPT"]), "constraints.txt"]
     for source in sources:
         assert (ROOT / source).exists(), source
         parts = pathlib.PurePosixPath(source.rstrip("/")).parts
@@ -252,56 +250,17 @@ def test_what_the_build_copies_exists_and_is_not_ignored(parser):
         assert not [p for p in ignored for prefix in prefixes if fnmatch.fnmatch(prefix, p)], source
 
 
-def _constraints() -> Dict[str, str]:
-    """docker/constraints.txt: canonical package name -> pinned version."""
-    pins: Dict[str, str] = {}
-    for line in (ROOT / "docker" / "constraints.txt").read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            requirement = Requirement(line)
-            [specifier] = requirement.specifier
-            assert specifier.operator == "==" and not requirement.marker, line
-            assert re.fullmatch(r"[0-9][0-9A-Za-z.]*", specifier.version), line
-            name = canonicalize_name(requirement.name)
-            assert name not in pins, f"{name} is pinned twice"
-            pins[name] = specifier.version
-    return pins
-
-
-def _image_dependencies() -> List[str]:
-    """The requirements of both distributions the image installs, less pytriton's requirement on
-    pytriton-client (the image builds that wheel from the same commit)."""
-    tomllib = pytest.importorskip("tomllib")
-    lines = []
-    for pyproject in (ROOT / "pyproject.toml", ROOT / "pytriton-client" / "pyproject.toml"):
-        lines += tomllib.loads(pyproject.read_text())["project"]["dependencies"]
-    return [line for line in lines if canonicalize_name(Requirement(line).name) != "pytriton-client"]
-
-
-def test_every_dependency_is_pinned_for_the_image_in_step_with_pyproject():
-    pins = _constraints()
-    dependencies = _image_dependencies()
-    assert "tritonclient[http,grpc]" in dependencies  # pytriton-client's too
-    for line in dependencies:
-        requirement = Requirement(line)
-        name = canonicalize_name(requirement.name)
-        assert name in pins, f"{name} is not pinned in docker/constraints.txt"
-        # The pin must be a version pyproject.toml allows, or pip refuses the image's install.
-        assert requirement.specifier.contains(pins[name], prereleases=True), (
-            f"docker/constraints.txt pins {name}=={pins[name]}, outside pyproject.toml's {requirement}")
-    # The pins are what this environment, which passes the test suite, has installed.
-    for name in (canonicalize_name(Requirement(line).name) for line in dependencies):
-        try:
-            installed = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        assert Version(installed) == Version(pins[name]), f"{name}: {installed} installed, {pins[name]} pinned"
-
-
-def test_the_constraints_check_catches_a_pin_outside_the_specifier():
-    # The negative control of the check above.
-    assert not Requirement("numpy<2").specifier.contains("2.4.6")
-    assert Requirement("numpy>=1.24").specifier.contains("2.4.6")
-    assert canonicalize_name("typing_inspect") == canonicalize_name("typing-inspect")
+def test_both_stages_install_from_the_lock(parser):
+    # constraints.txt (build_backend/lock.py) is the one lock: the image's packages and the
+    # wheel's setuptools are those the test suite ran with (tests/unit/test_lock.py).
+    wheel_stage, final = stages(parser)
+    assert any(value.split() == ["constraints.txt", "./"] for value in values(wheel_stage, "COPY"))
+    (setup,) = [run for run in values(wheel_stage, "RUN") if "pip install" in run]
+    assert "--constraint constraints.txt setuptools" in setup
+    install = _install_run(parser)
+    assert "source=constraints.txt,target=/tmp/constraints.txt" in install
+    assert "--constraint /tmp/constraints.txt" in install
+    assert not (ROOT / "docker" / "constraints.txt").exists()  # no second list to drift
 
 
 def _healthy(argv: List[str], port: int) -> int:
