@@ -47,11 +47,15 @@ $(SERVER_TREE)/VERSION:
 # ones (build_backend/unasync.py, standard library only) and committed. After editing an asyncio
 # source, `make generate` writes them; every other target only checks them, and fails, saying to
 # run it, when one is stale: nothing rewrites a committed file behind your back.
+# pytriton/backend/contract.h, the backend's view of the wire and the model parameters, is generated
+# from pytriton/ipc/protocol.py (build_backend/contract.py) and committed the same way.
 generate:
 	$(PYTHON) build_backend/unasync.py
+	$(PYTHON) build_backend/contract.py
 
 check-generated:
 	@$(PYTHON) build_backend/unasync.py --check
+	@$(PYTHON) build_backend/contract.py --check
 
 # pytest exits 5 when no test ran; make fails on it like on any non-zero status.
 test: check-generated install

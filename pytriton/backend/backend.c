@@ -58,7 +58,7 @@ static int holds(const pyt_model* model, const pyt_json* config) {
  * with the version left open: an instance connects to the workers of the version it serves,
  * also when it reconnects while another version of the name is bound. */
 static char* with_version(const char* pattern, uint64_t version) {
-  static const char token[] = "{version}";
+  static const char token[] = PYT_VERSION_TOKEN;
   char number[24];
   int digits = snprintf(number, sizeof(number), "%llu", (unsigned long long)version);
   size_t count = 0;
@@ -106,33 +106,33 @@ static TRITONSERVER_Error* read_config(pyt_model* model, TRITONBACKEND_Model* tr
   model->sequences = pyt_json_get(config, "sequence_batching") != NULL;
   const pyt_json* decoupled = pyt_json_get(pyt_json_get(config, "model_transaction_policy"), "decoupled");
   model->decoupled = decoupled != NULL && decoupled->number != 0;
-  int coroutines = flag(config, "pytriton.relayed");
+  int coroutines = flag(config, PYT_PARAM_RELAYED);
   model->relayed = model->decoupled || coroutines;
   model->one_at_a_time = model->decoupled && !coroutines;
-  model->stamps = flag(config, "pytriton.stamps") && !model->relayed;
-  model->tracing = flag(config, "pytriton.tracing");
-  const char* value = pyt_json_parameter(config, "pytriton.metrics");
+  model->stamps = flag(config, PYT_PARAM_STAMPS) && !model->relayed;
+  model->tracing = flag(config, PYT_PARAM_TRACING);
+  const char* value = pyt_json_parameter(config, PYT_PARAM_METRICS);
   model->metrics = value == NULL || strcmp(value, "0") != 0;
-  value = pyt_json_parameter(config, "pytriton.metrics_period_s");
+  value = pyt_json_parameter(config, PYT_PARAM_METRICS_PERIOD_S);
   model->metrics_period_s = value != NULL && atof(value) > 0 ? atof(value) : 1.0;
-  value = pyt_json_parameter(config, "pytriton.worker_pid");
+  value = pyt_json_parameter(config, PYT_PARAM_WORKER_PID);
   model->worker_pid = value != NULL ? atoi(value) : 0;
-  value = pyt_json_parameter(config, "pytriton.handshake_timeout_s");
+  value = pyt_json_parameter(config, PYT_PARAM_HANDSHAKE_TIMEOUT_S);
   model->handshake_timeout_s = value != NULL ? atof(value) : 60.0;
-  value = pyt_json_parameter(config, "pytriton.spin_us");
+  value = pyt_json_parameter(config, PYT_PARAM_SPIN_US);
   model->spin_s = (value != NULL ? atof(value) : DEFAULT_SPIN_US) / 1e6;
   if (model->spin_s < 0) model->spin_s = 0;
-  value = pyt_json_parameter(config, "pytriton.hold_us");
+  value = pyt_json_parameter(config, PYT_PARAM_HOLD_US);
   model->hold_s = holds(model, config) ? (value != NULL ? atof(value) : DEFAULT_HOLD_US) / 1e6 : 0;
   if (model->hold_s < 0) model->hold_s = 0;
-  value = pyt_json_parameter(config, "pytriton.gate_release");
+  value = pyt_json_parameter(config, PYT_PARAM_GATE_RELEASE);
   if (value != NULL) {
     model->gate = 1;
     snprintf(gate_path, gate_size, "%s", value);
     pyt_json_free(config);
     return NULL;
   }
-  value = pyt_json_parameter(config, "pytriton.stopping");
+  value = pyt_json_parameter(config, PYT_PARAM_STOPPING);
   if (value != NULL) {
     int fd = open(value, O_RDONLY | O_CLOEXEC);
     void* flag = fd >= 0 ? mmap(NULL, PYT_STOPPING_BYTES, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
@@ -143,9 +143,9 @@ static TRITONSERVER_Error* read_config(pyt_model* model, TRITONBACKEND_Model* tr
       PYT_WARN("model '%s': cannot map the stopping flag %s: a stop will not refuse its new requests", model->name,
                value);
   }
-  value = pyt_json_parameter(config, "pytriton.instance_names");
+  value = pyt_json_parameter(config, PYT_PARAM_INSTANCE_NAMES);
   model->instance_names = value != NULL ? strdup(value) : NULL;
-  value = pyt_json_parameter(config, "pytriton.data_sockets");
+  value = pyt_json_parameter(config, PYT_PARAM_DATA_SOCKETS);
   pyt_json* sockets = value != NULL ? pyt_json_parse(value, strlen(value), why, sizeof(why)) : NULL;
   pyt_json_free(config);
   if (sockets == NULL || sockets->kind != PYT_JSON_ARRAY || sockets->count == 0) {

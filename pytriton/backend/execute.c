@@ -75,7 +75,7 @@ static void tell_cancelled(live_batch* b, int64_t batch_id) {
   }
   if (!newly) return;
   pyt_buf message = {0};
-  pyt_m_tuple(&message, 3);
+  pyt_m_tuple(&message, PYT_CANCEL_FIELDS);
   pyt_m_int(&message, PYT_KIND_CANCEL);
   pyt_m_int(&message, batch_id);
   pyt_m_tuple(&message, count);
@@ -127,8 +127,8 @@ static int wait_result(live_batch* b, int64_t batch_id, pyt_message* message, py
     instance->typical_answer_s += (pyt_now_s() - sent - instance->typical_answer_s) * AVERAGE_WEIGHT;
     pyt_mv* value = pyt_marshal_read(&instance->pool, message->header, message->header_size, why, why_size);
     if (value == NULL) return -1;
-    if (pyt_mv_int(pyt_mv_item(value, 0), -1) == PYT_KIND_BATCH_RESULT &&
-        pyt_mv_int(pyt_mv_item(value, 1), -1) == batch_id) {
+    if (pyt_mv_int(pyt_mv_item(value, PYT_AT_KIND), -1) == PYT_KIND_BATCH_RESULT &&
+        pyt_mv_int(pyt_mv_item(value, PYT_BATCH_RESULT_BATCH_ID), -1) == batch_id) {
       *result = value;
       return 1;
     }
@@ -141,9 +141,9 @@ static void respond_all(live_batch* b, pyt_mv* result, const pyt_message* messag
   pyt_instance* instance = b->instance;
   const pyt_model* model = instance->model;
   char why[PYT_MAX_ERROR];
-  pyt_mv* errors = pyt_mv_item(result, 2);
-  pyt_mv* columns = pyt_mv_item(result, 3);
-  pyt_mv* segment = pyt_mv_item(result, 4);
+  pyt_mv* errors = pyt_mv_item(result, PYT_BATCH_RESULT_ERRORS);
+  pyt_mv* columns = pyt_mv_item(result, PYT_BATCH_RESULT_COLUMNS);
+  pyt_mv* segment = pyt_mv_item(result, PYT_BATCH_RESULT_SEGMENT);
   if (errors == NULL || errors->kind != PYT_MV_TUPLE || errors->count != b->count || columns == NULL ||
       columns->kind != PYT_MV_TUPLE) {
     snprintf(why, sizeof(why), "Model '%s': the worker answered %u responses for %u requests", model->name,
@@ -272,9 +272,9 @@ void pyt_execute(pyt_instance* instance, TRITONBACKEND_Request** requests, uint3
   /* BatchResult.inputs_kept: the callable kept arrays viewing this batch's input arena. They
    * hold the worker's mapping of it; the next batch must not overwrite them, so it gets a new
    * segment (this one is unlinked now and freed when the worker lets go). */
-  if (pyt_mv_int(pyt_mv_item(result, 7), 0)) pyt_arena_close(&instance->arena);
+  if (pyt_mv_int(pyt_mv_item(result, PYT_BATCH_RESULT_INPUTS_KEPT), 0)) pyt_arena_close(&instance->arena);
   if (model->stamps) {
-    pyt_mv* stamps = pyt_mv_item(result, 6);
+    pyt_mv* stamps = pyt_mv_item(result, PYT_BATCH_RESULT_STAMPS);
     instance->has_last_stamps = stamps != NULL && stamps->kind == PYT_MV_TUPLE && stamps->count == PYT_STAMP_RESULT;
     if (instance->has_last_stamps) {
       for (uint32_t s = 0; s < PYT_STAMP_RESULT; s++) instance->last_stamps[s] = pyt_mv_int(stamps->items[s], 0);

@@ -114,7 +114,7 @@ static int greet(pyt_instance* instance, int fd, double deadline, char* why, siz
   pyt_buf received = {0};
   pyt_mv_pool pool = {0};
   int outcome = -1;
-  pyt_m_tuple(&header, 4);
+  pyt_m_tuple(&header, PYT_HELLO_FIELDS);
   pyt_m_int(&header, PYT_KIND_HELLO);
   pyt_m_int(&header, PYT_PROTOCOL_VERSION);
   pyt_m_int(&header, instance->index);
@@ -136,16 +136,16 @@ static int greet(pyt_instance* instance, int fd, double deadline, char* why, siz
     }
     pyt_mv* welcome = pyt_marshal_read(&pool, message.header, message.header_size, why, why_size);
     if (welcome == NULL) goto done;
-    if (pyt_mv_int(pyt_mv_item(welcome, 0), -1) != PYT_KIND_WELCOME) continue;
-    pyt_mv* error = pyt_mv_item(welcome, 3);
+    if (pyt_mv_int(pyt_mv_item(welcome, PYT_AT_KIND), -1) != PYT_KIND_WELCOME) continue;
+    pyt_mv* error = pyt_mv_item(welcome, PYT_WELCOME_ERROR);
     if (pyt_mv_is_str(error)) {
       pyt_mv_copy(error, why, why_size);
       goto done;
     }
-    instance->worker_pid = (int)pyt_mv_int(pyt_mv_item(welcome, 2), 0);
-    pyt_mv_copy(pyt_mv_item(welcome, 5), instance->arena.stem, sizeof(instance->arena.stem));
-    pyt_mv_copy(pyt_mv_item(welcome, 6), instance->metrics_path, sizeof(instance->metrics_path));
-    instance->greeting = (int)pyt_mv_int(pyt_mv_item(welcome, 7), 0);
+    instance->worker_pid = (int)pyt_mv_int(pyt_mv_item(welcome, PYT_WELCOME_WORKER_PID), 0);
+    pyt_mv_copy(pyt_mv_item(welcome, PYT_WELCOME_ARENA_STEM), instance->arena.stem, sizeof(instance->arena.stem));
+    pyt_mv_copy(pyt_mv_item(welcome, PYT_WELCOME_METRICS_PATH), instance->metrics_path, sizeof(instance->metrics_path));
+    instance->greeting = (int)pyt_mv_int(pyt_mv_item(welcome, PYT_WELCOME_GREETING), 0);
     outcome = 0;
     goto done;
   }

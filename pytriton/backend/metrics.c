@@ -195,30 +195,30 @@ static const char* text_of(const pyt_mv* value, char* out, size_t size) {
 }
 
 static void apply(pyt_metrics* exporter, pyt_mv* report) {
-  int64_t pid = pyt_mv_int(pyt_mv_item(report, 2), 0);
+  int64_t pid = pyt_mv_int(pyt_mv_item(report, PYT_METRICS_REPORT_WORKER_PID), 0);
   if (pid != exporter->worker_pid) {
     if (exporter->worker_pid != 0) /* a fresh worker process: its values count from zero */
       for (series* known = exporter->known; known != NULL; known = known->next) known->last = 0;
     exporter->worker_pid = pid;
   }
-  pyt_mv* families_mv = pyt_mv_item(report, 1);
+  pyt_mv* families_mv = pyt_mv_item(report, PYT_METRICS_REPORT_FAMILIES);
   for (uint32_t f = 0; families_mv != NULL && f < families_mv->count; f++) {
     pyt_mv* family = families_mv->items[f];
     char name[256], help[512], kind[32];
-    text_of(pyt_mv_item(family, 0), name, sizeof(name));
-    text_of(pyt_mv_item(family, 1), help, sizeof(help));
-    text_of(pyt_mv_item(family, 2), kind, sizeof(kind));
-    pyt_mv* buckets = pyt_mv_item(family, 3);
-    pyt_mv* all = pyt_mv_item(family, 4);
+    text_of(pyt_mv_item(family, PYT_FAMILY_NAME), name, sizeof(name));
+    text_of(pyt_mv_item(family, PYT_FAMILY_HELP), help, sizeof(help));
+    text_of(pyt_mv_item(family, PYT_FAMILY_KIND), kind, sizeof(kind));
+    pyt_mv* buckets = pyt_mv_item(family, PYT_FAMILY_BUCKETS);
+    pyt_mv* all = pyt_mv_item(family, PYT_FAMILY_SERIES);
     for (uint32_t s = 0; all != NULL && s < all->count; s++) {
       pyt_mv* one = all->items[s];
-      pyt_mv* pairs = pyt_mv_item(one, 0);
-      pyt_mv* value = pyt_mv_item(one, 1);
+      pyt_mv* pairs = pyt_mv_item(one, PYT_SERIES_LABELS);
+      pyt_mv* value = pyt_mv_item(one, PYT_SERIES_VALUE);
       labels set = {{0}, {0}, 0};
       char texts[MAX_LABELS + 1][2][256];
       for (uint32_t l = 0; pairs != NULL && l < pairs->count && l < MAX_LABELS; l++) {
-        set.names[l] = text_of(pyt_mv_item(pairs->items[l], 0), texts[l][0], sizeof(texts[l][0]));
-        set.values[l] = text_of(pyt_mv_item(pairs->items[l], 1), texts[l][1], sizeof(texts[l][1]));
+        set.names[l] = text_of(pyt_mv_item(pairs->items[l], PYT_LABEL_NAME), texts[l][0], sizeof(texts[l][0]));
+        set.values[l] = text_of(pyt_mv_item(pairs->items[l], PYT_LABEL_VALUE), texts[l][1], sizeof(texts[l][1]));
         set.count++;
       }
       if (strcmp(kind, "histogram") == 0 && value != NULL && value->kind == PYT_MV_TUPLE && value->count >= 3 &&
@@ -288,7 +288,7 @@ static void* metrics_main(void* argument) {
     if (fd < 0 && exporter->path[0]) fd = connect_metrics(exporter->path);
     if (fd >= 0 && pyt_now_s() - asked >= REPOLL_S) {
       pyt_buf_reset(&poll);
-      pyt_m_tuple(&poll, 4);
+      pyt_m_tuple(&poll, PYT_METRICS_POLL_FIELDS);
       pyt_m_int(&poll, PYT_KIND_METRICS_POLL);
       pyt_m_int(&poll, instance->index);
       pyt_m_int(&poll, getpid());
@@ -310,8 +310,8 @@ static void* metrics_main(void* argument) {
       }
       if (got == 0) continue;
       pyt_mv* report = pyt_marshal_read(&pool, message.header, message.header_size, why, sizeof(why));
-      if (report == NULL || pyt_mv_int(pyt_mv_item(report, 0), -1) != PYT_KIND_METRICS_REPORT) continue;
-      if (pyt_mv_int(pyt_mv_item(report, 3), 0)) goto superseded; /* a newer instance exports */
+      if (report == NULL || pyt_mv_int(pyt_mv_item(report, PYT_AT_KIND), -1) != PYT_KIND_METRICS_REPORT) continue;
+      if (pyt_mv_int(pyt_mv_item(report, PYT_METRICS_REPORT_SUPERSEDED), 0)) goto superseded; /* a newer instance exports */
       apply(exporter, report);
       asked = -REPOLL_S; /* answered: ask again at the next period */
     }

@@ -110,14 +110,14 @@ static void respond(pyt_instance* instance, pending* batch, uint32_t slot, pyt_m
 }
 
 static void on_message(pyt_instance* instance, pyt_relay* relay, pyt_mv* value, const pyt_message* message) {
-  int64_t kind = pyt_mv_int(pyt_mv_item(value, 0), -1);
-  int64_t batch_id = pyt_mv_int(pyt_mv_item(value, 1), -1);
+  int64_t kind = pyt_mv_int(pyt_mv_item(value, PYT_AT_KIND), -1);
+  int64_t batch_id = pyt_mv_int(pyt_mv_item(value, PYT_STREAM_PART_BATCH_ID), -1); /* every answer's second field */
   if (kind == PYT_KIND_STREAM_PART) {
     pending* batch = find(relay, batch_id); /* only this thread frees a batch the worker answers */
     if (batch == NULL) return;
-    pyt_mv* present = pyt_mv_item(value, 2);
-    pyt_mv* errors = pyt_mv_item(value, 3);
-    pyt_mv* columns = pyt_mv_item(value, 4);
+    pyt_mv* present = pyt_mv_item(value, PYT_STREAM_PART_PRESENT);
+    pyt_mv* errors = pyt_mv_item(value, PYT_STREAM_PART_ERRORS);
+    pyt_mv* columns = pyt_mv_item(value, PYT_STREAM_PART_COLUMNS);
     for (uint32_t i = 0; i < batch->count; i++) {
       if (!batch->open[i] || !pyt_mv_int(pyt_mv_item(present, i), 0)) continue;
       char* error = pyt_error_text(pyt_mv_item(errors, i));
@@ -128,8 +128,8 @@ static void on_message(pyt_instance* instance, pyt_relay* relay, pyt_mv* value, 
   } else if (kind == PYT_KIND_STREAM_END || kind == PYT_KIND_BATCH_RESULT) {
     pending* batch = take(relay, batch_id);
     if (batch == NULL) return;
-    pyt_mv* errors = pyt_mv_item(value, 2);
-    pyt_mv* columns = kind == PYT_KIND_BATCH_RESULT ? pyt_mv_item(value, 3) : NULL;
+    pyt_mv* errors = pyt_mv_item(value, PYT_STREAM_END_ERRORS); /* where BatchResult has its errors too */
+    pyt_mv* columns = kind == PYT_KIND_BATCH_RESULT ? pyt_mv_item(value, PYT_BATCH_RESULT_COLUMNS) : NULL;
     for (uint32_t i = 0; i < batch->count; i++) {
       char* error = pyt_error_text(pyt_mv_item(errors, i));
       if (error != NULL || kind == PYT_KIND_STREAM_END) finish(batch, i, TRITONSERVER_ERROR_INTERNAL, error);
@@ -158,7 +158,7 @@ static void check_cancellations(pyt_instance* instance, pyt_relay* relay, int fd
     if (!open && !batch->cancel_sent) {
       batch->cancel_sent = 1;
       pyt_buf message = {0};
-      pyt_m_tuple(&message, 3);
+      pyt_m_tuple(&message, PYT_CANCEL_FIELDS);
       pyt_m_int(&message, PYT_KIND_CANCEL);
       pyt_m_int(&message, batch->batch_id);
       pyt_m_tuple(&message, 0);

@@ -377,7 +377,7 @@ int pyt_build_batch(const pyt_model* model, pyt_outgoing* out, const pyt_batch_s
   /* The header: InferBatch's fields, in protocol.py's order. */
   pyt_buf* h = &out->header;
   pyt_buf_reset(h);
-  pyt_m_tuple(h, 10);
+  pyt_m_tuple(h, PYT_INFER_BATCH_FIELDS);
   pyt_m_int(h, PYT_KIND_INFER_BATCH);
   pyt_m_int(h, spec->batch_id);
   pyt_m_tuple(h, spec->count); /* parameters */
@@ -388,7 +388,7 @@ int pyt_build_batch(const pyt_model* model, pyt_outgoing* out, const pyt_batch_s
   pyt_m_tuple(h, out->column_count);
   for (uint32_t i = 0; i < out->column_count; i++) {
     pyt_column* c = &out->columns[i];
-    pyt_m_tuple(h, 6);
+    pyt_m_tuple(h, PYT_COLUMN_IN_SHM + 1);
     pyt_m_cstr(h, c->name);
     pyt_m_cstr(h, c->numpy);
     pyt_m_tuple(h, spec->count);

@@ -32,15 +32,15 @@ int pyt_fill_response(TRITONBACKEND_Response* response, const pyt_model* model, 
     pyt_checked(TRITONBACKEND_RequestOutputCount(request, &asked), NULL, 0);
   for (uint32_t i = 0; columns != NULL && i < columns->count; i++) {
     pyt_mv* c = columns->items[i];
-    pyt_mv* shape = pyt_mv_item(pyt_mv_item(c, 2), slot);
+    pyt_mv* shape = pyt_mv_item(pyt_mv_item(c, PYT_COLUMN_SHAPES), slot);
     if (shape == NULL || shape->kind != PYT_MV_TUPLE) continue; /* this request has no such tensor */
     char name[256];
-    pyt_mv_copy(pyt_mv_item(c, 0), name, sizeof(name));
+    pyt_mv_copy(pyt_mv_item(c, PYT_COLUMN_NAME), name, sizeof(name));
     if (request != NULL && asked < model->output_count && !asked_for(request, asked, name)) continue;
-    TRITONSERVER_DataType dtype = pyt_triton_dtype(pyt_mv_item(c, 1));
-    int64_t offset = pyt_mv_int(pyt_mv_item(pyt_mv_item(c, 3), slot), -1);
-    int64_t size = pyt_mv_int(pyt_mv_item(pyt_mv_item(c, 4), slot), -1);
-    int in_shm = (int)pyt_mv_int(pyt_mv_item(pyt_mv_item(c, 5), slot), 0);
+    TRITONSERVER_DataType dtype = pyt_triton_dtype(pyt_mv_item(c, PYT_COLUMN_DTYPE));
+    int64_t offset = pyt_mv_int(pyt_mv_item(pyt_mv_item(c, PYT_COLUMN_OFFSETS), slot), -1);
+    int64_t size = pyt_mv_int(pyt_mv_item(pyt_mv_item(c, PYT_COLUMN_SIZES), slot), -1);
+    int in_shm = (int)pyt_mv_int(pyt_mv_item(pyt_mv_item(c, PYT_COLUMN_IN_SHM), slot), 0);
     const uint8_t* source = in_shm ? shm : message->payload;
     size_t limit = in_shm ? shm_size : message->payload_size;
     if (dtype == TRITONSERVER_TYPE_INVALID || shape->count > MAX_DIMS || offset < 0 || size < 0 || source == NULL ||

@@ -1,6 +1,7 @@
 /* The pytriton wire, as the backend speaks it: the C side of pytriton/ipc/protocol.py and
- * pytriton/ipc/channel.py, which stay the one definition of the contract
- * (tests/unit/backend/test_wire_mirror.py checks every constant here against them).
+ * pytriton/ipc/channel.py, which stay the one definition of the contract: the framing constants
+ * here are checked against them by tests/unit/backend/test_wire_mirror.py, and the message
+ * kinds, field positions and parameter names come from contract.h, generated from protocol.py.
  *
  * A message is a 12-byte prefix (magic, header length, payload length, little endian), the
  * header, zeros up to the next multiple of 8 bytes, and the payload. The header is a tuple in
@@ -14,7 +15,8 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#define PYT_PROTOCOL_VERSION 10
+#include "contract.h" /* the kinds, fields, parameters and stamps: generated from protocol.py */
+
 #define PYT_MAGIC 0x70797432u
 #define PYT_PREFIX_BYTES 12
 #define PYT_DATAGRAM_BYTES (128 * 1024)
@@ -23,24 +25,6 @@
 #define PYT_ARENA_ALIGNMENT 64
 #define PYT_ARENA_STEP_BYTES (1024 * 1024)
 #define PYT_STOPPING_BYTES 8 /* the stopping flag's file (pytriton/ipc/stopping.py) */
-
-/* Message kinds: positions in protocol._MESSAGE_TYPES. */
-#define PYT_KIND_HELLO 0
-#define PYT_KIND_WELCOME 1
-#define PYT_KIND_INFER_BATCH 2
-#define PYT_KIND_BATCH_RESULT 3
-#define PYT_KIND_STREAM_PART 4
-#define PYT_KIND_STREAM_END 5
-#define PYT_KIND_CANCEL 6
-#define PYT_KIND_METRICS_POLL 7
-#define PYT_KIND_METRICS_REPORT 8
-
-/* Stamp positions (protocol.Stamp). */
-#define PYT_STAMP_EXECUTE 0
-#define PYT_STAMP_SENT 1
-#define PYT_STAMP_RESULT 6
-#define PYT_STAMP_RESPONDED 7
-#define PYT_STAMP_COUNT 8
 
 /* A growable byte buffer; `failed` is set once an allocation failed (then nothing more is added). */
 typedef struct {

@@ -86,6 +86,9 @@ PARAM_DEVICES = "pytriton.devices"
 """The device of each instance, in instance order, as a JSON list (``ModelConfig.devices``); for
 people and tools reading the configuration; neither the backend nor the proxy reads it. Absent
 when the model lists no devices."""
+PARAM_GATE_RELEASE = "pytriton.gate_release"
+"""On pytriton's readiness gate (a worker-less model of the backend, `pytriton.server.readiness`) and
+the placeholder that clears a failed load: the file whose existence releases its load."""
 PARAM_INSTANCE_NAMES = "pytriton.instance_names"
 """Triton's name of each instance, in instance (worker handler) order, as a JSON list: written
 where the instances are grouped by device (one instance group per device, named after it, so
@@ -281,6 +284,14 @@ class MetricsPoll(NamedTuple):
     proxy_pid: int = 0
     greeting: int = 0
     """From the backend: the `Welcome.greeting` its instance got (0 from a proxy)."""
+
+
+METRIC_FAMILY_FIELDS = ("name", "help", "kind", "buckets", "series")
+"""The fields of one family in `MetricsReport.families`, in order (a plain tuple on the wire)."""
+METRIC_SERIES_FIELDS = ("labels", "value")
+"""The fields of one series of a family, in order (a plain tuple on the wire)."""
+METRIC_LABEL_FIELDS = ("name", "value")
+"""The fields of one label of a series, in order (a plain tuple on the wire)."""
 
 
 class MetricsReport(NamedTuple):

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 from pytriton.access_token import ACCESS_TOKEN_HEADER, auth_headers
 from pytriton.constants import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, TRITON_LOCAL_IP
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonServerError
+from pytriton.ipc import protocol
 
 logger = logging.getLogger("pytriton.triton")
 
@@ -371,8 +372,8 @@ class ServerControl:
 def gate_parameters(release_path: str) -> Dict[str, Dict[str, str]]:
     """The parameters of a model without a worker on pytriton's backend (the readiness gate's
     kind): its load returns once `release_path` exists, or fails once this process is gone."""
-    return {"pytriton.gate_release": {"string_value": release_path},
-            "pytriton.worker_pid": {"string_value": str(os.getpid())}}
+    return {protocol.PARAM_GATE_RELEASE: {"string_value": release_path},
+            protocol.PARAM_WORKER_PID: {"string_value": str(os.getpid())}}
 
 
 def placeholder_model(name: str, backend: str) -> Tuple[str, Dict[str, bytes]]:

@@ -62,8 +62,7 @@ import numpy as np
 
 from pytriton.exceptions import PyTritonModelConfigError, PyTritonUnrecoverableError
 from pytriton.ipc import codec, protocol
-from pytriton.ipc.codec import INLINE_MAX_BYTES
-from pytriton.ipc.protocol import DEADLINE_PARAMETER
+from pytriton.ipc.protocol import DEADLINE_PARAMETER, INLINE_MAX_BYTES
 from pytriton.ipc.shm import Arena, SegmentReader
 from pytriton.worker import tracing
 from pytriton.worker.context import TritonContext
@@ -499,7 +498,7 @@ class WholeLane:
         started = measures.batch_started(count, batch.sent_ns, 0)
         try:
             result = self._whole.function(**inputs)
-            outcome = self._pack(batch.batch_id, result, rows, arena) if type(result) is dict else None
+            outcome: Any = self._pack(batch.batch_id, result, rows, arena) if type(result) is dict else None
             if outcome is None:
                 outcome = self._whole.answer(result, rows)
         except Exception as exc:  # noqa: BLE001 - the callable's error goes to this batch's requesters only

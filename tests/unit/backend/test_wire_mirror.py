@@ -1,5 +1,7 @@
-"""pytriton/backend/wire.h mirrors the wire's Python definition (pytriton/ipc/protocol.py and
-channel.py): the backend, written in C, cannot import it, so this test holds the two together."""
+"""pytriton/backend/wire.h mirrors the wire's framing as pytriton/ipc/channel.py, codec.py, shm.py and
+stopping.py define it: the backend, written in C, cannot import them, so this test holds the two
+together. (The message kinds, field positions, parameters and stamps come from contract.h,
+generated from protocol.py: tests/unit/backend/test_contract.py.)"""
 
 from __future__ import annotations
 
@@ -21,18 +23,8 @@ def _defines() -> dict:
     return values
 
 
-def test_the_message_kinds_are_the_positions_of_protocols_message_types():
-    defines = _defines()
-    kinds = {name: value for name, value in defines.items() if name.startswith("PYT_KIND_")}
-    assert kinds, "wire.h defines no message kinds"
-    for name, value in kinds.items():
-        camel = "".join(part.capitalize() for part in name[len("PYT_KIND_"):].split("_"))
-        assert protocol._MESSAGE_TYPES[value].__name__ == camel, name
-
-
 def test_the_framing_and_sizes_match():
     defines = _defines()
-    assert defines["PYT_PROTOCOL_VERSION"] == protocol.PROTOCOL_VERSION
     assert defines["PYT_MAGIC"] == channel._MAGIC
     assert defines["PYT_PREFIX_BYTES"] == channel.PREFIX_BYTES
     assert defines["PYT_DATAGRAM_BYTES"] == channel.DATAGRAM_BYTES
@@ -41,28 +33,3 @@ def test_the_framing_and_sizes_match():
     assert defines["PYT_ARENA_ALIGNMENT"] == shm.ALIGNMENT
     assert defines["PYT_ARENA_STEP_BYTES"] == shm.ARENA_STEP_BYTES
     assert defines["PYT_STOPPING_BYTES"] == stopping.FLAG_BYTES
-
-
-def test_the_stamp_positions_match():
-    defines = _defines()
-    assert defines["PYT_STAMP_EXECUTE"] == protocol.Stamp.EXECUTE
-    assert defines["PYT_STAMP_SENT"] == protocol.Stamp.SENT
-    assert defines["PYT_STAMP_RESULT"] == protocol.Stamp.RESULT
-    assert defines["PYT_STAMP_RESPONDED"] == protocol.Stamp.RESPONDED
-    assert defines["PYT_STAMP_COUNT"] == protocol.Stamp.COUNT
-
-
-def test_the_fields_the_backend_reads_sit_where_it_reads_them():
-    # backend/*.c read these messages by position (after the kind): keep them in this order.
-    assert protocol.Welcome._fields[:7] == ("protocol", "worker_pid", "error", "data_path", "arena_stem",
-                                            "metrics_path", "greeting")
-    assert protocol.InferBatch._fields == ("batch_id", "parameters", "columns", "segment", "stamps", "sequences",
-                                           "requested", "sent_ns", "traces")
-    assert protocol.BatchResult._fields[:6] == ("batch_id", "errors", "columns", "segment", "unrecoverable",
-                                                "stamps")
-    assert protocol.StreamPart._fields == ("batch_id", "present", "errors", "columns")
-    assert protocol.StreamEnd._fields[:2] == ("batch_id", "errors")
-    assert protocol.Cancel._fields == ("batch_id", "requests")
-    assert protocol.MetricsPoll._fields == ("instance", "proxy_pid", "greeting")
-    assert protocol.MetricsReport._fields == ("families", "worker_pid", "superseded")
-    assert protocol.TensorColumn._fields == ("name", "dtype", "shapes", "offsets", "sizes", "in_shm")
