@@ -26,7 +26,7 @@ from pytriton.bound import BoundModel, BoundModels, InferFunc, ModelDeclaration
 from pytriton.decorating.shaping import whole_batch
 from pytriton.environment import BATCH_HOLD_US as HOLD_ENV
 from pytriton.environment import PROXY_SPIN_US as SPIN_ENV
-from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError
+from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError, PyTritonModelConfigError
 from pytriton.ipc import protocol
 from pytriton.metrics import Registry
 from pytriton.model_config import ModelConfig, SequenceBatcher, Tensor
@@ -43,6 +43,7 @@ from pytriton.server.model_trace import model_trace_settings
 from pytriton.server.workspace import remove_segments
 from pytriton.worker.blocking import stamps_folder
 from pytriton.worker.context import TritonContext
+from pytriton.worker.continuous import continuous_capacity
 from pytriton.worker.handler import InstanceHandler, check_callables
 from pytriton.worker.instance import Instance, InstanceSpec
 from pytriton.worker.placement import instance_entries, is_async_entry, plain_callables
@@ -198,6 +199,7 @@ class ModelBindings:
             outputs_unnamed=bool(outputs) and all(getattr(t, "name", None) is None for t in outputs),
         )
         check_callables(model_name, plain_callables(infer_funcs), config.decoupled, context.input_names)
+        continuous_capacity(model_name, infer_funcs, config)
         trace_settings = model_trace_settings(model_name, trace_config)
         return ModelDeclaration(context, infer_funcs, strict, [is_async_entry(f) for f in infer_funcs],
                                 trace_settings, warmups=plan_warmups(model_name, context.inputs, config))
@@ -330,8 +332,19 @@ class ModelBindings:
         return bound
 
     def _config_text(self, declaration: ModelDeclaration, endpoint: str, shm_prefix: str, backend: str) -> str:
-        """The served config.pbtxt text of a declaration, without a version policy."""
+        """The served config.pbtxt text of a declaration, without a version policy.
+
+        Raises:
+            PyTritonModelConfigError: a continuous-batching model on a server without pytriton's backend.
+        """
         context = declaration.context
+        streams = continuous_capacity(context.model_name, declaration.infer_funcs, context.config)
+        if streams and backend == "python":
+            raise PyTritonModelConfigError(
+                f"model '{context.model_name}': a @continuous step function needs pytriton's own Triton backend, "
+                "which lets streams join and leave a running batch; this server serves through Triton's Python "
+                "backend (the proxy path: TritonConfig(model_backend='python'), or a server without pytriton's "
+                "backend). Serve it on pytriton's backend, or bind a generator instead")
         return served_config_text(
             context.model_name, context.inputs, context.outputs, context.config, len(declaration.infer_funcs),
             coroutines=any(declaration.asynchronous), endpoint=endpoint, shm_prefix=shm_prefix, backend=backend,
@@ -339,6 +352,7 @@ class ModelBindings:
             parameters={**({protocol.PARAM_STAMPS: "1"} if stamps_folder() else {}),
                         **({protocol.PARAM_SPIN_US: spin} if (spin := microseconds_from(SPIN_ENV)) else {}),
                         **({protocol.PARAM_HOLD_US: hold} if (hold := microseconds_from(HOLD_ENV)) else {}),
+                        **({protocol.PARAM_CONTINUOUS: str(streams)} if streams else {}),
                         **self.model_parameters},
         )
 

@@ -10,7 +10,9 @@ decorators are pure transforms between that list-of-dicts form and friendlier fo
 * keyword arrays -> keyword arrays: `pad_batch` (below `batch`);
 * either form: `group_by_values` and `first_value` (above `batch` they work on whole requests,
   below it on the rows of the batch), `triton_context` (directly on the callable, or below
-  `batch`/`sample`).
+  `batch`/`sample`);
+* a step over the streams running now: `continuous` (continuous batching; it marks the function,
+  which receives the `Stream` objects active at each step).
 
 Both stacks below serve one value of ``temperature`` per call; the first is the published
 PyTriton's order, the second keeps requests whole (and so also works for streaming callables)::
@@ -55,6 +57,7 @@ from pytriton.decorating.context import (
     get_triton_context,
     triton_context,
 )
+from pytriton.decorating.continuous import continuous
 from pytriton.decorating.first_value import first_value
 from pytriton.decorating.grouping import group_by_keys, group_by_values
 from pytriton.decorating.padding import ConstantPadder, fill_optionals, pad_batch
@@ -65,6 +68,7 @@ from pytriton.exceptions import PyTritonBadParameterError as PyTritonBadParamete
 from pytriton.exceptions import PyTritonInvalidOperationError as PyTritonInvalidOperationError
 from pytriton.exceptions import PyTritonValidationError as PyTritonValidationError
 from pytriton.worker.context import current_context as current_context
+from pytriton.worker.continuous import Stream
 from pytriton.worker.request import Request as Request
 
 __all__ = [
@@ -76,8 +80,10 @@ __all__ = [
     "InputNames",
     "ModelConfigDict",
     "ServedModelConfig",
+    "Stream",
     "TritonContext",
     "batch",
+    "continuous",
     "convert_output",
     "fill_optionals",
     "first_value",

@@ -108,7 +108,9 @@ static TRITONSERVER_Error* read_config(pyt_model* model, TRITONBACKEND_Model* tr
   model->decoupled = decoupled != NULL && decoupled->number != 0;
   int coroutines = flag(config, PYT_PARAM_RELAYED);
   model->relayed = model->decoupled || coroutines;
-  model->one_at_a_time = model->decoupled && !coroutines;
+  const char* streams = pyt_json_parameter(config, PYT_PARAM_CONTINUOUS);
+  model->continuous = model->decoupled && streams != NULL && atoi(streams) > 0 ? (uint32_t)atoi(streams) : 0;
+  model->one_at_a_time = model->decoupled && !coroutines && !model->continuous;
   model->stamps = flag(config, PYT_PARAM_STAMPS) && !model->relayed;
   model->tracing = flag(config, PYT_PARAM_TRACING);
   const char* value = pyt_json_parameter(config, PYT_PARAM_METRICS);

@@ -59,6 +59,7 @@ typedef struct {
   int decoupled;
   int relayed;       /* execute returns before the answers exist (streams, coroutines) */
   int one_at_a_time; /* a plain generator: the next batch waits until this one's stream ended */
+  uint32_t continuous; /* continuous batching: the streams one instance runs at once (0: not such a model) */
   int stamps;
   int tracing;
   int metrics;

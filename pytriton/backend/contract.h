@@ -6,9 +6,10 @@
 #ifndef PYTRITON_CONTRACT_H
 #define PYTRITON_CONTRACT_H
 
-#define PYT_PROTOCOL_VERSION 10
+#define PYT_PROTOCOL_VERSION 11
 
 /* Model configuration parameters (protocol.PARAM_*). */
+#define PYT_PARAM_CONTINUOUS "pytriton.continuous"
 #define PYT_PARAM_DATA_SOCKETS "pytriton.data_sockets"
 #define PYT_PARAM_DEVICES "pytriton.devices"
 #define PYT_PARAM_ENDPOINT "pytriton.endpoint"
@@ -76,7 +77,8 @@
 #define PYT_STREAM_PART_PRESENT 2
 #define PYT_STREAM_PART_ERRORS 3
 #define PYT_STREAM_PART_COLUMNS 4
-#define PYT_STREAM_PART_FIELDS 5
+#define PYT_STREAM_PART_FINAL 5
+#define PYT_STREAM_PART_FIELDS 6
 #define PYT_STREAM_END_BATCH_ID 1
 #define PYT_STREAM_END_ERRORS 2
 #define PYT_STREAM_END_UNRECOVERABLE 3

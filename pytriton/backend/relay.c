@@ -15,7 +15,15 @@
  *
  * A plain generator runs one batch at a time in the worker anyway: its next batch waits in
  * execute until the stream before it ended, so that Triton's batcher gathers the requests that
- * arrive meanwhile into it. */
+ * arrive meanwhile into it.
+ *
+ * A continuous-batching model (pytriton/worker/continuous.py) runs one step at a time over the
+ * streams of many batches: a new batch goes to the worker at once, to join the running ones at
+ * its next step. The worker runs at most pytriton.continuous streams at once and keeps as many
+ * more waiting to join, so that one joins at the very step after another left (a request sent
+ * only once a stream ended would join a step later); past that, execute waits for a stream to
+ * end, so the rest wait in Triton's queue, under its queue policy and priorities. Each stream ends on its own (StreamPart.final), and the worker
+ * learns of each requester that went away (a Cancel with its position), not only of the last. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -31,6 +39,8 @@ typedef struct pending {
   uint32_t count;
   TRITONBACKEND_ResponseFactory** factories;
   uint8_t* open;
+  uint8_t* cancelled; /* per request: its client went away (told to a continuous model's worker) */
+  uint32_t cancelled_told;
   int cancel_sent;
   struct pending* next;
 } pending;
@@ -52,6 +62,7 @@ static void pending_free(pending* batch) {
     if (batch->factories[i] != NULL) pyt_checked(TRITONBACKEND_ResponseFactoryDelete(batch->factories[i]), NULL, 0);
   free(batch->factories);
   free(batch->open);
+  free(batch->cancelled);
   free(batch);
 }
 
@@ -109,6 +120,13 @@ static void respond(pyt_instance* instance, pending* batch, uint32_t slot, pyt_m
   finish(batch, slot, TRITONSERVER_ERROR_INTERNAL, why);
 }
 
+/* A stream ended before its batch did: an execute waiting for room may go on. */
+static void stream_ended(pyt_relay* relay) {
+  pthread_mutex_lock(&relay->lock);
+  pthread_cond_broadcast(&relay->changed);
+  pthread_mutex_unlock(&relay->lock);
+}
+
 static void on_message(pyt_instance* instance, pyt_relay* relay, pyt_mv* value, const pyt_message* message) {
   int64_t kind = pyt_mv_int(pyt_mv_item(value, PYT_AT_KIND), -1);
   int64_t batch_id = pyt_mv_int(pyt_mv_item(value, PYT_STREAM_PART_BATCH_ID), -1); /* every answer's second field */
@@ -118,13 +136,23 @@ static void on_message(pyt_instance* instance, pyt_relay* relay, pyt_mv* value, 
     pyt_mv* present = pyt_mv_item(value, PYT_STREAM_PART_PRESENT);
     pyt_mv* errors = pyt_mv_item(value, PYT_STREAM_PART_ERRORS);
     pyt_mv* columns = pyt_mv_item(value, PYT_STREAM_PART_COLUMNS);
+    pyt_mv* final = pyt_mv_item(value, PYT_STREAM_PART_FINAL); /* NULL or () where no stream ends here */
+    int ended = 0;
     for (uint32_t i = 0; i < batch->count; i++) {
-      if (!batch->open[i] || !pyt_mv_int(pyt_mv_item(present, i), 0)) continue;
+      if (!batch->open[i]) continue;
+      int last = (int)pyt_mv_int(pyt_mv_item(final, i), 0);
+      if (!pyt_mv_int(pyt_mv_item(present, i), 0)) {
+        if (last) finish(batch, i, TRITONSERVER_ERROR_INTERNAL, NULL);
+        ended |= last;
+        continue;
+      }
       char* error = pyt_error_text(pyt_mv_item(errors, i));
       if (error != NULL) finish(batch, i, TRITONSERVER_ERROR_INTERNAL, error);
-      else respond(instance, batch, i, columns, message, 0);
+      else respond(instance, batch, i, columns, message, last);
+      ended |= error != NULL || last;
       free(error);
     }
+    if (ended && instance->model->continuous) stream_ended(relay);
   } else if (kind == PYT_KIND_STREAM_END || kind == PYT_KIND_BATCH_RESULT) {
     pending* batch = take(relay, batch_id);
     if (batch == NULL) return;
@@ -140,33 +168,51 @@ static void on_message(pyt_instance* instance, pyt_relay* relay, pyt_mv* value, 
   }
 }
 
-/* Answer the requests whose clients went away; tell the worker of batches nobody waits for. */
+/* Tell the worker that requesters of `batch` went away: every one (`all`), or those marked in
+ * batch->cancelled (a continuous model's worker drops just those streams at its next step). */
+static void send_cancel(pyt_instance* instance, const pending* batch, int all, int fd) {
+  pyt_buf message = {0};
+  pyt_m_tuple(&message, PYT_CANCEL_FIELDS);
+  pyt_m_int(&message, PYT_KIND_CANCEL);
+  pyt_m_int(&message, batch->batch_id);
+  pyt_m_tuple(&message, all ? 0 : batch->cancelled_told);
+  for (uint32_t i = 0; !all && i < batch->count; i++)
+    if (batch->cancelled[i]) pyt_m_int(&message, i);
+  pthread_mutex_lock(&instance->send_lock);
+  if (!message.failed && instance->fd == fd) pyt_send_header(fd, &message);
+  pthread_mutex_unlock(&instance->send_lock);
+  pyt_buf_free(&message);
+}
+
+/* Answer the requests whose clients went away; tell the worker of batches nobody waits for (of a
+ * continuous model, of every requester that went). */
 static void check_cancellations(pyt_instance* instance, pyt_relay* relay, int fd) {
   char text[512];
   snprintf(text, sizeof(text), "Model '%s': the request was cancelled", instance->model->name);
+  int continuous = instance->model->continuous > 0;
   pthread_mutex_lock(&relay->lock);
   for (pending* batch = relay->head; batch != NULL; batch = batch->next) {
     int open = 0;
+    uint32_t gone = 0;
     for (uint32_t i = 0; i < batch->count; i++) {
       bool cancelled = false;
       if (batch->open[i] &&
           pyt_checked(TRITONBACKEND_ResponseFactoryIsCancelled(batch->factories[i], &cancelled), NULL, 0) == 0 &&
-          cancelled)
+          cancelled) {
         finish(batch, i, TRITONSERVER_ERROR_CANCELLED, text);
+        if (batch->cancelled != NULL) batch->cancelled[i] = 1;
+      }
       open += batch->open[i];
+      gone += batch->cancelled != NULL && batch->cancelled[i];
     }
     if (!open && !batch->cancel_sent) {
       batch->cancel_sent = 1;
-      pyt_buf message = {0};
-      pyt_m_tuple(&message, PYT_CANCEL_FIELDS);
-      pyt_m_int(&message, PYT_KIND_CANCEL);
-      pyt_m_int(&message, batch->batch_id);
-      pyt_m_tuple(&message, 0);
-      pthread_mutex_lock(&instance->send_lock);
-      if (!message.failed && instance->fd == fd) pyt_send_header(fd, &message);
-      pthread_mutex_unlock(&instance->send_lock);
-      pyt_buf_free(&message);
+      send_cancel(instance, batch, 1, fd);
+    } else if (continuous && gone > batch->cancelled_told) {
+      batch->cancelled_told = gone;
+      send_cancel(instance, batch, 0, fd);
     }
+    if (continuous && gone) pthread_cond_broadcast(&relay->changed); /* room for an execute that waits */
   }
   pthread_mutex_unlock(&relay->lock);
 }
@@ -289,15 +335,39 @@ void pyt_relay_stop(pyt_instance* instance) {
   instance->relay = NULL;
 }
 
+/* The requests whose streams are open, with relay->lock held. */
+static uint32_t open_requests(const pyt_relay* relay) {
+  uint32_t open = 0;
+  for (const pending* batch = relay->head; batch != NULL; batch = batch->next)
+    for (uint32_t i = 0; i < batch->count; i++) open += batch->open[i];
+  return open;
+}
+
 uint32_t pyt_relay_open_requests(pyt_instance* instance) {
   pyt_relay* relay = instance->relay;
   if (relay == NULL) return 0;
-  uint32_t open = 0;
   pthread_mutex_lock(&relay->lock);
-  for (pending* batch = relay->head; batch != NULL; batch = batch->next)
-    for (uint32_t i = 0; i < batch->count; i++) open += batch->open[i];
+  uint32_t open = open_requests(relay);
   pthread_mutex_unlock(&relay->lock);
   return open;
+}
+
+/* A continuous model's execute: wait while the instance runs as many streams as it may. The relay
+ * thread signals each stream's end; the timed wait also covers a stream closed on a thread that
+ * does not signal (an error response sent from execute). */
+static void wait_for_room(pyt_relay* relay, uint32_t capacity) {
+  pthread_mutex_lock(&relay->lock);
+  while (!relay->closing && open_requests(relay) >= capacity) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)(PYT_CANCEL_CHECK_S * 1e9);
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&relay->changed, &relay->lock, &until);
+  }
+  pthread_mutex_unlock(&relay->lock);
 }
 
 void pyt_execute_relayed(pyt_instance* instance, TRITONBACKEND_Request** requests, uint32_t count) {
@@ -324,6 +394,8 @@ void pyt_execute_relayed(pyt_instance* instance, TRITONBACKEND_Request** request
     pthread_mutex_lock(&relay->lock);
     while (relay->head != NULL && !relay->closing) pthread_cond_wait(&relay->changed, &relay->lock);
     pthread_mutex_unlock(&relay->lock);
+  } else if (model->continuous) {
+    wait_for_room(relay, 2 * model->continuous); /* those it runs, and as many waiting to join */
   }
   if (instance->fd < 0) {
     if (pyt_instance_connect(instance, PYT_RECONNECT_S, why, sizeof(why)) != 0) {
@@ -342,8 +414,9 @@ void pyt_execute_relayed(pyt_instance* instance, TRITONBACKEND_Request** request
   batch->count = live_count;
   batch->factories = calloc(live_count, sizeof(*batch->factories));
   batch->open = malloc(live_count);
+  if (model->continuous) batch->cancelled = calloc(live_count, 1);
   pyt_batch_spec spec = {live, live_count, batch->batch_id, exec_start, NULL, NULL};
-  int failed = batch->factories == NULL || batch->open == NULL;
+  int failed = batch->factories == NULL || batch->open == NULL || (model->continuous && batch->cancelled == NULL);
   if (failed) snprintf(why, sizeof(why), "out of memory in the pytriton backend");
   for (uint32_t slot = 0; !failed && slot < live_count; slot++) {
     failed = pyt_checked(TRITONBACKEND_ResponseFactoryNew(&batch->factories[slot], live[slot]), why, sizeof(why));

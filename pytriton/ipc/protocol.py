@@ -23,8 +23,9 @@ sockets in a 0700 workspace folder, and `marshal` costs a fifth of `pickle` (0.4
 
 Exchanges on the data channel: per batch either `InferBatch` -> `BatchResult` (one answer), or,
 for a decoupled model, `InferBatch` -> any number of `StreamPart` -> `StreamEnd`, with `Cancel`
-from the proxy when every requester of the batch has gone. On the control channel, a proxy
-asks its handler for the model's metrics (`MetricsPoll` -> `MetricsReport`) about once a
+from the proxy when every requester of the batch has gone (for a continuous-batching model, as
+each one goes). Version 11 added `StreamPart.final` (a stream that ends before its batch's). On
+the control channel, a proxy asks its handler for the model's metrics (`MetricsPoll` -> `MetricsReport`) about once a
 second, off the batches' path. Version 8 added the greeting on the data channel (for the
 backend), with the `Welcome`'s arena stem, metrics socket and greeting number. Version 6
 added the metrics and the trace contexts. Version 4 moved the batches from
@@ -49,7 +50,7 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 from pytriton.client_contract import DEADLINE_PARAMETER as DEADLINE_PARAMETER
 from pytriton.client_contract import PARAM_RELAYED as PARAM_RELAYED
 
-PROTOCOL_VERSION = 10
+PROTOCOL_VERSION = 11
 
 # Keys of the model configuration `parameters` that tell a proxy where its worker is. Every
 # version of a model name shares one configuration (Triton keeps one per name), so these name the
@@ -80,6 +81,11 @@ PARAM_METRICS_PERIOD_S = "pytriton.metrics_period_s"
 PARAM_TRACING = "pytriton.tracing"
 """``"1"`` when Triton traces with OpenTelemetry: the proxy then sends each request's trace
 context (`InferBatch.traces`); absent otherwise."""
+PARAM_CONTINUOUS = "pytriton.continuous"
+"""For a continuous-batching model (`pytriton.worker.continuous`): how many streams one instance runs
+at once. pytriton's backend hands an instance new requests only while it runs fewer, sends it which
+requesters went away (`Cancel` with positions), and ends each stream on its own (`StreamPart.final`).
+Absent for every other model."""
 PARAM_STOPPING = "pytriton.stopping"
 """The path of the server's stopping flag (`pytriton.ipc.stopping`); absent: nothing refused."""
 PARAM_DEVICES = "pytriton.devices"
@@ -220,6 +226,10 @@ class StreamPart(NamedTuple):
     present: Tuple[bool, ...]
     errors: Tuple[Optional[str], ...]
     columns: Tuple[TensorColumn, ...]
+    final: Tuple[bool, ...] = ()
+    """Per request, whether this part ends its stream: its response (or, where it has none, the
+    final flag alone) is its last, while the batch's other streams go on (continuous batching);
+    empty: no stream ends here, they end with the batch's `StreamEnd`."""
 
 
 class StreamEnd(NamedTuple):

@@ -210,7 +210,7 @@ class BatchCalls:
                 for request in requests:
                     request._probe = probe
             if self._strict_sizes:  # before the callable may change the requests
-                batch_sizes = Expected([_batch_size(request) for request in requests], batch.requested)
+                batch_sizes = Expected([batch_size(request) for request in requests], batch.requested)
         except Exception as exc:  # noqa: BLE001 - a bad batch fails its own requesters only
             error, unrecoverable = self.callable_error(exc)
             return batch_sizes, Failure(error, unrecoverable)
@@ -315,10 +315,11 @@ class BatchCalls:
         return batch_result(self.context, batch_id, count, results, batch_sizes, self.strict, arena)
 
     def part(
-        self, batch_id: int, count: int, step: Any, batch_sizes: Expected
+        self, batch_id: int, count: int, step: Any, batch_sizes: Expected, final: Tuple[bool, ...] = ()
     ) -> Tuple[protocol.StreamPart, List[Any]]:
-        """The `StreamPart` of one step of a streaming callable, and its payload."""
-        return stream_part(self.context, batch_id, count, step, batch_sizes, self.strict)
+        """The `StreamPart` of one step of a streaming callable, and its payload (`final`: the
+        streams it ends, for continuous batching)."""
+        return stream_part(self.context, batch_id, count, step, batch_sizes, self.strict, final)
 
 
 def runs_on(outcome: Any) -> bool:
@@ -336,7 +337,8 @@ def _must_stop(exc: Exception) -> bool:
     return isinstance(exc, PyTritonUnrecoverableError)
 
 
-def _batch_size(request: Request) -> Optional[int]:
+def batch_size(request: Request) -> Optional[int]:
+    """The request's batch size: the leading dim of its first input with one (None: none has)."""
     for array in request.values():
         if array.ndim:
             return int(array.shape[0])

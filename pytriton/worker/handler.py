@@ -4,7 +4,8 @@
 process; `pytriton.worker.process_instance` runs one in a forked child). It builds the
 instance's sockets (`endpoint`), the steps every batch goes through (`batches`) and the loop
 that fits the callable: `blocking` for plain functions and generators, `asynchronous` for
-coroutine and async generator functions, and runs that loop on a thread of its own. Both kinds
+coroutine and async generator functions, `continuous` for a ``@continuous`` step function, and
+runs that loop on a thread of its own. Both kinds
 of instance offer the `Instance` interface.
 """
 
@@ -26,6 +27,7 @@ from pytriton.metrics import Registry
 from pytriton.worker.asynchronous import AsyncLoop
 from pytriton.worker.batches import BatchCalls
 from pytriton.worker.blocking import BlockingLoop, StampLog, stamps_folder
+from pytriton.worker.continuous import ContinuousLoop, is_continuous
 from pytriton.worker.endpoint import HandlerEndpoint
 from pytriton.worker.instance import BusySince, Instance, InstanceSpec
 from pytriton.worker.measures import Measures
@@ -133,8 +135,13 @@ class InstanceHandler:
                                          on_proxy_replaced=self._proxy_replaced,
                                          metrics_report=self._measures.registry.report,
                                          arena_stem=protocol.segment_name(spec.shm_prefix, instance, "in", 0)[:-1])
-        self._loop: Union[BlockingLoop, AsyncLoop]
-        if spec.asynchronous:
+        self._loop: Union[BlockingLoop, AsyncLoop, ContinuousLoop]
+        if is_continuous(spec.infer_func):
+            self._loop = ContinuousLoop(self._endpoint, self._calls, step=spec.infer_func,
+                                        capacity=context.config.max_batch_size, stop=self._stop,
+                                        ending_streams=self._ending_streams, on_unrecoverable=on_unrecoverable,
+                                        busy_since=self._busy_since)
+        elif spec.asynchronous:
             self._loop = AsyncLoop(self._endpoint, self._calls, stop=self._stop, ending_streams=self._ending_streams,
                                    on_unrecoverable=on_unrecoverable, busy_since=self._busy_since)
         else:

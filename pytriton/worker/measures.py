@@ -10,6 +10,7 @@ costs a few additions per batch. ``pytriton_requests_in_flight`` is the proxy's 
 from __future__ import annotations
 
 import time
+from typing import List, Optional, Sequence
 
 from pytriton.metrics import COUNTER, HISTOGRAM, Definition, Registry, observe
 
@@ -34,6 +35,12 @@ STUB_RESTARTS = Definition(
     "pytriton_stub_restarts_total", "Times a new Triton model instance (a stub process, or an instance of pytriton's "
     "backend) took over this instance from an earlier one (a heal after a stub died, or a reload of the model)",
     COUNTER, ())
+STREAM_PIECES = Definition(
+    "pytriton_stream_pieces_total", "Pieces (responses) a continuous-batching model's streams were sent; its rate is "
+    "the pieces per second", COUNTER, ())
+STREAM_FIRST_PIECE_SECONDS = Definition(
+    "pytriton_stream_first_piece_seconds", "Time from pytriton's backend handing a stream of a continuous-batching "
+    "model to the worker to its first piece (waiting for room in the running batch included)", HISTOGRAM, (), _SECONDS)
 WORKER_RESTARTS = Definition(
     "pytriton_worker_restarts_total", "Times the worker process of a process instance was forked anew after "
     "the one before died", COUNTER, ())
@@ -47,7 +54,8 @@ class Measures:
         worker_restarts: how many worker processes of this instance died before this one.
     """
 
-    __slots__ = ("registry", "_callable", "_sizes", "_wait", "_dropped", "_errors", "_stub_restarts")
+    __slots__ = ("registry", "_callable", "_sizes", "_wait", "_dropped", "_errors", "_stub_restarts", "_pieces",
+                 "_first_piece")
 
     def __init__(self, registry: Registry, worker_restarts: int = 0) -> None:
         self.registry = registry
@@ -58,6 +66,8 @@ class Measures:
         self._errors = registry.series(CALLABLE_ERRORS)
         self._stub_restarts = registry.series(STUB_RESTARTS)
         registry.series(WORKER_RESTARTS)[0] = float(worker_restarts)
+        self._pieces: Optional[List[float]] = None  # a continuous model's, made at its first piece
+        self._first_piece: Optional[List[float]] = None
 
     def batch_started(self, size: int, sent_ns: int, dropped: int) -> float:
         """A batch of `size` requests reaches the callable (`dropped` more expired before it); the
@@ -80,6 +90,16 @@ class Measures:
     def callable_failed(self, count: int) -> None:
         """`count` requests of a batch got the callable's error (found by calling it on parts)."""
         self._errors[0] += count
+
+    def pieces_sent(self, count: int, first_pieces: Sequence[float]) -> None:
+        """A continuous model's step sent `count` pieces; `first_pieces`: for the streams that got
+        their first, the seconds each waited for it."""
+        if self._pieces is None or self._first_piece is None:
+            self._pieces = self.registry.series(STREAM_PIECES)
+            self._first_piece = self.registry.series(STREAM_FIRST_PIECE_SECONDS)
+        self._pieces[0] += count
+        for seconds in first_pieces:
+            observe(STREAM_FIRST_PIECE_SECONDS, self._first_piece, seconds)
 
     def stub_replaced(self) -> None:
         self._stub_restarts[0] += 1

@@ -393,16 +393,18 @@ def batch_result(
 
 
 def stream_part(
-    context: TritonContext, batch_id: int, count: int, step: Any, batch_sizes: Expected, strict: bool
+    context: TritonContext, batch_id: int, count: int, step: Any, batch_sizes: Expected, strict: bool,
+    final: Tuple[bool, ...] = (),
 ) -> Tuple[protocol.StreamPart, List[Any]]:
     """The `StreamPart` of one value a streaming callable yielded; always inline (the proxy may
-    still be reading the previous part when this one is written)."""
+    still be reading the previous part when this one is written). `final`: per request, whether
+    the part ends its stream (continuous batching; empty: none ends here)."""
     whole = _whole_outputs(context, step, count, strict, batch_sizes)
     if whole is not None:
         columns, _, payload = codec.pack_rows(whole, step.rows, None)
-        return protocol.StreamPart(batch_id, (True,) * count, (None,) * count, columns), payload
+        return protocol.StreamPart(batch_id, (True,) * count, (None,) * count, columns, final), payload
     if type(step) is WholeOutputs:
         step = step.responses()
     groups, errors, present = _shape_all(context, per_request(context, count, step, "yielded"), batch_sizes, strict)
     columns, _, payload = codec.pack(groups, None)
-    return protocol.StreamPart(batch_id, tuple(present), tuple(errors), columns), payload
+    return protocol.StreamPart(batch_id, tuple(present), tuple(errors), columns, final), payload
