@@ -3,8 +3,8 @@
  *
  * What the backend reads and writes of the wire and of a model's configuration, by the names
  * the Python side gives them. */
-#ifndef PYTRITON_CONTRACT_H
-#define PYTRITON_CONTRACT_H
+#ifndef PYT_CONTRACT_H_INCLUDED
+#define PYT_CONTRACT_H_INCLUDED
 
 #define PYT_PROTOCOL_VERSION 11
 

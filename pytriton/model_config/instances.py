@@ -63,11 +63,14 @@ class InstanceSetup:
             model's configuration is written before the worker processes run their factories,
             so it must be said here; a factory that returns the other kind fails the `bind`.
         timeout_s: how long `bind` waits for each factory (a model's load can take minutes).
+        continuous: the callable it returns is a ``@continuous`` step function (continuous
+            batching); said here for the same reason as `asynchronous`.
     """
 
     factory: Callable[[InstancePlacement], Callable[..., Any]]
     asynchronous: bool = False
     timeout_s: float = 600.0
+    continuous: bool = False
 
     def __post_init__(self) -> None:
         if not callable(self.factory):
@@ -78,6 +81,10 @@ class InstanceSetup:
         if not isinstance(self.asynchronous, bool):
             raise PyTritonBadParameterError(
                 f"InstanceSetup.asynchronous must be a bool (True or False), got {self.asynchronous!r}"
+            )
+        if not isinstance(self.continuous, bool):
+            raise PyTritonBadParameterError(
+                f"InstanceSetup.continuous must be a bool (True or False), got {self.continuous!r}"
             )
         timeout: Any = self.timeout_s
         if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not math.isfinite(timeout) or (

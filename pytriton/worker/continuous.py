@@ -39,6 +39,7 @@ from pytriton.ipc import protocol
 from pytriton.ipc.channel import ChannelClosed
 from pytriton.ipc.shm import SegmentReader
 from pytriton.metrics import set_current_registry
+from pytriton.model_config.instances import InstanceSetup
 from pytriton.worker.batches import BatchCalls, batch_size, pop_expired
 from pytriton.worker.context import set_current_context
 from pytriton.worker.endpoint import Connection, HandlerEndpoint
@@ -67,8 +68,10 @@ class Stream:
 
     __slots__ = ("inputs", "parameters", "state", "steps", "_batch", "_position", "_deadline_ms", "_arrived",
                  "_ending", "_error", "_gone")
+    _batch: Any  # the loop's _Batch it came in (None for a warm-up's)
 
-    def __init__(self, request: Request, batch: _Batch, position: int, deadline_ms: Optional[float]) -> None:
+    def __init__(self, request: Request, batch: Optional[_Batch] = None, position: int = 0,
+                 deadline_ms: Optional[float] = None) -> None:
         self.inputs = request
         self.parameters = request.parameters
         self.state: Any = None
@@ -76,7 +79,8 @@ class Stream:
         self._batch = batch
         self._position = position
         self._deadline_ms = deadline_ms
-        self._arrived: Optional[int] = batch.sent_ns or time.monotonic_ns()  # None once its first piece went
+        # When it reached the worker (the backend's send); None once its first piece went.
+        self._arrived: Optional[int] = (batch and batch.sent_ns) or time.monotonic_ns()
         self._ending = False
         self._error: Optional[str] = None
         self._gone = False
@@ -96,7 +100,8 @@ class Stream:
         return self._ending or self._error is not None
 
     def __repr__(self) -> str:
-        return f"<Stream {self._batch.batch_id}:{self._position} step {self.steps}>"
+        batch = self._batch.batch_id if self._batch is not None else "-"
+        return f"<Stream {batch}:{self._position} step {self.steps}>"
 
 
 class ContinuousStep:
@@ -127,8 +132,29 @@ class ContinuousStep:
 
 
 def is_continuous(func: Any) -> bool:
-    """Whether `func` is a step function marked with ``@continuous``."""
-    return isinstance(func, ContinuousStep)
+    """Whether `func` is a step function marked with ``@continuous`` (an `InstanceSetup` that builds
+    one in a worker process says so itself: ``InstanceSetup(..., continuous=True)``)."""
+    return bool(func.continuous) if isinstance(func, InstanceSetup) else isinstance(func, ContinuousStep)
+
+
+WARMUP_STEPS = 64
+"""The most steps a warm-up stream runs, when neither the function nor ``max_steps`` ends it sooner."""
+
+
+def warm_up(step: ContinuousStep, request: Request) -> None:
+    """Run `step` over one stream of `request`, as a warm-up: step after step until the function
+    finishes it (or ``max_steps``, at most `WARMUP_STEPS`). Raises what the function raises, or
+    the error it failed the stream with."""
+    stream = Stream(request)
+    for _ in range(min(step.max_steps or WARMUP_STEPS, WARMUP_STEPS)):
+        outcome = step([stream])
+        if inspect.iscoroutine(outcome):
+            asyncio.run(outcome)
+        stream.steps += 1
+        if stream._error is not None:
+            raise RuntimeError(stream._error)
+        if stream._ending:
+            return
 
 
 class _Batch:

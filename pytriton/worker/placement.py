@@ -18,6 +18,7 @@ from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigEr
 from pytriton.model_config.instances import Device, InstancePlacement, InstanceSetup, instance_devices
 from pytriton.repository.warmup import LocalWarmup
 from pytriton.worker.context import TritonContext
+from pytriton.worker.continuous import is_continuous
 from pytriton.worker.handler import check_callables, is_async_callable
 from pytriton.worker.warmup import run_local_warmups
 
@@ -126,6 +127,12 @@ def set_up(setup: InstanceSetup, placement: InstancePlacement, context: TritonCo
             f"{where}: its setup {name} returned {kind} callable, but was declared with "
             f"InstanceSetup(asynchronous={setup.asynchronous}); declare "
             f"InstanceSetup({name}, asynchronous={not setup.asynchronous})"
+        )
+    if is_continuous(func) != setup.continuous:
+        raise PyTritonModelConfigError(
+            f"{where}: its setup {name} returned {'a' if is_continuous(func) else 'no'} @continuous step function, "
+            f"but was declared with InstanceSetup(continuous={setup.continuous}); declare "
+            f"InstanceSetup({name}, continuous={not setup.continuous})"
         )
     check_callables(context.model_name, [func], bool(context.config.decoupled), context.input_names)
     run_local_warmups(context, [func], warmups)

@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 from pytriton.exceptions import PyTritonModelConfigError
 from pytriton.repository.warmup import LocalWarmup
 from pytriton.worker.context import TritonContext, reset_current_context, set_current_context
+from pytriton.worker.continuous import ContinuousStep, warm_up
 from pytriton.worker.request import Request, Requests
 
 
@@ -36,7 +37,10 @@ def run_local_warmups(context: TritonContext, infer_funcs: Sequence[Callable[...
                 for _ in range(warmup.count):
                     request = Request({name: array.copy() for name, array in warmup.inputs.items()})
                     try:
-                        _finish(func(Requests([request])))
+                        if isinstance(func, ContinuousStep):
+                            warm_up(func, request)
+                        else:
+                            _finish(func(Requests([request])))
                     except Exception as exc:
                         raise PyTritonModelConfigError(
                             f"model '{context.model_name}': warm-up '{warmup.name}' failed: "

@@ -24,7 +24,7 @@ from pytriton.client import DecoupledModelClient
 from pytriton.client_contract import DEADLINE_PARAMETER
 from pytriton.decorators import continuous
 from pytriton.exceptions import PyTritonModelConfigError
-from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config import InstanceSetup, ModelConfig, Tensor
 from pytriton.triton import Triton
 
 pytestmark = pytest.mark.functional
@@ -338,3 +338,24 @@ def test_stopping_the_server_cuts_open_streams_with_a_clear_error():
     triton.stop()
     stream.wait(30)
     assert stream.error is not None and "stopping" in stream.error, stream.error
+
+
+def _build_steps(placement):
+    return continuous(Steps())
+
+
+def test_a_process_instance_builds_its_step_function_in_its_worker_process():
+    config = server_config()
+    with Triton(config=config) as triton:
+        triton.bind("Built", InstanceSetup(_build_steps, continuous=True), INPUTS, OUTPUTS,
+                    config=ModelConfig(max_batch_size=4, decoupled=True, process_instances=True))
+        triton.run()
+        long, short = Stream(config, "Built", 1, 10), Stream(config, "Built", 2, 2)
+        assert short.wait().values == expected(2, 2) and not long.ended.is_set()
+        assert long.wait().values == expected(1, 10)
+        long.close()
+        short.close()
+        # A setup that builds one without saying so is refused, naming the way to say it.
+        with pytest.raises(PyTritonModelConfigError, match="continuous=True"):
+            triton.bind("Undeclared", InstanceSetup(_build_steps), INPUTS, OUTPUTS,
+                        config=ModelConfig(max_batch_size=4, decoupled=True, process_instances=True))
