@@ -40,6 +40,7 @@
 #define PYT_KIND_CANCEL 6
 #define PYT_KIND_METRICS_POLL 7
 #define PYT_KIND_METRICS_REPORT 8
+#define PYT_KIND_STEP_PART 9
 
 /* Where each field sits in a message's encoded tuple: the kind, then the NamedTuple's fields. */
 #define PYT_AT_KIND 0
@@ -77,8 +78,7 @@
 #define PYT_STREAM_PART_PRESENT 2
 #define PYT_STREAM_PART_ERRORS 3
 #define PYT_STREAM_PART_COLUMNS 4
-#define PYT_STREAM_PART_FINAL 5
-#define PYT_STREAM_PART_FIELDS 6
+#define PYT_STREAM_PART_FIELDS 5
 #define PYT_STREAM_END_BATCH_ID 1
 #define PYT_STREAM_END_ERRORS 2
 #define PYT_STREAM_END_UNRECOVERABLE 3
@@ -94,6 +94,13 @@
 #define PYT_METRICS_REPORT_WORKER_PID 2
 #define PYT_METRICS_REPORT_SUPERSEDED 3
 #define PYT_METRICS_REPORT_FIELDS 4
+#define PYT_STEP_PART_BATCH_IDS 1
+#define PYT_STEP_PART_POSITIONS 2
+#define PYT_STEP_PART_PRESENT 3
+#define PYT_STEP_PART_ERRORS 4
+#define PYT_STEP_PART_FINAL 5
+#define PYT_STEP_PART_COLUMNS 6
+#define PYT_STEP_PART_FIELDS 7
 
 /* A tensor column (protocol.TensorColumn); a metric family, its series and their labels. */
 #define PYT_COLUMN_NAME 0

@@ -22,8 +22,10 @@
  * its next step. The worker runs at most pytriton.continuous streams at once and keeps as many
  * more waiting to join, so that one joins at the very step after another left (a request sent
  * only once a stream ended would join a step later); past that, execute waits for a stream to
- * end, so the rest wait in Triton's queue, under its queue policy and priorities. Each stream ends on its own (StreamPart.final), and the worker
- * learns of each requester that went away (a Cancel with its position), not only of the last. */
+ * end, so the rest wait in Triton's queue, under its queue policy and priorities. A step is one
+ * StepPart, a piece for each stream whatever batch it came in; each stream ends on its own, a
+ * batch is forgotten once all of its have, and the worker learns of each requester that went
+ * away (a Cancel with its position), not only of the last. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -102,33 +104,78 @@ static void fail_batch(pending* batch, const char* text) {
   pending_free(batch);
 }
 
-/* One response with request `slot`'s outputs from `columns`; `final` with the final flag. */
-static void respond(pyt_instance* instance, pending* batch, uint32_t slot, pyt_mv* columns,
+/* One response to request `index` of `batch` with the outputs at `slot` of `columns`; `final`
+ * with the final flag. */
+static void respond(pyt_instance* instance, pending* batch, uint32_t index, uint32_t slot, pyt_mv* columns,
                     const pyt_message* message, int final) {
   char why[PYT_MAX_ERROR];
   TRITONBACKEND_Response* response;
-  if (pyt_checked(TRITONBACKEND_ResponseNewFromFactory(&response, batch->factories[slot]), why, sizeof(why)) == 0) {
+  if (pyt_checked(TRITONBACKEND_ResponseNewFromFactory(&response, batch->factories[index]), why, sizeof(why)) == 0) {
     if (pyt_fill_response(response, instance->model, columns, slot, message, NULL, 0, NULL, why, sizeof(why)) == 0 &&
         pyt_checked(TRITONBACKEND_ResponseSend(response, final ? TRITONSERVER_RESPONSE_COMPLETE_FINAL : 0, NULL), why,
                     sizeof(why)) == 0) {
-      if (final) batch->open[slot] = 0;
+      if (final) batch->open[index] = 0;
       return;
     }
     pyt_checked(TRITONBACKEND_ResponseDelete(response), NULL, 0);
   }
   PYT_ERROR("%s", why);
-  finish(batch, slot, TRITONSERVER_ERROR_INTERNAL, why);
+  finish(batch, index, TRITONSERVER_ERROR_INTERNAL, why);
 }
 
-/* A stream ended before its batch did: an execute waiting for room may go on. */
-static void stream_ended(pyt_relay* relay) {
+static int open_count(const pending* batch) {
+  int open = 0;
+  for (uint32_t i = 0; i < batch->count; i++) open += batch->open[i];
+  return open;
+}
+
+/* A continuous model's step (StepPart): a piece for each of its streams, which came in many
+ * batches. A batch whose streams have all ended is forgotten here (the worker sends it no
+ * StreamEnd), and an execute waiting for room is told. */
+static void on_step(pyt_instance* instance, pyt_relay* relay, pyt_mv* value, const pyt_message* message) {
+  pyt_mv* ids = pyt_mv_item(value, PYT_STEP_PART_BATCH_IDS);
+  pyt_mv* positions = pyt_mv_item(value, PYT_STEP_PART_POSITIONS);
+  pyt_mv* present = pyt_mv_item(value, PYT_STEP_PART_PRESENT);
+  pyt_mv* errors = pyt_mv_item(value, PYT_STEP_PART_ERRORS);
+  pyt_mv* final = pyt_mv_item(value, PYT_STEP_PART_FINAL);
+  pyt_mv* columns = pyt_mv_item(value, PYT_STEP_PART_COLUMNS);
+  if (ids == NULL || ids->kind != PYT_MV_TUPLE) return;
+  int ended = 0;
+  pending* batch = NULL;
+  for (uint32_t k = 0; k < ids->count; k++) {
+    int64_t batch_id = pyt_mv_int(ids->items[k], -1);
+    if (batch == NULL || batch->batch_id != batch_id) batch = find(relay, batch_id); /* pieces come grouped */
+    int64_t index = pyt_mv_int(pyt_mv_item(positions, k), -1);
+    if (batch == NULL || index < 0 || (uint64_t)index >= batch->count || !batch->open[index]) continue;
+    int last = (int)pyt_mv_int(pyt_mv_item(final, k), 0);
+    char* error = pyt_error_text(pyt_mv_item(errors, k));
+    if (error != NULL) finish(batch, (uint32_t)index, TRITONSERVER_ERROR_INTERNAL, error);
+    else if (pyt_mv_int(pyt_mv_item(present, k), 0)) respond(instance, batch, (uint32_t)index, k, columns, message, last);
+    else if (last) finish(batch, (uint32_t)index, TRITONSERVER_ERROR_INTERNAL, NULL);
+    ended |= error != NULL || last;
+    free(error);
+  }
+  if (!ended) return;
   pthread_mutex_lock(&relay->lock);
+  for (pending** link = &relay->head; *link != NULL;) {
+    pending* done = *link;
+    if (open_count(done) == 0) {
+      *link = done->next;
+      pending_free(done);
+    } else {
+      link = &done->next;
+    }
+  }
   pthread_cond_broadcast(&relay->changed);
   pthread_mutex_unlock(&relay->lock);
 }
 
 static void on_message(pyt_instance* instance, pyt_relay* relay, pyt_mv* value, const pyt_message* message) {
   int64_t kind = pyt_mv_int(pyt_mv_item(value, PYT_AT_KIND), -1);
+  if (kind == PYT_KIND_STEP_PART) {
+    on_step(instance, relay, value, message);
+    return;
+  }
   int64_t batch_id = pyt_mv_int(pyt_mv_item(value, PYT_STREAM_PART_BATCH_ID), -1); /* every answer's second field */
   if (kind == PYT_KIND_STREAM_PART) {
     pending* batch = find(relay, batch_id); /* only this thread frees a batch the worker answers */
@@ -136,23 +183,13 @@ static void on_message(pyt_instance* instance, pyt_relay* relay, pyt_mv* value, 
     pyt_mv* present = pyt_mv_item(value, PYT_STREAM_PART_PRESENT);
     pyt_mv* errors = pyt_mv_item(value, PYT_STREAM_PART_ERRORS);
     pyt_mv* columns = pyt_mv_item(value, PYT_STREAM_PART_COLUMNS);
-    pyt_mv* final = pyt_mv_item(value, PYT_STREAM_PART_FINAL); /* NULL or () where no stream ends here */
-    int ended = 0;
     for (uint32_t i = 0; i < batch->count; i++) {
-      if (!batch->open[i]) continue;
-      int last = (int)pyt_mv_int(pyt_mv_item(final, i), 0);
-      if (!pyt_mv_int(pyt_mv_item(present, i), 0)) {
-        if (last) finish(batch, i, TRITONSERVER_ERROR_INTERNAL, NULL);
-        ended |= last;
-        continue;
-      }
+      if (!batch->open[i] || !pyt_mv_int(pyt_mv_item(present, i), 0)) continue;
       char* error = pyt_error_text(pyt_mv_item(errors, i));
       if (error != NULL) finish(batch, i, TRITONSERVER_ERROR_INTERNAL, error);
-      else respond(instance, batch, i, columns, message, last);
-      ended |= error != NULL || last;
+      else respond(instance, batch, i, i, columns, message, 0);
       free(error);
     }
-    if (ended && instance->model->continuous) stream_ended(relay);
   } else if (kind == PYT_KIND_STREAM_END || kind == PYT_KIND_BATCH_RESULT) {
     pending* batch = take(relay, batch_id);
     if (batch == NULL) return;
@@ -161,7 +198,7 @@ static void on_message(pyt_instance* instance, pyt_relay* relay, pyt_mv* value, 
     for (uint32_t i = 0; i < batch->count; i++) {
       char* error = pyt_error_text(pyt_mv_item(errors, i));
       if (error != NULL || kind == PYT_KIND_STREAM_END) finish(batch, i, TRITONSERVER_ERROR_INTERNAL, error);
-      else if (batch->open[i]) respond(instance, batch, i, columns, message, 1);
+      else if (batch->open[i]) respond(instance, batch, i, i, columns, message, 1);
       free(error);
     }
     pending_free(batch);

@@ -23,14 +23,15 @@ sockets in a 0700 workspace folder, and `marshal` costs a fifth of `pickle` (0.4
 
 Exchanges on the data channel: per batch either `InferBatch` -> `BatchResult` (one answer), or,
 for a decoupled model, `InferBatch` -> any number of `StreamPart` -> `StreamEnd`, with `Cancel`
-from the proxy when every requester of the batch has gone (for a continuous-batching model, as
-each one goes). Version 11 added `StreamPart.final` (a stream that ends before its batch's). On
-the control channel, a proxy asks its handler for the model's metrics (`MetricsPoll` -> `MetricsReport`) about once a
-second, off the batches' path. Version 8 added the greeting on the data channel (for the
-backend), with the `Welcome`'s arena stem, metrics socket and greeting number. Version 6
-added the metrics and the trace contexts. Version 4 moved the batches from
-ZeroMQ to the data channel, added the timing stamps (`Stamp`) and fed each handler from
-one Triton instance (version 3 had two, "lanes").
+from the proxy when every requester of the batch has gone. A continuous-batching model answers
+a step of streams from many batches with one `StepPart`, and learns of each requester that goes
+(a `Cancel` with positions). On the control channel, a proxy asks its handler for the model's
+metrics (`MetricsPoll` -> `MetricsReport`) about once a second, off the batches' path. Version
+11 added `StepPart` and the partial `Cancel`s. Version 8 added the greeting on the data channel
+(for the backend), with the `Welcome`'s arena stem, metrics socket and greeting number. Version
+6 added the metrics and the trace contexts. Version 4 moved the batches from ZeroMQ to the data
+channel, added the timing stamps (`Stamp`) and fed each handler from one Triton instance
+(version 3 had two, "lanes").
 
 Names (endpoints, socket files, segments) are built by the functions at the bottom of this
 module, on both sides of the process boundary.
@@ -83,8 +84,8 @@ PARAM_TRACING = "pytriton.tracing"
 context (`InferBatch.traces`); absent otherwise."""
 PARAM_CONTINUOUS = "pytriton.continuous"
 """For a continuous-batching model (`pytriton.worker.continuous`): how many streams one instance runs
-at once. pytriton's backend hands an instance new requests only while it runs fewer, sends it which
-requesters went away (`Cancel` with positions), and ends each stream on its own (`StreamPart.final`).
+at once. pytriton's backend hands an instance new requests only while it holds fewer than twice as
+many, sends it which requesters went away (`Cancel` with positions), and answers its `StepPart`s.
 Absent for every other model."""
 PARAM_STOPPING = "pytriton.stopping"
 """The path of the server's stopping flag (`pytriton.ipc.stopping`); absent: nothing refused."""
@@ -226,10 +227,26 @@ class StreamPart(NamedTuple):
     present: Tuple[bool, ...]
     errors: Tuple[Optional[str], ...]
     columns: Tuple[TensorColumn, ...]
-    final: Tuple[bool, ...] = ()
-    """Per request, whether this part ends its stream: its response (or, where it has none, the
-    final flag alone) is its last, while the batch's other streams go on (continuous batching);
-    empty: no stream ends here, they end with the batch's `StreamEnd`."""
+
+
+class StepPart(NamedTuple):
+    """Worker -> backend: one step of a continuous-batching model, a piece for each of its streams.
+
+    The streams of a step came in many batches, so each piece names its stream by the batch it came
+    in (`batch_ids`) and its position there (`positions`); the columns hold one entry per piece, in
+    that order. `present[k]` says whether piece k has outputs; where `errors[k]` is not None, that
+    error ends its stream instead; `final[k]` ends its stream after this piece (or, with no outputs,
+    with the final flag alone), while the step's other streams go on. One message per step, whatever
+    the number of batches its streams came in. A batch whose streams have all ended is forgotten by
+    the backend without a `StreamEnd`.
+    """
+
+    batch_ids: Tuple[int, ...]
+    positions: Tuple[int, ...]
+    present: Tuple[bool, ...]
+    errors: Tuple[Optional[str], ...]
+    final: Tuple[bool, ...]
+    columns: Tuple[TensorColumn, ...]
 
 
 class StreamEnd(NamedTuple):
@@ -323,9 +340,10 @@ class MetricsReport(NamedTuple):
     superseded: bool = False
 
 
-Message = Union[Hello, Welcome, InferBatch, BatchResult, StreamPart, StreamEnd, Cancel, MetricsPoll, MetricsReport]
+Message = Union[Hello, Welcome, InferBatch, BatchResult, StreamPart, StreamEnd, Cancel, MetricsPoll, MetricsReport,
+                StepPart]
 _MESSAGE_TYPES: Tuple[Any, ...] = (
-    Hello, Welcome, InferBatch, BatchResult, StreamPart, StreamEnd, Cancel, MetricsPoll, MetricsReport
+    Hello, Welcome, InferBatch, BatchResult, StreamPart, StreamEnd, Cancel, MetricsPoll, MetricsReport, StepPart
 )
 _KINDS = {message_type: kind for kind, message_type in enumerate(_MESSAGE_TYPES)}
 _COLUMNS_AT = {kind: 1 + kind._fields.index("columns") for kind in _MESSAGE_TYPES if "columns" in kind._fields}

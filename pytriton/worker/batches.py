@@ -315,11 +315,10 @@ class BatchCalls:
         return batch_result(self.context, batch_id, count, results, batch_sizes, self.strict, arena)
 
     def part(
-        self, batch_id: int, count: int, step: Any, batch_sizes: Expected, final: Tuple[bool, ...] = ()
+        self, batch_id: int, count: int, step: Any, batch_sizes: Expected
     ) -> Tuple[protocol.StreamPart, List[Any]]:
-        """The `StreamPart` of one step of a streaming callable, and its payload (`final`: the
-        streams it ends, for continuous batching)."""
-        return stream_part(self.context, batch_id, count, step, batch_sizes, self.strict, final)
+        """The `StreamPart` of one step of a streaming callable, and its payload."""
+        return stream_part(self.context, batch_id, count, step, batch_sizes, self.strict)
 
 
 def runs_on(outcome: Any) -> bool:

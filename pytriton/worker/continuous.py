@@ -44,7 +44,7 @@ from pytriton.worker.batches import BatchCalls, batch_size, pop_expired
 from pytriton.worker.context import set_current_context
 from pytriton.worker.endpoint import Connection, HandlerEndpoint
 from pytriton.worker.request import Request
-from pytriton.worker.responses import Expected, Failure, per_request
+from pytriton.worker.responses import Expected, Failure, per_request, step_part
 
 logger = logging.getLogger("pytriton.worker")
 
@@ -358,48 +358,53 @@ class ContinuousLoop:
         return self._private_loop.run_until_complete(coroutine)
 
     def _answer(self, streams: List[Stream], entries: List[Any]) -> None:
-        """Send each stream its piece of this step, one `StreamPart` per batch; end the finished."""
+        """Send the step's pieces, one `StepPart` for all its streams; end the finished."""
         limit = self._step.max_steps
-        parts: Dict[int, Tuple[_Batch, List[Any], List[bool]]] = {}
-        for stream, entry in zip(streams, entries):
+        final = []
+        for index, stream in enumerate(streams):
             stream.steps += 1
             if stream._error is not None:
-                entry = Failure(stream._error)
+                entries[index] = Failure(stream._error)
             elif limit is not None and stream.steps >= limit:
                 stream._ending = True
-            batch = stream._batch
-            part = parts.get(id(batch))
-            if part is None:
-                part = parts[id(batch)] = (batch, [None] * batch.count, [False] * batch.count)
-            part[1][stream._position] = entry
-            part[2][stream._position] = stream._ending or stream._error is not None
-        for batch, step, final in parts.values():
-            message, payload = self._calls.part(batch.batch_id, batch.count, step, batch.sizes, tuple(final))
-            ended = [stream for stream in batch.streams if stream is not None and not stream._gone and (
-                final[stream._position] or message.errors[stream._position] is not None)]
-            self._record_pieces(batch, message.present)
-            for stream in ended:
-                stream._gone = True
-            if not self._endpoint.send(batch.connection, protocol.encode(message), payload):
-                self._forget_connection(batch.connection)
-                continue
-            self._settle(batch)
+            final.append(stream._ending or stream._error is not None)
+        self._send_step(streams, entries, final)
 
     def _fail(self, streams: List[Stream], error: str) -> None:
-        """End `streams` with `error`, one `StreamPart` per batch."""
-        by_batch: Dict[int, Tuple[_Batch, List[Stream]]] = {}
-        for stream in streams:
-            by_batch.setdefault(id(stream._batch), (stream._batch, []))[1].append(stream)
-        for batch, failing in by_batch.values():
-            step: List[Any] = [None] * batch.count
-            for stream in failing:
-                step[stream._position] = Failure(error)
-                stream._gone = True
-            message, payload = self._calls.part(batch.batch_id, batch.count, step, batch.sizes)
-            if not self._endpoint.send(batch.connection, protocol.encode(message), payload):
-                self._forget_connection(batch.connection)
+        """End `streams` with `error`."""
+        self._send_step(streams, [Failure(error)] * len(streams), [True] * len(streams))
+
+    def _send_step(self, streams: List[Stream], entries: List[Any], final: List[bool]) -> None:
+        """One `StepPart` to each connection the streams' batches came on (one in practice)."""
+        by_connection: Dict[int, List[int]] = {}
+        for index, stream in enumerate(streams):
+            by_connection.setdefault(stream._batch.connection.channel.fileno(), []).append(index)
+        calls = self._calls
+        for indices in by_connection.values():
+            if len(indices) == len(streams):
+                group, pieces, ends = streams, entries, final
+            else:
+                group = [streams[i] for i in indices]
+                pieces, ends = [entries[i] for i in indices], [final[i] for i in indices]
+            sizes = Expected([stream._batch.sizes[stream._position] for stream in group],
+                             tuple([stream._batch.sizes.asked(stream._position) or () for stream in group])
+                             if any(stream._batch.sizes.requested for stream in group) else ())
+            keys = tuple([(stream._batch.batch_id, stream._position) for stream in group])
+            message, payload = step_part(calls.context, keys, pieces, sizes, calls.strict, tuple(ends))
+            self._record_pieces(group, message.present)
+            ended = set()
+            for stream, last, error in zip(group, ends, message.errors):
+                if last or error is not None:
+                    stream._gone = True
+                    ended.add(id(stream._batch))
+            connection = group[0]._batch.connection
+            if not self._endpoint.send(connection, protocol.encode(message), payload):
+                self._forget_connection(connection)
                 continue
-            self._settle(batch)
+            for stream in group:  # a batch whose streams all ended: the backend forgot it with this step
+                batch = stream._batch
+                if id(batch) in ended and not any(s is not None and not s._gone for s in batch.streams):
+                    self._batches.pop((connection.channel.fileno(), batch.batch_id), None)
 
     def _settle(self, batch: _Batch) -> None:
         """Once every stream of `batch` ended, tell the backend it may forget the batch."""
@@ -427,11 +432,11 @@ class ContinuousLoop:
         self._active = []
         self._waiting.clear()
 
-    def _record_pieces(self, batch: _Batch, present: Tuple[bool, ...]) -> None:
+    def _record_pieces(self, streams: List[Stream], present: Tuple[bool, ...]) -> None:
         now = time.monotonic_ns()
         firsts = []
-        for stream, here in zip(batch.streams, present):
-            if here and stream is not None and stream._arrived is not None:
+        for stream, here in zip(streams, present):
+            if here and stream._arrived is not None:
                 firsts.append((now - stream._arrived) / 1e9)
                 stream._arrived = None
         self._calls.measures.pieces_sent(sum(1 for here in present if here), firsts)

@@ -393,18 +393,30 @@ def batch_result(
 
 
 def stream_part(
-    context: TritonContext, batch_id: int, count: int, step: Any, batch_sizes: Expected, strict: bool,
-    final: Tuple[bool, ...] = (),
+    context: TritonContext, batch_id: int, count: int, step: Any, batch_sizes: Expected, strict: bool
 ) -> Tuple[protocol.StreamPart, List[Any]]:
     """The `StreamPart` of one value a streaming callable yielded; always inline (the proxy may
-    still be reading the previous part when this one is written). `final`: per request, whether
-    the part ends its stream (continuous batching; empty: none ends here)."""
+    still be reading the previous part when this one is written)."""
     whole = _whole_outputs(context, step, count, strict, batch_sizes)
     if whole is not None:
         columns, _, payload = codec.pack_rows(whole, step.rows, None)
-        return protocol.StreamPart(batch_id, (True,) * count, (None,) * count, columns, final), payload
+        return protocol.StreamPart(batch_id, (True,) * count, (None,) * count, columns), payload
     if type(step) is WholeOutputs:
         step = step.responses()
     groups, errors, present = _shape_all(context, per_request(context, count, step, "yielded"), batch_sizes, strict)
     columns, _, payload = codec.pack(groups, None)
-    return protocol.StreamPart(batch_id, tuple(present), tuple(errors), columns, final), payload
+    return protocol.StreamPart(batch_id, tuple(present), tuple(errors), columns), payload
+
+
+def step_part(
+    context: TritonContext, streams: Tuple[Tuple[int, int], ...], entries: List[Any], sizes: Expected, strict: bool,
+    final: Tuple[bool, ...],
+) -> Tuple[protocol.StepPart, List[Any]]:
+    """The `StepPart` of one step of a continuous-batching model: per stream (``(batch id, position)``
+    in `streams`) its entry (a response, None or a `Failure`), checked as a streamed response is;
+    inline, like every streamed part."""
+    groups, errors, present = _shape_all(context, entries, sizes, strict)
+    columns, _, payload = codec.pack(groups, None)
+    batch_ids = tuple([batch_id for batch_id, _ in streams])
+    positions = tuple([position for _, position in streams])
+    return protocol.StepPart(batch_ids, positions, tuple(present), tuple(errors), final, columns), payload
