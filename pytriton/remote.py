@@ -39,6 +39,7 @@ from pytriton.launch import MODEL_LOAD_TIMEOUT_S
 from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
 from pytriton.openai.binding import OpenAIBindings
 from pytriton.repository.override import load_override
+from pytriton.server.announce import announce_remote_serving
 from pytriton.server.control import ServerControl, wait_for
 from pytriton.server.distribution import find_distribution, lacks_backend, proxy_import_paths, remote_backend
 from pytriton.server.workspace import SharedWorkspace, Workspace, remote_server_flags
@@ -439,10 +440,14 @@ class RemoteTriton(OpenAIBindings):
 
         Returns when a signal arrives, when a bound model is no longer ready on the server (the
         server stopped, restarted or unloaded it), or when a callable raised
-        `PyTritonUnrecoverableError`; then stops (see `stop`), leaving the server running.
+        `PyTritonUnrecoverableError`; then stops (see `stop`), leaving the server running. Once
+        the models are ready it says which, through which server, in one line on stderr
+        (`pytriton.server.announce`), as `Triton.serve()` does.
         """
         self.run()
         try:
+            names = self._bindings.names()
+            announce_remote_serving(self._url, [(name, self._bindings.version(name)) for name in names])
             signum = block_until_signal(self.is_alive, self._wake, monitoring_period_s)
             if signum is not None:
                 logger.info("Signal %d received: unloading models from the tritonserver at %s", signum, self._url)
