@@ -490,12 +490,12 @@ class RemoteTriton(OpenAIBindings):
                 return False
             self._stopped = True
             self._wake.set()
-            atexit.unregister(self.stop)
             self._bindings.end_streams()  # Triton waits for open streams before it unloads a model
             if self._loaded:
                 self._unload(self._loaded)
             self._bindings.stop_handlers()
             self._control.close()
             self._workspace.cleanup()
+            atexit.unregister(self.stop)  # only now: an exit during a stop on another thread waits for it
             logger.debug("RemoteTriton stopped; the tritonserver at %s keeps running", self._url)
             return self._running

@@ -467,7 +467,6 @@ class Triton(OpenAIBindings):
                 return False
             self._stopped = True
             self._wake.set()
-            atexit.unregister(self.stop)
             if self._supervisor is not None:
                 self._supervisor.stop()  # the server's exit and its stubs' are no news from here on
             if self._gate is not None:
@@ -488,6 +487,10 @@ class Triton(OpenAIBindings):
                 self._workspace.cleanup()
             if self._process is not None:
                 reap_adopted()  # as PID 1: a stub that ended on its own since the first reap
+            # Registered until now: a script that exits while another thread stops the server (the
+            # daemon thread an unrecoverable error starts) waits here, at exit, for that stop to end,
+            # instead of leaving what it had not removed yet (the lease, the folder) to the next start.
+            atexit.unregister(self.stop)
             logger.debug("Triton stopped")
             return self._process is not None
 
