@@ -273,8 +273,12 @@ class RemoteTriton(OpenAIBindings):
         try:
             self._load([model_name])
         except BaseException:
+            target = self._workspace
             undo_load(self._bindings, self._control, model_name, version, self._repository, others,
-                      lambda: self._load_one(model_name))
+                      lambda: self._load_one(model_name),
+                      start=lambda declaration: self._bindings.start(
+                          declaration, repository=target.model_repository, sockets=target.sockets,
+                          shm_prefix=target.shm_prefix, import_paths=self._import_paths or ()))
             if not others:
                 self._loaded.remove(model_name)
                 self._forget(model_name)

@@ -289,10 +289,14 @@ class Triton(OpenAIBindings):
         main thread watches for SIGINT and SIGTERM meanwhile, as `run()` does: a signal stops the server."""
         assert self._control is not None and self._workspace is not None
         warn_if_shm_small([c for c in self._bindings.contexts() if c.model_name == model_name])
-        load_bound(self._bindings, self._control, model_name, version, self._workspace.model_repository,
+        workspace = self._workspace
+        load_bound(self._bindings, self._control, model_name, version, workspace.model_repository,
                    watch_signals=not self._in_serve and threading.current_thread() is threading.main_thread(),
                    on_signal=lambda signum: self._stop_for_signal(signum, f"loading model '{model_name}'"),
-                   wait_ready=lambda: self._wait_models_ready([model_name], time.monotonic() + MODEL_LOAD_TIMEOUT_S))
+                   wait_ready=lambda: self._wait_models_ready([model_name], time.monotonic() + MODEL_LOAD_TIMEOUT_S),
+                   start=lambda declaration: self._bindings.start(
+                       declaration, repository=workspace.model_repository, sockets=workspace.sockets,
+                       shm_prefix=workspace.shm_prefix, import_paths=proxy_import_paths(self._distribution())))
 
     def _stop_for_signal(self, signum: int, during: str) -> NoReturn:
         """Stop and clean up, then let the signal take its course; raise if the process lives on."""
