@@ -18,6 +18,9 @@ moment it is.
 Each version's instances reach that version's own workers, whenever they connect (the version
 is part of the socket paths: `pytriton.bound`). A version that leaves is dropped by Triton once
 its requests in flight are answered; only then do its handlers stop and its files and segments go.
+A joining version that fails to load is unbound again, and the failure Triton keeps on record
+(which holds a strict server not ready) is cleared without touching the versions that serve
+(`forget_failed_version`).
 """
 
 from __future__ import annotations
