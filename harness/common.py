@@ -3,9 +3,9 @@
 `UserProcess` starts ``harness/serve.py`` (a `Triton` serving the echo models) as a child on
 free ports, in its own session and dying with the harness (``PR_SET_PDEATHSIG``), waits for its
 models against a monotonic deadline, and stops it politely (SIGTERM, bounded wait, then SIGKILL
-of the whole tree). `footprint` reads what the soak and the fuzzer watch: RSS of the user
-process, of its tritonserver and of each Python-backend stub (children of tritonserver), the
-bytes of the server's /dev/shm segments, and the fds and threads of the user process.
+of the whole tree). `footprint` reads what the soak watches: RSS of the user process, of its
+tritonserver and of each Python-backend stub (children of tritonserver), the bytes of the
+server's /dev/shm segments (pytriton's arenas apart), and the fds and threads of the user process.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import ctypes
 import json
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -240,23 +241,62 @@ def process_counts(pid: int) -> Dict[str, int]:
     return {"fds": process.num_fds(), "threads": process.num_threads()}
 
 
-def footprint(user: UserProcess) -> Dict[str, float]:
-    """One sample of what the soak and the fuzzer watch (bytes, counts)."""
+ARENA_NAME = re.compile(r"-(?P<model>m[0-9a-f]{10})-(?P<instance>\d+)-(?P<direction>in|out)-\d+$")
+"""How the name of a pytriton arena's segment ends (`pytriton.ipc.protocol.segment_name`): the model
+version's key, the instance, the direction and the generation."""
+
+
+def arena_segments(sizes: Dict[str, int]) -> Dict[str, List[int]]:
+    """The arena segments among `sizes` (name -> bytes), by arena: the name up to its generation."""
+    arenas: Dict[str, List[int]] = {}
+    for name, size in sizes.items():
+        if ARENA_NAME.search(name):
+            arenas.setdefault(name.rpartition("-")[0], []).append(size)
+    return arenas
+
+
+def arena_model(arena: str) -> str:
+    """The model version key (`pytriton.ipc.protocol.model_key`) in an arena's name."""
+    match = ARENA_NAME.search(arena + "-0")
+    return match.group("model") if match else ""
+
+
+def footprint(user: UserProcess, arena_bound: Callable[[str], int] = lambda arena: 2**62) -> Dict[str, float]:
+    """One sample of what the soak watches (bytes, counts).
+
+    The RSS of the user process and of each stub is its own memory: RSS without the /dev/shm
+    pages it maps (``shm_user_mapped``, ``info_stub*_shm``), which are the arenas and Triton's
+    pool, counted in /dev/shm.
+    The server's /dev/shm is split into pytriton's arenas (``shm_arenas``, whose size follows the
+    payloads of their last messages within a stated bound: `pytriton.ipc.shm.arena_bound`) and
+    the rest (``shm_pool``: Triton's Python-backend pool, the lease). ``arena_extra_segments``
+    counts segments beyond one per arena, ``arena_over_bound`` the bytes by which the largest
+    arena exceeds `arena_bound` (given the arena's name), both 0 unless something leaks.
+    """
     stubs = user.stubs()
+    sizes = shm_sizes(user.shm_prefix)
+    arenas = arena_segments(sizes)
+    arena_bytes = sum(sum(segments) for segments in arenas.values())
+    user_parts = rss_parts(user.pid)
     sample: Dict[str, float] = {
         "t": time.monotonic(),
-        "rss_user": _rss(psutil.Process(user.pid)),
+        "rss_user": _rss(psutil.Process(user.pid)) - user_parts["shm"],
         "rss_server": _rss(user.server()),
-        "rss_stubs": sum(_rss(stub) for stub in stubs),
+        "rss_stubs": 0,
         "stubs": len(stubs),
-        "shm": shm_bytes(user.shm_prefix),
+        "shm_pool": sum(sizes.values()) - arena_bytes,
+        "shm_arenas": arena_bytes,
+        "arena_extra_segments": sum(len(segments) - 1 for segments in arenas.values()),
+        "arena_over_bound": max([0] + [sum(segments) - arena_bound(arena) for arena, segments in arenas.items()]),
     }
     for index, stub in enumerate(stubs):
-        sample[f"rss_stub{index}"] = _rss(stub)
-        for kind, value in rss_parts(stub.pid).items():
+        parts = rss_parts(stub.pid)
+        sample[f"rss_stub{index}"] = _rss(stub) - parts["shm"]
+        sample["rss_stubs"] += sample[f"rss_stub{index}"]
+        for kind, value in parts.items():
             sample[f"info_stub{index}_{kind}"] = value
-    for kind, value in rss_parts(user.pid).items():
-        sample[f"info_user_{kind}"] = value  # reported, not judged: rss_user is their sum and more
+    sample["shm_user_mapped"] = user_parts["shm"]  # the arenas the user process maps, its own and the backend's
+    sample["info_user_anon"] = user_parts["anon"]  # reported, not judged: the heaps, most of rss_user
     sample.update(process_counts(user.pid))
     return sample
 

@@ -23,7 +23,8 @@ Models:
 ``PYTRITON_HARNESS_LOG`` sets the log level (DEBUG shows tritonserver's own output).
 ``PYTRITON_HARNESS_FAULT`` plants a bug, so that the harness can show it notices one:
 ``mixup`` (every 97th call of ``echo`` answers id + 1), ``leak`` (``echo`` keeps every payload
-and one open file per call).
+and one open file per call), ``arenaleak`` (the worker's shared-memory arenas forget the segment
+they replace instead of unlinking it).
 
 Run by hand: ``python harness/serve.py --http-port 8000 --grpc-port 8001 --metrics-port 8002``.
 """
@@ -85,6 +86,19 @@ def text(requests: List[Dict[str, np.ndarray]]) -> List[Dict[str, np.ndarray]]:
     return [{"text": request["text"], "x": request["x"]} for request in requests]
 
 
+def plant_arena_leak() -> None:
+    """The worker's arenas drop their segment's name instead of unlinking it (`Arena._release`)."""
+    from pytriton.ipc.shm import Arena
+
+    release = Arena._release
+
+    def forgetful(self: Arena) -> None:
+        self._name = None  # forgotten, so never unlinked
+        release(self)
+
+    Arena._release = forgetful  # type: ignore[method-assign]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--http-port", type=int, required=True)
@@ -95,6 +109,8 @@ def main() -> None:
         level=os.environ.get("PYTRITON_HARNESS_LOG", "INFO"), format="%(asctime)s %(name)s %(levelname)s: %(message)s"
     )
 
+    if FAULT == "arenaleak":
+        plant_arena_leak()
     config = TritonConfig(
         http_port=args.http_port, grpc_port=args.grpc_port, metrics_port=args.metrics_port, exit_timeout_secs=10
     )

@@ -13,15 +13,25 @@ mixed up, a client exception as an error, and a request never answered as lost.
 Every `--period-s` a sampler records the RSS of the user process, its tritonserver and each
 stub (children of tritonserver), the bytes of the server's /dev/shm segments (names starting
 ``pytriton-<user pid>-``: this server's own, so that other servers on the host do not count),
-and the fds and threads of the user process. The RSS of the user process and of each stub is
-also split into its anonymous part (heaps) and its shared part (mapped /dev/shm pages), as
-``info_`` rows that explain the judged rows and are not judged themselves.
+and the fds and threads of the user process. /dev/shm is split into pytriton's arenas
+(``shm_arenas``) and the rest (``shm_pool``: Triton's Python-backend pool on the proxy path, the
+lease); the RSS of the user process and of each stub is its own memory, without the /dev/shm
+pages it maps (those are the arenas and the pool, counted above; the user process's mapped pages
+are ``shm_user_mapped``: the arenas it writes and reads). ``info_`` rows break RSS down further
+(anonymous memory, a stub's mapped pages); they explain, and are not judged.
 
 Criteria (exit status 1 when one fails):
 
 * lost, mixed up and errors are all 0;
-* growth from the 50 % mark to the 100 % mark (by answered requests) is under `--growth-limit`
-  (5 %) for every metric; each mark's value is the median of the samples in the last 5 % of the
+* pytriton's arenas, whose size follows the payloads of their last messages (an arena of a
+  model that answered a 4 MiB payload last holds 4 MiB, a few small ones later 1 MiB or none),
+  are judged by their stated bound (`pytriton.ipc.shm.arena_bound`) at every sample of the load:
+  one segment per arena (``arena_extra_segments`` 0), none over its bound (``arena_over_bound``
+  0; the echo model's arenas carry at most a full batch of the largest payload), all of them
+  together, and what the user process maps of them, within `ARENA_CEILING`; their size at two
+  moments says which payloads came last, not whether they leak, so it is shown, not judged;
+* every other metric grows less than `--growth-limit` (5 %) from the 50 % mark to the 100 % mark
+  (by answered requests); each mark's value is the median of the samples in the last 5 % of the
   load before it (at least 3 samples), so that one payload in flight does not decide it;
 * after the clients close, every metric returns to its baseline: the median of the samples of
   an idle second after
@@ -52,10 +62,10 @@ import sys
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-from common import REPO, UserProcess, conclude, footprint, log, mib, settle, shm_sizes, table
+from common import REPO, UserProcess, arena_model, conclude, footprint, log, mib, settle, shm_sizes, table
 
 from pytriton.client import (
     AsyncioModelClient,
@@ -64,10 +74,14 @@ from pytriton.client import (
     ModelClient,
     PyTritonClientError,
 )
-from pytriton.ipc.shm import IDLE_RELEASE_S
+from pytriton.ipc.protocol import model_key
+from pytriton.ipc.shm import ALIGNMENT, IDLE_RELEASE_S, arena_bound
 
 STREAM_STEPS = 3  # harness/serve.py's stream model
 ECHO_MAX_BATCH = 16  # harness/serve.py's echo model
+ECHO_KEY = model_key("echo", 1)
+ECHO_INSTANCES = 1  # harness/serve.py: the echo model's instances, and those of its other models
+OTHER_INSTANCES = 5
 SIZES = [1024 * 2**k for k in range(13)]  # 1 KiB .. 4 MiB
 WEIGHTS = np.array([2 ** (-k / 2) for k in range(len(SIZES))]) / sum(2 ** (-k / 2) for k in range(len(SIZES)))
 WINDOW = 4  # requests in flight in a futures or asyncio lane
@@ -323,7 +337,7 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.samples.append(footprint(self._user))
+                self.samples.append(footprint(self._user, arena_bound_of))
             except Exception as error:  # noqa: BLE001 (a process ended mid-read: skip the sample)
                 log(f"sample skipped: {error}")
             self._stop.wait(self._period_s)
@@ -343,9 +357,10 @@ def median_of(samples: Sequence[Dict[str, float]], metric: str) -> float:
     return float(statistics.median(sample.get(metric, 0.0) for sample in samples))
 
 
-def window_before(sampler: Sampler, at: float, span_s: float, minimum: int = 3) -> List[Dict[str, float]]:
+def window_before(samples: Sequence[Dict[str, float]], at: float, span_s: float,
+                  minimum: int = 3) -> List[Dict[str, float]]:
     """The samples of the last `span_s` seconds before `at`, or the last `minimum` before it."""
-    earlier = [sample for sample in sampler.samples if sample["t"] <= at]
+    earlier = [sample for sample in samples if sample["t"] <= at]
     inside = [sample for sample in earlier if sample["t"] >= at - span_s]
     return inside if len(inside) >= minimum else earlier[-minimum:]
 
@@ -355,6 +370,78 @@ def within(metric: str, value: float, baseline: float, tolerances: Dict[str, flo
     if metric.startswith("rss"):
         return value <= baseline * (1 + tolerances.get(metric, tolerances["rss"]))
     return value <= baseline
+
+
+BOUNDED = ("shm_arenas", "shm_user_mapped")
+"""Metrics that follow the payload mix: judged against their stated bound throughout the load, not by
+their growth between the two marks (`pytriton.ipc.shm.arena_bound`)."""
+ALWAYS_ZERO = ("arena_extra_segments", "arena_over_bound")
+"""Metrics that are 0 at every sample unless an arena leaks (common.footprint)."""
+
+
+def arena_bound_of(arena: str) -> int:
+    """The stated bound of one arena of harness/serve.py (its name up to the generation).
+
+    The echo model's messages are at most a full batch of the largest payload (each tensor
+    64-byte aligned); the soak sends nothing larger than a few ids or steps to the other models,
+    which go inline, so their arenas should stay empty: one step is their bound.
+    """
+    if arena_model(arena) == ECHO_KEY:
+        return arena_bound(ECHO_MAX_BATCH * (SIZES[-1] + ALIGNMENT))
+    return arena_bound(1)
+
+
+ARENA_CEILING = 2 * (ECHO_INSTANCES * arena_bound_of(f"-{ECHO_KEY}-0-in") + OTHER_INSTANCES * arena_bound(1))
+"""The bound of all arenas together: an input and an output arena per instance."""
+
+
+def judge(samples: Sequence[Dict[str, float]], load: float, half: float, full: float, baseline: Dict[str, float],
+          after: Dict[str, float], growth_limit: float,
+          tolerances: Dict[str, float]) -> Tuple[List[List[str]], Dict[str, Dict[str, Any]], List[str]]:
+    """Each metric's verdict: its table row, its figures, and the failures (see the module docstring).
+
+    Every judged metric must be back at its baseline after close. During the load, a metric that
+    follows the payload mix (`BOUNDED`) must stay within its bound at every sample, one that
+    counts a leak (`ALWAYS_ZERO`) at 0; any other must grow less than `growth_limit` from the 50 %
+    to the 100 % mark. ``info_`` metrics are shown, not judged.
+    """
+    span = 0.05 * (full - load)
+    during = [sample for sample in samples if load <= sample["t"] <= full] or list(samples[-1:])
+    rows: List[List[str]] = []
+    checks: Dict[str, Dict[str, Any]] = {}
+    failures: List[str] = []
+    for metric in [m for m in samples[-1] if m != "t"]:
+        at_half = median_of(window_before(samples, half, span), metric)
+        at_full = median_of(window_before(samples, full, span), metric)
+        growth = (at_full - at_half) / at_half if at_half else 0.0
+        peak = max(sample.get(metric, 0.0) for sample in during)
+        show = mib if metric.startswith(("rss", "info_", "shm")) else (lambda v: f"{v:.0f}")
+        judged = not metric.startswith("info_")  # a breakdown of a judged metric, shown to explain it
+        if not judged:
+            rule, load_ok = "", True
+        elif metric in BOUNDED:
+            rule, load_ok = f"max <= {show(ARENA_CEILING)}", peak <= ARENA_CEILING
+            if not load_ok:
+                failures.append(f"{metric} reached {show(peak)} MiB during the load, over its bound of "
+                                f"{show(ARENA_CEILING)} MiB")
+        elif metric in ALWAYS_ZERO:
+            rule, load_ok = "0 throughout", peak == 0
+            if not load_ok:
+                failures.append(f"{metric} was {peak:.0f} during the load (0 unless an arena leaks)")
+        else:
+            rule, load_ok = f"growth < {growth_limit:.0%}", growth < growth_limit
+            if not load_ok:
+                failures.append(f"{metric} grew {growth:+.1%} from the 50 % to the 100 % mark")
+        returned = not judged or within(metric, after[metric], baseline[metric], tolerances)
+        if not returned:
+            failures.append(f"{metric} did not return to its baseline: {after[metric]:.0f} vs {baseline[metric]:.0f}")
+        checks[metric] = {"baseline": baseline[metric], "half": at_half, "full": at_full, "growth": growth,
+                          "load_max": peak, "after": after[metric], "rule": rule, "load_ok": load_ok,
+                          "back_ok": returned}
+        rows.append([metric + (" (MiB)" if show is mib else ""), show(baseline[metric]), show(at_half),
+                     show(at_full), f"{growth:+.1%}", show(peak), show(after[metric]), rule or "-",
+                     ("ok" if load_ok and returned else "FAIL") if judged else "(info)"])
+    return rows, checks, failures
 
 
 def plot(sampler: Sampler, path: str, title: str) -> Optional[str]:
@@ -372,8 +459,9 @@ def plot(sampler: Sampler, path: str, title: str) -> Optional[str]:
     for metric, label in (("rss_user", "user process"), ("rss_server", "tritonserver"), ("rss_stubs", "stubs (sum)")):
         axes[0].plot(t, [sample[metric] / 2**20 for sample in sampler.samples], label=label)
     axes[0].set_ylabel("RSS (MiB)")
-    axes[1].plot(t, [sample["shm"] / 2**20 for sample in sampler.samples], label="/dev/shm pytriton-<pid>-*")
-    axes[1].set_ylabel("shared memory (MiB)")
+    axes[1].plot(t, [sample["shm_arenas"] / 2**20 for sample in sampler.samples], label="pytriton's arenas")
+    axes[1].plot(t, [sample["shm_pool"] / 2**20 for sample in sampler.samples], label="Triton's pool (proxy path)")
+    axes[1].set_ylabel("/dev/shm (MiB)")
     axes[2].plot(t, [sample["fds"] for sample in sampler.samples], label="fds (user process)")
     axes[2].plot(t, [sample["threads"] for sample in sampler.samples], label="threads (user process)")
     axes[2].set_ylabel("count")
@@ -425,7 +513,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         run_lanes(user, warmup)
         if args.burst_rounds:
             log("worst-case burst: the largest batches of the largest payload, over each protocol")
+            sampler.mark("burst")
             worst_case_burst(user, args.burst_rounds)
+            time.sleep(2 * args.period_s)  # the last batches' arenas, before they shrink
+            sampler.mark("burst end")
         # A rehearsal of the load's mix at full concurrency: pools that keep their high-water mark
         # (Triton's Python-backend shared-memory pool, the allocators) reach it here, so the
         # baseline is the server's resting footprint under this load, and what the criteria
@@ -474,7 +565,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         **ledger.outcomes, lost=ledger.issued - ledger.answered, unissued=ledger.total - ledger.issued,
         per_lane=ledger.per_lane, examples=ledger.examples, warmup=warmup.outcomes, samples=len(sampler.samples),
         live_after_load=user_alive, harness_threads=threading.active_count(), user_exit_code=exit_code,
-        leftovers=leftovers,
+        leftovers=leftovers, arena_ceiling=ARENA_CEILING,
+        arenas_at_burst=max([sample["shm_arenas"] for sample in sampler.between(
+            sampler.moments.get("burst", 0.0), sampler.moments.get("burst end", 0.0))] or [0.0]),
     )  # fmt: skip
     for name, count in (("lost", figures["lost"] + figures["unissued"]), ("mixed", ledger.outcomes["mixed"]),
                         ("errors", ledger.outcomes["errors"])):
@@ -489,25 +582,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         half = full = time.monotonic()
     else:
         half, full = ledger.half_at, ledger.done_at
-    span = 0.05 * (full - sampler.moments["load"])
-    rows, checks = [], {}
-    for metric in metrics:
-        at_half = median_of(window_before(sampler, half, span), metric)
-        at_full = median_of(window_before(sampler, full, span), metric)
-        growth = (at_full - at_half) / at_half if at_half else 0.0
-        judged = not metric.startswith("info_")  # a breakdown of a judged metric, shown to explain it
-        grew = judged and growth >= args.growth_limit
-        returned = not judged or within(metric, after[metric], baseline[metric], tolerances)
-        checks[metric] = {"baseline": baseline[metric], "half": at_half, "full": at_full, "growth": growth,
-                          "after": after[metric], "growth_ok": not grew, "back_ok": returned}
-        if grew:
-            failures.append(f"{metric} grew {growth:+.1%} from the 50 % to the 100 % mark")
-        if not returned:
-            failures.append(f"{metric} did not return to its baseline: {after[metric]:.0f} vs {baseline[metric]:.0f}")
-        show = mib if metric.startswith(("rss", "info_")) or metric == "shm" else (lambda v: f"{v:.0f}")
-        rows.append([metric + (" (MiB)" if show is mib else ""), show(baseline[metric]), show(at_half),
-                     show(at_full), f"{growth:+.1%}", show(after[metric]),
-                     ("ok" if not grew and returned else "FAIL") if judged else "(info)"])
+    rows, checks, verdicts = judge(sampler.samples, sampler.moments["load"], half, full, baseline, after,
+                                   args.growth_limit, tolerances)
+    failures.extend(verdicts)
     figures["metrics"] = checks
     # Which segments differ, by name (Triton's pool is "<prefix>-tpb...", pytriton's arenas
     # "<prefix>-<instance>-in|out-..."): says whose memory did not come back.
@@ -530,11 +607,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print()
     print(table(["lane", "answered"], sorted(ledger.per_lane.items())))
     print()
-    print(table(["metric", "baseline", "50 %", "100 %", "growth", "after close", "verdict"], rows))
+    print(table(["metric", "baseline", "50 %", "100 %", "growth", "load max", "after close", "judged by", "verdict"],
+                rows))
     print(f"\nbaseline: median of the samples of {len(baseline_samples)} idle sample(s) after the warm-up; "
           f"after close: median of the last 3 samples (waited up to {args.settle_s:.0f} s); "
           f"tolerance: RSS +{args.rss_tolerance:.0%} (tritonserver "
           f"+{tolerances.get('rss_server', args.rss_tolerance):.0%}), others exact")
+    print(f"pytriton's arenas: at most {mib(figures['arenas_at_burst'])} MiB in the worst-case burst, "
+          f"{mib(figures['metrics']['shm_arenas']['load_max'])} MiB in the load; their bound "
+          f"{mib(ARENA_CEILING)} MiB (pytriton.ipc.shm.arena_bound of a full batch of the largest payload, per arena)")
     print(f"threads of this harness process at the end (the clients' side, not judged): {threading.active_count()}")
     for name, (before, now) in changed.items():
         print(f"  /dev/shm/{name}: {before / 2**20:.1f} MiB at baseline, {now / 2**20:.1f} MiB after close")

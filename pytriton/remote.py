@@ -39,6 +39,7 @@ from pytriton.launch import MODEL_LOAD_TIMEOUT_S
 from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
 from pytriton.openai.binding import OpenAIBindings
 from pytriton.repository.override import load_override
+from pytriton.server.announce import announce_remote_serving
 from pytriton.server.control import ServerControl, wait_for
 from pytriton.server.distribution import find_distribution, lacks_backend, proxy_import_paths, remote_backend
 from pytriton.server.workspace import SharedWorkspace, Workspace, remote_server_flags
@@ -272,8 +273,12 @@ class RemoteTriton(OpenAIBindings):
         try:
             self._load([model_name])
         except BaseException:
+            target = self._workspace
             undo_load(self._bindings, self._control, model_name, version, self._repository, others,
-                      lambda: self._load_one(model_name))
+                      lambda: self._load_one(model_name),
+                      start=lambda declaration: self._bindings.start(
+                          declaration, repository=target.model_repository, sockets=target.sockets,
+                          shm_prefix=target.shm_prefix, import_paths=self._import_paths or ()))
             if not others:
                 self._loaded.remove(model_name)
                 self._forget(model_name)
@@ -439,10 +444,14 @@ class RemoteTriton(OpenAIBindings):
 
         Returns when a signal arrives, when a bound model is no longer ready on the server (the
         server stopped, restarted or unloaded it), or when a callable raised
-        `PyTritonUnrecoverableError`; then stops (see `stop`), leaving the server running.
+        `PyTritonUnrecoverableError`; then stops (see `stop`), leaving the server running. Once
+        the models are ready it says which, through which server, in one line on stderr
+        (`pytriton.server.announce`), as `Triton.serve()` does.
         """
         self.run()
         try:
+            names = self._bindings.names()
+            announce_remote_serving(self._url, [(name, self._bindings.version(name)) for name in names])
             signum = block_until_signal(self.is_alive, self._wake, monitoring_period_s)
             if signum is not None:
                 logger.info("Signal %d received: unloading models from the tritonserver at %s", signum, self._url)
@@ -485,12 +494,12 @@ class RemoteTriton(OpenAIBindings):
                 return False
             self._stopped = True
             self._wake.set()
-            atexit.unregister(self.stop)
             self._bindings.end_streams()  # Triton waits for open streams before it unloads a model
             if self._loaded:
                 self._unload(self._loaded)
             self._bindings.stop_handlers()
             self._control.close()
             self._workspace.cleanup()
+            atexit.unregister(self.stop)  # only now: an exit during a stop on another thread waits for it
             logger.debug("RemoteTriton stopped; the tritonserver at %s keeps running", self._url)
             return self._running

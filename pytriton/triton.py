@@ -289,10 +289,14 @@ class Triton(OpenAIBindings):
         main thread watches for SIGINT and SIGTERM meanwhile, as `run()` does: a signal stops the server."""
         assert self._control is not None and self._workspace is not None
         warn_if_shm_small([c for c in self._bindings.contexts() if c.model_name == model_name])
-        load_bound(self._bindings, self._control, model_name, version, self._workspace.model_repository,
+        workspace = self._workspace
+        load_bound(self._bindings, self._control, model_name, version, workspace.model_repository,
                    watch_signals=not self._in_serve and threading.current_thread() is threading.main_thread(),
                    on_signal=lambda signum: self._stop_for_signal(signum, f"loading model '{model_name}'"),
-                   wait_ready=lambda: self._wait_models_ready([model_name], time.monotonic() + MODEL_LOAD_TIMEOUT_S))
+                   wait_ready=lambda: self._wait_models_ready([model_name], time.monotonic() + MODEL_LOAD_TIMEOUT_S),
+                   start=lambda declaration: self._bindings.start(
+                       declaration, repository=workspace.model_repository, sockets=workspace.sockets,
+                       shm_prefix=workspace.shm_prefix, import_paths=proxy_import_paths(self._distribution())))
 
     def _stop_for_signal(self, signum: int, during: str) -> NoReturn:
         """Stop and clean up, then let the signal take its course; raise if the process lives on."""
@@ -467,7 +471,6 @@ class Triton(OpenAIBindings):
                 return False
             self._stopped = True
             self._wake.set()
-            atexit.unregister(self.stop)
             if self._supervisor is not None:
                 self._supervisor.stop()  # the server's exit and its stubs' are no news from here on
             if self._gate is not None:
@@ -488,6 +491,10 @@ class Triton(OpenAIBindings):
                 self._workspace.cleanup()
             if self._process is not None:
                 reap_adopted()  # as PID 1: a stub that ended on its own since the first reap
+            # Registered until now: a script that exits while another thread stops the server (the
+            # daemon thread an unrecoverable error starts) waits here, at exit, for that stop to end,
+            # instead of leaving what it had not removed yet (the lease, the folder) to the next start.
+            atexit.unregister(self.stop)
             logger.debug("Triton stopped")
             return self._process is not None
 

@@ -18,17 +18,21 @@ moment it is.
 Each version's instances reach that version's own workers, whenever they connect (the version
 is part of the socket paths: `pytriton.bound`). A version that leaves is dropped by Triton once
 its requests in flight are answered; only then do its handlers stop and its files and segments go.
+A joining version that fails to load is unbound again, and the failure Triton keeps on record
+(which holds a strict server not ready) is cleared without touching the versions that serve
+(`forget_failed_version`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pathlib
 import time
 from typing import Callable, Dict, List, NoReturn, Optional, Sequence
 
 from pytriton.binding import ModelBindings
-from pytriton.bound import BoundModel
+from pytriton.bound import BoundModel, ModelDeclaration
 from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonServerError
 from pytriton.ipc.channel import pid_alive
 from pytriton.launch import MODEL_LOAD_TIMEOUT_S, load_watching_signals, refuse_foreign_model
@@ -76,12 +80,14 @@ def load_bound(
     watch_signals: bool,
     on_signal: Callable[[int], NoReturn],
     wait_ready: Callable[[], object],
+    start: Optional[Callable[[ModelDeclaration], BoundModel]] = None,
 ) -> None:
     """Load `version` of `model_name`, bound by `ModelBindings.start` while `Triton`'s server runs.
 
     The load runs on a thread while this one watches for SIGINT and SIGTERM (with
     `watch_signals`; `on_signal` stops the server). On failure the version is unbound again
-    (`undo_load`) and the error raised.
+    (`undo_load`, which uses `start` to clear what Triton recorded of a joining version's failure)
+    and the error raised.
     """
     others = prepare_load(bindings, model_name, version, repository)
     signum, failure = load_watching_signals(control, model_name, watch_signals)
@@ -92,7 +98,7 @@ def load_bound(
             raise failure
         wait_ready()
     except BaseException:
-        undo_load(bindings, control, model_name, version, repository, others)
+        undo_load(bindings, control, model_name, version, repository, others, start=start)
         raise
 
 
@@ -116,6 +122,7 @@ def undo_load(
     repository: pathlib.Path,
     others: Sequence[int],
     reload: Optional[Callable[[], None]] = None,
+    start: Optional[Callable[[ModelDeclaration], BoundModel]] = None,
 ) -> None:
     """Unbind a version whose load failed (or was cut short), leaving the others as they served.
 
@@ -124,9 +131,11 @@ def undo_load(
     and the name is loaded again with the versions that serve (`reload`), so that Triton's
     policy names them only; a failure of that load is logged, not raised over the first error.
     `reload` defaults to a load from the server's repository. Triton keeps the failed version's
-    record, which keeps a strict server not ready until that version number loads (said in the
-    log); a joining version's warm-ups run in the user's process first (`ModelBindings.start`),
-    so the usual failure, a callable that fails its warm-up, never reaches Triton.
+    record, which would keep a strict server not ready until that version number loads:
+    `forget_failed_version` clears it, with `start` (the facade's `ModelBindings.start`; None:
+    the record stays, said in the log). A joining version's warm-ups run in the user's process
+    first (`ModelBindings.start`), so the usual failure, a callable that fails its warm-up, never
+    reaches Triton.
     """
     if not others:
         bindings.discard(model_name, repository)
@@ -140,10 +149,81 @@ def undo_load(
         logger.warning("model '%s': loading it again with version(s) %s after version %d failed: %s", model_name,
                        list(others), version, exc)
     bindings.discard(model_name, repository, version)
-    if not control.is_ready():
+    if start is not None and failure_recorded(control, model_name, version):
+        forget_failed_version(bindings, control, model_name, version, repository, start, reload)
+    if failure_recorded(control, model_name, version):
         logger.warning("model '%s' version %d failed to load; Triton 2.51 keeps that failure, and the server reports "
                        "not ready until a version %d of the model loads: bind it again once it can load (the "
                        "served version(s) %s serve on meanwhile)", model_name, version, version, list(others))
+
+
+def failure_recorded(control: ServerControl, model_name: str, version: int) -> bool:
+    """Whether the server holds a failed load of `version` of `model_name` (which keeps it not ready).
+
+    Read from the repository index (a version's state with a reason other than "unloaded"); a model
+    sent with its files is not listed there, and then the server's readiness says.
+    """
+    try:
+        entries = control.repository_index(_INDEX_TIMEOUT_S)
+    except PyTritonServerError:
+        return not control.is_ready()
+    listed = [e for e in entries if e.get("name") == model_name and e.get("version") == str(version)]
+    if not listed:
+        return not control.is_ready()
+    return any(e.get("state") != "READY" and e.get("reason", "") not in ("", "unloaded") for e in listed)
+
+
+def forget_failed_version(
+    bindings: ModelBindings,
+    control: ServerControl,
+    model_name: str,
+    version: int,
+    repository: pathlib.Path,
+    start: Callable[[ModelDeclaration], BoundModel],
+    reload: Optional[Callable[[], None]] = None,
+) -> None:
+    """Clear Triton's record of a joining `version` that failed to load, the versions that serve untouched.
+
+    Triton 2.51 forgets a version's failure only when a version of that number loads; until then a
+    strict server reports not ready, though the versions that serve do serve. A placeholder loaded
+    under the name would bring its own configuration, and Triton would reload the serving versions
+    with it. So the number is loaded once as a copy of the highest version that serves: its
+    callables, its configuration (Triton then updates the serving versions in place, as for any
+    joining version), its handlers of its own (`start`); and dropped again at once, by the load of
+    the serving versions alone, which leaves the number's record "unloaded". For the moment the copy
+    is loaded, requests that name no version may reach it (it is the highest): they get the answers
+    of the version that serves, from its callables. Best effort: a failure is logged.
+    """
+    load = reload or _from_repository(control, model_name)
+    served = bindings.models.get(model_name)
+    copy = dataclasses.replace(served.declaration,
+                               context=dataclasses.replace(served.declaration.context, model_version=version))
+    others = bindings.models.versions(model_name)
+    started = time.monotonic()
+    try:
+        stand_in = start(copy)
+    except Exception as exc:  # noqa: BLE001 - logged: the failed bind's own error is on its way to the user
+        logger.warning("model '%s': could not start a copy of version %d to clear version %d's failure: %s",
+                       model_name, served.version, version, exc)
+        return
+    try:
+        bindings.write_config(model_name, repository)  # the copy with the versions that serve
+        load()
+        wait_for(lambda: control.is_model_ready(model_name, version), time.monotonic() + MODEL_LOAD_TIMEOUT_S,
+                 lambda: True, interval_s=0.05)
+    except PyTritonServerError as exc:
+        logger.warning("model '%s': a copy of version %d under version %d did not load: %s", model_name,
+                       served.version, version, exc)
+    finally:
+        bindings.write_config(model_name, repository, others)
+        try:
+            load()
+            _wait_dropped(control, model_name, [stand_in])
+        except PyTritonServerError as exc:
+            logger.warning("model '%s': loading it again with version(s) %s: %s", model_name, others, exc)
+        bindings.discard(model_name, repository, version)
+    logger.info("model '%s': loaded a copy of version %d as version %d and dropped it (%.2f s), to clear the failed "
+                "load's record", model_name, served.version, version, time.monotonic() - started)
 
 
 def check_unbind(bindings: ModelBindings, owner: str, model_name: str, version: Optional[int]) -> None:

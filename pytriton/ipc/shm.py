@@ -22,6 +22,13 @@ is served, and it never shrinks. So an arena is a fast path that gives way when 
 - an arena left unused for `IDLE_RELEASE_S` is given back: by an owner that wakes up while idle
   (`Arena.release_if_idle`), else at its next message, which then sizes it alone. A burst of
   large requests followed by a quiet spell thus leaves neither /dev/shm nor RSS at its peak.
+
+So an arena's size follows the payloads it carried last, within a stated bound (`arena_bound`):
+at most ``2 * arena_size(m) - ARENA_STEP_BYTES`` when the largest of its last `ARENA_MEMORY`
+messages had ``m`` bytes, nothing when none of them needed it, one segment at a time. Under a
+mix of payload sizes it moves anywhere between 0 and that bound (the soak, ``harness/soak.py``,
+judges the bound rather than the size at two moments); the C backend's arenas (``arena.c``)
+follow the same rule.
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ SHRINK_WINDOW = 64
 nothing when none of them needed it)."""
 IDLE_RELEASE_S = 5.0
 """An arena unused this long holds nothing back: released when found idle, or resized to the next message."""
+ARENA_MEMORY = 2 * SHRINK_WINDOW
+"""How many of an arena's latest messages bound its size (`arena_bound`): the window being filled
+and the one before it."""
 MIB = 1 << 20
 
 logger = logging.getLogger("pytriton.ipc")
@@ -63,6 +73,18 @@ def arena_size(nbytes: int) -> int:
     """
     steps = max(1, -(-nbytes // ARENA_STEP_BYTES))
     return steps * ARENA_STEP_BYTES
+
+
+def arena_bound(largest: int) -> int:
+    """The most an arena holds once the largest of its last `ARENA_MEMORY` messages had `largest` bytes.
+
+    An arena takes whole steps for a message (`arena_size`) and keeps them until a window of
+    `SHRINK_WINDOW` messages needed at most half of them; so it holds less than twice the steps
+    of the largest message of the window being filled or the one before it, and nothing once
+    neither needed it. Its size at a given moment says which payloads came last, not whether it
+    leaks: this bound, and one segment per arena, are what hold whatever the mix.
+    """
+    return 0 if largest <= 0 else 2 * arena_size(largest) - ARENA_STEP_BYTES
 
 
 def leaves_room(size: int, nbytes: int, free: int) -> bool:

@@ -3,7 +3,8 @@
 A serving script otherwise says nothing: its user cannot tell whether it serves, on which
 ports, under which model names (a client that misspells one is pointed here, see
 ``pytriton.client.readiness.unknown_model_message``), or whether Ctrl+C was heard while the
-requests in flight finish. One line at the start and one at the first signal, on the
+requests in flight finish. One line at the start (`RemoteTriton.serve()` says its own: it serves
+through a server it did not start) and one at the first signal, on the
 ``pytriton.serve`` logger, which `pytriton.notices` makes visible on stderr without any logging
 set up (and silent by ``logging.getLogger("pytriton.serve").setLevel(logging.WARNING)``).
 
@@ -17,6 +18,7 @@ from typing import Optional, Sequence, Tuple
 
 from pytriton.notices import notice_logger
 from pytriton.server.config import TritonConfig, exit_timeout_s
+from pytriton.server.control import parse_server_url
 
 SERVING_PREFIX = "serving "
 """How the start line begins (after ``pytriton: ``); the client's unknown-model hint quotes it."""
@@ -58,6 +60,21 @@ def serving_line(config: TritonConfig, models: Sequence[Tuple[str, int]]) -> str
     return line + "; Ctrl+C or SIGTERM stops"
 
 
+def remote_serving_line(url: str, models: Sequence[Tuple[str, int]]) -> str:
+    """The start line of `RemoteTriton.serve()`: each model, the server it is served through, how to stop.
+
+    A `RemoteTriton` knows only the URL it was given, so the line names that server (its scheme
+    and port filled in as the facade reads them) and says that a stop leaves the server running.
+    Example: ``serving Scale (version 1) through the tritonserver at http://localhost:8000;
+    Ctrl+C or SIGTERM unloads them (the server runs on)``.
+    """
+    named = ", ".join(f"{name} (version {version})" for name, version in models) or "no model yet"
+    scheme, host, port = parse_server_url(url)
+    host = f"[{host}]" if ":" in host else host
+    return (f"{SERVING_PREFIX}{named} through the tritonserver at {scheme}://{host}:{port}; Ctrl+C or SIGTERM "
+            "unloads them (the server runs on)")
+
+
 def draining_line(signum: int, config: TritonConfig) -> str:
     """The line at the first signal: the stop has begun, how long it may take, how to hurry it."""
     try:
@@ -71,6 +88,11 @@ def draining_line(signum: int, config: TritonConfig) -> str:
 def announce_serving(config: TritonConfig, models: Sequence[Tuple[str, int]]) -> None:
     """Say `serving_line` on the ``pytriton.serve`` logger."""
     notices.info("%s", serving_line(config, models))
+
+
+def announce_remote_serving(url: str, models: Sequence[Tuple[str, int]]) -> None:
+    """Say `remote_serving_line` on the ``pytriton.serve`` logger."""
+    notices.info("%s", remote_serving_line(url, models))
 
 
 def announce_draining(signum: int, config: TritonConfig) -> None:

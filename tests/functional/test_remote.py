@@ -264,6 +264,15 @@ def test_a_separate_process_serves_through_a_server_it_did_not_start(server):
         assert server.is_up()
 
 
+def test_serve_says_what_it_serves_through_which_server(server):
+    """The start line `Triton.serve()` prints (pytriton.server.announce), said by a `RemoteTriton` too."""
+    with binding(server, "Announced", value="3") as binder:
+        line = "pytriton: serving Announced (version 1) through the tritonserver at " + server.url
+        assert _wait(lambda: line in binder.output.read_text(), 30), binder.output.read_text()[-3000:]
+        said = [text for text in binder.output.read_text().splitlines() if text.startswith("pytriton: serving")]
+        assert said == [f"{line}; Ctrl+C or SIGTERM unloads them (the server runs on)"], said
+
+
 def test_two_processes_share_one_server_and_one_workspace(server):
     with binding(server, "Plus1", value="1") as first, binding(server, "Plus2", value="2") as second:
         assert (_add_one(server.url, "Plus1", 1.0), _add_one(server.url, "Plus2", 1.0)) == (2.0, 3.0)

@@ -36,7 +36,7 @@ from support import (
 
 from pytriton.client import AsyncioModelClient, DecoupledModelClient, ModelClient
 from pytriton.decorators import batch
-from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonModelConfigError
+from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonModelConfigError, PyTritonServerError
 from pytriton.ipc import protocol
 from pytriton.model_config import EnsembleStep, ModelConfig, ModelWarmup, Tensor
 from pytriton.triton import RemoteTriton, Triton
@@ -397,3 +397,86 @@ def test_a_version_that_fails_its_warm_up_is_refused_while_the_served_one_serves
             assert client.infer_sample(x=X)["y"][0] == 3
     finally:
         triton.unbind("Fragile")
+
+
+def refusing(monkeypatch, callable_: Callable) -> None:
+    """Make the handlers of `callable_` refuse the greeting of Triton's instances: a load of its
+    version fails inside Triton (after pytriton's own checks and warm-ups passed)."""
+    from pytriton.worker.handler import InstanceHandler
+
+    original = InstanceHandler.__init__
+
+    def init(self, spec, **kwargs):
+        original(self, spec, **kwargs)
+        if spec.infer_func is callable_:
+            self._endpoint._refusal = lambda hello: "protocol refused by the test: this version cannot load"
+
+    monkeypatch.setattr(InstanceHandler, "__init__", init)
+
+
+def server_ready(config) -> bool:
+    """Strict readiness over HTTP and gRPC both."""
+    import tritonclient.grpc as grpcclient
+
+    with grpcclient.InferenceServerClient(f"127.0.0.1:{config.grpc_port}") as client:
+        grpc_ready = client.is_server_ready()
+    return http_status(f"{http_url(config)}/v2/health/ready") == 200 and grpc_ready
+
+
+@pytest.mark.parametrize("backend", ["pytriton", "python"])
+def test_a_joining_version_that_fails_to_load_leaves_the_server_ready(tmp_path, monkeypatch, backend):
+    """Triton 2.51 keeps a failed load's record, and a strict server reports not ready while any
+    version's record is a failure; the versions that serve serve on, and the server says ready again
+    once the bind that failed returns (pytriton clears the record: `pytriton.versions`)."""
+    broken = answer_with(2)
+    refusing(monkeypatch, broken)
+    config = server_config(**({"model_backend": "python"} if backend == "python" else {}))
+    with Triton(config=config, workspace=tmp_path / "ws") as triton:
+        triton.run()
+        triton.bind("Steady", answer_with(1), model_version=1, **TENSORS)
+        assert wait_until(lambda: server_ready(config), 30)
+        load = Load("ModelClient HTTP", blocking_load(http_url(config), "Steady"))
+        try:
+            wait_answers([load], 1, 10)
+            stubs = {stub.pid for stub in stub_processes("Steady/1")}  # the proxy path's; none on pytriton's backend
+            assert len(stubs) == (1 if backend == "python" else 0)
+            before, started = len(load.answers), time.monotonic()
+            with pytest.raises(PyTritonServerError, match="(?s)Steady.*refused by the test"):
+                triton.bind("Steady", broken, model_version=2, **TENSORS)
+            failed_bind_s, during = time.monotonic() - started, len(load.answers) - before
+            assert server_ready(config)  # at once: the bind returned with the record cleared
+            assert {stub.pid for stub in stub_processes("Steady/1")} == stubs  # version 1 was never reloaded
+            wait_answers([load], 1, len(load.answers) + 10)
+        finally:
+            load.stop()
+        assert not load.errors, load.errors[:3]
+        assert set(load.answers) == {1}, sorted(set(load.answers))  # version 1's callable answered every request
+        assert not serves(http_url(config), "Steady", 2)
+        assert sorted(p.name for p in (tmp_path / "ws" / "models" / "Steady").iterdir()) == ["1", "config.pbtxt"]
+        names = [p.name for p in (tmp_path / "ws" / "sockets").iterdir()]
+        assert [name for name in names if name.startswith(socket_prefix("Steady", 2))] == []
+        print(f"\n{backend}: the failed bind of version 2 took {failed_bind_s:.2f} s; {during} answers meanwhile")
+        triton.bind("Steady", answer_with(2), model_version=2, **TENSORS)  # the version binds once it can load
+        with ModelClient(http_url(config), "Steady") as client:
+            assert client.infer_sample(x=X)["y"][0] == 2
+        assert server_ready(config)
+
+
+def test_a_joining_version_that_fails_to_load_through_remote_triton_leaves_the_server_ready(tmp_path, monkeypatch):
+    """The same through a `RemoteTriton` (its models sent with their files): the server it binds to,
+    another process's, reports ready again once the failed bind returns."""
+    broken = answer_with(2)
+    refusing(monkeypatch, broken)
+    config = server_config()
+    with Triton(config=config, workspace=tmp_path / "ws") as triton:
+        triton.run()
+        url = http_url(config)
+        with RemoteTriton(url, access_token=triton.get_access_token()) as remote:
+            remote.bind("Distant", answer_with(1), **TENSORS)
+            assert wait_until(lambda: server_ready(config), 30)
+            with pytest.raises(PyTritonServerError, match="(?s)Distant.*refused by the test"):
+                remote.bind("Distant", broken, model_version=2, **TENSORS)
+            assert server_ready(config)
+            assert not serves(url, "Distant", 2)
+            with ModelClient(url, "Distant") as client:
+                assert client.infer_sample(x=X)["y"][0] == 1

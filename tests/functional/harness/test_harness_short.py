@@ -6,9 +6,10 @@ planted in the user process (``--fault``) it must fail, so the criteria are show
 Known bugs the harness found are kept as strict xfails (harness/README.md).
 
 The short soak's growth limit is looser than the full run's 5 %: 2,000 requests take about
-4 s, so each mark's value comes from about 3 samples, and a single 4 MiB payload in flight, or
-the shared-memory arenas following the sizes of the last 64 messages, moves a sample by tens
-of percent. It still requires every request answered correctly and the return to baseline,
+4 s, so each mark's value comes from about 3 samples, and a single 4 MiB payload in flight moves
+a sample by tens of percent. (pytriton's shared-memory arenas, which follow the sizes of their
+last messages, are judged by their stated bound instead, in the short run as in the full one.)
+It still requires every request answered correctly and the return to baseline,
 except that tritonserver's own RSS may stay up to twice its baseline: its heap keeps what the
 4 MiB payloads made it take (83 -> 107 MiB after 2,000 requests in one run, 126 -> 130 in
 another); the full run judges it at 10 % (and reports it, harness/README.md). Other RSS may
@@ -30,6 +31,9 @@ import pytest
 pytestmark = pytest.mark.functional
 
 HARNESS = pathlib.Path(__file__).resolve().parents[3] / "harness"
+sys.path.insert(0, str(HARNESS))
+
+from soak import ARENA_CEILING  # noqa: E402
 
 
 def run_harness(script: str, tmp_path: pathlib.Path, *args: str, timeout_s: float = 150) -> tuple:
@@ -47,10 +51,8 @@ def run_harness(script: str, tmp_path: pathlib.Path, *args: str, timeout_s: floa
 def test_short_soak_answers_every_request_and_returns_to_baseline(tmp_path):
     plot = tmp_path / "soak.png"
     # Growth between the marks is judged by `make soak`'s long run, not here: in a load of about 3 s
-    # each mark is the median of a few samples, and the worker's output arena holds 2 or 4 MiB by
-    # whichever payload it answered last (it shrinks back after small answers), so shared memory
-    # read 2.0 MiB at one mark and 4.0 at the other in one CI run. What this test names (every
-    # request answered, every metric back at its baseline) is checked exactly.
+    # each mark is the median of a few samples. What this test names (every request answered, the
+    # arenas within their bound, every metric back at its baseline) is checked exactly.
     code, figures, report = run_harness(
         "soak.py", tmp_path, "--requests", "2000", "--plot", str(plot), "--growth-limit", "1.5", "--settle-s", "20",
         "--server-rss-tolerance", "1.0",
@@ -59,8 +61,23 @@ def test_short_soak_answers_every_request_and_returns_to_baseline(tmp_path):
     assert (figures["ok"], figures["lost"], figures["mixed"], figures["errors"]) == (2000, 0, 0, 0), report
     assert len(figures["per_lane"]) == 8  # every client flavour over both protocols took part
     assert all(check["back_ok"] for check in figures["metrics"].values()), report
+    arenas = figures["metrics"]["shm_arenas"]
+    assert arenas["load_ok"] and 0 < arenas["load_max"] <= ARENA_CEILING, report  # the arenas were used, within bound
+    assert figures["metrics"]["arena_extra_segments"]["load_max"] == 0, report
     assert figures["leftovers"] == {"processes": [], "segments": []}
     assert plot.stat().st_size > 10_000
+
+
+@pytest.mark.timeout(200)
+def test_soak_fails_when_an_arena_keeps_the_segments_it_replaces(tmp_path):
+    code, figures, report = run_harness(
+        "soak.py", tmp_path, "--requests", "1000", "--plot", "", "--fault", "arenaleak", "--settle-s", "3",
+        "--rehearsal", "0", "--burst-rounds", "0",
+    )
+    assert code == 1, report
+    extra = figures["metrics"]["arena_extra_segments"]
+    assert not extra["load_ok"] and extra["load_max"] > 0, report  # an arena with more than one segment
+    assert any(failure.startswith("arena_extra_segments was") for failure in figures["failures"]), report
 
 
 @pytest.mark.timeout(200)

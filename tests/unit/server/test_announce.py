@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from pytriton.server.announce import draining_line, endpoint_urls, serving_line
+from pytriton.server.announce import SERVING_PREFIX, draining_line, endpoint_urls, remote_serving_line, serving_line
 from pytriton.server.config import TritonConfig
 
 
@@ -29,3 +29,13 @@ def test_the_signal_line_says_draining_for_how_long_and_how_to_stop_at_once():
         "stopping; a second Ctrl+C or SIGTERM stops at once")
     assert draining_line(signal.SIGTERM, TritonConfig(exit_timeout_secs=5)).startswith(
         "SIGTERM received: draining (not ready any more; the requests in flight finish, for up to 5 s)")
+
+
+def test_the_remote_start_line_names_the_server_it_serves_through_and_that_a_stop_spares_it():
+    assert remote_serving_line("http://127.0.0.1:8000", [("Scale", 1), ("Add", 2)]) == (
+        "serving Scale (version 1), Add (version 2) through the tritonserver at http://127.0.0.1:8000; Ctrl+C or "
+        "SIGTERM unloads them (the server runs on)")
+    # As RemoteTriton reads its URL: no scheme is HTTP, no port the protocol's default.
+    assert remote_serving_line("localhost:9000", [("M", 1)]).startswith(
+        SERVING_PREFIX + "M (version 1) through the tritonserver at http://localhost:9000;")
+    assert " at grpc://[::1]:8001;" in remote_serving_line("grpc://[::1]", [("M", 1)])
