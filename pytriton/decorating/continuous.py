@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Optional, Union, overload
 
-from pytriton.worker.continuous import ContinuousStep, Stream
+from pytriton.worker.continuous import ContinuousStep, Stream, is_continuous
+
+__all__ = ["ContinuousStep", "Stream", "continuous", "is_continuous"]
 
 StepFunction = Callable[[List[Stream]], Any]
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from pytriton.decorating.continuous import ContinuousStep
 from pytriton.decorating.shaping import batch
 from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
@@ -26,7 +27,7 @@ from pytriton.openai.convention import (
     EMBED_INPUT,
     EMBED_OUTPUT,
 )
-from pytriton.openai.streams import ChatRunner
+from pytriton.openai.streams import ChatRunner, ChatSteps
 
 ChatFunc = Callable[..., Any]
 """``chat(messages, params)``: a generator (or async generator) of pieces, str or dict; under
@@ -40,6 +41,8 @@ CHAT_INPUTS = (
 )
 CHAT_OUTPUTS = (Tensor(name=CHAT_PIECE, dtype=bytes, shape=(1,)),)
 DEFAULT_EMBEDDINGS_BATCH = 64
+DEFAULT_CONTINUOUS_STREAMS = 32
+"""Conversations one instance of a ``@continuous`` chat model runs per step when `bind_chat` is given no config."""
 
 
 def batched_function(infer_func: Any) -> Optional[Callable[..., Any]]:
@@ -160,15 +163,27 @@ class OpenAIBindings:
                 dicts with ``content``, ``tool_calls``, ``finish_reason`` or ``usage``. Decorated
                 with ``@batch``: ``chat(conversations, params)`` with one entry per conversation
                 of Triton's batch, yielding at each step a list of pieces (None for nothing).
+                A ``@continuous`` step function (continuous batching, see docs/streaming.md):
+                called once per step with the conversations active now (`Stream` objects whose
+                ``inputs`` are ``{"messages": [...], "params": {...}}``), returning a piece (or
+                None) per conversation; `Stream.finish` ends that answer.
             model_version: the version served.
             config: instances, batching (the ``@batch`` form needs ``max_batch_size`` and a
                 batcher delay to gather conversations) and the rest of `ModelConfig`; the model
-                is always decoupled. None: one conversation per call, many calls at once.
+                is always decoupled. None: one conversation per call, many calls at once (for a
+                ``@continuous`` step function: up to 32 conversations per step).
             strict, trace_config: as for `bind`.
         """
         if not callable(infer_func):
             raise PyTritonBadParameterError(
                 f"infer_func of chat model '{model_name}' must be a callable, got {infer_func!r}")
+        if isinstance(infer_func, ContinuousStep):  # conversations join and leave a running step
+            model_config = chat_config(model_name, config if config is not None else ModelConfig(
+                batching=False, max_batch_size=DEFAULT_CONTINUOUS_STREAMS))
+            steps = ContinuousStep(ChatSteps(model_name, infer_func, model_config.batching), infer_func.max_steps)
+            self.bind(model_name=model_name, infer_func=steps, inputs=list(CHAT_INPUTS), outputs=list(CHAT_OUTPUTS),
+                      model_version=model_version, config=model_config, strict=strict, trace_config=trace_config)
+            return
         model_config = chat_config(model_name, config)
         under_batch = batched_function(infer_func)
         if under_batch is not None and not model_config.batching:

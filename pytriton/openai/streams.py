@@ -14,7 +14,10 @@ What the user's callable is decides how it is driven:
   only its own stream. A cancelled request sets a flag the thread reads after each piece: the
   generator is closed at its next ``yield`` (``GeneratorExit`` there, its ``finally`` runs);
 - under ``@batch``: one call for the whole batch, ``infer_func(conversations, params)``, whose
-  every step is a list with one piece (or None) per conversation.
+  every step is a list with one piece (or None) per conversation;
+- a ``@continuous`` step function: served by the continuous loop (`pytriton.worker.continuous`),
+  not by `ChatRunner`: `ChatSteps` decodes each stream's conversation when it joins and turns the
+  step's pieces into the convention's tensors; conversations join and leave the running step.
 
 Every answer ends with a piece carrying ``finish_reason`` (``"stop"``, or ``"tool_calls"`` after
 tool calls, unless the callable gave one), so the front ends it without waiting for the rest of
@@ -33,6 +36,7 @@ from typing import Any, AsyncIterator, Callable, Deque, Dict, List, Optional, Tu
 
 import numpy as np
 
+from pytriton.decorating.continuous import ContinuousStep, Stream
 from pytriton.openai.convention import CHAT_MESSAGES, CHAT_PARAMS, CHAT_PIECE, check_piece
 
 _DONE = object()
@@ -230,3 +234,57 @@ class ChatRunner:
 def _is_async(func: Callable[..., Any]) -> bool:
     return any(inspect.iscoroutinefunction(c) or inspect.isasyncgenfunction(c)
                for c in (func, getattr(func, "__call__", None)))  # noqa: B004 - the method itself
+
+
+class ChatSteps:
+    """The step function bound for a chat model whose callable is a ``@continuous`` step function.
+
+    Each stream is a conversation: when it joins, its `Stream.inputs` becomes
+    ``{"messages": [...], "params": {...}}`` (decoded once), and the user's function returns a
+    piece per stream (a str or a dict, as a chat generator yields; None for nothing this step).
+    A stream the function finishes ends its answer with ``finish_reason`` ``"stop"`` (or
+    ``"tool_calls"`` after tool calls) unless its last piece gave one; a piece that gives one
+    finishes the stream.
+
+    Args:
+        model_name: for error messages.
+        user_step: the user's marked step function.
+        batched: whether the model's tensors carry Triton's batch axis.
+    """
+
+    def __init__(self, model_name: str, user_step: ContinuousStep, batched: bool) -> None:
+        self._model_name = model_name
+        self._function = user_step.function
+        self._batched = batched
+        self.__name__ = user_step.__name__
+
+    def __call__(self, streams: List[Stream]) -> Any:
+        for stream in streams:
+            if stream.steps == 0 and stream._wrapper is None:  # joins now: its conversation, once
+                request = stream.inputs
+                stream.inputs = {"messages": _decode(self._model_name, request, CHAT_MESSAGES, None),  # type: ignore[assignment]
+                                 "params": _decode(self._model_name, request, CHAT_PARAMS, {})}
+                stream._wrapper = False  # whether it called tools
+        outcome = self._function(streams)
+        if inspect.iscoroutine(outcome):
+            return self._converted_later(streams, outcome)
+        return self._converted(streams, outcome)
+
+    async def _converted_later(self, streams: List[Stream], outcome: Any) -> List[Optional[Dict[str, np.ndarray]]]:
+        return self._converted(streams, await outcome)
+
+    def _converted(self, streams: List[Stream], pieces: Any) -> List[Optional[Dict[str, np.ndarray]]]:
+        if not isinstance(pieces, (list, tuple)) or len(pieces) != len(streams):
+            raise ValueError(f"model '{self._model_name}': a @continuous chat step must return a list of "
+                             f"{len(streams)} piece(s), one per stream (None where there is none); got {pieces!r:.80}")
+        arrays: List[Optional[Dict[str, np.ndarray]]] = []
+        for stream, raw in zip(streams, pieces):
+            piece = None if raw is None else check_piece(self._model_name, raw)
+            if piece is not None and piece.get("tool_calls"):
+                stream._wrapper = True
+            if piece is not None and piece.get("finish_reason") is not None:
+                stream.finish()  # the answer says it ended
+            elif stream._ending:
+                piece = {**(piece or {}), "finish_reason": "tool_calls" if stream._wrapper else "stop"}
+            arrays.append(None if piece is None else _piece_array(piece, self._batched))
+        return arrays

@@ -67,8 +67,9 @@ class Stream:
     """
 
     __slots__ = ("inputs", "parameters", "state", "steps", "_batch", "_position", "_deadline_ms", "_arrived",
-                 "_ending", "_error", "_gone")
+                 "_ending", "_error", "_gone", "_wrapper")
     _batch: Any  # the loop's _Batch it came in (None for a warm-up's)
+    _wrapper: Any  # what a wrapper between pytriton and the user's function keeps (`bind_chat`'s)
 
     def __init__(self, request: Request, batch: Optional[_Batch] = None, position: int = 0,
                  deadline_ms: Optional[float] = None) -> None:
@@ -84,6 +85,7 @@ class Stream:
         self._ending = False
         self._error: Optional[str] = None
         self._gone = False
+        self._wrapper: Any = None
 
     def finish(self) -> None:
         """End the stream after this step: the piece returned for it now (if any) is its last."""
