@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 import urllib.request
 from typing import Iterator
 
@@ -118,10 +119,21 @@ def test_each_step_counts_its_executions(served):
         found = re.findall(r'^nv_inference_request_success\{model="(\w+)",version="1"\} (\d+)', text, re.M)
         return {name: int(count) for name, count in found}
 
-    before, scraped = counts(), metrics()
+    def settled() -> tuple:
+        # Triton counts a request after its response went: a client may hold the answer of an
+        # earlier test's request before that request is counted. Read once two reads agree.
+        previous = None
+        while True:
+            now = (counts(), metrics())
+            if now == previous:
+                return now
+            previous = now
+            time.sleep(0.2)
+
+    before, scraped = settled()
     with ModelClient(served["http"], "Pipeline") as client:
         client.infer_batch(text=TEXTS)
-    after, rescraped = counts(), metrics()
+    after, rescraped = settled()
     for name in ("Pipeline", "Tokenize", "Score", "Format"):
         assert after[name] == before[name] + 1, (name, before, after)
         assert rescraped[name] == scraped.get(name, 0) + 1, (name, scraped, rescraped)
