@@ -67,7 +67,7 @@ class Stream:
     """
 
     __slots__ = ("inputs", "parameters", "state", "steps", "_batch", "_position", "_deadline_ms", "_arrived",
-                 "_ending", "_error", "_gone", "_wrapper")
+                 "_ending", "_error", "_gone", "_wrapper", "_key", "_size", "_asked", "_fd")
     _batch: Any  # the loop's _Batch it came in (None for a warm-up's)
     _wrapper: Any  # what a wrapper between pytriton and the user's function keeps (`bind_chat`'s)
 
@@ -86,6 +86,11 @@ class Stream:
         self._error: Optional[str] = None
         self._gone = False
         self._wrapper: Any = None
+        # What each step's message needs of it, read once here (the step's path is per stream).
+        self._key = (batch.batch_id, position) if batch is not None else (0, position)
+        self._size: Optional[int] = batch.sizes[position] if batch is not None else None
+        self._asked: Tuple[str, ...] = (batch.sizes.asked(position) or ()) if batch is not None else ()
+        self._fd = batch.connection.channel.fileno() if batch is not None else -1
 
     def finish(self) -> None:
         """End the stream after this step: the piece returned for it now (if any) is its last."""
@@ -289,12 +294,28 @@ class ContinuousLoop:
         if batch is None:
             return
         positions = message.requests or range(batch.count)
+        emptied = False
         for position in positions:
             stream = batch.streams[position] if 0 <= position < batch.count else None
             if stream is not None and not stream._gone:
-                stream._gone = True
                 logger.debug("Model '%s': stream %r cancelled by its requester", self._calls.model_name, stream)
-        self._settle(batch)
+                emptied = self._leave(stream) or emptied
+        if emptied:  # nothing more will come of it: the backend may forget it now
+            self._send_end(batch, None)
+
+    def _leave(self, stream: Stream) -> bool:
+        """`stream` ends; whether that was the last open stream of its batch (then forgotten here)."""
+        if stream._gone:
+            return False
+        stream._gone = True
+        batch = stream._batch
+        batch.open -= 1
+        if batch.open > 0:
+            return False
+        key = (stream._fd, batch.batch_id)
+        if self._batches.get(key) is batch:
+            del self._batches[key]
+        return True
 
     def _forget_connection(self, connection: Connection) -> None:
         """The backend's connection closed: its streams have nobody to answer."""
@@ -377,54 +398,45 @@ class ContinuousLoop:
         self._send_step(streams, [Failure(error)] * len(streams), [True] * len(streams))
 
     def _send_step(self, streams: List[Stream], entries: List[Any], final: List[bool]) -> None:
-        """One `StepPart` to each connection the streams' batches came on (one in practice)."""
-        by_connection: Dict[int, List[int]] = {}
-        for index, stream in enumerate(streams):
-            by_connection.setdefault(stream._batch.connection.channel.fileno(), []).append(index)
-        calls = self._calls
-        for indices in by_connection.values():
-            if len(indices) == len(streams):
-                group, pieces, ends = streams, entries, final
-            else:
-                group = [streams[i] for i in indices]
-                pieces, ends = [entries[i] for i in indices], [final[i] for i in indices]
-            sizes = Expected([stream._batch.sizes[stream._position] for stream in group],
-                             tuple([stream._batch.sizes.asked(stream._position) or () for stream in group])
-                             if any(stream._batch.sizes.requested for stream in group) else ())
-            keys = tuple([(stream._batch.batch_id, stream._position) for stream in group])
-            message, payload = step_part(calls.context, keys, pieces, sizes, calls.strict, tuple(ends))
-            self._record_pieces(group, message.present)
-            ended = set()
-            for stream, last, error in zip(group, ends, message.errors):
-                if last or error is not None:
-                    stream._gone = True
-                    ended.add(id(stream._batch))
-            connection = group[0]._batch.connection
-            if not self._endpoint.send(connection, protocol.encode(message), payload):
-                self._forget_connection(connection)
-                continue
-            for stream in group:  # a batch whose streams all ended: the backend forgot it with this step
-                batch = stream._batch
-                if id(batch) in ended and not any(s is not None and not s._gone for s in batch.streams):
-                    self._batches.pop((connection.channel.fileno(), batch.batch_id), None)
-
-    def _settle(self, batch: _Batch) -> None:
-        """Once every stream of `batch` ended, tell the backend it may forget the batch."""
-        batch.open = sum(1 for stream in batch.streams if stream is not None and not stream._gone)
-        if batch.open:
+        """One `StepPart` for the streams' pieces (one per connection their batches came on: one,
+        but for the moment a new connection replaces the backend's old one); end the finished."""
+        fd = streams[0]._fd
+        if any(stream._fd != fd for stream in streams):
+            by_fd: Dict[int, List[int]] = {}
+            for index, stream in enumerate(streams):
+                by_fd.setdefault(stream._fd, []).append(index)
+            for indices in by_fd.values():
+                self._send_step([streams[i] for i in indices], [entries[i] for i in indices],
+                                [final[i] for i in indices])
             return
-        self._end_batch(batch, None)
+        calls = self._calls
+        sizes = Expected([stream._size for stream in streams],
+                         tuple([stream._asked for stream in streams]) if any(s._asked for s in streams) else ())
+        keys = tuple([stream._key for stream in streams])
+        message, payload = step_part(calls.context, keys, entries, sizes, calls.strict, tuple(final))
+        self._record_pieces(streams, message.present)
+        connection = streams[0]._batch.connection
+        if not self._endpoint.send(connection, protocol.encode(message), payload):
+            self._forget_connection(connection)
+            return
+        for stream, last, error in zip(streams, final, message.errors):
+            if last or error is not None:  # the backend ended it with this message (and its batch, if the last)
+                self._leave(stream)
 
-    def _end_batch(self, batch: _Batch, error: Optional[str]) -> None:
-        key = (batch.connection.channel.fileno(), batch.batch_id)
-        if self._batches.get(key) is batch:
-            del self._batches[key]
-        for stream in batch.streams:
-            if stream is not None:
-                stream._gone = True
+    def _send_end(self, batch: _Batch, error: Optional[str]) -> None:
         end = protocol.StreamEnd(batch.batch_id, (error,) * batch.count)
         if not batch.connection.channel.closed and not self._endpoint.send(batch.connection, protocol.encode(end)):
             self._forget_connection(batch.connection)
+
+    def _end_batch(self, batch: _Batch, error: Optional[str]) -> None:
+        """End every stream of `batch` at once (`error` for those still open, None for a clean end)."""
+        for stream in batch.streams:
+            if stream is not None:
+                self._leave(stream)
+        key = (batch.connection.channel.fileno(), batch.batch_id)
+        if self._batches.get(key) is batch:
+            del self._batches[key]
+        self._send_end(batch, error)
 
     def _cut_all(self) -> None:
         """The server stops: every stream still open ends with the cut's message."""
