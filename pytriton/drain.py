@@ -170,8 +170,8 @@ def refuse_new_requests(control: Any, workspace: Workspace, serving_s: float, hu
             replaced += [(name, version) for version in bindings.models.versions(name)]
         except PyTritonServerError as exc:
             failed.append(name)
-            logger.warning("Stopping: model '%s' could not be reloaded as a refusing model (%s); its new requests are "
-                           "refused as they reach it, and so are those already queued", name, exc)
+            logger.warning("Stopping: model '%s' could not be reloaded as a refusing model (%s); the models' batches "
+                           "are refused where they start instead, those already queued too", name, exc)
     if failed:
         raise_flag(workspace.stopping_flag, REFUSING)
     logger.debug("Stopping: new requests refused (%.3f s)", time.monotonic() - started)

@@ -168,10 +168,10 @@ def test_once_the_drain_refuses_new_requests_are_refused_at_once_whatever_the_in
     assert status == 200 and body["outputs"][0]["data"] == [3.0]
 
 
-@pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_a_client_that_waits_for_a_model_on_a_stopping_server_fails_at_once_saying_so(protocol):
+@pytest.mark.parametrize("backend, protocol", [("pytriton", "http"), ("pytriton", "grpc"), ("python", "http")])
+def test_a_client_that_waits_for_a_model_on_a_stopping_server_fails_at_once_saying_so(backend, protocol):
     """Before: it waited its whole init_timeout_s (the server only reported not ready)."""
-    triton = _serve("pytriton", max_batch_size=8)
+    triton = _serve(backend, max_batch_size=8)
     url = http_url(triton._config) if protocol == "http" else grpc_url(triton._config)
     holder = threading.Thread(target=_grpc_infer, args=(triton._config.grpc_port, 3.0))
     holder.start()
@@ -189,6 +189,7 @@ def test_a_client_that_waits_for_a_model_on_a_stopping_server_fails_at_once_sayi
         holder.join(10)
         stopper.join(30)
         triton.stop()
-    print(f"\n[{protocol}] a new client's wait on a stopping server failed after {took:.2f} s: {caught.value}")
+    print(f"\n[{backend}, {protocol}] a new client's wait on a stopping server failed after {took:.2f} s: "
+          f"{caught.value}")
     assert f"the server at {url} is stopping" in str(caught.value)
     assert took < 2.0, f"the wait took {took:.1f} s"
