@@ -7,6 +7,7 @@ seconds saying so. Against the real server."""
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import threading
@@ -193,3 +194,37 @@ def test_a_client_that_waits_for_a_model_on_a_stopping_server_fails_at_once_sayi
           f"{caught.value}")
     assert f"the server at {url} is stopping" in str(caught.value)
     assert took < 2.0, f"the wait took {took:.1f} s"
+
+
+def test_where_pytritons_backend_is_not_built_the_refusing_model_is_the_proxy():
+    """The proxy path on a machine without a C compiler: the refusing model is a Python model (the
+    proxy told to refuse), whose load starts a stub; the refusal and the answers are the same."""
+    triton = _serve("python", max_batch_size=8)
+    distribution = triton._server_distribution
+    triton._server_distribution = dataclasses.replace(distribution, native_backend=None)  # as if never built
+    config = triton._config
+    long_answer: dict = {}
+
+    def long_request() -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", config.http_port, timeout=30)
+        long_answer["answer"] = _post(connection, 3.0)
+        connection.close()
+
+    holder = threading.Thread(target=long_request)
+    holder.start()
+    time.sleep(0.5)
+    stopper = threading.Thread(target=triton.stop)
+    stopper.start()
+    try:
+        time.sleep(1.2)  # the refusing stub's load takes about 0.4 s (requests sent meanwhile are accepted)
+        late = _grpc_infer(config.grpc_port, 0.0)
+        assert stopper.is_alive(), "the stop should still wait for the long request"
+        holder.join(10)
+        stopper.join(30)
+    finally:
+        triton.stop()
+    print(f"\nrefused by the proxy's refusing model in {late[1] * 1000:.0f} ms: {late[0]}")
+    assert late[0].startswith("StatusCode.UNAVAILABLE") and "the server is stopping" in late[0], late
+    assert late[1] < 1.0, f"refused after {late[1]:.2f} s (the busy instance had 1.3 s left)"
+    status, body, _ = long_answer["answer"]
+    assert status == 200 and body["outputs"][0]["data"] == [3.0]
