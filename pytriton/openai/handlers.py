@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import json
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, AsyncIterator, Awaitable, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from aiohttp import web
 
-from pytriton.openai.answers import Choice, answer_id, chunk, full_answer, usage_chunk
+from pytriton.openai.answers import Choice, Events, answer_id, event, full_answer
 from pytriton.openai.convention import CHAT, EMBEDDINGS
 from pytriton.openai.errors import OpenAIError, bad_field, unknown_model
 from pytriton.openai.link import ChatCall, TritonLink
@@ -29,6 +30,9 @@ Observe = Callable[[str, Choice, float, float], None]
 """Records one finished answer: (model, choice, request start, end), `time.perf_counter` times."""
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
+PACE_S = 0.001
+"""A stream's events that come sooner than this after its last send wait for the next send (`_Sender`)."""
+_MAX_HELD_BYTES = 64 * 1024
 SETTLE_S = 5.0
 """How long an answer that ended by the model's own finish piece waits for the stream's final response
 before its call is cancelled: cancelling a request that is about to end would count it as cancelled,
@@ -42,10 +46,6 @@ async def read_body(request: web.Request) -> Any:
         return json.loads(raw)
     except ValueError as exc:
         raise OpenAIError(400, f"the request body is not JSON ({exc}); expected a JSON object") from exc
-
-
-def _event(payload: Any) -> bytes:
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode("utf-8") + b"\n\n"
 
 
 class Routes:
@@ -96,29 +96,26 @@ class Routes:
         choices = [Choice(index, asked.stop) for index in range(len(asked.conversations) * asked.n)]
         calls = [self._link.chat(model, asked.conversations[index // asked.n], asked.params)
                  for index in range(len(choices))]
-        queue: asyncio.Queue[Tuple[int, Any]] = asyncio.Queue()
-        readers = [asyncio.ensure_future(_read(call, choice, queue)) for call, choice in zip(calls, choices)]
         answer, created = answer_id(kind), int(time.time())
+        answers: Answers = (_One(calls[0], choices[0]) if len(calls) == 1 else _Several(calls, choices))
         answered = False
         try:
             if asked.stream:
-                response, answered = await self._stream(request, kind, asked, choices, queue, answer, created)
+                response, answered = await self._stream(request, kind, asked, choices, answers,
+                                                         Events(kind, answer, created, asked.model))
                 return response
-            for _ in choices:
-                index, event = await queue.get()
-                while event is not None and not isinstance(event, OpenAIError):  # deltas: the answer goes on
-                    index, event = await queue.get()
-                if isinstance(event, OpenAIError):
-                    raise event
+            while await answers.next() is not None:  # deltas: the answers go on
+                pass
             answered = True
             return web.json_response(full_answer(kind, answer, created, asked.model, choices, asked.n))
         finally:
             if answered:  # every answer ended: let their calls take their final responses
-                settling = asyncio.ensure_future(_settle(readers, calls))
-                self._settling.add(settling)
-                settling.add_done_callback(self._settling.discard)
+                settling = answers.settle()
+                if settling is not None:
+                    self._settling.add(settling)
+                    settling.add_done_callback(self._settling.discard)
             else:  # an error, or the client left: cancel what still runs
-                _cancel(readers, calls)
+                answers.cancel()
             if self._observe is not None:
                 ended = time.perf_counter()
                 for choice in choices:
@@ -131,34 +128,222 @@ class Routes:
             settling.cancel()
 
     async def _stream(self, request: web.Request, kind: str, asked: TextRequest, choices: List[Choice],
-                      queue: asyncio.Queue[Tuple[int, Any]], answer: str,
-                      created: int) -> Tuple[web.StreamResponse, bool]:
+                      answers: Answers, events: Events) -> Tuple[web.StreamResponse, bool]:
         """Send the answers as events; the response, and whether every answer ended without an error."""
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
-        model = asked.model
+        sender = _Sender(response)
+        try:
+            return await self._send_events(kind, asked, choices, answers, events, sender)
+        finally:
+            sender.cancel()
+
+    async def _send_events(self, kind: str, asked: TextRequest, choices: List[Choice], answers: Answers,
+                           events: Events, sender: _Sender) -> Tuple[web.StreamResponse, bool]:
         if kind == CHAT:
-            for choice in choices:
-                await response.write(_event(chunk(kind, answer, created, model, choice.index,
-                                                  {"role": "assistant", "content": ""})))
-        open_choices = len(choices)
-        while open_choices:
-            index, event = await queue.get()
-            if isinstance(event, OpenAIError):
-                await response.write(_event(event.body()))
-                await response.write_eof()
-                return response, False
-            if event is None:
-                open_choices -= 1
-                await response.write(_event(chunk(kind, answer, created, model, index, {},
-                                                  choices[index].finish_reason)))
-                continue
-            await response.write(_event(chunk(kind, answer, created, model, index, event)))
+            sender.add(b"".join(events.delta(choice.index, {"role": "assistant", "content": ""})
+                                for choice in choices))
+            await sender.pace()  # at once: the client sees the answer begin before its first piece
+        try:
+            while True:
+                step = await answers.next()
+                if step is None:
+                    break
+                index, delta = step
+                if delta is None:  # that answer ended
+                    sender.add(events.delta(index, {}, choices[index].finish_reason))
+                else:
+                    sender.add(events.delta(index, delta))
+                await sender.pace()
+        except OpenAIError as error:
+            sender.add(event(error.body()))
+            await sender.end()
+            return sender.response, False
         if asked.include_usage:
-            await response.write(_event(usage_chunk(kind, answer, created, model, choices, asked.n)))
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response, True
+            sender.add(events.usage(choices, asked.n))
+        sender.add(b"data: [DONE]\n\n")
+        await sender.end()
+        return sender.response, True
+
+
+class _Sender:
+    """A stream's events, sent at once unless the last send was less than `PACE_S` ago: then
+    gathered and sent together `PACE_S` after it.
+
+    A model that yields a piece every few milliseconds or slower (a language model's decoding
+    step) has each piece sent as it comes. One that yields faster (a small model, pieces
+    already computed) has its pieces sent in groups: one system call and one TCP segment, not
+    one each, on the front's side and on the client's (docs/design/openai.md).
+    """
+
+    def __init__(self, response: web.StreamResponse) -> None:
+        self.response = response
+        self._held: List[bytes] = []
+        self._held_bytes = 0
+        self._sent_at = 0.0
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._sending: Optional[asyncio.Future[None]] = None
+
+    def add(self, data: bytes) -> None:
+        self._held.append(data)
+        self._held_bytes += len(data)
+
+    async def pace(self) -> None:
+        """Send what is held if it is due, else have it sent `PACE_S` after the last send; wait
+        for a send in flight when much is held (a client that reads slowly slows the reading)."""
+        if self._sending is not None:
+            if self._held_bytes > _MAX_HELD_BYTES:
+                await self._sending
+            return
+        if self._timer is not None or not self._held:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._sent_at >= PACE_S:
+            await self._send()
+        else:
+            self._timer = loop.call_at(self._sent_at + PACE_S, self._later)
+
+    def _later(self) -> None:
+        self._timer = None
+        self._sending = asyncio.ensure_future(self._send())
+        self._sending.add_done_callback(_retrieved)
+
+    async def _send(self) -> None:
+        try:
+            while self._held:
+                data = self._held[0] if len(self._held) == 1 else b"".join(self._held)
+                self._held.clear()
+                self._held_bytes = 0
+                self._sent_at = asyncio.get_running_loop().time()
+                await self.response.write(data)
+        finally:
+            self._sending = None
+
+    async def end(self) -> None:
+        """Send what is held and end the response."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._sending is not None:
+            await self._sending
+        data = b"".join(self._held)
+        self._held.clear()
+        await self.response.write_eof(data)
+
+    def cancel(self) -> None:
+        """Drop what is held (the client left, or the handler failed)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._sending is not None:
+            self._sending.cancel()
+
+
+def _retrieved(task: asyncio.Future[None]) -> None:
+    """A send's failure is its client's leaving, which the handler learns on its own."""
+    if not task.cancelled():
+        task.exception()
+
+
+Step = Tuple[int, Optional[Dict[str, Any]]]
+"""(choice, its next delta), or (choice, None) once that answer ended."""
+
+
+class Answers:
+    """The deltas of a request's answers as they come, from their calls (`_One`, `_Several`)."""
+
+    async def next(self) -> Optional[Step]:
+        """The next step; None once every answer ended.
+
+        Raises:
+            OpenAIError: an answer failed (the model raised, the server stops, ...).
+        """
+        raise NotImplementedError
+
+    def settle(self) -> Optional[asyncio.Future[Any]]:
+        """Once every answer ended: let calls that have not had their final response take it
+        (within `SETTLE_S`, then they are cancelled); the task doing it, or None when none waits."""
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        """Cancel every call whose answer is not complete."""
+        raise NotImplementedError
+
+
+class _One(Answers):
+    """The one answer of a request (no ``n``, one prompt): read in the handler's own task."""
+
+    def __init__(self, call: ChatCall, choice: Choice) -> None:
+        self._call = call
+        self._choice = choice
+        self._pieces = call.pieces()
+        self._ready: Deque[Dict[str, Any]] = collections.deque()
+        self._over = False
+
+    async def next(self) -> Optional[Step]:
+        choice = self._choice
+        while not self._ready:
+            if self._over:
+                return None
+            if choice.done:
+                self._over = True
+                if choice.cut:  # the model would go on for nobody
+                    self._call.cancel()
+                return choice.index, None
+            try:
+                piece = await self._pieces.__anext__()
+            except StopAsyncIteration:
+                self._ready.extend(choice.finish())
+                self._over = not self._ready
+                if self._over:
+                    return choice.index, None
+                continue
+            self._ready.extend(choice.feed(piece))
+        return choice.index, self._ready.popleft()
+
+    def settle(self) -> Optional[asyncio.Future[Any]]:
+        if self._call.finished or self._choice.cut:
+            self.cancel()
+            return None
+        return asyncio.ensure_future(_settle([_drain(self._pieces)], [self._call]))
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
+class _Several(Answers):
+    """Several answers (``n``, several prompts) at once: one task reads each call."""
+
+    def __init__(self, calls: Sequence[ChatCall], choices: Sequence[Choice]) -> None:
+        self._calls = calls
+        self._queue: asyncio.Queue[Tuple[int, Any]] = asyncio.Queue()
+        self._readers = [asyncio.ensure_future(_read(call, choice, self._queue))
+                         for call, choice in zip(calls, choices)]
+        self._open = len(choices)
+
+    async def next(self) -> Optional[Step]:
+        if not self._open:
+            return None
+        index, delta = await self._queue.get()
+        if isinstance(delta, OpenAIError):
+            raise delta
+        if delta is None:
+            self._open -= 1
+        return index, delta
+
+    def settle(self) -> Optional[asyncio.Future[Any]]:
+        return asyncio.ensure_future(_settle(self._readers, self._calls))
+
+    def cancel(self) -> None:
+        _cancel(self._readers, self._calls)
+
+
+async def _drain(pieces: AsyncIterator[Dict[str, Any]]) -> None:
+    """Read an answered call on to its final response (what comes after its end is nobody's)."""
+    try:
+        async for _ in pieces:
+            pass
+    except OpenAIError:
+        pass
 
 
 async def _read(call: ChatCall, choice: Choice, queue: asyncio.Queue[Tuple[int, Any]]) -> None:
@@ -188,12 +373,13 @@ async def _read(call: ChatCall, choice: Choice, queue: asyncio.Queue[Tuple[int, 
         call.cancel()  # nothing when the final response came
 
 
-async def _settle(readers: Sequence[asyncio.Future[None]], calls: Sequence[ChatCall]) -> None:
+async def _settle(readers: Sequence[Awaitable[None]], calls: Sequence[ChatCall]) -> None:
     """Give answered calls `SETTLE_S` to take their final responses, then cancel those still open."""
+    tasks = [asyncio.ensure_future(reader) for reader in readers]
     try:
-        await asyncio.wait(readers, timeout=SETTLE_S)
+        await asyncio.wait(tasks, timeout=SETTLE_S)
     finally:
-        _cancel(readers, calls)
+        _cancel(tasks, calls)
 
 
 def _cancel(readers: Sequence[asyncio.Future[None]], calls: Sequence[ChatCall]) -> None:

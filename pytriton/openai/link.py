@@ -55,7 +55,7 @@ def _failure(model: str, exc: BaseException) -> OpenAIError:
     """A gRPC error of a request -> the client's error: 503 while the server stops, 404 once the
     model is gone, 400 for a request the model refused, else 500 with Triton's message."""
     if isinstance(exc, grpc.aio.AioRpcError):
-        code, details = exc.code(), exc.details() or ""
+        code, details = exc.code(), unnamed(model, exc.details() or "")
         if code == grpc.StatusCode.UNAVAILABLE or "stopping" in details or "shutting down" in details.lower():
             return OpenAIError(503, f"model '{model}' cannot take requests now: the server is stopping ({details})")
         if code == grpc.StatusCode.NOT_FOUND or "unknown model" in details.lower() or "not found" in details.lower():
@@ -65,8 +65,24 @@ def _failure(model: str, exc: BaseException) -> OpenAIError:
             return OpenAIError(400, f"model '{model}' refused the request: {details}")
         if code == grpc.StatusCode.CANCELLED:
             return OpenAIError(503, f"model '{model}': the request was cancelled ({details})")
-        return OpenAIError(500, f"model '{model}' failed: {details}")
-    return OpenAIError(500, f"model '{model}' failed: {exc}")
+        return model_failed(model, details)
+    return model_failed(model, str(exc))
+
+
+def model_failed(model: str, message: str) -> OpenAIError:
+    """500 for a request model `model` failed, with Triton's message (`unnamed`)."""
+    return OpenAIError(500, f"model '{model}' failed: {unnamed(model, message)}")
+
+
+def unnamed(model: str, message: str) -> str:
+    """Triton's message about a request of `model` without the model's name in front, which
+    pytriton's worker puts there ("Model 'm' failed: KeyError: ...") and the front says itself."""
+    named = f"model '{model}'"
+    if not message.lower().startswith(named.lower()):
+        return message
+    rest = message[len(named):]
+    rest = rest[len(" failed"):] if rest.startswith(" failed") else rest
+    return rest.lstrip(":").strip() or message
 
 
 class ChatCall:
@@ -91,10 +107,11 @@ class ChatCall:
         Raises:
             OpenAIError: the model failed (500 with its message), the server stops (503), ...
         """
+        call = self._call
         try:
             while True:
                 try:
-                    response = await self._call.read()
+                    response = await call.read()
                 except grpc.aio.AioRpcError as exc:
                     error = _failure(self._model, exc)
                     if error.status == 404:
@@ -103,11 +120,7 @@ class ChatCall:
                 if response is grpc.aio.EOF:
                     return
                 if response.error_message:
-                    if _GONE.search(response.error_message):  # unloaded since the front last looked
-                        self._on_gone(self._model)
-                        raise OpenAIError(404, f"The model '{self._model}' does not exist any more "
-                                               f"({response.error_message})", param="model", code="model_not_found")
-                    raise OpenAIError(500, f"model '{self._model}' failed: {response.error_message}")
+                    raise self._refused(response.error_message)
                 answer = response.infer_response
                 for raw in answer.raw_output_contents:
                     for element in bytes_elements(raw):
@@ -121,6 +134,13 @@ class ChatCall:
                     return
         finally:
             self._ended.set()
+
+    def _refused(self, message: str) -> OpenAIError:
+        if _GONE.search(message):  # unloaded since the front last looked
+            self._on_gone(self._model)
+            return OpenAIError(404, f"The model '{self._model}' does not exist any more ({message})", param="model",
+                               code="model_not_found")
+        return model_failed(self._model, message)
 
     def cancel(self) -> None:
         """Cancel the request in Triton unless its answer is complete (idempotent)."""
