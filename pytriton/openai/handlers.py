@@ -15,7 +15,7 @@ import base64
 import collections
 import json
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from aiohttp import web
@@ -304,7 +304,20 @@ class _One(Answers):
         if self._call.finished or self._choice.cut:
             self.cancel()
             return None
-        return asyncio.ensure_future(_settle([_drain(self._pieces)], [self._call]))
+        return asyncio.ensure_future(self._settle())
+
+    async def _settle(self) -> None:
+        """Read the call on to its final response (what comes after its end is nobody's), for up
+        to `SETTLE_S`; then cancel it."""
+        timer = asyncio.get_running_loop().call_later(SETTLE_S, self._call.cancel)
+        try:
+            async for _ in self._pieces:
+                pass
+        except OpenAIError:
+            pass
+        finally:
+            timer.cancel()
+            self._call.cancel()
 
     def cancel(self) -> None:
         self._call.cancel()
@@ -337,15 +350,6 @@ class _Several(Answers):
         _cancel(self._readers, self._calls)
 
 
-async def _drain(pieces: AsyncIterator[Dict[str, Any]]) -> None:
-    """Read an answered call on to its final response (what comes after its end is nobody's)."""
-    try:
-        async for _ in pieces:
-            pass
-    except OpenAIError:
-        pass
-
-
 async def _read(call: ChatCall, choice: Choice, queue: asyncio.Queue[Tuple[int, Any]]) -> None:
     """Feed one call's pieces to its choice; each delta, then None at its end (or the error), go to `queue`.
 
@@ -373,13 +377,12 @@ async def _read(call: ChatCall, choice: Choice, queue: asyncio.Queue[Tuple[int, 
         call.cancel()  # nothing when the final response came
 
 
-async def _settle(readers: Sequence[Awaitable[None]], calls: Sequence[ChatCall]) -> None:
+async def _settle(readers: Sequence[asyncio.Future[None]], calls: Sequence[ChatCall]) -> None:
     """Give answered calls `SETTLE_S` to take their final responses, then cancel those still open."""
-    tasks = [asyncio.ensure_future(reader) for reader in readers]
     try:
-        await asyncio.wait(tasks, timeout=SETTLE_S)
+        await asyncio.wait(readers, timeout=SETTLE_S)
     finally:
-        _cancel(tasks, calls)
+        _cancel(readers, calls)
 
 
 def _cancel(readers: Sequence[asyncio.Future[None]], calls: Sequence[ChatCall]) -> None:

@@ -47,8 +47,39 @@ _CALL_TIMEOUT_S = 30.0
 """Bound of the calls that ask Triton about its models."""
 
 
-class ModelFailed(Exception):
-    """Triton answered a request with an error (the callable raised, or the model refused it)."""
+_STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
+_RAW_INPUT_CONTENTS = 7
+"""``ModelInferRequest.raw_input_contents``'s field number (grpc_service.proto)."""
+
+
+def chat_request_head(model: str, batched: bool) -> bytes:
+    """What every chat request to `model` holds, serialized: its name, the two inputs' names,
+    types and shapes, and the request for an empty final response (the answer's end)."""
+    request = service_pb2.ModelInferRequest(model_name=model)
+    for name in (CHAT_MESSAGES, CHAT_PARAMS):
+        request.inputs.add(name=name, datatype="BYTES", shape=[1, 1] if batched else [1])
+    request.parameters["triton_enable_empty_final_response"].bool_param = True
+    return bytes(request.SerializeToString())
+
+
+def chat_request(head: bytes, messages: List[Dict[str, Any]], params: Dict[str, Any]) -> bytes:
+    """A serialized ``ModelInferRequest``: `head` (`chat_request_head`) and the two inputs' raw
+    contents appended as fields of their own, which protocol buffers allow in any order: no
+    message object is built per request."""
+    parts = [head]
+    for value in (messages, params):
+        content = bytes_tensor([json.dumps(value).encode("utf-8")])
+        parts += [_varint((_RAW_INPUT_CONTENTS << 3) | 2), _varint(len(content)), content]
+    return b"".join(parts)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def _failure(model: str, exc: BaseException) -> OpenAIError:
@@ -86,9 +117,10 @@ def unnamed(model: str, message: str) -> str:
 
 
 class ChatCall:
-    """The pieces of one answer of a chat model, read from its ``ModelStreamInfer`` call."""
+    """The pieces of one answer of a chat model, read from its ``ModelStreamInfer`` call (`stub`:
+    the method, taking the request as serialized bytes)."""
 
-    def __init__(self, stub: Any, request: Any, metadata: Sequence[Tuple[str, str]], model: str,
+    def __init__(self, stub: Any, request: bytes, metadata: Sequence[Tuple[str, str]], model: str,
                  on_gone: Callable[[str], None]) -> None:
         self._model = model
         self._on_gone = on_gone
@@ -99,7 +131,7 @@ class ChatCall:
             yield request
             await self._ended.wait()  # half-closing at once races with Triton's answer
 
-        self._call = stub.ModelStreamInfer(requests(), metadata=metadata)
+        self._call = stub(requests(), metadata=metadata)
 
     async def pieces(self) -> AsyncIterator[Dict[str, Any]]:
         """Each piece as a checked dict, until the final response.
@@ -164,11 +196,17 @@ class TritonLink:
         self._channel: Any = None
         self._stub: Any = None
         self._models: Dict[str, ServedModel] = {}
+        self._chat_stream: Any = None
+        self._heads: Dict[Tuple[str, bool], bytes] = {}
 
     def _service(self) -> Any:
         if self._stub is None:  # made inside the running loop, which owns it
             self._channel = grpc.aio.insecure_channel(self._address, options=_CHANNEL_OPTIONS)
             self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+            # Chat requests go as bytes (`chat_request`): the stub's serializer is left out.
+            self._chat_stream = self._channel.stream_stream(
+                _STREAM_METHOD, request_serializer=None,
+                response_deserializer=service_pb2.ModelStreamInferResponse.FromString)
         return self._stub
 
     async def close(self) -> None:
@@ -240,13 +278,13 @@ class TritonLink:
     def chat(self, model: ServedModel, messages: List[Dict[str, Any]], params: Dict[str, Any]) -> ChatCall:
         """Start one answer of chat model `model`."""
         assert model.kind == CHAT
-        request = service_pb2.ModelInferRequest(model_name=model.name)
-        shape = [1, 1] if model.batched else [1]
-        for name, value in ((CHAT_MESSAGES, messages), (CHAT_PARAMS, params)):
-            request.inputs.add(name=name, datatype="BYTES", shape=shape)
-            request.raw_input_contents.append(bytes_tensor([json.dumps(value).encode("utf-8")]))
-        request.parameters["triton_enable_empty_final_response"].bool_param = True
-        return ChatCall(self._service(), request, self._metadata, model.name, self.forget)
+        self._service()
+        key = (model.name, model.batched)
+        head = self._heads.get(key)
+        if head is None:
+            head = self._heads[key] = chat_request_head(model.name, model.batched)
+        request = chat_request(head, messages, params)
+        return ChatCall(self._chat_stream, request, self._metadata, model.name, self.forget)
 
     async def embed(self, model: ServedModel, texts: List[str], dimensions: Optional[int]) -> List[np.ndarray]:
         """The embedding of each text, through as many requests as `model.max_batch_size` asks."""

@@ -228,6 +228,24 @@ def test_an_answers_figures_for_the_histograms():
     assert answer_figures(choice, 1.0, 2.5) == (0.5, 10.0)  # 10 tokens after the first, in 1 s
 
 
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_chat_request_assembled_from_bytes_is_the_message_triton_reads(batched):
+    from tritonclient.grpc import service_pb2
+
+    from pytriton.openai.link import chat_request as chat_request_bytes
+    from pytriton.openai.link import chat_request_head
+
+    messages = [{"role": "user", "content": "h\u00e9llo " * 40}]  # > 127 bytes: a varint of two bytes
+    params = {"max_tokens": 3}
+    sent = service_pb2.ModelInferRequest.FromString(
+        chat_request_bytes(chat_request_head("tiny-chat", batched), messages, params))
+    assert sent.model_name == "tiny-chat"
+    assert [(i.name, i.datatype, list(i.shape)) for i in sent.inputs] == [
+        ("messages", "BYTES", [1, 1] if batched else [1]), ("params", "BYTES", [1, 1] if batched else [1])]
+    assert sent.parameters["triton_enable_empty_final_response"].bool_param is True
+    assert [json.loads(bytes_elements(raw)[0]) for raw in sent.raw_input_contents] == [messages, params]
+
+
 def test_errors_have_openais_shape():
     error = OpenAIError(404, "no such model", param="model", code="model_not_found")
     assert json.loads(error.text()) == {"error": {"message": "no such model", "type": "invalid_request_error",
