@@ -360,8 +360,7 @@ class Triton(OpenAIBindings):
             process, control = launch(config, self._security, self._access_token, workspace, distribution)
             self._process, self._control = process, control
             # Its imports overlap the server's start; it listens once the models are ready.
-            self._front = spawn_front(config, self._security, self._access_token, self._bindings, self._on_fatal,
-                                      workspace.server_id)
+            self._front = spawn_front(config, self._security, self._access_token, self._bindings, self._on_fatal)
             deadline = time.monotonic() + STARTUP_TIMEOUT_S
             started: Callable[[], bool] = lambda: control.is_ready()  # noqa: E731
             if gated:

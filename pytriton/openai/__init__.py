@@ -53,13 +53,9 @@ def check_extra(config: Any) -> None:
 
 
 def spawn_front(config: Any, security: Any, access_token: Optional[str], bindings: Any,
-                on_fatal: Optional[Callable[[Any], None]] = None, label: str = "") -> Any:
+                on_fatal: Optional[Callable[[Any], None]] = None) -> Any:
     """Start the front's process for a server started with `config` (None when ``openai_port`` is
-    unset); it listens once `open` is called on what this returns (a `pytriton.openai.process.FrontProcess`).
-
-    `label` goes on its command line (the server's workspace id), so that a search for what a
-    server left behind finds it.
-    """
+    unset); it listens once `open` is called on what this returns (a `pytriton.openai.process.FrontProcess`)."""
     if config.openai_port is None:
         return None
     from pytriton.openai.measures import FrontMeasures
@@ -82,6 +78,6 @@ def spawn_front(config: Any, security: Any, access_token: Optional[str], binding
                        else config.http_address)
     settings = {"port": config.openai_port, "host": host, "grpc_address": f"{grpc_host}:{config.effective_grpc_port}",
                 "access_token": access_token, "api_key": security.openai_api_key}
-    front = FrontProcess(settings, record=FrontMeasures(bindings).record, on_fatal=on_fatal, label=label)
+    front = FrontProcess(settings, record=FrontMeasures(bindings).record, on_fatal=on_fatal)
     front.spawn()
     return front

@@ -1,6 +1,6 @@
 """The OpenAI-compatible front's process: an aiohttp server on its own interpreter.
 
-``python -m pytriton.openai.front <fd> <parent pid> <label>`` runs here; `pytriton.openai.process`
+``main(<fd> <parent pid> <label>)`` runs here (``python -c``, see `pytriton.openai.process`); `pytriton.openai.process`
 starts it and talks to it over the socket pair whose end is `fd` (the messages are listed
 there). Why a process of its own: in the serving process the front's event loop waited for the
 interpreter behind the callables' threads and pytriton's worker, and served half the streams per

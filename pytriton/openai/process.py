@@ -56,7 +56,18 @@ _QUICK_DEATH_S = 1.0
 _POLL_S = 0.5
 """How often the watcher looks whether the process still runs, when nothing arrives."""
 _ROOT = str(pathlib.Path(__file__).resolve().parents[2])
-"""The folder holding the ``pytriton`` package this process runs, for the front's import path."""
+"""The folder holding the ``pytriton`` package this process runs."""
+_MAIN = "import sys; sys.path.append(sys.argv.pop(1)); from pytriton.openai.front import main; main()"
+"""The front's process: the folder of this ``pytriton`` goes last on its import path, found
+where no installed ``pytriton`` is (a checkout on ``sys.path``), and shadowing nothing."""
+
+
+def _label() -> str:
+    """A word for the front's command line: ``pytriton-<serving pid>-openai``. A search for what
+    this process's servers left (``pytriton-<pid>-``) finds it; the kill of a stopped server's
+    leftovers, which looks for the server's whole id, leaves it to `FrontProcess.close`, after
+    the drain."""
+    return f"pytriton-{os.getpid()}-openai"
 
 
 class FrontGivenUpError(PyTritonServerError):
@@ -76,13 +87,11 @@ class FrontProcess:
             ``grpc_address``, ``access_token``, ``api_key``.
         record: where the figures of each finished answer go (`pytriton.openai.measures.FrontMeasures`).
         on_fatal: told when the process keeps dying (`FrontGivenUpError`) or cannot be started again.
-        label: a word for its command line (the server's workspace id): what a server left is found by it.
     """
 
     def __init__(self, settings: Dict[str, Any], record: Optional[Record] = None,
-                 on_fatal: Optional[Callable[[PyTritonServerError], None]] = None, label: str = "") -> None:
+                 on_fatal: Optional[Callable[[PyTritonServerError], None]] = None) -> None:
         self.port: int = settings["port"]
-        self._label = label
         self._settings = dict(settings)
         self._record = record
         self._on_fatal = on_fatal
@@ -164,14 +173,11 @@ class FrontProcess:
 
     def _start_process(self) -> subprocess.Popen[bytes]:
         ours, theirs = socket.socketpair()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
         try:
             with children.LOCK:  # as PID 1, the reaper leaves it to us: its exit status is ours to read
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "pytriton.openai.front", str(theirs.fileno()), str(os.getpid()),
-                     self._label],
-                    env=env, stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), start_new_session=True)
+                    [sys.executable, "-c", _MAIN, _ROOT, str(theirs.fileno()), str(os.getpid()), _label()],
+                    stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), start_new_session=True)
                 children.keep(process.pid)
         except BaseException:
             ours.close()
@@ -252,6 +258,7 @@ class FrontProcess:
             closing, listened, pid = self._closing, self.pid is not None, self.pid
             self.pid = None
         if closing:
+            logger.debug("the OpenAI-compatible API's process (pid %s) %s after its close", process.pid, how)
             self._answered.set()
             return None
         if not listened:
@@ -274,6 +281,9 @@ class FrontProcess:
                        pid, how, self.port)
         if lived_s < _QUICK_DEATH_S:
             time.sleep(_QUICK_DEATH_S - lived_s)
+        with self._lock:
+            if self._closing:  # stopped meanwhile
+                return None
         self._answered.clear()
         try:
             return self._start_process()

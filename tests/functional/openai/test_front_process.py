@@ -54,15 +54,17 @@ def _client(port, key="unused"):
     return openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0, timeout=30)
 
 
-def test_the_front_runs_in_a_process_of_its_own_that_stop_ends():
+def test_the_front_runs_in_a_process_of_its_own_that_stop_ends(caplog):
     (port,) = free_ports(1)
     triton = Triton(config=server_config(openai_port=port))
+    caplog.set_level(logging.DEBUG, logger="pytriton.openai")
     try:
         triton.bind_chat(model_name="own-chat", infer_func=chat)
         triton.run()
         front = _front()
-        assert front.pid != os.getpid() and front.cmdline()[:3] == [sys.executable, "-m", "pytriton.openai.front"]
-        # Its command line carries the server's workspace id, so a search for a server's leftovers finds it.
+        assert front.pid != os.getpid() and front.cmdline()[0] == sys.executable
+        assert "from pytriton.openai.front import main" in " ".join(front.cmdline())
+        # Its command line carries this process's mark, so a search for a server's leftovers finds it.
         assert f"pytriton-{os.getpid()}-" in " ".join(front.cmdline())
         # In a session of its own: a Ctrl+C in the terminal reaches the serving process, which stops it in order.
         assert os.getsid(front.pid) == front.pid != os.getsid(0)
@@ -73,6 +75,10 @@ def test_the_front_runs_in_a_process_of_its_own_that_stop_ends():
         triton.stop()
     assert not front.is_running() or front.status() == psutil.STATUS_ZOMBIE
     assert http_status(f"http://127.0.0.1:{port}/health") == "URLError"  # the port is closed
+    # Closed in order after the drain: not killed with the server's leftovers, nor started again.
+    said = [r.getMessage() for r in caplog.records if r.name == "pytriton.openai"]
+    assert f"the OpenAI-compatible API's process (pid {front.pid}) exited with code 0 after its close" in said, said
+    assert not [line for line in said if "starting it again" in line]
     assert our_leftovers() == {"processes": [], "segments": []}
 
 

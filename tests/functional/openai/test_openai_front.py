@@ -251,8 +251,8 @@ def test_a_message_without_content_is_400_naming_the_message_and_the_field(serve
         _client(server).chat.completions.create(
             model="tiny-chat", messages=[{"role": "system", "content": "be brief"}, {"role": "user"}])
     assert caught.value.param == "messages[1].content"
-    assert caught.value.body["message"] == ("model 'tiny-chat': field 'messages[1].content' is missing; expected a string "
-                                            "or a list of content parts in a 'user' message")
+    assert caught.value.body["message"] == ("model 'tiny-chat': field 'messages[1].content' is missing; expected a "
+                                            "string or a list of content parts in a 'user' message")
 
 
 def test_a_callable_that_raises_is_500_with_its_message(server):
