@@ -9,8 +9,8 @@ process (`pytriton.openai.front`), tritonserver in its own. Three paths, each on
 connection:
 
 - **the front**: ``POST /v1/chat/completions`` on kept-alive aiohttp connections;
-- **bare gRPC**: one ``ModelStreamInfer`` call per answer (`pytriton.openai.link`, what the
-  front itself sends to Triton: the front's own cost is the difference);
+- **bare gRPC**: one ``ModelStreamInfer`` call per answer (`Bare`), the same request the front
+  sends to Triton, as a gRPC client writes it;
 - **AsyncioDecoupledModelClient**: pytriton's asyncio client (what a pytriton user writes).
 
 Each round measures every path, in an order that turns from round to round, so that the load
@@ -37,12 +37,13 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 import aiohttp
+import grpc
 import psutil
 from support import free_ports, server_config
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from pytriton.client import AsyncioDecoupledModelClient
-from pytriton.openai.convention import CHAT, ServedModel
-from pytriton.openai.link import TritonLink
+from pytriton.openai.convention import bytes_elements, bytes_tensor
 from pytriton.triton import Triton
 
 PATHS = {"front": "the OpenAI front (HTTP)", "bare_grpc": "bare gRPC stream",
@@ -86,11 +87,44 @@ async def _grpc_answer(client: AsyncioDecoupledModelClient, tag: str, pieces: in
     return "".join(text)
 
 
-async def _bare_answer(link: TritonLink, tag: str, pieces: int) -> str:
-    call = link.chat(ServedModel("bench-chat", CHAT), [{"role": "user", "content": "hi"}],
-                     {"tag": tag, "pieces": pieces})
-    text = [piece.get("content", "") async for piece in call.pieces()]
-    return "".join(text)
+class Bare:
+    """A bare gRPC client of the chat model: one ``ModelStreamInfer`` call per answer, as a gRPC
+    client writes it (and as the front did before it kept its calls open, `pytriton.openai.link.Streams`)."""
+
+    def __init__(self, address: str) -> None:
+        self._channel = grpc.aio.insecure_channel(address)
+        self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+
+    async def answer(self, tag: str, pieces: int) -> str:
+        request = service_pb2.ModelInferRequest(model_name="bench-chat")
+        inputs = (("messages", [{"role": "user", "content": "hi"}]), ("params", {"tag": tag, "pieces": pieces}))
+        for name, value in inputs:
+            request.inputs.add(name=name, datatype="BYTES", shape=[1])
+            request.raw_input_contents.append(bytes_tensor([json.dumps(value).encode("utf-8")]))
+        request.parameters["triton_enable_empty_final_response"].bool_param = True
+        ended = asyncio.Event()
+
+        async def requests():
+            yield request
+            await ended.wait()  # half-closed once the answer is complete
+
+        call = self._stub.ModelStreamInfer(requests())
+        text = []
+        try:
+            async for response in call:
+                if response.error_message:
+                    raise RuntimeError(response.error_message)
+                for raw in response.infer_response.raw_output_contents:
+                    text += [json.loads(element).get("content", "") for element in bytes_elements(raw)]
+                final = response.infer_response.parameters.get("triton_final_response")
+                if final is not None and final.bool_param:
+                    break
+        finally:
+            ended.set()
+        return "".join(text)
+
+    async def close(self) -> None:
+        await self._channel.close()
 
 
 def _expected(tag: str, pieces: int) -> str:
@@ -139,7 +173,7 @@ async def _streams(call: Stream, count: int, pieces: int, clock: CpuClock) -> Tu
 async def measure(front_url: str, grpc_url: str, front_pid: Optional[int], rounds: int, requests: int, streams: int,
                   pieces: int) -> Dict[str, Any]:
     connector = aiohttp.TCPConnector(limit=0)
-    link = TritonLink(grpc_url.replace("grpc://", ""), None)
+    bare = Bare(grpc_url.replace("grpc://", ""))
     clock = CpuClock(front_pid)
     per_round: List[Dict[str, Any]] = []
     async with aiohttp.ClientSession(connector=connector) as session, \
@@ -147,7 +181,7 @@ async def measure(front_url: str, grpc_url: str, front_pid: Optional[int], round
         paths: Dict[str, Tuple[Single, Stream]] = {
             "front": (lambda tag: _front_answer(session, front_url, tag, 1, False),
                       lambda tag, n: _front_answer(session, front_url, tag, n, True)),
-            "bare_grpc": (lambda tag: _bare_answer(link, tag, 1), lambda tag, n: _bare_answer(link, tag, n)),
+            "bare_grpc": (lambda tag: bare.answer(tag, 1), bare.answer),
             "client_grpc": (lambda tag: _grpc_answer(client, tag, 1), lambda tag, n: _grpc_answer(client, tag, n)),
         }
         for single, stream in paths.values():  # warm-up: connections, the model's first calls
@@ -168,7 +202,7 @@ async def measure(front_url: str, grpc_url: str, front_pid: Optional[int], round
             figures["ratio"] = figures["front_streams_per_s"] / figures["bare_grpc_streams_per_s"]
             figures["added_ms"] = figures["front_median_ms"] - figures["bare_grpc_median_ms"]
             per_round.append(figures)
-    await link.close()
+    await bare.close()
     summary: Dict[str, Any] = {"rounds": per_round, "requests": requests, "streams": streams, "pieces": pieces,
                                "cpus": os.cpu_count()}
     for key in per_round[0]:

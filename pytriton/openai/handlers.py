@@ -30,9 +30,6 @@ Observe = Callable[[str, Choice, float, float], None]
 """Records one finished answer: (model, choice, request start, end), `time.perf_counter` times."""
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
-PACE_S = 0.001
-"""A stream's events that come sooner than this after its last send wait for the next send (`_Sender`)."""
-_MAX_HELD_BYTES = 64 * 1024
 SETTLE_S = 5.0
 """How long an answer that ended by the model's own finish piece waits for the stream's final response
 before its call is cancelled: cancelling a request that is about to end would count it as cancelled,
@@ -129,21 +126,17 @@ class Routes:
 
     async def _stream(self, request: web.Request, kind: str, asked: TextRequest, choices: List[Choice],
                       answers: Answers, events: Events) -> Tuple[web.StreamResponse, bool]:
-        """Send the answers as events; the response, and whether every answer ended without an error."""
+        """Send the answers as events; the response, and whether every answer ended without an error.
+
+        Each delta goes out as it comes; an answer's last chunk waits for what follows it (the
+        next delta, or the stream's end), so that a stream's end is one write.
+        """
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
-        sender = _Sender(response)
-        try:
-            return await self._send_events(kind, asked, choices, answers, events, sender)
-        finally:
-            sender.cancel()
-
-    async def _send_events(self, kind: str, asked: TextRequest, choices: List[Choice], answers: Answers,
-                           events: Events, sender: _Sender) -> Tuple[web.StreamResponse, bool]:
         if kind == CHAT:
-            sender.add(b"".join(events.delta(choice.index, {"role": "assistant", "content": ""})
-                                for choice in choices))
-            await sender.pace()  # at once: the client sees the answer begin before its first piece
+            await response.write(b"".join(events.delta(choice.index, {"role": "assistant", "content": ""})
+                                          for choice in choices))
+        ends: List[bytes] = []
         try:
             while True:
                 step = await answers.next()
@@ -151,97 +144,17 @@ class Routes:
                     break
                 index, delta = step
                 if delta is None:  # that answer ended
-                    sender.add(events.delta(index, {}, choices[index].finish_reason))
-                else:
-                    sender.add(events.delta(index, delta))
-                await sender.pace()
+                    ends.append(events.delta(index, {}, choices[index].finish_reason))
+                    continue
+                await response.write(b"".join([*ends, events.delta(index, delta)]))
+                ends.clear()
         except OpenAIError as error:
-            sender.add(event(error.body()))
-            await sender.end()
-            return sender.response, False
+            await response.write_eof(b"".join([*ends, event(error.body())]))
+            return response, False
         if asked.include_usage:
-            sender.add(events.usage(choices, asked.n))
-        sender.add(b"data: [DONE]\n\n")
-        await sender.end()
-        return sender.response, True
-
-
-class _Sender:
-    """A stream's events, sent at once unless the last send was less than `PACE_S` ago: then
-    gathered and sent together `PACE_S` after it.
-
-    A model that yields a piece every few milliseconds or slower (a language model's decoding
-    step) has each piece sent as it comes. One that yields faster (a small model, pieces
-    already computed) has its pieces sent in groups: one system call and one TCP segment, not
-    one each, on the front's side and on the client's (docs/design/openai.md).
-    """
-
-    def __init__(self, response: web.StreamResponse) -> None:
-        self.response = response
-        self._held: List[bytes] = []
-        self._held_bytes = 0
-        self._sent_at = 0.0
-        self._timer: Optional[asyncio.TimerHandle] = None
-        self._sending: Optional[asyncio.Future[None]] = None
-
-    def add(self, data: bytes) -> None:
-        self._held.append(data)
-        self._held_bytes += len(data)
-
-    async def pace(self) -> None:
-        """Send what is held if it is due, else have it sent `PACE_S` after the last send; wait
-        for a send in flight when much is held (a client that reads slowly slows the reading)."""
-        if self._sending is not None:
-            if self._held_bytes > _MAX_HELD_BYTES:
-                await self._sending
-            return
-        if self._timer is not None or not self._held:
-            return
-        loop = asyncio.get_running_loop()
-        if loop.time() - self._sent_at >= PACE_S:
-            await self._send()
-        else:
-            self._timer = loop.call_at(self._sent_at + PACE_S, self._later)
-
-    def _later(self) -> None:
-        self._timer = None
-        self._sending = asyncio.ensure_future(self._send())
-        self._sending.add_done_callback(_retrieved)
-
-    async def _send(self) -> None:
-        try:
-            while self._held:
-                data = self._held[0] if len(self._held) == 1 else b"".join(self._held)
-                self._held.clear()
-                self._held_bytes = 0
-                self._sent_at = asyncio.get_running_loop().time()
-                await self.response.write(data)
-        finally:
-            self._sending = None
-
-    async def end(self) -> None:
-        """Send what is held and end the response."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._sending is not None:
-            await self._sending
-        data = b"".join(self._held)
-        self._held.clear()
-        await self.response.write_eof(data)
-
-    def cancel(self) -> None:
-        """Drop what is held (the client left, or the handler failed)."""
-        if self._timer is not None:
-            self._timer.cancel()
-        if self._sending is not None:
-            self._sending.cancel()
-
-
-def _retrieved(task: asyncio.Future[None]) -> None:
-    """A send's failure is its client's leaving, which the handler learns on its own."""
-    if not task.cancelled():
-        task.exception()
+            ends.append(events.usage(choices, asked.n))
+        await response.write_eof(b"".join([*ends, b"data: [DONE]\n\n"]))
+        return response, True
 
 
 Step = Tuple[int, Optional[Dict[str, Any]]]

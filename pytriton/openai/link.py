@@ -6,6 +6,9 @@ pytriton's own (``pytriton_*``) too. A chat answer is one ``ModelStreamInfer`` c
 request; cancelling the call (a client gone, a stop sequence met) cancels the request in Triton,
 which closes the callable's generator. Embeddings are plain ``ModelInfer`` calls.
 
+A chat call is kept open for the next request once its request's final response came
+(`Streams`): opening a call costs more than a short answer.
+
 Which models are served, and how, is read from Triton itself (its repository index, its
 statistics, which also list the models other processes sent through the repository API, and each
 model's configuration, `pytriton.openai.convention.served_model`), kept per name, and read again
@@ -17,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple
 
 import grpc  # type: ignore[import-untyped,unused-ignore]
 import numpy as np
@@ -48,6 +51,8 @@ _CALL_TIMEOUT_S = 30.0
 
 
 _STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
+_KEEP_STREAMS = 256
+"""Idle chat calls kept for the next requests (`Streams`)."""
 _RAW_INPUT_CONTENTS = 7
 """``ModelInferRequest.raw_input_contents``'s field number (grpc_service.proto)."""
 
@@ -116,22 +121,75 @@ def unnamed(model: str, message: str) -> str:
     return rest.lstrip(":").strip() or message
 
 
-class ChatCall:
-    """The pieces of one answer of a chat model, read from its ``ModelStreamInfer`` call (`stub`:
-    the method, taking the request as serialized bytes)."""
+class Streams:
+    """Open ``ModelStreamInfer`` calls, each carrying one chat request at a time.
 
-    def __init__(self, stub: Any, request: bytes, metadata: Sequence[Tuple[str, str]], model: str,
-                 on_gone: Callable[[str], None]) -> None:
+    Opening a gRPC call costs more than the short request it carries: one answer of one piece
+    took 1.4 to 1.9 ms on a kept call against 2.2 to 3.1 ms on a new one, most of the difference
+    the client's own CPU time (docs/design/openai.md). A call whose request ended with its final
+    response comes back here for the next request; a call whose request must stop is cancelled
+    (gRPC cancels a call's requests together) and never used again, so that a cancel reaches
+    exactly one request. Calls are never half-closed: Triton would end them.
+
+    Args:
+        open_call: a new call.
+        keep: how many idle calls are kept; more are cancelled as they come back.
+    """
+
+    def __init__(self, open_call: Callable[[], Any], keep: int) -> None:
+        self._open = open_call
+        self._keep = keep
+        self._idle: List[Any] = []
+
+    def take(self) -> Tuple[Any, bool]:
+        """A call for one request, and whether it carried one before."""
+        while self._idle:
+            call = self._idle.pop()
+            if not call.done():  # not ended by the server (a restart, a lost connection) meanwhile
+                return call, True
+        return self._open(), False
+
+    def open(self) -> Any:
+        return self._open()
+
+    def give(self, call: Any) -> None:
+        """A call whose request ended with its final response."""
+        if len(self._idle) < self._keep and not call.done():
+            self._idle.append(call)
+        else:
+            call.cancel()
+
+    def close(self) -> None:
+        for call in self._idle:
+            call.cancel()
+        self._idle.clear()
+
+
+class ChatCall:
+    """The pieces of one answer of a chat model, read from a ``ModelStreamInfer`` call of `streams`."""
+
+    def __init__(self, streams: Streams, request: bytes, model: str, on_gone: Callable[[str], None]) -> None:
+        self._streams = streams
+        self._request = request
         self._model = model
         self._on_gone = on_gone
-        self._ended = asyncio.Event()
+        self._call: Any = None
+        self._cancelled = False
         self.finished = False
 
-        async def requests() -> AsyncIterator[Any]:
-            yield request
-            await self._ended.wait()  # half-closing at once races with Triton's answer
-
-        self._call = stub(requests(), metadata=metadata)
+    async def _send(self) -> Any:
+        """Write the request on a call; a kept call that the server ended meanwhile is replaced once."""
+        call, kept = self._streams.take()
+        self._call = call
+        try:
+            await call.write(self._request)
+            return call
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            if not kept or self._cancelled:
+                raise
+        call = self._call = self._streams.open()
+        await call.write(self._request)
+        return call
 
     async def pieces(self) -> AsyncIterator[Dict[str, Any]]:
         """Each piece as a checked dict, until the final response.
@@ -139,16 +197,10 @@ class ChatCall:
         Raises:
             OpenAIError: the model failed (500 with its message), the server stops (503), ...
         """
-        call = self._call
         try:
+            call = await self._send()
             while True:
-                try:
-                    response = await call.read()
-                except grpc.aio.AioRpcError as exc:
-                    error = _failure(self._model, exc)
-                    if error.status == 404:
-                        self._on_gone(self._model)
-                    raise error from exc
+                response = await call.read()
                 if response is grpc.aio.EOF:
                     return
                 if response.error_message:
@@ -163,9 +215,16 @@ class ChatCall:
                 final = answer.parameters.get("triton_final_response")
                 if final is not None and final.bool_param:
                     self.finished = True
+                    self._streams.give(call)
                     return
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
+            error = _failure(self._model, exc)
+            if error.status == 404:
+                self._on_gone(self._model)
+            raise error from exc
         finally:
-            self._ended.set()
+            if not self.finished:
+                self.cancel()
 
     def _refused(self, message: str) -> OpenAIError:
         if _GONE.search(message):  # unloaded since the front last looked
@@ -176,8 +235,8 @@ class ChatCall:
 
     def cancel(self) -> None:
         """Cancel the request in Triton unless its answer is complete (idempotent)."""
-        self._ended.set()
-        if not self.finished:
+        self._cancelled = True
+        if not self.finished and self._call is not None:
             self._call.cancel()
 
 
@@ -196,7 +255,7 @@ class TritonLink:
         self._channel: Any = None
         self._stub: Any = None
         self._models: Dict[str, ServedModel] = {}
-        self._chat_stream: Any = None
+        self._streams: Optional[Streams] = None
         self._heads: Dict[Tuple[str, bool], bytes] = {}
 
     def _service(self) -> Any:
@@ -204,13 +263,15 @@ class TritonLink:
             self._channel = grpc.aio.insecure_channel(self._address, options=_CHANNEL_OPTIONS)
             self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
             # Chat requests go as bytes (`chat_request`): the stub's serializer is left out.
-            self._chat_stream = self._channel.stream_stream(
-                _STREAM_METHOD, request_serializer=None,
-                response_deserializer=service_pb2.ModelStreamInferResponse.FromString)
+            stream = self._channel.stream_stream(_STREAM_METHOD, request_serializer=None,
+                                                 response_deserializer=service_pb2.ModelStreamInferResponse.FromString)
+            self._streams = Streams(lambda: stream(metadata=self._metadata), _KEEP_STREAMS)
         return self._stub
 
     async def close(self) -> None:
-        channel, self._channel, self._stub = self._channel, None, None
+        if self._streams is not None:
+            self._streams.close()
+        channel, self._channel, self._stub, self._streams = self._channel, None, None, None
         if channel is not None:
             await channel.close()
 
@@ -283,8 +344,8 @@ class TritonLink:
         head = self._heads.get(key)
         if head is None:
             head = self._heads[key] = chat_request_head(model.name, model.batched)
-        request = chat_request(head, messages, params)
-        return ChatCall(self._chat_stream, request, self._metadata, model.name, self.forget)
+        assert self._streams is not None
+        return ChatCall(self._streams, chat_request(head, messages, params), model.name, self.forget)
 
     async def embed(self, model: ServedModel, texts: List[str], dimensions: Optional[int]) -> List[np.ndarray]:
         """The embedding of each text, through as many requests as `model.max_batch_size` asks."""
