@@ -71,11 +71,13 @@ async def _front_answer(session: aiohttp.ClientSession, url: str, tag: str, piec
             raise RuntimeError(f"the front answered {response.status}: {await response.text()}")
         if not stream:
             return str((await response.json())["choices"][0]["message"]["content"])
-        text = []
-        async for line in response.content:
-            if line.startswith(b"data: {"):
-                event = json.loads(line[6:])
-                text.append(event["choices"][0]["delta"].get("content") or "" if event["choices"] else "")
+        text, rest = [], b""
+        async for data in response.content.iter_any():  # events as they come, several per read when they can
+            *events, rest = (rest + data).split(b"\n\n")
+            for raw in events:
+                if raw.startswith(b"data: {"):
+                    event = json.loads(raw[6:])
+                    text.append(event["choices"][0]["delta"].get("content") or "" if event["choices"] else "")
         return "".join(text)
 
 
