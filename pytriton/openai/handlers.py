@@ -146,8 +146,11 @@ class Routes:
                 if delta is None:  # that answer ended
                     ends.append(events.delta(index, {}, choices[index].finish_reason))
                     continue
-                await response.write(b"".join([*ends, events.delta(index, delta)]))
-                ends.clear()
+                data = events.delta(index, delta)
+                if ends:
+                    data = b"".join([*ends, data])
+                    ends.clear()
+                await response.write(data)
         except OpenAIError as error:
             await response.write_eof(b"".join([*ends, event(error.body())]))
             return response, False
