@@ -1,5 +1,6 @@
 """The OpenAI-compatible front's own process: started and stopped with the server, restarted when
-killed, gone with its serving process, and Triton's ports kept on localhost behind it.
+killed, gone with its serving process, serving models of process instances, and Triton's ports
+kept on localhost behind it.
 
 Every test starts the real tritonserver and the front's real process; what a user sees is what
 is asserted: the front's answers, its pid and command line, the log, the sockets that listen.
@@ -233,3 +234,31 @@ def test_triton_on_localhost_keeps_tritons_ports_on_this_machine_behind_the_fron
             _client(port, "wrong").models.list()
         # Health needs no key; it is ready once Triton is (a start inside `with` opens after the binds).
         assert wait_until(lambda: http_status(f"http://127.0.0.1:{port}/health") == 200, 30.0)
+
+
+def _pid_chat(messages, params):
+    yield f"{os.getpid()}"
+
+
+def _pid_embed(texts):
+    return [[float(os.getpid())] for _ in texts]
+
+
+def test_models_of_process_instances_are_served_through_the_front():
+    from pytriton.model_config import ModelConfig
+
+    (port,) = free_ports(1)
+    with Triton(config=server_config(openai_port=port)) as triton:
+        triton.bind_chat(model_name="forked-chat", infer_func=_pid_chat,
+                         config=ModelConfig(batching=False, process_instances=True))
+        triton.bind_embeddings(model_name="forked-embed", infer_func=_pid_embed,
+                               config=ModelConfig(max_batch_size=8, process_instances=True))
+        client = _client(port)
+        answered = client.chat.completions.create(model="forked-chat", messages=[{"role": "user", "content": "x"}])
+        streamed = "".join(chunk.choices[0].delta.content or "" for chunk in client.chat.completions.create(
+            model="forked-chat", messages=[{"role": "user", "content": "x"}], stream=True) if chunk.choices)
+        embedded = client.embeddings.create(model="forked-embed", input="x").data[0].embedding
+        workers = {int(answered.choices[0].message.content), int(streamed), int(embedded[0])}
+        front = _front().pid
+        assert not workers & {os.getpid(), front}, workers  # answered in the worker processes
+    assert our_leftovers() == {"processes": [], "segments": []}
