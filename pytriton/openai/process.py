@@ -226,7 +226,11 @@ class FrontProcess:
                 return
             *lines, pending = (pending + chunk).split(b"\n")
             for line in lines:
-                self._take(json.loads(line))
+                try:
+                    self._take(json.loads(line))
+                except Exception:  # one bad message must not end the watch
+                    logger.exception("the OpenAI-compatible API's process sent a message that could not be taken: "
+                                     "%.200r", line)
 
     def _take(self, message: Dict[str, Any]) -> None:
         op = message.get("op")
