@@ -51,6 +51,7 @@ from pytriton.check.install import (
     check_stub_numpy,
     judge_backend,
     judge_server_tree,
+    native_serves,
     proxy_only,
 )
 from pytriton.check.results import CheckResult, Verdict
@@ -420,7 +421,7 @@ def versions_line() -> str:
 
 def summary(results: Sequence[CheckResult]) -> str:
     """The last line: the counts, and what the failures mean for serving."""
-    counts = {verdict: sum(r.verdict.value == verdict for r in results) for verdict in ("PASS", "WARN", "FAIL")}
+    counts = {verdict.value: sum(r.verdict is verdict for r in results) for verdict in Verdict}
     text = "pytriton check: " + ", ".join(f"{count} {verdict}" for verdict, count in counts.items() if count)
     failed = [r for r in results if r.verdict is Verdict.FAIL]
     if not failed:
@@ -442,15 +443,16 @@ def run_checks(build: bool = False, timeout_s: float = SERVER_START_TIMEOUT_S,
     except PyTritonError as exc:
         results.append(judge_server_tree(None, exc.message))
     if distribution is not None:
-        results.append(judge_backend(distribution, os.environ.get(ENV_PREFIX + "MODEL_BACKEND")))
+        setting = os.environ.get(ENV_PREFIX + "MODEL_BACKEND")
+        results.append(judge_backend(distribution, setting))
         if distribution.stub is None:
             results.append(CheckResult("stub libraries", Verdict.FAIL, "no Python-backend stub for this Python",
                                        "use pytriton's own backend (build pytriton with a C compiler)"))
         else:
             results.append(check_stub_libraries(distribution, timeout_s))
         results.append(check_stub_numpy(distribution))
-        if results[-3].verdict is Verdict.PASS and "pytriton's own" in results[-3].detail:
-            # Only the proxy path runs stubs: on pytriton's backend their failures are warnings.
+        if native_serves(distribution, setting):
+            # Only the proxy path runs stubs: on pytriton's backend what they lack is a fact, not a problem.
             results = [proxy_only(result) for result in results]
         results.append(check_server_start(distribution, timeout_s))
     else:
