@@ -56,6 +56,7 @@ from pytriton.check.install import (
 )
 from pytriton.check.results import CheckResult, Verdict
 from pytriton.exceptions import PyTritonError
+from pytriton.install_hints import TELEMETRY_EXTRA
 from pytriton.ipc.shm import MIB, SHM_DIR, shm_fix, shm_usage
 from pytriton.server.config import ENV_PREFIX, TritonConfig
 from pytriton.server.config.merge import merge
@@ -344,7 +345,7 @@ def judge_observability(metrics_port: Optional[int], trace_items: Sequence[str],
     if not telemetry_installed:
         return CheckResult(name, Verdict.WARN, "; ".join(parts) + ": Triton exports its spans, but the OpenTelemetry "
                            "packages are missing, so the hop and the callable get no spans",
-                           "pip install 'pytriton[telemetry]'")
+                           TELEMETRY_EXTRA)
     if collector_error is not None:
         return CheckResult(name, Verdict.WARN,
                            "; ".join(parts) + f": the collector does not answer ({collector_error})",

@@ -220,7 +220,7 @@ class TritonConfig:
             readiness false (docs/reliability.md, "Stopping under load").
         openai_port: pytriton's own setting: the port of the OpenAI-compatible API
             (docs/openai.md), served from the serving process beside Triton's endpoints, on
-            Triton's `http_address`; off when unset. Needs ``pip install 'pytriton[openai]'``.
+            Triton's `http_address`; off when unset. Needs the ``openai`` extra (``pip install 'aiohttp>=3.9'``).
 
     Either HTTP or gRPC must stay allowed: the library loads the models and watches the server
     through one of them, so `allow_http=False` with `allow_grpc=False` is refused here.
