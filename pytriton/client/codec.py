@@ -126,8 +126,8 @@ def check_shapes(config: ClientModelConfig, inputs: Mapping[str, np.ndarray], ba
             continue
         if batched and value.ndim == 0:
             raise PyTritonClientValueError(
-                f"Model {config.model_name!r}: input {name!r} is a 0-d array; infer_batch takes the batch as "
-                f"the first axis, then one sample of shape {spec.shape} (-1: any size)"
+                f"Model {config.model_name!r}: input {name!r} is a 0-d array, with no batch axis; infer_batch takes "
+                f"the batch as the first axis, then samples of shape {spec.shape} (-1: any size)"
             )
         sample = value.shape[1:] if batched else value.shape
         if len(sample) == len(spec.shape) and all(want < 0 or want == got for want, got in zip(spec.shape, sample)):
@@ -328,13 +328,15 @@ def to_stream_request(
     *,
     parameters: Mapping[str, Any] | None = None,
     request_id: str = "",
+    priority: int = 0,
 ) -> Any:
     """A gRPC ``ModelInferRequest`` for a decoupled model's stream, asking for an empty final response.
 
     The asyncio streaming client builds its requests here: ``tritonclient.grpc.aio``'s
     ``stream_infer`` cannot ask for the empty final response (only the blocking client's
     ``async_stream_infer`` can), and without it a stream whose model sends the final flag on its
-    own never shows its end. Tensors go in binary as ``to_infer_inputs`` sends them.
+    own never shows its end. Tensors go in binary as ``to_infer_inputs`` sends them; a
+    `priority` other than 0 goes as Triton's own ``priority`` parameter.
 
     Raises:
         PyTritonClientValueError: an array Triton cannot carry, or a parameter that is reserved
@@ -372,6 +374,8 @@ def to_stream_request(
             parameter.string_param = item
         else:
             raise PyTritonClientValueError(f"Parameter {key!r} must be a str, int, float or bool, got {item!r}")
+    if priority:
+        request.parameters["priority"].uint64_param = priority  # where tritonclient puts it
     request.parameters["triton_enable_empty_final_response"].bool_param = True
     return request
 
@@ -437,6 +441,7 @@ def infer_call(protocol: ModuleType, request: CoreRequest) -> tuple[tuple[Any, .
         "parameters": request.parameters,
         "headers": request.headers,
         "timeout": request_timeout_us(request.timeout_s),
+        "priority": request.priority,
         **request.sequence,
     }
     return (request.model_name, to_infer_inputs(protocol, request.inputs, request.shared)), keywords

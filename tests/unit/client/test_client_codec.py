@@ -225,7 +225,7 @@ def test_a_batch_is_checked_sample_by_sample_after_its_first_axis():
         batch_request(SCALE, [np.ones((4, 3), F32), np.ones((4, 2), F32)], {})
     with pytest.raises(PyTritonClientValueError, match=r"input 'factor' has samples of shape \(\)"):
         chunked_request(SCALE, [np.ones((20, 3), F32), np.ones(20, F32)], {}, None)
-    with pytest.raises(PyTritonClientValueError, match=r"input 'values' is a 0-d array; infer_batch takes the batch"):
+    with pytest.raises(PyTritonClientValueError, match=r"input 'values' is a 0-d array, with no batch axis"):
         batch_request(SCALE, [np.ones((), F32), np.ones((1, 1), F32)], {})
     assert batch_request(SCALE, [np.ones((4, 7), F32), np.ones((4, 1), F32)], {})["values"].shape == (4, 7)
 
