@@ -151,8 +151,6 @@ uint64_t pyt_batch_rows(const pyt_model* model, const pyt_outgoing* out, uint32_
 void pyt_outgoing_free(pyt_outgoing* out);
 /* Send the batch last built. 0, or -1 with errno. */
 int pyt_send_batch(int fd, pyt_outgoing* out);
-/* Send a header-only message. 0, or -1 with errno. */
-int pyt_send_header(int fd, const pyt_buf* header);
 
 /* ---- the way out (responses.c) ---- */
 
