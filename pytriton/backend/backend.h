@@ -202,7 +202,7 @@ typedef struct {
   int idle_released;
   struct pyt_relay* relay;     /* relayed models */
   struct pyt_metrics* metrics; /* when the worker's metrics go to Triton's /metrics */
-  uint32_t in_flight;          /* requests sent and not answered (plain callables) */
+  uint32_t in_flight; /* requests sent and not answered: execute.c's batch, relay.c's open streams (metrics.c) */
   char metrics_path[sizeof(((struct sockaddr_un*)0)->sun_path)]; /* the Welcome's */
   int greeting;                /* the Welcome's: which greeting of the handler this instance's is */
 } pyt_instance;
@@ -226,7 +226,6 @@ void pyt_execute(pyt_instance* instance, TRITONBACKEND_Request** requests, uint3
 void pyt_execute_relayed(pyt_instance* instance, TRITONBACKEND_Request** requests, uint32_t count);  /* relay.c */
 int pyt_relay_start(pyt_instance* instance);
 void pyt_relay_stop(pyt_instance* instance);
-uint32_t pyt_relay_open_requests(pyt_instance* instance);
 
 /* Requests answered before the batch goes: cancelled in the queue, or the sequence batcher's
  * null requests. Returns how many live requests were kept: in `live`, their positions in `live_index`. */

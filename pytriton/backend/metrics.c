@@ -282,8 +282,7 @@ static void* metrics_main(void* argument) {
   while (!exporter->closing) {
     double period_end = pyt_now_s() + model->metrics_period_s;
     pthread_mutex_unlock(&exporter->lock);
-    uint32_t open = model->relayed ? pyt_relay_open_requests(instance) : (uint32_t)__atomic_load_n(
-                                                                            &instance->in_flight, __ATOMIC_RELAXED);
+    uint32_t open = __atomic_load_n(&instance->in_flight, __ATOMIC_RELAXED);
     gauge(exporter, IN_FLIGHT, IN_FLIGHT_HELP, &own, (double)open);
     if (fd < 0 && exporter->path[0]) fd = connect_metrics(exporter->path);
     if (fd >= 0 && pyt_now_s() - asked >= REPOLL_S) {

@@ -44,6 +44,7 @@ typedef struct pending {
   uint8_t* cancelled; /* per request: its client went away (told to a continuous model's worker) */
   uint32_t cancelled_told;
   int cancel_sent;
+  uint32_t* in_flight; /* once listed: the instance's count of open streams, which metrics.c reports */
   struct pending* next;
 } pending;
 
@@ -58,8 +59,22 @@ typedef struct pyt_relay {
   pyt_mv_pool pool;
 } pyt_relay;
 
+static int open_count(const pending* batch) {
+  int open = 0;
+  for (uint32_t i = 0; i < batch->count; i++) open += batch->open[i];
+  return open;
+}
+
+/* Request `i`'s stream is closed: it leaves the instance's requests in flight. */
+static void closed(pending* batch, uint32_t i) {
+  batch->open[i] = 0;
+  if (batch->in_flight != NULL) __atomic_sub_fetch(batch->in_flight, 1, __ATOMIC_RELAXED);
+}
+
 static void pending_free(pending* batch) {
   if (batch == NULL) return;
+  if (batch->in_flight != NULL) /* every stream is closed by now; should one not be, the count stays true */
+    __atomic_sub_fetch(batch->in_flight, (uint32_t)open_count(batch), __ATOMIC_RELAXED);
   for (uint32_t i = 0; i < batch->count; i++)
     if (batch->factories[i] != NULL) pyt_checked(TRITONBACKEND_ResponseFactoryDelete(batch->factories[i]), NULL, 0);
   free(batch->factories);
@@ -91,7 +106,7 @@ static pending* find(pyt_relay* relay, int64_t batch_id) {
 /* Close request `i`'s stream: with an error response, or with the final flag alone. */
 static void finish(pending* batch, uint32_t i, TRITONSERVER_Error_Code code, const char* error) {
   if (!batch->open[i]) return;
-  batch->open[i] = 0;
+  closed(batch, i);
   if (error != NULL)
     pyt_send_error(NULL, batch->factories[i], code, error);
   else
@@ -132,19 +147,13 @@ static void respond(pyt_instance* instance, pending* batch, uint32_t index, uint
     if (pyt_fill_response(response, instance->model, columns, slot, message, NULL, 0, NULL, why, sizeof(why)) == 0 &&
         pyt_checked(TRITONBACKEND_ResponseSend(response, final ? TRITONSERVER_RESPONSE_COMPLETE_FINAL : 0, NULL), why,
                     sizeof(why)) == 0) {
-      if (final) batch->open[index] = 0;
+      if (final) closed(batch, index);
       return;
     }
     pyt_checked(TRITONBACKEND_ResponseDelete(response), NULL, 0);
   }
   PYT_ERROR("%s", why);
   finish(batch, index, TRITONSERVER_ERROR_INTERNAL, why);
-}
-
-static int open_count(const pending* batch) {
-  int open = 0;
-  for (uint32_t i = 0; i < batch->count; i++) open += batch->open[i];
-  return open;
 }
 
 /* A continuous model's step (StepPart): a piece for each of its streams, which came in many
@@ -399,15 +408,6 @@ static uint32_t open_requests(const pyt_relay* relay) {
   return open;
 }
 
-uint32_t pyt_relay_open_requests(pyt_instance* instance) {
-  pyt_relay* relay = instance->relay;
-  if (relay == NULL) return 0;
-  pthread_mutex_lock(&relay->lock);
-  uint32_t open = open_requests(relay);
-  pthread_mutex_unlock(&relay->lock);
-  return open;
-}
-
 /* A continuous model's execute: wait while the instance runs as many streams as it may. The relay
  * thread signals each stream's end; the timed wait also covers a stream closed on a thread that
  * does not signal (an error response sent from execute). */
@@ -488,6 +488,8 @@ void pyt_execute_relayed(pyt_instance* instance, TRITONBACKEND_Request** request
     goto done;
   }
   rows = pyt_batch_rows(model, &instance->out, live_count);
+  batch->in_flight = &instance->in_flight;
+  __atomic_add_fetch(&instance->in_flight, live_count, __ATOMIC_RELAXED);
   pthread_mutex_lock(&relay->lock); /* listed before it goes: its answer may come at once */
   batch->next = relay->head;
   relay->head = batch;
