@@ -26,6 +26,21 @@
 #define DEFAULT_HOLD_US 100.0 /* see execute.c */
 #define GATE_POLL_US 5000
 
+/* What Triton keeps for one of its model instances: the connection to the worker handler, and
+ * the threads beside it that use it, which these entry points start and stop. */
+typedef struct {
+  pyt_instance instance; /* the connection, and what each batch reuses (instance.c) */
+  pyt_relay* relay;      /* relayed models: answers their batches after execute returned (relay.c) */
+  pyt_metrics* metrics;  /* the worker's metrics on Triton's /metrics (metrics.c); NULL when off */
+} served;
+
+static void served_free(served* state) {
+  pyt_metrics_stop(state->metrics);
+  pyt_relay_stop(state->relay);
+  pyt_instance_close(&state->instance);
+  free(state);
+}
+
 static void model_free(pyt_model* model) {
   if (model == NULL) return;
   if (model->stopping != NULL) munmap((void*)model->stopping, PYT_STOPPING_BYTES);
@@ -274,20 +289,24 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
                      "model '%s': instance '%s' has no worker handler (the model has %u); keep the instance_group "
                      "pytriton's bind wrote",
                      model->name, instance_name, model->socket_count);
-  pyt_instance* instance = pyt_instance_new(model, triton, (uint32_t)index);
-  if (instance == NULL) return pyt_error(TRITONSERVER_ERROR_INTERNAL, "out of memory");
+  served* state = calloc(1, sizeof(served));
+  if (state == NULL) return pyt_error(TRITONSERVER_ERROR_INTERNAL, "out of memory");
+  pyt_instance* instance = &state->instance;
+  pyt_instance_init(instance, model, triton, (uint32_t)index);
   char why[PYT_MAX_ERROR];
   if (pyt_instance_connect(instance, model->handshake_timeout_s, why, sizeof(why)) != 0) {
-    pyt_instance_free(instance);
+    served_free(state);
     return pyt_error(TRITONSERVER_ERROR_UNAVAILABLE, "Model '%s': %s", model->name, why);
   }
-  if ((model->relayed && pyt_relay_start(instance) != 0) || pyt_metrics_start(instance) != 0) {
-    pyt_instance_free(instance);
+  if (model->relayed) state->relay = pyt_relay_start(instance);
+  if (model->metrics) state->metrics = pyt_metrics_start(instance);
+  if ((model->relayed && state->relay == NULL) || (model->metrics && state->metrics == NULL)) {
+    served_free(state);
     return pyt_error(TRITONSERVER_ERROR_INTERNAL, "Model '%s': cannot start the backend's threads", model->name);
   }
-  error = TRITONBACKEND_ModelInstanceSetState(triton, instance);
+  error = TRITONBACKEND_ModelInstanceSetState(triton, state);
   if (error != NULL) {
-    pyt_instance_free(instance);
+    served_free(state);
     return error;
   }
   PYT_INFO("pytriton backend: model '%s' instance %u serves through worker pid %d", model->name, instance->index,
@@ -296,10 +315,10 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInstance* triton) {
-  void* instance = NULL;
-  TRITONSERVER_Error* error = TRITONBACKEND_ModelInstanceState(triton, &instance);
+  void* state = NULL;
+  TRITONSERVER_Error* error = TRITONBACKEND_ModelInstanceState(triton, &state);
   if (error != NULL) return error;
-  pyt_instance_free(instance);
+  if (state != NULL) served_free(state); /* NULL: a model without a worker */
   return NULL;
 }
 
@@ -319,13 +338,14 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
     }
     return pyt_error(TRITONSERVER_ERROR_UNSUPPORTED, "pytriton's readiness gate serves no requests");
   }
-  pyt_instance* instance = pointer;
+  served* state = pointer;
+  pyt_instance* instance = &state->instance;
   pthread_mutex_lock(&instance->lock);
   instance->last_batch = pyt_now_s();
   instance->idle_released = 0;
   pthread_mutex_unlock(&instance->lock);
-  if (instance->model->relayed) {
-    pyt_execute_relayed(instance, requests, count);
+  if (state->relay != NULL) {
+    pyt_execute_relayed(state->relay, requests, count);
   } else {
     pthread_mutex_lock(&instance->lock); /* the idle watcher takes the arena only between batches */
     pyt_execute(instance, requests, count);

@@ -168,9 +168,6 @@ char* pyt_error_text(const pyt_mv* error);
 
 /* ---- an instance (instance.c) ---- */
 
-struct pyt_relay;
-struct pyt_metrics;
-
 typedef struct {
   pyt_model* model;
   TRITONBACKEND_ModelInstance* triton;
@@ -200,8 +197,6 @@ typedef struct {
   int closing;
   double last_batch;
   int idle_released;
-  struct pyt_relay* relay;     /* relayed models */
-  struct pyt_metrics* metrics; /* when the worker's metrics go to Triton's /metrics */
   uint32_t in_flight; /* requests sent and not answered: execute.c's batch, relay.c's open streams (metrics.c) */
   char metrics_path[sizeof(((struct sockaddr_un*)0)->sun_path)]; /* the Welcome's */
   int greeting;                /* the Welcome's: which greeting of the handler this instance's is */
@@ -209,8 +204,11 @@ typedef struct {
 
 enum { PYT_ANSWERED_OK = 1, PYT_ANSWERED_ERROR = 2 };
 
-pyt_instance* pyt_instance_new(pyt_model* model, TRITONBACKEND_ModelInstance* triton, uint32_t index);
-void pyt_instance_free(pyt_instance* instance);
+/* A fresh instance of `model` in `instance`: not connected yet; its idle watcher started (plain callables). */
+void pyt_instance_init(pyt_instance* instance, pyt_model* model, TRITONBACKEND_ModelInstance* triton, uint32_t index);
+/* Stop the idle watcher, disconnect and free what `instance` holds (the relay and the metrics thread,
+ * which use it, are stopped first). */
+void pyt_instance_close(pyt_instance* instance);
 /* Connect to the worker's data socket and greet it, trying for `timeout_s` (less when the
  * worker process is gone). Sets instance->fd. 0, or -1 with `why`. */
 int pyt_instance_connect(pyt_instance* instance, double timeout_s, char* why, size_t why_size);
@@ -222,10 +220,11 @@ int pyt_ensure_flags(pyt_instance* instance, uint32_t count);
 
 /* ---- the two ways to run a batch ---- */
 
-void pyt_execute(pyt_instance* instance, TRITONBACKEND_Request** requests, uint32_t count);          /* execute.c */
-void pyt_execute_relayed(pyt_instance* instance, TRITONBACKEND_Request** requests, uint32_t count);  /* relay.c */
-int pyt_relay_start(pyt_instance* instance);
-void pyt_relay_stop(pyt_instance* instance);
+typedef struct pyt_relay pyt_relay;
+void pyt_execute(pyt_instance* instance, TRITONBACKEND_Request** requests, uint32_t count);    /* execute.c */
+void pyt_execute_relayed(pyt_relay* relay, TRITONBACKEND_Request** requests, uint32_t count);  /* relay.c */
+pyt_relay* pyt_relay_start(pyt_instance* instance);
+void pyt_relay_stop(pyt_relay* relay);
 
 /* Requests answered before the batch goes: cancelled in the queue, or the sequence batcher's
  * null requests. Returns how many live requests were kept: in `live`, their positions in `live_index`. */
@@ -241,7 +240,8 @@ void pyt_finish_batch(pyt_instance* instance, TRITONBACKEND_Request** requests, 
 
 /* ---- metrics.c ---- */
 
-int pyt_metrics_start(pyt_instance* instance);
-void pyt_metrics_stop(pyt_instance* instance);
+typedef struct pyt_metrics pyt_metrics;
+pyt_metrics* pyt_metrics_start(const pyt_instance* instance);
+void pyt_metrics_stop(pyt_metrics* exporter);
 
 #endif

@@ -45,9 +45,8 @@ static void* idle_watch(void* argument) {
   return NULL;
 }
 
-pyt_instance* pyt_instance_new(pyt_model* model, TRITONBACKEND_ModelInstance* triton, uint32_t index) {
-  pyt_instance* instance = calloc(1, sizeof(pyt_instance));
-  if (instance == NULL) return NULL;
+void pyt_instance_init(pyt_instance* instance, pyt_model* model, TRITONBACKEND_ModelInstance* triton, uint32_t index) {
+  memset(instance, 0, sizeof(*instance));
   instance->model = model;
   instance->triton = triton;
   instance->index = index;
@@ -61,13 +60,9 @@ pyt_instance* pyt_instance_new(pyt_model* model, TRITONBACKEND_ModelInstance* tr
   pthread_cond_init(&instance->wake, NULL);
   if (!model->relayed && pthread_create(&instance->watcher, NULL, idle_watch, instance) == 0)
     instance->watcher_started = 1;
-  return instance;
 }
 
-void pyt_instance_free(pyt_instance* instance) {
-  if (instance == NULL) return;
-  pyt_metrics_stop(instance);
-  pyt_relay_stop(instance);
+void pyt_instance_close(pyt_instance* instance) {
   if (instance->watcher_started) {
     pthread_mutex_lock(&instance->lock);
     instance->closing = 1;
@@ -86,7 +81,6 @@ void pyt_instance_free(pyt_instance* instance) {
   pyt_mv_pool_free(&instance->pool);
   free(instance->answered);
   free(instance->cancelled);
-  free(instance);
 }
 
 int pyt_ensure_flags(pyt_instance* instance, uint32_t count) {

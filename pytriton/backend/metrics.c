@@ -106,7 +106,8 @@ typedef struct series {
   struct series* next;
 } series;
 
-typedef struct pyt_metrics {
+struct pyt_metrics {
+  const pyt_instance* instance; /* read only: its model, index, and requests in flight */
   pthread_t thread;
   int started;
   pthread_mutex_t lock;
@@ -116,7 +117,7 @@ typedef struct pyt_metrics {
   int64_t worker_pid;
   char path[sizeof(((struct sockaddr_un*)0)->sun_path)];
   int greeting;
-} pyt_metrics;
+};
 
 static series* series_for(pyt_metrics* exporter, const char* key) {
   for (series* known = exporter->known; known != NULL; known = known->next)
@@ -266,8 +267,8 @@ static int connect_metrics(const char* path) {
 }
 
 static void* metrics_main(void* argument) {
-  pyt_instance* instance = argument;
-  pyt_metrics* exporter = instance->metrics;
+  pyt_metrics* exporter = argument;
+  const pyt_instance* instance = exporter->instance;
   const pyt_model* model = instance->model;
   char version[32], index[32], why[PYT_MAX_ERROR];
   snprintf(version, sizeof(version), "%llu", (unsigned long long)model->version);
@@ -338,21 +339,20 @@ superseded:
   return NULL;
 }
 
-int pyt_metrics_start(pyt_instance* instance) {
-  if (!instance->model->metrics) return 0;
+pyt_metrics* pyt_metrics_start(const pyt_instance* instance) {
+  if (!instance->model->metrics) return NULL;
   pyt_metrics* exporter = calloc(1, sizeof(pyt_metrics));
-  if (exporter == NULL) return -1;
+  if (exporter == NULL) return NULL;
+  exporter->instance = instance;
   pthread_mutex_init(&exporter->lock, NULL);
   pthread_cond_init(&exporter->wake, NULL);
   snprintf(exporter->path, sizeof(exporter->path), "%s", instance->metrics_path);
   exporter->greeting = instance->greeting;
-  instance->metrics = exporter;
-  if (pthread_create(&exporter->thread, NULL, metrics_main, instance) == 0) exporter->started = 1;
-  return 0;
+  if (pthread_create(&exporter->thread, NULL, metrics_main, exporter) == 0) exporter->started = 1;
+  return exporter;
 }
 
-void pyt_metrics_stop(pyt_instance* instance) {
-  pyt_metrics* exporter = instance->metrics;
+void pyt_metrics_stop(pyt_metrics* exporter) {
   if (exporter == NULL) return;
   pthread_mutex_lock(&exporter->lock);
   exporter->closing = 1;
@@ -368,5 +368,4 @@ void pyt_metrics_stop(pyt_instance* instance) {
   pthread_mutex_destroy(&exporter->lock);
   pthread_cond_destroy(&exporter->wake);
   free(exporter);
-  instance->metrics = NULL;
 }

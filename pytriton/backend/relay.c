@@ -48,7 +48,8 @@ typedef struct pending {
   struct pending* next;
 } pending;
 
-typedef struct pyt_relay {
+struct pyt_relay {
+  pyt_instance* instance;
   pthread_t thread;
   int started;
   pthread_mutex_t lock; /* the list of batches in flight, `closing` */
@@ -57,7 +58,7 @@ typedef struct pyt_relay {
   int closing;
   pyt_buf received;
   pyt_mv_pool pool;
-} pyt_relay;
+};
 
 static int open_count(const pending* batch) {
   int open = 0;
@@ -309,8 +310,8 @@ static void worker_gone(pyt_instance* instance, pyt_relay* relay, int fd) {
 }
 
 static void* relay_main(void* argument) {
-  pyt_instance* instance = argument;
-  pyt_relay* relay = instance->relay;
+  pyt_relay* relay = argument;
+  pyt_instance* instance = relay->instance;
   double last_heard = pyt_now_s();
   double next_cancel_check = last_heard + PYT_CANCEL_CHECK_S;
   char why[PYT_MAX_ERROR];
@@ -367,25 +368,23 @@ static void* relay_main(void* argument) {
   return NULL;
 }
 
-int pyt_relay_start(pyt_instance* instance) {
+pyt_relay* pyt_relay_start(pyt_instance* instance) {
   pyt_relay* relay = calloc(1, sizeof(pyt_relay));
-  if (relay == NULL) return -1;
+  if (relay == NULL) return NULL;
+  relay->instance = instance;
   pthread_mutex_init(&relay->lock, NULL);
   pthread_cond_init(&relay->changed, NULL);
-  instance->relay = relay;
-  if (pthread_create(&relay->thread, NULL, relay_main, instance) != 0) {
+  if (pthread_create(&relay->thread, NULL, relay_main, relay) != 0) {
     pthread_mutex_destroy(&relay->lock);
     pthread_cond_destroy(&relay->changed);
     free(relay);
-    instance->relay = NULL;
-    return -1;
+    return NULL;
   }
   relay->started = 1;
-  return 0;
+  return relay;
 }
 
-void pyt_relay_stop(pyt_instance* instance) {
-  pyt_relay* relay = instance->relay;
+void pyt_relay_stop(pyt_relay* relay) {
   if (relay == NULL) return;
   pthread_mutex_lock(&relay->lock);
   relay->closing = 1;
@@ -397,7 +396,6 @@ void pyt_relay_stop(pyt_instance* instance) {
   pyt_buf_free(&relay->received);
   pyt_mv_pool_free(&relay->pool);
   free(relay);
-  instance->relay = NULL;
 }
 
 /* The requests whose streams are open, with relay->lock held. */
@@ -426,9 +424,9 @@ static void wait_for_room(pyt_relay* relay, uint32_t capacity) {
   pthread_mutex_unlock(&relay->lock);
 }
 
-void pyt_execute_relayed(pyt_instance* instance, TRITONBACKEND_Request** requests, uint32_t count) {
+void pyt_execute_relayed(pyt_relay* relay, TRITONBACKEND_Request** requests, uint32_t count) {
+  pyt_instance* instance = relay->instance;
   const pyt_model* model = instance->model;
-  pyt_relay* relay = instance->relay;
   uint64_t exec_start = pyt_now_ns();
   char why[PYT_MAX_ERROR];
   char text[PYT_MAX_ERROR + 512];
