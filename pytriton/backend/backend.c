@@ -1,5 +1,5 @@
 /* pytriton's Triton backend: the entry points Triton calls, and what a model's configuration
- * tells the backend (see backend.h for the other parts).
+ * tells the backend.
  *
  * Each batch goes from Triton's memory to the worker in the user's process over the data
  * channel, and the worker's answer becomes Triton's responses: a request crosses as many
@@ -10,7 +10,33 @@
  * returns once a file exists (or the process that owns the server is gone), so that the
  * server reports not ready until the script's models are bound (pytriton/server/readiness.py).
  * So is what a stop reloads each model as (pytriton.refuse, pytriton/ipc/stopping.py): no
- * worker either, every request refused at once as retryable. */
+ * worker either, every request refused at once as retryable.
+ *
+ * The backend's units stand in layers, top to bottom; each uses only the units on the lines below
+ * its own, never a neighbour nor one above (tests/unit/backend/test_layers.py):
+ *
+ *   backend.c       the entry points; a model's configuration; the readiness gate; it starts and
+ *                   stops each instance's connection, relay and metrics thread
+ *   execute.c       a plain callable's batch: send, wait for the answer, respond (Triton's thread)
+ *   relay.c         streams and coroutines: send and return; the relay's thread answers later
+ *   metrics.c       the worker's metric families -> Triton's /metrics
+ *   batch.c         around every batch: the requests answered before it goes (cancelled, null,
+ *                   refused), Triton's statistics and the requests' release after
+ *   instance.c      an instance's connection to its worker handler (greeting, reconnection, the
+ *                   cause of a worker's death), its idle watcher, what each batch reuses
+ *   requests.c      Triton's requests -> one InferBatch header and its payload (the way in)
+ *   responses.c     the worker's answer -> Triton's responses (the way out)
+ *   model.h         a model, as its configuration tells the backend
+ *   util.c          clocks, logging, errors, data types
+ *   arena.c         shared memory for large tensors
+ *   wire.c          the wire's encoding and framing
+ *   json.c          just enough JSON for a model's configuration
+ *   contract.h      the wire's kinds, fields and parameters, generated from pytriton/ipc/protocol.py
+ *   triton_api.h    Triton's C API, the part the backend calls
+ *
+ * (execute.c, relay.c and metrics.c share a layer, as requests.c and responses.c do, util.c and
+ * arena.c, wire.c and json.c, contract.h and triton_api.h.) Each unit's header declares its own
+ * functions and types only. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +46,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "batch.h"
+#include "execute.h"
+#include "instance.h"
+#include "json.h"
+#include "metrics.h"
+#include "model.h"
+#include "relay.h"
+#include "triton_api.h"
+#include "util.h"
+#include "wire.h"
 
 #define DEFAULT_SPIN_US 200.0 /* as pytriton/proxy/waiting.py: see execute.c */
 #define DEFAULT_HOLD_US 100.0 /* see execute.c */

@@ -7,7 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "batch.h"
+
+#include "instance.h"
+#include "model.h"
+#include "responses.h"
+#include "triton_api.h"
+#include "util.h"
 
 int pyt_ensure_flags(pyt_instance* instance, uint32_t count) {
   if (count <= instance->flags_cap) return 0;

@@ -1,4 +1,4 @@
-/* One model instance: its connection to its worker handler, and what every batch shares.
+/* One model instance: its connection to its worker handler, and what each of its batches reuses.
  *
  * The instance connects to the data socket its handler listens on (the model parameter
  * pytriton.data_sockets, one per instance) and greets there: Hello -> Welcome, which tells the
@@ -19,7 +19,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "instance.h"
+
+#include "arena.h"
+#include "model.h"
+#include "requests.h"
+#include "util.h"
+#include "wire.h"
 
 #define CONNECT_RETRY_S 0.02
 #define DEATH_NOTE_WAIT_S 0.5 /* how long a batch whose worker died waits for its owner's note */

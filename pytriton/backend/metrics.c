@@ -26,7 +26,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "metrics.h"
+
+#include "instance.h"
+#include "model.h"
+#include "triton_api.h"
+#include "util.h"
+#include "wire.h"
 
 #define IN_FLIGHT "pytriton_requests_in_flight"
 #define IN_FLIGHT_HELP "Requests sent to the inference callable and not answered yet"

@@ -34,7 +34,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "relay.h"
+
+#include "batch.h"
+#include "instance.h"
+#include "model.h"
+#include "requests.h"
+#include "responses.h"
+#include "triton_api.h"
+#include "util.h"
+#include "wire.h"
 
 typedef struct pending {
   int64_t batch_id;

@@ -13,7 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "requests.h"
+
+#include "arena.h"
+#include "json.h"
+#include "model.h"
+#include "triton_api.h"
+#include "util.h"
+#include "wire.h"
 
 static const uint8_t ZEROS[PYT_INLINE_ALIGNMENT];
 
