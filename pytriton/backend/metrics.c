@@ -7,7 +7,7 @@
  * increments and gauge sets. Histograms go out as counter families of their three kinds of
  * series (_bucket per `le`, _sum, _count), as Prometheus stores them anyway: Triton's histogram
  * kind takes one observation per call. It also sets pytriton_requests_in_flight from what the
- * backend has sent and not had answered.
+ * backend has sent and not had answered: the count execute.c and relay.c keep in the instance.
  *
  * Triton's family and metric objects are shared by every instance of the server (one registry
  * for the library) and never deleted: Triton 2.51 gives two metric objects with the same
