@@ -1,5 +1,5 @@
 /* pytriton's Triton backend: the entry points Triton calls, and what a model's configuration
- * tells the backend (see backend.h for the other parts).
+ * tells the backend.
  *
  * Each batch goes from Triton's memory to the worker in the user's process over the data
  * channel, and the worker's answer becomes Triton's responses: a request crosses as many
@@ -10,7 +10,33 @@
  * returns once a file exists (or the process that owns the server is gone), so that the
  * server reports not ready until the script's models are bound (pytriton/server/readiness.py).
  * So is what a stop reloads each model as (pytriton.refuse, pytriton/ipc/stopping.py): no
- * worker either, every request refused at once as retryable. */
+ * worker either, every request refused at once as retryable.
+ *
+ * The backend's units stand in layers, top to bottom; each uses only the units on the lines below
+ * its own, never a neighbour nor one above (tests/unit/backend/test_layers.py):
+ *
+ *   backend.c       the entry points; a model's configuration; the readiness gate; it starts and
+ *                   stops each instance's connection, relay and metrics thread
+ *   execute.c       a plain callable's batch: send, wait for the answer, respond (Triton's thread)
+ *   relay.c         streams and coroutines: send and return; the relay's thread answers later
+ *   metrics.c       the worker's metric families -> Triton's /metrics
+ *   batch.c         around every batch: the requests answered before it goes (cancelled, null,
+ *                   refused), Triton's statistics and the requests' release after
+ *   instance.c      an instance's connection to its worker handler (greeting, reconnection, the
+ *                   cause of a worker's death), its idle watcher, what each batch reuses
+ *   requests.c      Triton's requests -> one InferBatch header and its payload (the way in)
+ *   responses.c     the worker's answer -> Triton's responses (the way out)
+ *   model.h         a model, as its configuration tells the backend
+ *   util.c          clocks, logging, errors, data types
+ *   arena.c         shared memory for large tensors
+ *   wire.c          the wire's encoding and framing
+ *   json.c          just enough JSON for a model's configuration
+ *   contract.h      the wire's kinds, fields and parameters, generated from pytriton/ipc/protocol.py
+ *   triton_api.h    Triton's C API, the part the backend calls
+ *
+ * (execute.c, relay.c and metrics.c share a layer, as requests.c and responses.c do, util.c and
+ * arena.c, wire.c and json.c, contract.h and triton_api.h.) Each unit's header declares its own
+ * functions and types only. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,11 +46,35 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "batch.h"
+#include "execute.h"
+#include "instance.h"
+#include "json.h"
+#include "metrics.h"
+#include "model.h"
+#include "relay.h"
+#include "triton_api.h"
+#include "util.h"
+#include "wire.h"
 
 #define DEFAULT_SPIN_US 200.0 /* as pytriton/proxy/waiting.py: see execute.c */
 #define DEFAULT_HOLD_US 100.0 /* see execute.c */
 #define GATE_POLL_US 5000
+
+/* What Triton keeps for one of its model instances: the connection to the worker handler, and
+ * the threads beside it that use it, which these entry points start and stop. */
+typedef struct {
+  pyt_instance instance; /* the connection, and what each batch reuses (instance.c) */
+  pyt_relay* relay;      /* relayed models: answers their batches after execute returned (relay.c) */
+  pyt_metrics* metrics;  /* the worker's metrics on Triton's /metrics (metrics.c); NULL when off */
+} served;
+
+static void served_free(served* state) {
+  pyt_metrics_stop(state->metrics);
+  pyt_relay_stop(state->relay);
+  pyt_instance_close(&state->instance);
+  free(state);
+}
 
 static void model_free(pyt_model* model) {
   if (model == NULL) return;
@@ -274,20 +324,24 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
                      "model '%s': instance '%s' has no worker handler (the model has %u); keep the instance_group "
                      "pytriton's bind wrote",
                      model->name, instance_name, model->socket_count);
-  pyt_instance* instance = pyt_instance_new(model, triton, (uint32_t)index);
-  if (instance == NULL) return pyt_error(TRITONSERVER_ERROR_INTERNAL, "out of memory");
+  served* state = calloc(1, sizeof(served));
+  if (state == NULL) return pyt_error(TRITONSERVER_ERROR_INTERNAL, "out of memory");
+  pyt_instance* instance = &state->instance;
+  pyt_instance_init(instance, model, triton, (uint32_t)index);
   char why[PYT_MAX_ERROR];
   if (pyt_instance_connect(instance, model->handshake_timeout_s, why, sizeof(why)) != 0) {
-    pyt_instance_free(instance);
+    served_free(state);
     return pyt_error(TRITONSERVER_ERROR_UNAVAILABLE, "Model '%s': %s", model->name, why);
   }
-  if ((model->relayed && pyt_relay_start(instance) != 0) || pyt_metrics_start(instance) != 0) {
-    pyt_instance_free(instance);
+  if (model->relayed) state->relay = pyt_relay_start(instance);
+  if (model->metrics) state->metrics = pyt_metrics_start(instance);
+  if ((model->relayed && state->relay == NULL) || (model->metrics && state->metrics == NULL)) {
+    served_free(state);
     return pyt_error(TRITONSERVER_ERROR_INTERNAL, "Model '%s': cannot start the backend's threads", model->name);
   }
-  error = TRITONBACKEND_ModelInstanceSetState(triton, instance);
+  error = TRITONBACKEND_ModelInstanceSetState(triton, state);
   if (error != NULL) {
-    pyt_instance_free(instance);
+    served_free(state);
     return error;
   }
   PYT_INFO("pytriton backend: model '%s' instance %u serves through worker pid %d", model->name, instance->index,
@@ -296,10 +350,10 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInstance* triton) {
-  void* instance = NULL;
-  TRITONSERVER_Error* error = TRITONBACKEND_ModelInstanceState(triton, &instance);
+  void* state = NULL;
+  TRITONSERVER_Error* error = TRITONBACKEND_ModelInstanceState(triton, &state);
   if (error != NULL) return error;
-  pyt_instance_free(instance);
+  if (state != NULL) served_free(state); /* NULL: a model without a worker */
   return NULL;
 }
 
@@ -319,13 +373,14 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
     }
     return pyt_error(TRITONSERVER_ERROR_UNSUPPORTED, "pytriton's readiness gate serves no requests");
   }
-  pyt_instance* instance = pointer;
+  served* state = pointer;
+  pyt_instance* instance = &state->instance;
   pthread_mutex_lock(&instance->lock);
   instance->last_batch = pyt_now_s();
   instance->idle_released = 0;
   pthread_mutex_unlock(&instance->lock);
-  if (instance->model->relayed) {
-    pyt_execute_relayed(instance, requests, count);
+  if (state->relay != NULL) {
+    pyt_execute_relayed(state->relay, requests, count);
   } else {
     pthread_mutex_lock(&instance->lock); /* the idle watcher takes the arena only between batches */
     pyt_execute(instance, requests, count);
