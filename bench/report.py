@@ -324,7 +324,7 @@ def _way(name: str) -> List[str]:
 def continuous_load_rows(results: Dict[str, Any]) -> List[List[str]]:
     """The load cases: one row per concurrency and way of serving, and the ideal."""
     rows = [["streams", "served by", "proto", "pieces/s", "of ideal", "first piece p50 ms", "first piece p99 ms",
-             "gap p50 ms", "gap p99 ms", "client CPU %", "server CPU %"]]
+             "gap p50 ms", "gap p99 ms", "client CPU %", "server CPU %", "failed streams"]]
     for row in results["continuous"]["cases"]:
         if row["scenario"]:
             continue
@@ -334,16 +334,18 @@ def continuous_load_rows(results: Dict[str, Any]) -> List[List[str]]:
                          _num(figures["of_ideal"], 2), _num(figures["first_piece_p50_ms"]),
                          _num(figures["first_piece_p99_ms"]), _num(figures["gap_p50_ms"], 2),
                          _num(figures["gap_p99_ms"], 2), _num(figures["client_cpu_percent"], 0),
-                         _num(figures.get("server_cpu_percent"), 0)])
+                         _num(figures.get("server_cpu_percent"), 0), str(figures.get("failed") or 0)])
         rows.append([str(row["concurrency"]), f"ideal (a step of {row['step_ms']:g} ms)", "-",
-                     _num(row["ideal_pieces_per_s"], 0), "1.00", "-", "-", _num(row["step_ms"], 2), "-", "-", "-"])
+                     _num(row["ideal_pieces_per_s"], 0), "1.00", "-", "-", _num(row["step_ms"], 2), "-", "-", "-",
+                     "-"])
     return rows
 
 
 def continuous_scenario_rows(results: Dict[str, Any]) -> List[List[str]]:
     """The scenario: when the streams got their first piece and ended, after their arrival (medians over the rounds)."""
     rows = [["served by", "proto", "first piece after arrival, ms (fastest-slowest stream)",
-             "done after arrival, ms (fastest-slowest)", "last stream ended, ms after the first arrived"]]
+             "done after arrival, ms (fastest-slowest)", "last stream ended, ms after the first arrived",
+             "failed streams"]]
     for row in results["continuous"]["cases"]:
         if not row["scenario"]:
             continue
@@ -351,7 +353,7 @@ def continuous_scenario_rows(results: Dict[str, Any]) -> List[List[str]]:
             figures = entry["figures"]
             rows.append([*_way(name), f"{_num(figures['first_piece_min_ms'])}-{_num(figures['first_piece_max_ms'])}",
                          f"{_num(figures['done_min_ms'])}-{_num(figures['done_max_ms'])}",
-                         _num(figures["last_end_ms"])])
+                         _num(figures["last_end_ms"]), str(figures.get("failed") or 0)])
     return rows
 
 
@@ -363,7 +365,8 @@ def continuous_verdict_rows(results: Dict[str, Any]) -> List[List[str]]:
             verdict["target"], verdict["case"], *_way(verdict["system"]),
             "not measured" if verdict["value"] is None else f"{verdict['value']:.3g}{unit}",
             ", ".join(f"{value:.3g}" for value in verdict["rounds"]) or "-",
-            ("<= " if verdict["at_most"] else ">= ") + f"{verdict['limit']:g}", "yes" if verdict["met"] else "NO",
+            ("<= " if verdict["at_most"] else ">= ") + f"{verdict['limit']:g}",
+            "yes" if verdict["met"] else ("NO (streams failed)" if verdict.get("failed") else "NO"),
         ])  # fmt: skip
     return rows
 
@@ -515,6 +518,8 @@ def continuous_block(results: Dict[str, Any], image_name: str) -> str:
            if late else ""),
         "",
         *[part + "\n" for part in _continuous_tables(results, _markdown)],
+        *(["Streams that failed (the client checks each: its n pieces, tokens 0 to n - 1, then its end): "
+           + "; ".join(measured["failures"]) + ".", ""] if measured.get("failures") else []),
         f"![Continuous batching: pieces/s, time to first piece, gaps, and the scenario]({image_name})",
         "",
         ("Every target met." if not unmet else f"Targets not met: {len(unmet)} of {len(measured['verdicts'])} (the "

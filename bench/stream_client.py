@@ -44,18 +44,36 @@ WINDOW_START, WINDOW_END = "bench-window: start", "bench-window: end"
 """Lines on stdout as the window opens and closes (the harness measures the servers' CPU between)."""
 
 
-def _check(stream: StreamTimes, steps: int, first: Optional[int], last: Optional[int]) -> None:
-    """Mark `stream` ok when it got `steps` pieces, the first token 0 and the last `steps - 1`."""
+def _check(stream: StreamTimes, steps: int, first: Optional[int], last: Optional[int],
+           tokens: Callable[[], List[int]]) -> None:
+    """Mark `stream` ok when it got `steps` pieces, the first token 0 and the last `steps - 1`;
+    else say what came (`tokens()` gives every token received, read only then)."""
     if stream.error is not None:
         return
     if len(stream.pieces) != steps:
-        stream.error = f"{len(stream.pieces)} pieces, expected {steps}"
+        stream.error = f"{len(stream.pieces)} pieces, expected {steps}: {_missing(tokens(), steps)}" + (
+            "" if stream.end is not None else ", no end")
     elif (first, last) != (0, steps - 1):
         stream.error = f"tokens {first}..{last}, expected 0..{steps - 1}"
     elif stream.end is None:
         stream.error = "no end"
     else:
         stream.ok = True
+
+
+def _missing(tokens: List[int], steps: int) -> str:
+    """Which of the tokens 0..steps-1 did not come, as ranges ("missing 12-15, 40"), and any extra."""
+    got = set(tokens)
+    ranges: List[str] = []
+    for token in range(steps):
+        if token in got:
+            continue
+        if ranges and ranges[-1].split("-")[-1] == str(token - 1):
+            ranges[-1] = f"{ranges[-1].split('-')[0]}-{token}"
+        else:
+            ranges.append(str(token))
+    extra = len(tokens) - len(got & set(range(steps)))
+    return (f"missing {', '.join(ranges)}" if ranges else "none missing") + (f", {extra} extra" if extra else "")
 
 
 class GrpcStreams:
@@ -86,7 +104,7 @@ class GrpcStreams:
             await done.wait()  # closing our side ends the call once the server is done with it
 
         times = StreamTimes(start=time.monotonic())
-        first = last = None
+        tokens: List[int] = []
         call = self._stub.ModelStreamInfer(requests())
         try:
             async for response in call:
@@ -96,10 +114,7 @@ class GrpcStreams:
                     break
                 outputs = response.infer_response.raw_output_contents
                 if outputs:
-                    token = int.from_bytes(outputs[0][:4], "little", signed=True)
-                    if first is None:
-                        first = token
-                    last = token
+                    tokens.append(int.from_bytes(outputs[0][:4], "little", signed=True))
                     times.pieces.append(now)
                 final = response.infer_response.parameters.get("triton_final_response")
                 if final is not None and final.bool_param:
@@ -109,7 +124,7 @@ class GrpcStreams:
             times.error = repr(exc)
         finally:
             done.set()
-        _check(times, steps, first, last)
+        _check(times, steps, tokens[0] if tokens else None, tokens[-1] if tokens else None, lambda: tokens)
         return times
 
     async def close(self) -> None:
@@ -148,7 +163,7 @@ class HttpStreams:
     async def stream(self, steps: int) -> StreamTimes:
         body = json.dumps({"n": steps}).encode()
         times = StreamTimes(start=time.monotonic())
-        first_event = last_event = None
+        events: List[bytes] = []
         delimiter = self._delimiter
         try:
             async with self._session.post(self._url, data=body, headers=self._headers) as response:
@@ -169,16 +184,15 @@ class HttpStreams:
                             if b'"error"' in event:
                                 times.error = event[:300].decode("utf-8", "replace")
                             elif b'"token"' in event:  # not an empty final event
-                                if first_event is None:
-                                    first_event = event
-                                last_event = event
+                                events.append(event)
                                 times.pieces.append(now)
                     times.end = time.monotonic()
         except Exception as exc:  # noqa: BLE001 - a failed stream is counted, not fatal
             times.error = repr(exc)
-        first = self._token(first_event) if first_event is not None else None
-        last = self._token(last_event) if last_event is not None else None
-        _check(times, steps, first, last)
+        first = self._token(events[0]) if events else None
+        last = self._token(events[-1]) if events else None
+        _check(times, steps, first, last,
+               lambda: [token for token in map(self._token, events) if token is not None])
         return times
 
     async def close(self) -> None:
