@@ -52,7 +52,7 @@ from children import Child
 from perfanalyzer import BenchError
 from report import say
 from servers import ACCESS_TOKEN_ENV, BENCH_DIR, OursServer, Server, _request
-from stream_client import WINDOW_END, WINDOW_START
+from stream_client import DRAIN_TIMEOUT_S, WINDOW_END, WINDOW_START
 
 WARMUP_S, WINDOW_S = 2.0, 6.0
 QUICK_WARMUP_S, QUICK_WINDOW_S = 0.3, 1.0
@@ -339,8 +339,9 @@ def _run_rounds(cases: Sequence[StreamCase], rounds: int, quick: bool, ours: Ser
                     continue
                 server: Server = peer if peer is not None else ours
                 label = f"{case.key}-{way}-{protocol}-r{round_index + 1}"
-                timeout = CLIENT_START_S + (max(case.arrivals_ms) / 1000 if case.scenario else
-                                            (QUICK_WARMUP_S + QUICK_WINDOW_S if quick else WARMUP_S + WINDOW_S)) + 60
+                timeout = CLIENT_START_S + DRAIN_TIMEOUT_S + (
+                    max(case.arrivals_ms) / 1000 if case.scenario
+                    else QUICK_WARMUP_S + QUICK_WINDOW_S if quick else WARMUP_S + WINDOW_S)
                 if peer is not None:
                     peer.freeze(False)
                 try:

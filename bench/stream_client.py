@@ -38,7 +38,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional
 
 from stream_figures import StreamTimes, scenario_figures, summarize
 
-DRAIN_TIMEOUT_S = 60.0
+DRAIN_TIMEOUT_S = 20.0
 """How long the streams in flight at the window's end may take to finish."""
 WINDOW_START, WINDOW_END = "bench-window: start", "bench-window: end"
 """Lines on stdout as the window opens and closes (the harness measures the servers' CPU between)."""
@@ -95,7 +95,8 @@ class GrpcStreams:
         request.raw_input_contents.append(int(steps).to_bytes(4, "little", signed=True))
         return request
 
-    async def stream(self, steps: int) -> StreamTimes:
+    async def stream(self, steps: int, times: StreamTimes) -> None:
+        """Run one stream, recording into `times` as its pieces come (a stream cut short keeps what came)."""
         request = self._request(steps)
         done = asyncio.Event()
 
@@ -103,7 +104,6 @@ class GrpcStreams:
             yield request
             await done.wait()  # closing our side ends the call once the server is done with it
 
-        times = StreamTimes(start=time.monotonic())
         tokens: List[int] = []
         call = self._stub.ModelStreamInfer(requests())
         try:
@@ -125,7 +125,6 @@ class GrpcStreams:
         finally:
             done.set()
         _check(times, steps, tokens[0] if tokens else None, tokens[-1] if tokens else None, lambda: tokens)
-        return times
 
     async def close(self) -> None:
         await self._channel.close()
@@ -160,9 +159,9 @@ class HttpStreams:
             value = value[0] if value else None
         return None if value is None else int(value)
 
-    async def stream(self, steps: int) -> StreamTimes:
+    async def stream(self, steps: int, times: StreamTimes) -> None:
+        """Run one stream, recording into `times` as its pieces come (a stream cut short keeps what came)."""
         body = json.dumps({"n": steps}).encode()
-        times = StreamTimes(start=time.monotonic())
         events: List[bytes] = []
         delimiter = self._delimiter
         try:
@@ -193,14 +192,37 @@ class HttpStreams:
         last = self._token(events[-1]) if events else None
         _check(times, steps, first, last,
                lambda: [token for token in map(self._token, events) if token is not None])
-        return times
 
     async def close(self) -> None:
         await self._session.close()
 
 
-async def closed_loop(start_stream: Callable[[], Awaitable[StreamTimes]], concurrency: int, stagger_s: float,
-                      warmup_s: float, window_s: float) -> Dict[str, Any]:
+StartStream = Callable[[StreamTimes], Awaitable[None]]
+
+
+async def _run_stream(start_stream: StartStream, streams: List[StreamTimes]) -> None:
+    times = StreamTimes(start=time.monotonic())
+    streams.append(times)  # before it ends: a stream that never does is still counted
+    await start_stream(times)
+
+
+async def _until_done(tasks: List[asyncio.Task[None]], streams: List[StreamTimes], timeout_s: float) -> None:
+    """Wait for `tasks`; after `timeout_s`, cancel those left and mark their streams as never ended."""
+    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending, timeout=5)
+    for stream in streams:
+        if stream.end is None and stream.error is None:
+            stream.error = f"no end within {timeout_s:g} s ({len(stream.pieces)} pieces had come)"
+    for task in tasks:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+
+
+async def closed_loop(start_stream: StartStream, concurrency: int, stagger_s: float, warmup_s: float,
+                      window_s: float) -> Dict[str, Any]:
     """`concurrency` slots, each starting a stream as soon as its last ended (see the module docstring)."""
     streams: List[StreamTimes] = []
     begin = time.monotonic()
@@ -210,7 +232,7 @@ async def closed_loop(start_stream: Callable[[], Awaitable[StreamTimes]], concur
     async def slot(index: int) -> None:
         await asyncio.sleep(index * stagger_s / concurrency)
         while time.monotonic() < window_end:
-            streams.append(await start_stream())
+            await _run_stream(start_stream, streams)
 
     async def cpu_marks() -> None:
         await asyncio.sleep(max(0.0, window_start - time.monotonic()))
@@ -221,8 +243,8 @@ async def closed_loop(start_stream: Callable[[], Awaitable[StreamTimes]], concur
         print(WINDOW_END, flush=True)
 
     marks = asyncio.ensure_future(cpu_marks())
-    await asyncio.wait_for(asyncio.gather(*(slot(index) for index in range(concurrency))),
-                           timeout=warmup_s + window_s + DRAIN_TIMEOUT_S)
+    await _until_done([asyncio.ensure_future(slot(index)) for index in range(concurrency)], streams,
+                      warmup_s + window_s + DRAIN_TIMEOUT_S)
     await marks
     figures = summarize(streams, window_start, window_end)
     figures["client_cpu_percent"] = round((cpu["end"] - cpu["start"]) / window_s * 100, 1)
@@ -230,18 +252,18 @@ async def closed_loop(start_stream: Callable[[], Awaitable[StreamTimes]], concur
     return _with_failures(figures, streams)
 
 
-async def scenario(start_stream: Callable[[], Awaitable[StreamTimes]], arrivals_s: List[float],
-                   step_s: float) -> Dict[str, Any]:
+async def scenario(start_stream: StartStream, arrivals_s: List[float], step_s: float) -> Dict[str, Any]:
     """One stream at each offset of `arrivals_s`; every stream counted."""
     begin = time.monotonic()
+    streams: List[StreamTimes] = []
 
-    async def arrive(offset: float) -> StreamTimes:
+    async def arrive(offset: float) -> None:
         await asyncio.sleep(max(0.0, begin + offset - time.monotonic()))
-        return await start_stream()
+        await _run_stream(start_stream, streams)
 
-    streams = await asyncio.wait_for(asyncio.gather(*(arrive(offset) for offset in arrivals_s)),
-                                     timeout=max(arrivals_s) + DRAIN_TIMEOUT_S)
-    return _with_failures(scenario_figures(list(streams), step_s), list(streams))
+    await _until_done([asyncio.ensure_future(arrive(offset)) for offset in arrivals_s], streams,
+                      max(arrivals_s) + DRAIN_TIMEOUT_S)
+    return _with_failures(scenario_figures(sorted(streams, key=lambda stream: stream.start), step_s), streams)
 
 
 def _with_failures(figures: Dict[str, Any], streams: List[StreamTimes]) -> Dict[str, Any]:
@@ -259,9 +281,9 @@ async def main_async(args: argparse.Namespace) -> Dict[str, Any]:
     try:
         if args.arrivals_ms:
             arrivals = [float(value) / 1000 for value in args.arrivals_ms.split(",")]
-            return await scenario(lambda: client.stream(args.steps), arrivals, args.step_s)
-        return await closed_loop(lambda: client.stream(args.steps), args.concurrency, args.stagger_s, args.warmup_s,
-                                 args.window_s)
+            return await scenario(lambda times: client.stream(args.steps, times), arrivals, args.step_s)
+        return await closed_loop(lambda times: client.stream(args.steps, times), args.concurrency, args.stagger_s,
+                                 args.warmup_s, args.window_s)
     finally:
         await client.close()
 
