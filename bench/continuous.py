@@ -200,6 +200,7 @@ def _cpu_seconds(server: Server) -> float:
 def run_client(argv: List[str], server: Server, step_s: float, timeout_s: float, label: str,
                log_dir: pathlib.Path) -> Dict[str, Any]:
     """Run the load generator; its figures, with the server's CPU during its window and the sleep probe's."""
+    load = os.getloadavg()[0]
     child = Child(argv, os.environ, subprocess.PIPE)
     watchdog = threading.Timer(timeout_s, child.stop)
     watchdog.start()
@@ -233,6 +234,7 @@ def run_client(argv: List[str], server: Server, step_s: float, timeout_s: float,
         span = marks[WINDOW_END + " at"] - marks[WINDOW_START + " at"]
         figures["server_cpu_percent"] = round((marks[WINDOW_END] - marks[WINDOW_START]) / span * 100, 1)
     figures.update(late)
+    figures["loadavg_1min"] = round(load, 2)  # the machine's load as the run began (others' work included)
     return figures
 
 

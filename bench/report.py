@@ -503,6 +503,12 @@ def continuous_block(results: Dict[str, Any], image_name: str) -> str:
     late = [entry["figures"].get("sleep_late_p50_us") for row in measured["cases"] if not row["scenario"]
             for entry in row["systems"].values()]
     late = [value for value in late if value is not None]
+    late90 = [run.get("sleep_late_p90_us") for row in measured["cases"] for entry in row["systems"].values()
+              for run in entry["rounds"]]
+    late90 = [value for value in late90 if value is not None]
+    loads = [run.get("loadavg_1min") for row in measured["cases"] for entry in row["systems"].values()
+             for run in entry["rounds"]]
+    loads = [value for value in loads if value is not None]
     unmet = [verdict for verdict in measured["verdicts"] if not verdict["met"]]
     lines = [
         CONTINUOUS_BEGIN,
@@ -514,8 +520,11 @@ def continuous_block(results: Dict[str, Any], image_name: str) -> str:
         f"then a {measured['settings']['window_s']:g} s window"
         + (f"; run time {results['duration_s'] / 60:.0f} min" if results.get("duration_s") else "")
         + f". Idle CPU (% of one core): {idle}."
-        + (f" A sleep of one step woke {min(late):.0f}-{max(late):.0f} µs late (medians per run) while the load ran."
-           if late else ""),
+        + (f" While the load ran, a sleep of one step in the harness woke {min(late):.0f}-{max(late):.0f} µs late "
+           f"at the median of a run, {min(late90) / 1000:.1f}-{max(late90) / 1000:.1f} ms at its 90th percentile."
+           if late and late90 else "")
+        + (f" Load average (1 min) as the runs began: {min(loads):.1f}-{max(loads):.1f} on {info['nproc']} cores."
+           if loads else ""),
         "",
         *[part + "\n" for part in _continuous_tables(results, _markdown)],
         *(["Streams that failed (the client checks each: its n pieces, tokens 0 to n - 1, then its end): "
