@@ -345,7 +345,7 @@ def continuous_scenario_rows(results: Dict[str, Any]) -> List[List[str]]:
     """The scenario: when the streams got their first piece and ended, after their arrival (medians over the rounds)."""
     rows = [["served by", "proto", "first piece after arrival, ms (fastest-slowest stream)",
              "done after arrival, ms (fastest-slowest)", "last stream ended, ms after the first arrived",
-             "failed streams"]]
+             "sent late, ms (most)", "failed streams"]]
     for row in results["continuous"]["cases"]:
         if not row["scenario"]:
             continue
@@ -353,7 +353,8 @@ def continuous_scenario_rows(results: Dict[str, Any]) -> List[List[str]]:
             figures = entry["figures"]
             rows.append([*_way(name), f"{_num(figures['first_piece_min_ms'])}-{_num(figures['first_piece_max_ms'])}",
                          f"{_num(figures['done_min_ms'])}-{_num(figures['done_max_ms'])}",
-                         _num(figures["last_end_ms"]), str(figures.get("failed") or 0)])
+                         _num(figures["last_end_ms"]), _num(figures.get("sent_late_max_ms")),
+                         str(figures.get("failed") or 0)])
     return rows
 
 
@@ -425,7 +426,8 @@ def plot_continuous(results: Dict[str, Any], path: pathlib.Path) -> Optional[str
     panels = (
         (axes[0][0], "pieces_per_s", None, "Pieces per second (log scale)"),
         (axes[0][1], "first_piece_p50_ms", "first_piece_p99_ms", "Time to first piece, ms: p50 (solid), p99 (dotted)"),
-        (axes[1][0], "gap_p50_ms", "gap_p99_ms", "Gap between pieces, ms: p50 (solid), p99 (dotted)"),
+        (axes[1][0], "gap_p50_ms", "gap_p99_ms",
+         "Gap between pieces, ms: p50 (solid), p99 (dotted); a p50 of 0 (pieces bunched) not drawn"),
     )
     for axis, key, p99, title in panels:
         if not rows:
@@ -434,10 +436,12 @@ def plot_continuous(results: Dict[str, Any], path: pathlib.Path) -> Optional[str
         for name in names:
             points = [(row["concurrency"], row["systems"][name]["figures"]) for row in rows if name in row["systems"]]
             label = f"{WAY_NAMES[name.split('/')[0]]} ({name.split('/')[1]})"
-            axis.plot([c for c, _ in points], [f[key] for _, f in points], marker="o", color=WAY_COLOURS[name],
-                      label=label)
+            # A log axis has no 0: a gap p50 of 0 (pieces that arrived together in one read) is left out.
+            shown = [(c, f[key]) for c, f in points if f.get(key)]
+            axis.plot([c for c, _ in shown], [v for _, v in shown], marker="o", color=WAY_COLOURS[name], label=label)
             if p99:
-                axis.plot([c for c, _ in points], [f[p99] for _, f in points], linestyle=":", marker=".",
+                shown = [(c, f[p99]) for c, f in points if f.get(p99)]
+                axis.plot([c for c, _ in shown], [v for _, v in shown], linestyle=":", marker=".",
                           color=WAY_COLOURS[name])
         if key == "pieces_per_s":
             axis.plot(concurrency, [row["ideal_pieces_per_s"] for row in rows], linestyle="--", color="black",

@@ -200,8 +200,8 @@ class HttpStreams:
 StartStream = Callable[[StreamTimes], Awaitable[None]]
 
 
-async def _run_stream(start_stream: StartStream, streams: List[StreamTimes]) -> None:
-    times = StreamTimes(start=time.monotonic())
+async def _run_stream(start_stream: StartStream, streams: List[StreamTimes], planned: Optional[float] = None) -> None:
+    times = StreamTimes(start=time.monotonic(), planned=planned)
     streams.append(times)  # before it ends: a stream that never does is still counted
     await start_stream(times)
 
@@ -259,7 +259,7 @@ async def scenario(start_stream: StartStream, arrivals_s: List[float], step_s: f
 
     async def arrive(offset: float) -> None:
         await asyncio.sleep(max(0.0, begin + offset - time.monotonic()))
-        await _run_stream(start_stream, streams)
+        await _run_stream(start_stream, streams, planned=begin + offset)
 
     await _until_done([asyncio.ensure_future(arrive(offset)) for offset in arrivals_s], streams,
                       max(arrivals_s) + DRAIN_TIMEOUT_S)

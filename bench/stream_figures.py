@@ -38,6 +38,7 @@ class StreamTimes:
     end: Optional[float] = None
     ok: bool = False
     error: Optional[str] = None
+    planned: Optional[float] = None  # the scenario: when it was to be sent (the client's timer may slip)
 
 
 def percentile(values: Sequence[float], q: float) -> Optional[float]:
@@ -105,6 +106,7 @@ def scenario_figures(streams: Sequence[StreamTimes], step_s: float, first_steps:
         rows.append({
             "arrival_ms": _ms(stream.start - origin), "first_piece_ms": _ms(first), "done_ms": _ms(done),
             "last_end_ms": _ms(stream.end - origin) if stream.end is not None else None, "ok": stream.ok,
+            "sent_late_ms": _ms(stream.start - stream.planned) if stream.planned is not None else None,
         })  # fmt: skip
     firsts = [row["first_piece_ms"] for row in rows]
     dones = [row["done_ms"] for row in rows]
@@ -118,6 +120,8 @@ def scenario_figures(streams: Sequence[StreamTimes], step_s: float, first_steps:
         "done_min_ms": min((v for v in dones if v is not None), default=None),
         "done_max_ms": max((v for v in dones if v is not None), default=None),
         "last_end_ms": max(ends, default=None),
+        "sent_late_max_ms": max((row["sent_late_ms"] for row in rows if row["sent_late_ms"] is not None),
+                                default=None),
         "first_limit_ms": round(first_limit * 1000, 3),
         "done_limit_ms": round(done_limit * 1000, 3),
         "met_first": met_first,

@@ -86,6 +86,10 @@ def test_the_scenario_is_judged_on_every_stream():
     assert not judged["met_first"] and judged["met_done"] and not judged["met"]
     slow = good[:7] + [_stream(0.280, 0.015, 0.011, 32)]  # 15 + 31 x 11 = 356 ms > 340
     assert not stream_figures.scenario_figures(slow, step)["met_done"]
+    planned = [StreamTimes(start=0.040 * k + (0.003 if k == 5 else 0.0), pieces=good[k].pieces, end=good[k].end,
+                           ok=True, planned=0.040 * k) for k in range(8)]
+    assert stream_figures.scenario_figures(planned, step)["sent_late_max_ms"] == pytest.approx(3.0)
+    assert figures["sent_late_max_ms"] is None  # no plan given
     broken = good[:7] + [StreamTimes(start=0.280, pieces=good[7].pieces, end=good[7].end, ok=False, error="x")]
     assert not stream_figures.scenario_figures(broken, step)["met"]
 
