@@ -28,14 +28,15 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from pytriton.binding import ModelBindings, block_until_signal
-from pytriton.bound import InferFunc
 from pytriton.exceptions import (
     PyTritonBadParameterError,
     PyTritonInvalidOperationError,
     PyTritonServerError,
 )
-from pytriton.launch import MODEL_LOAD_TIMEOUT_S
+from pytriton.facade.binding import ModelBindings, block_until_signal
+from pytriton.facade.bound import InferFunc
+from pytriton.facade.launch import MODEL_LOAD_TIMEOUT_S
+from pytriton.facade.versions import check_can_add, check_unbind, prepare_load, unbind, undo_load
 from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
 from pytriton.openai.binding import OpenAIBindings
 from pytriton.repository.override import load_override
@@ -43,7 +44,6 @@ from pytriton.server.announce import announce_remote_serving
 from pytriton.server.control import ServerControl, wait_for
 from pytriton.server.distribution import find_distribution, lacks_backend, proxy_import_paths, remote_backend
 from pytriton.server.workspace import SharedWorkspace, Workspace, remote_server_flags
-from pytriton.versions import check_can_add, check_unbind, prepare_load, unbind, undo_load
 
 __all__ = ["RemoteTriton"]
 

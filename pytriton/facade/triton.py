@@ -1,9 +1,7 @@
-"""The `Triton` facade: bind callables, run or serve the real tritonserver, stop cleanly.
+"""`Triton`: bind callables, run or serve the real tritonserver this process starts, stop cleanly.
 
-The setup flow (`bind` -> model folder and worker -> `run` -> tritonserver ready), step by
-step with the module of each, is in docs/architecture.md. `RemoteTriton` (from
-``pytriton.remote``, exported here too) binds callables the same way to a tritonserver that
-something else started.
+Published as ``pytriton.triton.Triton``. The setup flow (`bind` -> model folder and worker ->
+`run` -> tritonserver ready), step by step with the module of each, is in docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -17,10 +15,7 @@ import threading
 import time
 from typing import Any, Callable, List, NoReturn, Optional, Sequence, Union
 
-from pytriton.binding import ModelBindings, SignalWatch, TerminationScope, block_until_signal
-from pytriton.bound import InferFunc, ModelDeclaration
 from pytriton.constants import DEFAULT_TRITON_STARTUP_TIMEOUT_S as STARTUP_TIMEOUT_S
-from pytriton.drain import stop_draining
 from pytriton.exceptions import (
     PyTritonBadParameterError,
     PyTritonInvalidOperationError,
@@ -29,7 +24,10 @@ from pytriton.exceptions import (
     PyTritonServerError,
     PyTritonServerStartupError,
 )
-from pytriton.launch import (
+from pytriton.facade.binding import ModelBindings, SignalWatch, TerminationScope, block_until_signal
+from pytriton.facade.bound import InferFunc, ModelDeclaration
+from pytriton.facade.drain import stop_draining
+from pytriton.facade.launch import (
     MODEL_LOAD_TIMEOUT_S,
     check_ports_free,
     check_traces_go_somewhere,
@@ -42,11 +40,11 @@ from pytriton.launch import (
     wait_endpoints_listening,
     wait_models_ready,
 )
+from pytriton.facade.versions import check_can_add, check_unbind, load_bound, unbind
 from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
 from pytriton.openai import check_extra, spawn_front
 from pytriton.openai.binding import OpenAIBindings
 from pytriton.openai.process import FrontGivenUpError
-from pytriton.remote import RemoteTriton
 from pytriton.server.announce import announce_draining, announce_serving
 from pytriton.server.config import TritonConfig
 from pytriton.server.config.merge import merge
@@ -58,34 +56,17 @@ from pytriton.server.distribution import (
     proxy_import_paths,
     serving_backend,
 )
-from pytriton.server.lifecycle import (
-    DefaultTritonLifecyclePolicy,
-    TritonLifecyclePolicy,
-    VertextAILifecyclePolicy,
-    choose_policy,
-)
+from pytriton.server.lifecycle import TritonLifecyclePolicy, choose_policy
 from pytriton.server.preflight import warn_if_shm_small
 from pytriton.server.process import ServerProcess
 from pytriton.server.readiness import RESERVED_MODELS, ReadinessGate, startup_config
-from pytriton.server.security import (
-    DEFAULT_PROTECTED_ENDPOINTS,
-    TRITON_ACCESS_HEADER,
-    VALID_TRITON_ENDPOINTS,
-    TritonSecurityConfig,
-    resolve_access_token,
-    server_security,
-)
+from pytriton.server.security import TritonSecurityConfig, resolve_access_token, server_security
 from pytriton.server.supervisor import Supervisor, reap_adopted
 from pytriton.server.vertex_ai import check_vertex_ai_models
 from pytriton.server.workspace import Workspace, sweep_stale
-from pytriton.versions import check_can_add, check_unbind, load_bound, unbind
 from pytriton.worker.tracing import shutdown as shutdown_tracing
 
-__all__ = [
-    "DEFAULT_PROTECTED_ENDPOINTS", "TRITON_ACCESS_HEADER", "VALID_TRITON_ENDPOINTS", "Triton", "TritonConfig",
-    "RemoteTriton", "DefaultTritonLifecyclePolicy", "TritonLifecyclePolicy", "TritonSecurityConfig",
-    "VertextAILifecyclePolicy",
-]
+__all__ = ["Triton"]
 
 logger = logging.getLogger("pytriton.triton")
 
@@ -252,7 +233,7 @@ class Triton(OpenAIBindings):
     def unbind(self, model_name: str, model_version: Optional[int] = None) -> None:
         """Stop serving model `model_name` (every version, or only `model_version`); it may be bound again.
 
-        The server unloads it after its requests in flight (see `pytriton.versions`); then its
+        The server unloads it after its requests in flight (see `pytriton.facade.versions`); then its
         instances end and its files and shared memory go. Unbinding version 1 once `bind` loaded
         version 2 swaps a model without refusing a request: those naming no version reach the highest.
 
