@@ -26,19 +26,18 @@ import os
 import pathlib
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from pytriton.exceptions import (
     PyTritonBadParameterError,
     PyTritonInvalidOperationError,
     PyTritonServerError,
 )
+from pytriton.facade.base import TritonBase
 from pytriton.facade.binding import ModelBindings, block_until_signal
-from pytriton.facade.bound import InferFunc
+from pytriton.facade.bound import ModelDeclaration
 from pytriton.facade.launch import MODEL_LOAD_TIMEOUT_S
-from pytriton.facade.versions import check_can_add, check_unbind, prepare_load, unbind, undo_load
-from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
-from pytriton.openai.binding import OpenAIBindings
+from pytriton.facade.versions import check_can_add, prepare_load, unbind, undo_load
 from pytriton.repository.override import load_override
 from pytriton.server.announce import announce_remote_serving
 from pytriton.server.control import ServerControl, wait_for
@@ -58,14 +57,15 @@ _DUPLICATE_REASON = "two or more repositories"
 """Part of the index's reason for a model name found in several repositories (Triton 2.51)."""
 
 
-class RemoteTriton(OpenAIBindings):
+class RemoteTriton(TritonBase):
     """Serves this process's callables through a tritonserver that something else started.
 
-    bind_chat and bind_embeddings (`pytriton.openai.binding.OpenAIBindings`) work here as on
-    `Triton`: they bind models that follow the OpenAI convention (docs/openai.md). The
-    OpenAI-compatible API itself is served by the front of the process that started the server
-    (its ``TritonConfig(openai_port=...)``), which finds these models by their tensors; a
-    `RemoteTriton` has no server of its own to serve it beside.
+    It binds as `Triton` does (`TritonBase` documents the methods both share), bind_chat and
+    bind_embeddings (`pytriton.openai.binding.OpenAIBindings`) too: they bind models that
+    follow the OpenAI convention (docs/openai.md). The OpenAI-compatible API itself is served
+    by the front of the process that started the server (its ``TritonConfig(openai_port=...)``),
+    which finds these models by their tensors; a `RemoteTriton` has no server of its own to
+    serve it beside.
 
     Without a workspace, the models travel through the server's model-repository API, so only
     the URL (and the same host) is needed; typically the server is another process's `Triton`,
@@ -95,6 +95,8 @@ class RemoteTriton(OpenAIBindings):
     Use it as a context manager (``with RemoteTriton(...) as triton: ...``, which connects on
     entry) or call `stop()`.
     """
+
+    _kind = "RemoteTriton"
 
     def __init__(
         self,
@@ -126,7 +128,7 @@ class RemoteTriton(OpenAIBindings):
             private = Workspace(None)
             private.hold_lease()  # a crash of this process leaves segments the next start sweeps
             self._workspace = private
-        self._bindings = ModelBindings("RemoteTriton", self._on_unrecoverable)
+        self._bindings = ModelBindings(self._kind, self._on_unrecoverable)
         self._import_paths: Optional[Tuple[str, ...]] = None
         self._loaded: List[str] = []  # asked to load: stop() unloads these
         self._ready: List[str] = []  # loaded and ready: is_alive() watches these
@@ -143,129 +145,67 @@ class RemoteTriton(OpenAIBindings):
     def _repository(self) -> pathlib.Path:
         return self._workspace.model_repository
 
-    # -- context manager -------------------------------------------------------------------
-    def __enter__(self) -> RemoteTriton:
-        """Connect (see `connect`): each later `bind` loads its model at once."""
+    # -- context manager (TritonBase.__enter__, __exit__) ------------------------------------
+    def _enter(self) -> None:
         self.connect()
-        return self
 
-    def __exit__(self, *exc_info: Any) -> None:
-        self.stop()
-
-    # -- binding ---------------------------------------------------------------------------
-    def bind(
-        self,
-        model_name: str,
-        infer_func: Union[InferFunc, Sequence[InferFunc]],
-        inputs: Sequence[Tensor],
-        outputs: Sequence[Tensor],
-        model_version: int = 1,
-        config: Optional[ModelConfig] = None,
-        strict: bool = False,
-        trace_config: Optional[List[str]] = None,
-    ) -> None:
-        """Serve `infer_func` as model `model_name` (the arguments of `Triton.bind`).
-
-        The model's folder is written at once (into the shared workspace, whose server is then
-        asked whether it sees it; or into a private folder). Once connected, the model is also
-        loaded, and this returns when it is ready; a model that fails to load is unbound again.
-        Once connected, a new version of a name bound here loads beside the one serving (see
-        `Triton.bind` and `unbind`).
-
-        Raises:
-            PyTritonInvalidOperationError: the server already has a model of this name (bound by
-                another process, or not pytriton's), or as for `Triton.bind`.
-            PyTritonServerError: the server is unreachable, refuses the repository calls (a
-                missing access token), does not serve the shared workspace's ``models`` folder,
-                or fails to load the model (with its reason).
-        """
-        with self._lock:
-            self._check_can_bind()
-            declaration = self._bindings.declare(
-                model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config
-            )
-            if self._import_paths is None:
-                distribution = find_distribution()
-                self._import_paths = proxy_import_paths(distribution)
-                self._bindings.backend = remote_backend(distribution)
-            self._reach()
-            check_can_add(self._bindings, model_name, self._running)
-            first = model_name not in self._bindings  # else a version joins those this process serves
-            if self._shared is not None and first:
-                self._shared.claim(model_name)
-            try:
-                if first and self._shared is None:
-                    self._check_name_free(model_name)
-                elif first:
-                    self._check_served(model_name)
-                target = self._workspace
-                self._bindings.start(declaration, repository=target.model_repository, sockets=target.sockets,
-                                     shm_prefix=target.shm_prefix, import_paths=self._import_paths)
-            except BaseException:
-                if first:
-                    self._forget(model_name)
-                raise
-            if self._running:
-                self._load_or_forget(model_name, model_version)
-
-    def bind_ensemble(
-        self,
-        model_name: str,
-        steps: Sequence[EnsembleStep],
-        inputs: Optional[Sequence[str]] = None,
-        outputs: Optional[Sequence[str]] = None,
-        model_version: int = 1,
-    ) -> None:
-        """Serve a pipeline of models this process bound as one model (see `Triton.bind_ensemble`)."""
-        with self._lock:
-            self._check_can_bind()
-            declaration = self._bindings.declare_ensemble(model_name, steps, inputs, outputs, model_version)
-            self._reach()
-            if self._shared is None:
-                # Measured with Triton 2.51: an ensemble sent through the repository API looks for
-                # its steps in the server's repository folders, where models sent that way are not.
-                raise PyTritonInvalidOperationError(
-                    f"ensemble '{model_name}' needs the server's model repository: give RemoteTriton the folder "
-                    "it shares with the server (workspace=...); tritonserver cannot load an ensemble whose steps "
-                    "were sent through its repository API"
-                )
+    # -- binding (TritonBase.bind, bind_ensemble, unbind) -----------------------------------
+    def _bind(self, declaration: ModelDeclaration) -> None:
+        model_name, model_version = declaration.context.model_name, declaration.context.model_version
+        if self._import_paths is None:
+            distribution = find_distribution()
+            self._import_paths = proxy_import_paths(distribution)
+            self._bindings.backend = remote_backend(distribution)
+        self._reach()
+        check_can_add(self._bindings, model_name, self._running)
+        first = model_name not in self._bindings  # else a version joins those this process serves
+        if self._shared is not None and first:
             self._shared.claim(model_name)
-            try:
+        try:
+            if first and self._shared is None:
+                self._check_name_free(model_name)
+            elif first:
                 self._check_served(model_name)
-                self._bindings.start_ensemble(declaration, self._workspace.model_repository)
-            except BaseException:
+            target = self._workspace
+            self._bindings.start(declaration, repository=target.model_repository, sockets=target.sockets,
+                                 shm_prefix=target.shm_prefix, import_paths=self._import_paths)
+        except BaseException:
+            if first:
                 self._forget(model_name)
-                raise
-            if self._running:
-                self._load_or_forget(model_name, model_version)
+            raise
+        if self._running:
+            self._load_or_forget(model_name, model_version)
 
-    def unbind(self, model_name: str, model_version: Optional[int] = None) -> None:
-        """Stop serving model `model_name` (every version, or only `model_version`), as `Triton.unbind` does.
-
-        The server unloads it after its requests in flight; then its instances end and its files
-        (in the shared workspace too) and shared memory go. The server and its other models serve on.
-
-        Raises:
-            PyTritonInvalidOperationError: not bound here, a step of an ensemble bound here, or stopped.
-            PyTritonServerError: the server refused to unload it.
-        """
-        with self._lock:
-            self._check_can_bind()
-            check_unbind(self._bindings, "RemoteTriton", model_name, model_version)
-            whole = model_version is None or self._bindings.models.versions(model_name) == [model_version]
-            control = self._control if model_name in self._loaded else None
-            unbind(self._bindings, control, model_name, model_version, self._repository,
-                   lambda: self._load_one(model_name))
-            if whole:
-                self._loaded[:] = [name for name in self._loaded if name != model_name]
-                self._ready[:] = [name for name in self._ready if name != model_name]
-                self._forget(model_name)
-
-    def _check_can_bind(self) -> None:
-        if self._stopped:
+    def _bind_ensemble(self, declaration: ModelDeclaration) -> None:
+        model_name, model_version = declaration.context.model_name, declaration.context.model_version
+        self._reach()
+        if self._shared is None:
+            # Measured with Triton 2.51: an ensemble sent through the repository API looks for
+            # its steps in the server's repository folders, where models sent that way are not.
             raise PyTritonInvalidOperationError(
-                "this RemoteTriton was stopped; create a new RemoteTriton to bind models"
+                f"ensemble '{model_name}' needs the server's model repository: give RemoteTriton the folder "
+                "it shares with the server (workspace=...); tritonserver cannot load an ensemble whose steps "
+                "were sent through its repository API"
             )
+        self._shared.claim(model_name)
+        try:
+            self._check_served(model_name)
+            self._bindings.start_ensemble(declaration, self._workspace.model_repository)
+        except BaseException:
+            self._forget(model_name)
+            raise
+        if self._running:
+            self._load_or_forget(model_name, model_version)
+
+    def _unbind(self, model_name: str, model_version: Optional[int]) -> None:
+        whole = model_version is None or self._bindings.models.versions(model_name) == [model_version]
+        control = self._control if model_name in self._loaded else None
+        unbind(self._bindings, control, model_name, model_version, self._repository,
+               lambda: self._load_one(model_name))
+        if whole:
+            self._loaded[:] = [name for name in self._loaded if name != model_name]
+            self._ready[:] = [name for name in self._ready if name != model_name]
+            self._forget(model_name)
 
     def _load_or_forget(self, model_name: str, version: int) -> None:
         """Load a model version bound while connected; on failure, undo the bind and say why."""
@@ -348,16 +288,8 @@ class RemoteTriton(OpenAIBindings):
             self._shared.sweep(self._unload)
         self._reached = True
 
-    # -- lifecycle -------------------------------------------------------------------------
-    def connect(self) -> None:
-        """Wait for the server, then load every bound model; returns once they are all ready.
-
-        Later `bind` calls load their model at once. Calling it again does nothing.
-
-        Raises:
-            PyTritonServerError: the server is unreachable, or a model failed to load (with the
-                server's reason); what this process created is then removed, as by `stop()`.
-        """
+    # -- lifecycle (TritonBase.run, connect, is_connected, serve, is_alive, stop) ------------
+    def _run(self) -> None:
         with self._lock:
             if self._stopped:
                 raise PyTritonInvalidOperationError("this RemoteTriton was stopped; create a new RemoteTriton")
@@ -372,17 +304,12 @@ class RemoteTriton(OpenAIBindings):
             self._running = True
             logger.info("Models %s are ready on the tritonserver at %s", self._ready, self._url)
 
+    def _connected(self) -> bool:
+        return self._running and not self._stopped
+
     def _load_one(self, name: str) -> None:
         override = (None, None) if self._shared is not None else load_override(self._repository / name)
         self._control.load_model(name, MODEL_LOAD_TIMEOUT_S, *override)
-
-    def run(self) -> None:
-        """The same as `connect`: load every bound model and return once they are ready."""
-        self.connect()
-
-    def is_connected(self) -> bool:
-        """True from a successful `connect` (or ``with`` entry) until `stop`."""
-        return self._running and not self._stopped
 
     def _load(self, names: Sequence[str]) -> None:
         deadline = time.monotonic() + MODEL_LOAD_TIMEOUT_S
@@ -439,15 +366,7 @@ class RemoteTriton(OpenAIBindings):
             logger.warning("tritonserver at %s still holds models %s after %.0f s; going on without them",
                            self._url, list(names), UNLOAD_TIMEOUT_S)
 
-    def serve(self, monitoring_period_s: float = 1.0) -> None:
-        """Load the models and block until SIGINT or SIGTERM, or until they stop being served.
-
-        Returns when a signal arrives, when a bound model is no longer ready on the server (the
-        server stopped, restarted or unloaded it), or when a callable raised
-        `PyTritonUnrecoverableError`; then stops (see `stop`), leaving the server running. Once
-        the models are ready it says which, through which server, in one line on stderr
-        (`pytriton.server.announce`), as `Triton.serve()` does.
-        """
+    def _serve(self, monitoring_period_s: float) -> None:
         self.run()
         try:
             names = self._bindings.names()
@@ -458,12 +377,7 @@ class RemoteTriton(OpenAIBindings):
         finally:
             self.stop()
 
-    def is_alive(self) -> bool:
-        """Whether the server at the URL is live, and every model this process loaded is ready.
-
-        Before `connect()` it says whether the server at the URL is live, as the published
-        `RemoteTriton` does, so a caller can wait for the server before connecting.
-        """
+    def _alive(self) -> bool:
         if self._stopped or self._unrecoverable is not None:
             return False
         if not self._running:
@@ -473,22 +387,7 @@ class RemoteTriton(OpenAIBindings):
             return self._control.is_live()
         return all(self._control.is_model_ready(name, self._bindings.version(name)) for name in ready)
 
-    def _on_unrecoverable(self, model_name: str) -> None:
-        self._unrecoverable = model_name
-        self._wake.set()
-        threading.Thread(target=self.stop, name="pytriton-unrecoverable-stop", daemon=True).start()
-
-    def stop(self) -> bool:
-        """Unload this process's models, then remove its handlers, sockets, folders and segments.
-
-        The server keeps running, with the models of other processes. Requests in flight on
-        this process's models finish first (for at most `UNLOAD_TIMEOUT_S`); open streams are
-        cut short.
-
-        Returns:
-            True when this call stopped a connected `RemoteTriton`; False when it was stopped
-            before or never connected.
-        """
+    def _stop(self) -> bool:
         with self._lock:
             if self._stopped:
                 return False

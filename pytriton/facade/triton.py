@@ -13,7 +13,7 @@ import pathlib
 import signal
 import threading
 import time
-from typing import Any, Callable, List, NoReturn, Optional, Sequence, Union
+from typing import Any, Callable, NoReturn, Optional, Sequence, Union
 
 from pytriton.constants import DEFAULT_TRITON_STARTUP_TIMEOUT_S as STARTUP_TIMEOUT_S
 from pytriton.exceptions import (
@@ -24,8 +24,9 @@ from pytriton.exceptions import (
     PyTritonServerError,
     PyTritonServerStartupError,
 )
+from pytriton.facade.base import TritonBase
 from pytriton.facade.binding import ModelBindings, SignalWatch, TerminationScope, block_until_signal
-from pytriton.facade.bound import InferFunc, ModelDeclaration
+from pytriton.facade.bound import ModelDeclaration
 from pytriton.facade.drain import stop_draining
 from pytriton.facade.launch import (
     MODEL_LOAD_TIMEOUT_S,
@@ -40,10 +41,8 @@ from pytriton.facade.launch import (
     wait_endpoints_listening,
     wait_models_ready,
 )
-from pytriton.facade.versions import check_can_add, check_unbind, load_bound, unbind
-from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
+from pytriton.facade.versions import check_can_add, load_bound, unbind
 from pytriton.openai import check_extra, spawn_front
-from pytriton.openai.binding import OpenAIBindings
 from pytriton.openai.process import FrontGivenUpError
 from pytriton.server.announce import announce_draining, announce_serving
 from pytriton.server.config import TritonConfig
@@ -71,7 +70,7 @@ __all__ = ["Triton"]
 logger = logging.getLogger("pytriton.triton")
 
 
-class Triton(OpenAIBindings):
+class Triton(TritonBase):
     """A Triton Inference Server serving the Python callables bound to it (OpenAI API: docs/openai.md).
 
     Args:
@@ -86,8 +85,11 @@ class Triton(OpenAIBindings):
             default on entering ``with Triton() as triton:``, so that each `bind` in the block
             loads its model at once.
 
-    Use it as a context manager (``with Triton() as triton: ...``) or call `stop()`.
+    Use it as a context manager (``with Triton() as triton: ...``) or call `stop()`. What it
+    shares with `RemoteTriton` (`bind`, `serve`, `stop`, ...) is documented on `TritonBase`.
     """
+
+    _kind = "Triton"
 
     def __init__(
         self,
@@ -102,7 +104,7 @@ class Triton(OpenAIBindings):
         self._access_token = resolve_access_token(self._security)
         self._workspace_path = pathlib.Path(workspace) if workspace is not None else None
         self._workspace: Optional[Workspace] = None
-        self._bindings = ModelBindings("Triton", self._on_unrecoverable)
+        self._bindings = ModelBindings(self._kind, self._on_unrecoverable)
         self._tracing = configure_proxies(self._bindings, self._config, os.environ)
         self._process: Optional[ServerProcess] = None
         self._control: Optional[ServerControl] = None
@@ -120,13 +122,8 @@ class Triton(OpenAIBindings):
         self._front: Any = None  # the OpenAI-compatible API's process, once started (pytriton.openai.process)
         check_extra(self._config)
 
-    # -- context manager -------------------------------------------------------------------
-    def __enter__(self) -> Triton:
-        """Start the server, unless the lifecycle policy waits for `run()` or `serve()`.
-
-        Inside the block, SIGTERM stops the server and ends the script cleanly wherever it is
-        (`TerminationScope`); SIGINT raises ``KeyboardInterrupt`` as usual, which does the same.
-        """
+    # -- context manager (TritonBase.__enter__, __exit__) ------------------------------------
+    def _enter(self) -> None:
         self._termination.enter()
         try:
             if self._policy.launch_triton_on_startup:
@@ -134,9 +131,8 @@ class Triton(OpenAIBindings):
         except BaseException:
             self._termination.exit()
             raise
-        return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def _exit(self) -> None:
         try:
             self.stop()
         finally:
@@ -150,107 +146,18 @@ class Triton(OpenAIBindings):
         """
         return self._access_token
 
-    # -- binding ---------------------------------------------------------------------------
-    def bind(
-        self,
-        model_name: str,
-        infer_func: Union[InferFunc, Sequence[InferFunc]],
-        inputs: Sequence[Tensor],
-        outputs: Sequence[Tensor],
-        model_version: int = 1,
-        config: Optional[ModelConfig] = None,
-        strict: bool = False,
-        trace_config: Optional[List[str]] = None,
-    ) -> None:
-        """Serve `infer_func` as model `model_name`.
+    # -- binding (TritonBase.bind, bind_ensemble, unbind) -----------------------------------
+    def _bind(self, declaration: ModelDeclaration) -> None:
+        if declaration.trace_settings is not None:
+            check_traces_go_somewhere(declaration.context.model_name, self._config, self._tracing)
+        self._add(declaration)
 
-        Args:
-            model_name: the name clients use.
-            infer_func: a callable taking a list of requests and returning one mapping of output
-                name to array per request; or a list of such callables, one model instance each.
-            inputs: the input tensors; unnamed ones become ``INPUT_1``, ``INPUT_2``, ...
-            outputs: the output tensors; unnamed ones become ``OUTPUT_1``, ...
-            model_version: the version served.
-            config: batching and batcher options (`ModelConfig()` when None).
-            strict: refuse outputs whose dtype or shape differ from the declared ones.
-            trace_config: this model's own trace settings, as ``--trace-config`` items:
-                ``"level=TIMESTAMPS"`` (or ``TENSORS``, ``OFF``; may repeat), ``"rate=N"`` (one
-                request in N), ``"count=N"``, ``"log_frequency=N"``. Traces go to the server's
-                trace file, which ``TritonConfig(trace_config=["triton,file=..."])`` names; sent
-                to the server once the model is ready.
+    def _bind_ensemble(self, declaration: ModelDeclaration) -> None:
+        self._add(declaration)
 
-        Once the server runs (after `run()`, or inside ``with Triton()``), the model is loaded
-        at once and this returns when it is ready; a model that fails to load is unbound again
-        and the server goes on serving the others. A new version of a bound name loads beside
-        the one serving, which serves on (a swap: see `unbind`).
-
-        Raises:
-            PyTritonInvalidOperationError: the version is bound here already (or another one, with
-                other tensors or config, or the server does not run yet), or the running server
-                serves that name for another process (`RemoteTriton`).
-            PyTritonServerError: the running server failed to load the model (its reason).
-        """
-        with self._lock:
-            self._check_can_bind()
-            declaration = self._bindings.declare(
-                model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config
-            )
-            if declaration.trace_settings is not None:
-                check_traces_go_somewhere(model_name, self._config, self._tracing)
-            self._add(declaration)
-
-    def bind_ensemble(
-        self,
-        model_name: str,
-        steps: Sequence[EnsembleStep],
-        inputs: Optional[Sequence[str]] = None,
-        outputs: Optional[Sequence[str]] = None,
-        model_version: int = 1,
-    ) -> None:
-        """Serve a pipeline of models bound here as one model, run step by step inside the server.
-
-        Each `EnsembleStep` names a bound model and maps its tensors to the ensemble's tensors;
-        Triton passes each tensor from the step that writes it to the steps that read it, and
-        the client makes one call. Bind the step models first.
-
-        Args:
-            model_name: the name clients use.
-            steps: the steps, in any order (they run as their tensors allow).
-            inputs: the ensemble's input tensors; None: those a step reads and no step writes.
-            outputs: the tensors it returns; None: those a step writes and no step reads.
-            model_version: the version served.
-
-        Raises:
-            PyTritonBadParameterError: a step names an unknown model or tensor, a tensor's dtype
-                or shape differs between its writer and a reader, the steps form a cycle, or they
-                disagree on batching (see `pytriton.repository.ensemble.plan_ensemble`).
-            PyTritonInvalidOperationError, PyTritonServerError: as for `bind`.
-        """
-        with self._lock:
-            self._check_can_bind()
-            self._add(self._bindings.declare_ensemble(model_name, steps, inputs, outputs, model_version))
-
-    def unbind(self, model_name: str, model_version: Optional[int] = None) -> None:
-        """Stop serving model `model_name` (every version, or only `model_version`); it may be bound again.
-
-        The server unloads it after its requests in flight (see `pytriton.facade.versions`); then its
-        instances end and its files and shared memory go. Unbinding version 1 once `bind` loaded
-        version 2 swaps a model without refusing a request: those naming no version reach the highest.
-
-        Raises:
-            PyTritonInvalidOperationError: not bound here, a step of an ensemble bound here, or stopped.
-            PyTritonServerError: the server refused to unload it.
-        """
-        with self._lock:
-            self._check_can_bind()
-            check_unbind(self._bindings, "Triton", model_name, model_version)
-            unbind(self._bindings, self._control if self._process is not None else None, model_name, model_version,
-                   self._ensure_workspace().model_repository)
-
-    def _check_can_bind(self) -> None:
-        self._raise_if_failed()
-        if self._stopped:
-            raise PyTritonInvalidOperationError("this Triton was stopped; create a new Triton to bind models")
+    def _unbind(self, model_name: str, model_version: Optional[int]) -> None:
+        unbind(self._bindings, self._control if self._process is not None else None, model_name, model_version,
+               self._ensure_workspace().model_repository)
 
     def _add(self, declaration: ModelDeclaration) -> None:
         """Start a checked model (its handlers, its folder in the repository); load it if the server runs."""
@@ -307,18 +214,8 @@ class Triton(OpenAIBindings):
             atexit.register(self.stop)
         return self._workspace
 
-    # -- lifecycle -------------------------------------------------------------------------
-    def run(self) -> None:
-        """Start the server in the background; returns once every bound model is ready.
-
-        A SIGINT or SIGTERM that arrives while it starts (from the main thread) stops the start
-        and cleans up; then the signal takes its usual course (the previous handler, or the
-        default action), and if the process lives on, this raises.
-
-        Raises:
-            PyTritonServerStartupError: the server could not start, or a signal stopped the
-                start; the message says why.
-        """
+    # -- lifecycle (TritonBase.run, connect, is_connected, serve, is_alive, stop) ------------
+    def _run(self) -> None:
         if self._in_serve or threading.current_thread() is not threading.main_thread():
             self._start()
             return
@@ -374,12 +271,7 @@ class Triton(OpenAIBindings):
                                                 on_fatal=self._on_fatal, hurry=self._hurry)
             logger.info("Triton Inference Server is ready (pid %s)", process.pid)
 
-    def connect(self) -> None:
-        """The same as `run()` (the published API's name on its base class)."""
-        self.run()
-
-    def is_connected(self) -> bool:
-        """True from a completed start (`run()`, or entering ``with``) until `stop()` or a crash."""
+    def _connected(self) -> bool:
         return self._supervisor is not None and self.is_alive()
 
     def _raise_if_failed(self) -> None:
@@ -399,19 +291,7 @@ class Triton(OpenAIBindings):
         self._workspace.restrict_segments()
         return True
 
-    def serve(self, monitoring_period_s: float = 1.0) -> None:
-        """Run the server and block until SIGINT or SIGTERM, or until it stops by itself.
-
-        On the first signal the server drains: it reports not ready at once, refuses new
-        requests, and lets the requests and streams in flight finish within its exit timeout
-        (``TritonConfig.exit_timeout_secs``). A second signal during the drain stops it at once.
-        The previous signal handlers are restored before this returns.
-
-        Raises:
-            PyTritonServerCrashedError: tritonserver died while serving (killed, crashed); the
-                message names the signal or exit code and ends with the server's last lines.
-            PyTritonModelRestartLimitError: a model's instances kept dying and it was given up.
-        """
+    def _serve(self, monitoring_period_s: float) -> None:
         # Installed before the start: a SIGTERM while the models load (a pod deleted early) stops
         # the start and cleans up, instead of killing the process half-way or, as PID 1, being
         # dropped by the kernel for want of a handler.
@@ -431,8 +311,7 @@ class Triton(OpenAIBindings):
         if self._fatal is not None:
             raise self._fatal
 
-    def is_alive(self) -> bool:
-        """True while the server runs, no model declared itself unrecoverable and none was given up."""
+    def _alive(self) -> bool:
         process = self._process
         return (process is not None and process.is_running() and self._unrecoverable is None
                 and self._fatal is None and not self._stopped)
@@ -446,18 +325,7 @@ class Triton(OpenAIBindings):
             # that its health endpoints stop answering and an orchestrator restarts the process.
             threading.Thread(target=self.stop, name="pytriton-fatal-stop", daemon=True).start()
 
-    def _on_unrecoverable(self, model_name: str) -> None:
-        self._unrecoverable = model_name
-        self._wake.set()
-        threading.Thread(target=self.stop, name="pytriton-unrecoverable-stop", daemon=True).start()
-
-    def stop(self) -> bool:
-        """Stop the server after in-flight requests, then remove every process, socket and segment.
-
-        Returns:
-            True when this call stopped a started server; False when it was stopped before or
-            never started (the bound callables' handlers are released either way).
-        """
+    def _stop(self) -> bool:
         with self._lock:
             if self._stopped:
                 return False

@@ -143,8 +143,10 @@ INSIDE = {
         "drain": ("binding", "launch"),
         # A version loaded beside a serving one, or unbound.
         "versions": ("binding", "bound", "launch"),
-        "triton": ("binding", "bound", "drain", "launch", "versions"),
-        "remote": ("binding", "bound", "launch", "versions"),
+        # The binding surface both facades share, then the two.
+        "base": ("binding", "bound", "versions"),
+        "triton": ("base", "binding", "bound", "drain", "launch", "versions"),
+        "remote": ("base", "binding", "bound", "launch", "versions"),
     },
 }
 """Which module of a package may import which other module of it: the layers inside a package whose
