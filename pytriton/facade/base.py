@@ -6,7 +6,8 @@ The two facades bind callables alike and serve them through different servers: `
 public methods (their signatures, their docstrings, the checks every `bind` makes first) are
 here, and each facade fills in only the private steps where the two differ (`_bind`, `_run`,
 `_serve`, `_stop`, ...). `bind_chat` and `bind_embeddings` come from `OpenAIBindings` and go
-through `bind`. The published PyTriton's base class of both had the same name.
+through `bind`. The published PyTriton's base class of both had the same name, and
+``pytriton.triton`` exports it as that one did.
 """
 
 from __future__ import annotations

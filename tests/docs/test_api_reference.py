@@ -72,7 +72,8 @@ def test_the_reference_covers_the_public_api(reference):
         assert f"TritonBase.{name}" in base.ids, f"TritonBase.{name} is missing from the reference"
         for facade, page in (("Triton", triton), ("RemoteTriton", remote)):
             assert f"{facade}.{name}" in page.ids, f"{facade}.{name} is missing from the reference"
-            assert any(href.endswith(f"base.html#TritonBase.{name}") for href in page.hrefs), (facade, name)
+            assert any(href.endswith(f"#TritonBase.{name}") for href in page.hrefs), (facade, name)
+        assert f"TritonBase.{name}" in triton.ids, "pytriton.triton documents TritonBase too, as it exports it"
     # bind's docstring rendered there (not only in the page's view of the source).
     assert re.search(r"<strong>infer_func:</strong>\s+a callable taking a list of requests", base_page.read_text())
 
