@@ -66,8 +66,8 @@ demo: check-generated install
 
 # The API reference, generated from the docstrings (tests/docs/test_api_reference.py builds it
 # too and checks its links): open build/api/index.html.
-API_MODULES := pytriton.triton pytriton.remote pytriton.model_config pytriton.decorators pytriton.client \
-	pytriton.exceptions pytriton.openai.binding
+API_MODULES := pytriton.triton pytriton.remote pytriton.facade.base pytriton.model_config pytriton.decorators \
+	pytriton.client pytriton.exceptions pytriton.openai.binding
 docs: check-generated install
 	$(VPY) -m pdoc --docformat google -o build/api $(API_MODULES)
 	@echo "API reference: build/api/index.html"

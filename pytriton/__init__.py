@@ -3,9 +3,10 @@
 The two flows, one folder each step:
 
 * setup: ``model_config`` (what the user declares) -> ``repository`` (config.pbtxt on disk)
-  -> ``binding`` (worker handlers and the model folder of each bound callable) -> ``server``
-  (the tritonserver process) -> ``triton`` (the facade wiring them), or ``remote`` (the facade
-  binding to a tritonserver that something else started);
+  -> ``server`` (the tritonserver process) -> ``facade`` (``facade.binding``: worker handlers
+  and the model folder of each bound callable; ``facade.triton``: `Triton`, wiring them to a
+  tritonserver it starts; ``facade.remote``: `RemoteTriton`, to one something else started),
+  published as ``triton`` and ``remote``;
 * one request: ``client`` -> tritonserver -> pytriton's own Triton backend (``backend/``, C,
   inside tritonserver; or, on the proxy path, ``proxy`` inside Triton's Python backend)
   -> ``ipc`` (a SEQPACKET socket per instance, /dev/shm tensors; the C side reads the generated

@@ -6,5 +6,5 @@ container builds: `pytriton.check.runtime` holds the checks of the machine a ser
 them all; `pytriton.check.install` the checks of the install (glibc, libpython, the server tree
 and its stub, a throwaway server); `pytriton.check.results` a check's outcome and how the
 command line shows and sums them up. It uses the server package; nothing of the server imports it,
-except `pytriton.launch`, which probes the ports before a start the way the check does.
+except `pytriton.facade.launch`, which probes the ports before a start the way the check does.
 """

@@ -140,7 +140,8 @@ def embeddings_callable(model_name: str, infer_func: EmbedFunc, dimensions: bool
 
 
 class OpenAIBindings:
-    """`bind_chat` and `bind_embeddings`, for a facade with pytriton's `bind` (`Triton`, `RemoteTriton`)."""
+    """`bind_chat` and `bind_embeddings`, for a facade with pytriton's `bind`: the base of `TritonBase`
+    (``pytriton.facade.base``), so `Triton` and `RemoteTriton` have them."""
 
     bind: Callable[..., None]
 
@@ -177,21 +178,20 @@ class OpenAIBindings:
         if not callable(infer_func):
             raise PyTritonBadParameterError(
                 f"infer_func of chat model '{model_name}' must be a callable, got {infer_func!r}")
+        served: Callable[..., Any]
         if isinstance(infer_func, ContinuousStep):  # conversations join and leave a running step
             model_config = chat_config(model_name, config if config is not None else ModelConfig(
                 batching=False, max_batch_size=DEFAULT_CONTINUOUS_STREAMS))
-            steps = ContinuousStep(ChatSteps(model_name, infer_func, model_config.batching), infer_func.max_steps)
-            self.bind(model_name=model_name, infer_func=steps, inputs=list(CHAT_INPUTS), outputs=list(CHAT_OUTPUTS),
-                      model_version=model_version, config=model_config, strict=strict, trace_config=trace_config)
-            return
-        model_config = chat_config(model_name, config)
-        under_batch = batched_function(infer_func)
-        if under_batch is not None and not model_config.batching:
-            raise PyTritonBadParameterError(
-                f"chat model '{model_name}': infer_func is @batch-decorated but config has batching=False; give "
-                "config=ModelConfig(max_batch_size=N, batcher=DynamicBatcher(max_queue_delay_microseconds=...))")
-        runner = ChatRunner(model_name, infer_func, under_batch, model_config.batching)
-        self.bind(model_name=model_name, infer_func=runner, inputs=list(CHAT_INPUTS), outputs=list(CHAT_OUTPUTS),
+            served = ContinuousStep(ChatSteps(model_name, infer_func, model_config.batching), infer_func.max_steps)
+        else:
+            model_config = chat_config(model_name, config)
+            under_batch = batched_function(infer_func)
+            if under_batch is not None and not model_config.batching:
+                raise PyTritonBadParameterError(
+                    f"chat model '{model_name}': infer_func is @batch-decorated but config has batching=False; give "
+                    "config=ModelConfig(max_batch_size=N, batcher=DynamicBatcher(max_queue_delay_microseconds=...))")
+            served = ChatRunner(model_name, infer_func, under_batch, model_config.batching)
+        self.bind(model_name=model_name, infer_func=served, inputs=list(CHAT_INPUTS), outputs=list(CHAT_OUTPUTS),
                   model_version=model_version, config=model_config, strict=strict, trace_config=trace_config)
 
     def bind_embeddings(

@@ -51,7 +51,7 @@ class FrontMeasures:
     """Records the front's histograms of each finished answer (see the module docstring).
 
     Args:
-        bindings: the facade's `pytriton.binding.ModelBindings`, to find a model's registry.
+        bindings: the facade's `pytriton.facade.binding.ModelBindings`, to find a model's registry.
     """
 
     def __init__(self, bindings: Any) -> None:

@@ -267,7 +267,7 @@ def local_warmups(model_name: str, inputs: Sequence[Tensor], config: ModelConfig
     """Every warm-up of the model as pytriton runs it itself, in their order (checked before, by
     `_triton_entries`): the plan's `WarmupPlan.local` where Triton cannot send them, and all of them
     for a version that joins a serving one, warmed up here first so that one that fails is refused
-    before Triton loads it (`pytriton.versions`).
+    before Triton loads it (`pytriton.facade.versions`).
 
     The data follows the published PyTriton: a ``.npy`` file of rows gives the batch its rows
     (repeated or cut to `batch_size`), a sample (array, raw file or ``.npy``) is repeated for

@@ -5,7 +5,7 @@ the proxy, so what runs inside Triton is the installed library's code, never a c
 
 A version folder must not change once its version serves: Triton 2.51 reloads a serving version
 whose folder changed when the model is loaded again (as it is when another version joins or
-leaves, see `pytriton.versions`), and a reloaded version would be served by the newer version's
+leaves, see `pytriton.facade.versions`), and a reloaded version would be served by the newer version's
 workers on pytriton's backend. The stub's Python would write ``__pycache__/`` there when it
 imports ``model.py``: a plain file of that name, written first, makes it skip the bytecode.
 """

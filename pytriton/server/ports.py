@@ -1,6 +1,6 @@
 """The ports a tritonserver will listen on, and whether each is free before it starts.
 
-Both a start (`pytriton.launch`) and ``pytriton check`` ask before tritonserver runs, so that a
+Both a start (`pytriton.facade.launch`) and ``pytriton check`` ask before tritonserver runs, so that a
 busy port is one clear error naming the field, rather than Triton's exit after its models load.
 """
 

@@ -1,7 +1,7 @@
 """Where a process instance runs, and its setup step: the device its worker process sees, and the
 callable an `InstanceSetup` builds there.
 
-Step of the setup flow: `pytriton.binding` -> `pytriton.worker.process_instance` (forks) ->
+Step of the setup flow: `pytriton.facade.binding` -> `pytriton.worker.process_instance` (forks) ->
 here, in the child, before the handler starts. The parent works out each instance's device and
 the ``CUDA_VISIBLE_DEVICES`` its child gets (`visible_devices`, at `bind`, so a device that is
 not there fails the `bind`); the child sets it first thing after the fork, before any of its code

@@ -63,7 +63,19 @@ def test_the_reference_covers_the_public_api(reference):
         assert name in client.ids, f"{name} is missing from the reference of pytriton.client"
     assert "ModelConfig" in _parse(reference / "pytriton" / "model_config.html").ids
     assert "batch" in _parse(reference / "pytriton" / "decorators.html").ids
-    assert "RemoteTriton" in _parse(reference / "pytriton" / "remote.html").ids
+    remote = _parse(reference / "pytriton" / "remote.html")
+    assert "RemoteTriton" in remote.ids
+    # What both facades share is documented once, on their base, and each facade's page links there.
+    base_page = reference / "pytriton" / "facade" / "base.html"
+    base = _parse(base_page)
+    for name in ("bind", "bind_ensemble", "unbind", "run", "connect", "serve", "is_alive", "is_connected", "stop"):
+        assert f"TritonBase.{name}" in base.ids, f"TritonBase.{name} is missing from the reference"
+        for facade, page in (("Triton", triton), ("RemoteTriton", remote)):
+            assert f"{facade}.{name}" in page.ids, f"{facade}.{name} is missing from the reference"
+            assert any(href.endswith(f"#TritonBase.{name}") for href in page.hrefs), (facade, name)
+        assert f"TritonBase.{name}" in triton.ids, "pytriton.triton documents TritonBase too, as it exports it"
+    # bind's docstring rendered there (not only in the page's view of the source).
+    assert re.search(r"<strong>infer_func:</strong>\s+a callable taking a list of requests", base_page.read_text())
 
 
 def test_every_link_of_the_reference_resolves(reference):

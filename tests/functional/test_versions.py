@@ -427,7 +427,7 @@ def server_ready(config) -> bool:
 def test_a_joining_version_that_fails_to_load_leaves_the_server_ready(tmp_path, monkeypatch, backend):
     """Triton 2.51 keeps a failed load's record, and a strict server reports not ready while any
     version's record is a failure; the versions that serve serve on, and the server says ready again
-    once the bind that failed returns (pytriton clears the record: `pytriton.versions`)."""
+    once the bind that failed returns (pytriton clears the record: `pytriton.facade.versions`)."""
     broken = answer_with(2)
     refusing(monkeypatch, broken)
     config = server_config(**({"model_backend": "python"} if backend == "python" else {}))

@@ -13,7 +13,7 @@ import time
 import pytest
 import zmq
 
-from pytriton.binding import _ZMQ_TERM_S, ModelBindings
+from pytriton.facade.binding import _ZMQ_TERM_S, ModelBindings
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""The bound models by name and version (`pytriton.bound`), and the names of a version's sockets:
+"""The bound models by name and version (`pytriton.facade.bound`), and the names of a version's sockets:
 no process."""
 
 import os
@@ -6,9 +6,9 @@ import os
 import numpy as np
 import pytest
 
-from pytriton.binding import check_socket_paths
-from pytriton.bound import BoundModel, BoundModels, ModelDeclaration
 from pytriton.exceptions import PyTritonBadParameterError
+from pytriton.facade.binding import check_socket_paths
+from pytriton.facade.bound import BoundModel, BoundModels, ModelDeclaration
 from pytriton.ipc import protocol
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.worker.context import TritonContext

@@ -37,9 +37,9 @@ def test_the_server_config_and_the_urls_default_to_these_ports():
 
 
 def test_the_start_up_wait_is_the_published_timeout():
-    import pytriton.triton
+    import pytriton.facade.triton
 
-    assert pytriton.triton.STARTUP_TIMEOUT_S == constants.DEFAULT_TRITON_STARTUP_TIMEOUT_S
+    assert pytriton.facade.triton.STARTUP_TIMEOUT_S == constants.DEFAULT_TRITON_STARTUP_TIMEOUT_S
 
 
 @pytest.mark.parametrize(

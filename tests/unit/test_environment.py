@@ -123,7 +123,7 @@ def test_the_published_constant_is_the_registry_s():
     ("250", "250"), ("0", "0"), ("12.5", "12.5"), ("", None), ("abc", None), ("-5", None), ("nan", None), ("inf", None),
 ])
 def test_the_backend_s_microseconds_come_through_only_as_numbers(monkeypatch, caplog, variable, value, passed):
-    from pytriton.binding import microseconds_from
+    from pytriton.facade.binding import microseconds_from
 
     monkeypatch.setenv(variable, value)
     with caplog.at_level("WARNING", logger="pytriton.triton"):

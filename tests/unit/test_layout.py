@@ -13,6 +13,8 @@ import ast
 import pathlib
 from typing import Dict, List, Set
 
+import pytest
+
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "pytriton"
 
 
@@ -121,21 +123,34 @@ MAY_IMPORT = {
     "server": ("ipc", "model_config"),
     # `pytriton check`, a tool beside the serving path (it reads the trace settings as the worker exports them).
     "check": ("ipc", "server", "worker"),
-    # The bound versions of each name (what `binding` starts and `versions` swaps).
-    "bound": ("ipc", "model_config", "repository", "worker"),
-    "binding": ("bound", "decorating", "ipc", "metrics", "model_config", "repository", "server", "worker"),
     "openai": ("decorating", "metrics", "model_config", "server"),
-    # The facade's start and stop: they wire the bindings to the server.
-    "launch": ("binding", "ipc", "model_config", "server", "worker"),
-    "drain": ("binding", "ipc", "launch", "server", "worker"),
-    # A version loaded beside a serving one, or unbound.
-    "versions": ("binding", "bound", "ipc", "launch", "server"),
-    "remote": ("binding", "bound", "launch", "model_config", "openai", "repository", "server", "versions"),
-    "triton": ("binding", "bound", "drain", "launch", "model_config", "openai", "remote", "server", "versions",
-               "worker"),
+    # The facade: the bindings wired to the server (its modules' own layers: `INSIDE`).
+    "facade": ("decorating", "ipc", "metrics", "model_config", "openai", "repository", "server", "worker"),
+    # The published modules of the facade: its names, re-exported.
+    "remote": ("facade",),
+    "triton": ("facade", "server"),
     "__main__": ("check", "server"),
 }
 """Which package (or top-level module) of pytriton may import which, besides `FOUNDATIONS`: the layering rule."""
+
+INSIDE = {
+    "facade": {
+        # The bound versions of each name (what `binding` starts and `versions` swaps).
+        "bound": (),
+        "binding": ("bound",),
+        # The start and the stop: they wire the bindings to the server.
+        "launch": ("binding",),
+        "drain": ("binding", "launch"),
+        # A version loaded beside a serving one, or unbound.
+        "versions": ("binding", "bound", "launch"),
+        # The binding surface both facades share, then the two.
+        "base": ("binding", "bound", "versions"),
+        "triton": ("base", "binding", "bound", "drain", "launch", "versions"),
+        "remote": ("base", "binding", "bound", "launch", "versions"),
+    },
+}
+"""Which module of a package may import which other module of it: the layers inside a package whose
+modules are steps of one flow (its ``__init__`` imports none of them)."""
 
 
 def _package(module: str) -> str:
@@ -175,6 +190,26 @@ def test_no_package_ring():
     assert _rings(_package_imports(_imports(_modules()))) == []
     # The rule itself allows none either, so widening it cannot let one in.
     assert _rings({name: set(allowed) for name, allowed in MAY_IMPORT.items()}) == []
+
+
+def _inside_imports(graph: Dict[str, Set[str]], package: str) -> Dict[str, Set[str]]:
+    """``{module: the modules of the same package it imports}`` for `package`, by short name."""
+    prefix = f"pytriton.{package}."
+    inside = {}
+    for module, targets in graph.items():
+        if module.startswith(prefix) or module == prefix[:-1]:
+            name = module[len(prefix):] if module.startswith(prefix) else "__init__"
+            inside[name] = {target[len(prefix):] for target in targets if target.startswith(prefix)}
+    return inside
+
+
+@pytest.mark.parametrize("package", sorted(INSIDE))
+def test_the_modules_of_a_layered_package_import_only_down_its_layers(package):
+    found = _inside_imports(_imports(_modules()), package)
+    assert set(found) - {"__init__"} == set(INSIDE[package]), f"list each module of pytriton.{package} in INSIDE"
+    refused = {name: sorted(targets - set(INSIDE[package].get(name, ()))) for name, targets in found.items()}
+    assert {name: targets for name, targets in refused.items() if targets} == {}
+    assert _rings({name: set(allowed) for name, allowed in INSIDE[package].items()}) == []
 
 
 def test_a_package_ring_is_found_where_no_module_ring_is():

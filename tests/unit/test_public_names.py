@@ -10,8 +10,8 @@ import pytest
 PUBLIC = {
     'pytriton.triton': (
         'DEFAULT_PROTECTED_ENDPOINTS', 'DefaultTritonLifecyclePolicy', 'RemoteTriton', 'TRITON_ACCESS_HEADER',
-        'Triton', 'TritonConfig', 'TritonLifecyclePolicy', 'TritonSecurityConfig', 'VALID_TRITON_ENDPOINTS',
-        'VertextAILifecyclePolicy',
+        'Triton', 'TritonBase', 'TritonConfig', 'TritonLifecyclePolicy', 'TritonSecurityConfig',
+        'VALID_TRITON_ENDPOINTS', 'VertextAILifecyclePolicy',
     ),
     'pytriton.remote': (
         'RemoteTriton',

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytriton.binding import ModelBindings
 from pytriton.decorators import batch, sample
+from pytriton.facade.binding import ModelBindings
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.worker.handler import forgotten_decorator
 

@@ -19,7 +19,6 @@ import pathlib
 import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from pytriton.binding import ModelBindings, SignalWatch
 from pytriton.constants import DEFAULT_TRITON_STARTUP_TIMEOUT_S as STARTUP_TIMEOUT_S
 from pytriton.environment import METRICS_PERIOD_S
 from pytriton.exceptions import (
@@ -28,6 +27,7 @@ from pytriton.exceptions import (
     PyTritonServerError,
     PyTritonServerStartupError,
 )
+from pytriton.facade.binding import ModelBindings, SignalWatch
 from pytriton.ipc import protocol
 from pytriton.model_config import ModelConfig
 from pytriton.server.argv import build_argv

@@ -22,11 +22,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import zmq
 
-from pytriton.bound import BoundModel, BoundModels, InferFunc, ModelDeclaration
 from pytriton.decorating.shaping import whole_batch
 from pytriton.environment import BATCH_HOLD_US as HOLD_ENV
 from pytriton.environment import PROXY_SPIN_US as SPIN_ENV
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError, PyTritonModelConfigError
+from pytriton.facade.bound import BoundModel, BoundModels, InferFunc, ModelDeclaration
 from pytriton.ipc import protocol
 from pytriton.metrics import Registry
 from pytriton.model_config import ModelConfig, SequenceBatcher, Tensor
@@ -274,9 +274,9 @@ class ModelBindings:
             shm_prefix: prefix of every shared-memory segment of the facade.
             import_paths: folders the generated model.py puts on the stub's ``sys.path``.
 
-        A name's first version gets the folder (`pytriton.bound`); another version,
+        A name's first version gets the folder (`pytriton.facade.bound`); another version,
         which must have the same served configuration (else `PyTritonInvalidOperationError`),
-        only its version folder: `pytriton.versions` loads it. On failure, the handlers started
+        only its version folder: `pytriton.facade.versions` loads it. On failure, the handlers started
         so far are stopped and the model is not bound. An ensemble has only its folder.
         """
         if declaration.ensemble is not None:

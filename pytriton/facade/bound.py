@@ -1,7 +1,7 @@
 """The models a facade serves, by name and version.
 
 A name may be bound in several versions at once (a new version loads while the old one serves,
-then the old one is unbound: see `pytriton.versions`). Triton keeps one configuration per name,
+then the old one is unbound: see `pytriton.facade.versions`). Triton keeps one configuration per name,
 so that configuration cannot name a version's sockets. It names the name's endpoint
 (`protocol.name_endpoint`) instead, and each version's handlers are named after it with their
 version (`protocol.version_endpoint`): a proxy on the Python backend path asks Triton for the

@@ -16,7 +16,7 @@ Requests that name no version go to the highest version that is ready: to versio
 moment it is.
 
 Each version's instances reach that version's own workers, whenever they connect (the version
-is part of the socket paths: `pytriton.bound`). A version that leaves is dropped by Triton once
+is part of the socket paths: `pytriton.facade.bound`). A version that leaves is dropped by Triton once
 its requests in flight are answered; only then do its handlers stop and its files and segments go.
 A joining version that fails to load is unbound again, and the failure Triton keeps on record
 (which holds a strict server not ready) is cleared without touching the versions that serve
@@ -31,11 +31,11 @@ import pathlib
 import time
 from typing import Callable, Dict, List, NoReturn, Optional, Sequence
 
-from pytriton.binding import ModelBindings
-from pytriton.bound import BoundModel, ModelDeclaration
 from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonServerError
+from pytriton.facade.binding import ModelBindings
+from pytriton.facade.bound import BoundModel, ModelDeclaration
+from pytriton.facade.launch import MODEL_LOAD_TIMEOUT_S, load_watching_signals, refuse_foreign_model
 from pytriton.ipc.channel import pid_alive
-from pytriton.launch import MODEL_LOAD_TIMEOUT_S, load_watching_signals, refuse_foreign_model
 from pytriton.server.control import ServerControl, wait_for
 
 logger = logging.getLogger("pytriton.triton")

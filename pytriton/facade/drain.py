@@ -28,10 +28,10 @@ import threading
 import time
 from typing import Any, Callable, List, Optional, Tuple
 
-from pytriton.binding import ModelBindings
 from pytriton.exceptions import PyTritonServerError
+from pytriton.facade.binding import ModelBindings
+from pytriton.facade.launch import writes_files_at_exit
 from pytriton.ipc.stopping import ABANDONED, REFUSING, raise_flag, refusing_config
-from pytriton.launch import writes_files_at_exit
 from pytriton.server.config import TritonConfig, exit_timeout_s
 from pytriton.server.process import ServerProcess
 from pytriton.server.readiness import hold_not_ready
