@@ -20,7 +20,7 @@ function to it first; a batch it does not take goes the general way above, untou
 
 The common model is a function under ``@batch`` alone: all it reads is each input of the batch
 as one array, and all it returns is each output as one array. For such a callable
-(`pytriton.worker.responses.WholeBatch`, when `BatchCalls.whole` says its model fits) the lane
+(`pytriton.worker.outcomes.WholeBatch`, when `BatchCalls.whole` says its model fits) the lane
 builds exactly that from the wire's columns (one writeable array per input, as ``@batch`` gives
 it), calls the function, and checks its answer once for the batch. No request objects, no
 per-request checks, no parameters parsed.
@@ -69,18 +69,9 @@ from pytriton.worker.context import TritonContext
 from pytriton.worker.instance import InstanceSpec
 from pytriton.worker.isolation import isolate
 from pytriton.worker.measures import Measures
+from pytriton.worker.outcomes import Expected, Failure, Packed, WholeBatch, WholeOutputs
 from pytriton.worker.request import CancelProbe, CancelReader, Request, Requests
-from pytriton.worker.responses import (
-    Expected,
-    Failure,
-    Packed,
-    WholeBatch,
-    WholeOutputs,
-    batch_result,
-    per_request,
-    shape_matches,
-    stream_part,
-)
+from pytriton.worker.responses import batch_result, per_request, shape_matches, stream_part
 from pytriton.worker.timed import ExecutionTimeout, TimedCaller
 
 logger = logging.getLogger("pytriton.worker")

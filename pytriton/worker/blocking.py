@@ -53,7 +53,7 @@ from pytriton.worker.batches import BatchCalls, NotDecoupled, WholeLane
 from pytriton.worker.context import set_current_context
 from pytriton.worker.endpoint import Connection, HandlerEndpoint
 from pytriton.worker.instance import InstanceSpec
-from pytriton.worker.responses import Expected, Packed, WholeOutputs
+from pytriton.worker.outcomes import Expected, Packed, WholeOutputs
 
 logger = logging.getLogger("pytriton.worker")
 

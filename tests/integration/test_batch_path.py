@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 ROOT = os.path.dirname(pytriton.__file__) + os.sep
 X = (Tensor(name="x", shape=(-1,), dtype=np.float32),)
 WORKER_PATH = {"worker/endpoint.py", "worker/blocking.py", "worker/batches.py", "worker/request.py",
-               "worker/responses.py", "worker/instance.py", "worker/measures.py"}
+               "worker/outcomes.py", "worker/responses.py", "worker/instance.py", "worker/measures.py"}
 """The worker's modules a plain batch visits (before issue 34's regrouping: also cancellation.py,
 deadline.py, and for ``@batch`` whole.py and results.py)."""
 WIRE = {"ipc/channel.py", "ipc/protocol.py", "ipc/codec.py", "metrics.py"}
