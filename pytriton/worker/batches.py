@@ -51,7 +51,6 @@ travel inline in the channel's buffer, which the next message reuses: those are 
 from __future__ import annotations
 
 import inspect
-import itertools
 import json
 import logging
 import time
@@ -145,28 +144,17 @@ class BatchCalls:
         """
         count = len(batch.parameters)
         whole = self._whole(batch, payload, reader) if count > 1 else None  # one request: nothing to gather
-        rows: List[int] = []
+        groups = None
         if whole is None:
             groups = codec.unpack(batch.columns, batch.segment, payload, reader, count)
-        else:  # each request's arrays: views of the whole ones' rows
-            rows = [shape[0] for shape in batch.columns[0].shapes]  # type: ignore[index]  # no None: gathered
-            ends = list(itertools.accumulate(rows))
-            views = [[array[end - size:end] for size, end in zip(rows, ends)] for array in whole.values()]
-            groups = [dict(zip(whole, arrays)) for arrays in zip(*views)]
-        requests = []
-        for arrays, parameters in zip(groups, batch.parameters):
-            if self._bytes_inputs:
-                for name in self._bytes_inputs & arrays.keys():
-                    arrays[name] = arrays[name].astype(np.bytes_)
-            requests.append(Request(arrays, json.loads(parameters) if parameters else {}))
-        for request, (sequence_id, flags) in zip(requests, batch.sequences):
-            request._set_sequence(sequence_id, flags)
-        for request, names in zip(requests, batch.requested):
-            if names:
-                request._requested = names
+            if self._bytes_inputs:  # never gathered
+                for arrays in groups:
+                    for name in self._bytes_inputs & arrays.keys():
+                        arrays[name] = arrays[name].astype(np.bytes_)
+        requests = Requests.of_batch(batch, groups, whole)
         if batch.traces:  # Triton traces with OpenTelemetry: the sampled requests get their spans
             tracing.begin(self.context.tracing, batch.traces, batch.sent_ns, requests)
-        return Requests(requests) if whole is None else Requests(requests, whole, rows, groups)
+        return requests
 
     def _whole(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader) -> Optional[Dict[str, Any]]:
         """Each input of the batch as one array (`codec.gathered`), or None where one cannot be."""
@@ -196,10 +184,7 @@ class BatchCalls:
         try:
             requests = self.requests(batch, payload, reader)
             if cancels is not None:  # the handler reads cancellations while this batch runs
-                probe = self.probe
-                probe.begin(requests, cancels)
-                for request in requests:
-                    request._probe = probe
+                self.probe.begin(requests, cancels)
             if self._strict_sizes:  # before the callable may change the requests
                 batch_sizes = Expected([batch_size(request) for request in requests], batch.requested)
         except Exception as exc:  # noqa: BLE001 - a bad batch fails its own requesters only
