@@ -10,12 +10,19 @@ objects from the wire's columns, leave out the requests whose deadline passed, c
 (`timed`), or directly), turn the callable's exceptions into the messages its requesters get,
 and hand the outcome to `pytriton.worker.responses`. It owns no socket and no thread.
 
+The blocking loop, which serves every plain callable, makes one call per batch:
+`BatchCalls.serve` takes the batch as it came and gives back its answer (`Packed`, saying too
+whether the function kept a lent input), or what the call left running (`Running`: a generator or
+a coroutine, which the loop runs to its end). The batch goes the whole-batch lane's way or the
+general one inside it, and comes back out from the same place. The types the steps hand each
+other live in `pytriton.worker.outcomes`.
+
 Deadlines travel with requests: pytriton's clients send their inference timeout as an absolute
 deadline (the request parameter `pytriton.ipc.protocol.DEADLINE_PARAMETER`). A request that
 waited in Triton's queue past it has no one waiting for its answer any more; computing it would
 only delay the requests behind it, so it is answered with an error and left out of the call.
 
-The whole-batch lane (`WholeLane`): the blocking loop offers every batch of a plain ``@batch``
+The whole-batch lane (`WholeLane`): `BatchCalls.serve` offers every batch of a plain ``@batch``
 function to it first; a batch it does not take goes the general way above, untouched.
 
 The common model is a function under ``@batch`` alone: all it reads is each input of the batch
@@ -55,7 +62,7 @@ import json
 import logging
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -68,7 +75,7 @@ from pytriton.worker.context import TritonContext
 from pytriton.worker.instance import InstanceSpec
 from pytriton.worker.isolation import isolate
 from pytriton.worker.measures import Measures
-from pytriton.worker.outcomes import Expected, Failure, Packed, WholeBatch, WholeOutputs
+from pytriton.worker.outcomes import Expected, Failure, Packed, Running, WholeBatch, WholeOutputs
 from pytriton.worker.request import CancelProbe, CancelReader, Request, Requests
 from pytriton.worker.responses import batch_result, per_request, shape_matches, stream_part
 from pytriton.worker.timed import ExecutionTimeout, TimedCaller
@@ -131,6 +138,7 @@ class BatchCalls:
                                                 timed=timeout_s is not None) else None
         """The plain ``@batch`` function taken apart, when the model's batches may take the
         whole-batch lane (`WholeLane`); else None."""
+        self._lane = WholeLane(self) if self.whole is not None else None
 
     def close(self) -> None:
         if self._timed is not None:
@@ -168,6 +176,42 @@ class BatchCalls:
             whole[column.name] = array
         return whole
 
+    def serve(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader, arena: Optional[Arena],
+              marks: Optional[List[int]], cancels: CancelReader) -> Union[Packed, Running]:
+        """One batch of the blocking loop, from its message to its answer, in one call: the
+        whole-batch lane's way when it takes the batch, else the general one (`call`, `result`).
+
+        `arena` carries large outputs (None: inline). `marks`, when given, gets the
+        `protocol.Stamp.DECODED` and `protocol.Stamp.CALLED` stamps. `cancels` reads the proxy's
+        `Cancel` messages for ``request.is_cancelled()``.
+
+        Returns:
+            The answer (`Packed`): its `BatchResult`, which also says whether the function kept an
+            input lent from the sender's arena, and its payload. Or what the call left running
+            (`Running`: a generator or a coroutine): the loop runs it to its end, and ends the
+            probe once it has (its requests may ask whether they were cancelled until then).
+        """
+        lane = self._lane
+        served = None if lane is None else lane.serve(batch, payload, reader, arena, marks)
+        took = served is not None
+        if served is None:  # the general way: request objects, deadlines, the callable as it is
+            served = self.call(batch, payload, reader, marks, cancels)
+        batch_sizes, outcome = served
+        served = None  # `outcome` alone holds the answer now (see `WholeLane.inputs_kept`)
+        kind = type(outcome)
+        if kind is not Packed and kind is not WholeOutputs and runs_on(outcome):
+            return Running(outcome, batch_sizes)
+        if marks is not None:
+            marks.append(time.monotonic_ns())
+        answer = outcome if kind is Packed else Packed(*self.result(batch.batch_id, len(batch.parameters), outcome,
+                                                                    batch_sizes, arena))
+        outcome = None  # packed: what still views the batch's inputs now is the function's own
+        if not took:
+            self.probe.end()  # answered: let go of the requests, whose arrays may view shared memory
+        elif lane is not None and lane.inputs_kept():
+            answer = Packed(answer.result._replace(inputs_kept=True), answer.payload)
+        return answer
+
     def call(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader,
              marks: Optional[List[int]] = None, cancels: Optional[CancelReader] = None) -> Tuple[Expected, Any]:
         """Run the callable on the batch: its result (list, generator, coroutine...) or a `Failure`.
@@ -180,16 +224,16 @@ class BatchCalls:
         Returns:
             Per request its batch size (when `strict` checks shapes, else None), and the outcome.
         """
-        batch_sizes = Expected([None] * len(batch.parameters), batch.requested)
         try:
             requests = self.requests(batch, payload, reader)
             if cancels is not None:  # the handler reads cancellations while this batch runs
                 self.probe.begin(requests, cancels)
-            if self._strict_sizes:  # before the callable may change the requests
-                batch_sizes = Expected([batch_size(request) for request in requests], batch.requested)
+            # the sizes before the callable may change the requests
+            batch_sizes = Expected([batch_size(request) for request in requests] if self._strict_sizes else
+                                   [None] * len(requests), batch.requested)
         except Exception as exc:  # noqa: BLE001 - a bad batch fails its own requesters only
             error, unrecoverable = self.callable_error(exc)
-            return batch_sizes, Failure(error, unrecoverable)
+            return Expected([None] * len(batch.parameters), batch.requested), Failure(error, unrecoverable)
         if marks is not None:
             marks.append(time.monotonic_ns())
         expired = pop_expired(requests, time.time())
@@ -487,7 +531,8 @@ class WholeLane:
 
     def inputs_kept(self) -> bool:
         """Whether the function kept an input lent from the sender's arena; asked once per batch,
-        after its answer is packed and dropped (`LentInputs`)."""
+        after its answer is packed and dropped (`LentInputs`): by `BatchCalls.serve`, whose
+        `outcome` is then the only reference to the answer that it drops first."""
         lent, self.lent = self.lent, None
         return lent is not None and lent.kept()
 

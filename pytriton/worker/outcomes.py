@@ -9,6 +9,8 @@ these, `pytriton.worker.responses` (a batch out) reads them, the loops (`pytrito
 - `Failure`: an error for the requesters of a batch, in place of their responses;
 - `WholeOutputs`: a ``@batch`` answer as each output of the whole batch in one array;
 - `Packed`: a batch's answer packed for the wire, nothing left to check;
+- `Running`: an outcome that goes on after the call returned (a generator or a coroutine),
+  which the loop runs to its end;
 - `WholeBatch`: a plain ``@batch`` callable taken apart for the whole-batch lane.
 """
 
@@ -62,10 +64,18 @@ class WholeOutputs(NamedTuple):
 class Packed(NamedTuple):
     """A batch's answer packed for the wire: the `BatchResult` and its payload. The whole-batch
     lane packs what it checked itself (`pytriton.worker.responses.batch_result` then has nothing
-    left to do)."""
+    left to do); `pytriton.worker.batches.BatchCalls.serve` answers every batch it ends with one."""
 
     result: protocol.BatchResult
     payload: List[Any]
+
+
+class Running(NamedTuple):
+    """What a call left running (a generator, a coroutine or an async generator): the loop runs
+    it to its end and sends its answers; `batch_sizes` is what they are checked against."""
+
+    outcome: Any
+    batch_sizes: Expected
 
 
 class WholeBatch(NamedTuple):
