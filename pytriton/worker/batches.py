@@ -11,8 +11,8 @@ objects from the wire's columns, leave out the requests whose deadline passed, c
 and hand the outcome to `pytriton.worker.responses`. It owns no socket and no thread.
 
 The blocking loop, which serves every plain callable, makes one call per batch:
-`BatchCalls.serve` takes the batch as it came and gives back its answer (`Packed`, saying too
-whether the function kept a lent input), or what the call left running (`Running`: a generator or
+`BatchCalls.serve` takes the batch as it came and gives back its answer (the `BatchResult`, saying
+too whether the function kept a lent input, and its payload), or what the call left running (`Running`: a generator or
 a coroutine, which the loop runs to its end). The batch goes the whole-batch lane's way or the
 general one inside it, and comes back out from the same place. The types the steps hand each
 other live in `pytriton.worker.outcomes`.
@@ -176,8 +176,10 @@ class BatchCalls:
             whole[column.name] = array
         return whole
 
-    def serve(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader, arena: Optional[Arena],
-              marks: Optional[List[int]], cancels: CancelReader) -> Union[Packed, Running]:
+    def serve(
+        self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader, arena: Optional[Arena],
+        marks: Optional[List[int]], cancels: CancelReader,
+    ) -> Union[Tuple[protocol.BatchResult, List[Any]], Running]:
         """One batch of the blocking loop, from its message to its answer, in one call: the
         whole-batch lane's way when it takes the batch, else the general one (`call`, `result`).
 
@@ -186,8 +188,9 @@ class BatchCalls:
         `Cancel` messages for ``request.is_cancelled()``.
 
         Returns:
-            The answer (`Packed`): its `BatchResult`, which also says whether the function kept an
-            input lent from the sender's arena, and its payload. Or what the call left running
+            The answer: its `BatchResult`, which also says whether the function kept an input lent
+            from the sender's arena, and its payload (a `Packed` where the lane packed it, a plain
+            pair otherwise: no object made only to be taken apart). Or what the call left running
             (`Running`: a generator or a coroutine): the loop runs it to its end, and ends the
             probe once it has (its requests may ask whether they were cancelled until then).
         """
@@ -203,13 +206,13 @@ class BatchCalls:
             return Running(outcome, batch_sizes)
         if marks is not None:
             marks.append(time.monotonic_ns())
-        answer = outcome if kind is Packed else Packed(*self.result(batch.batch_id, len(batch.parameters), outcome,
-                                                                    batch_sizes, arena))
+        answer = outcome if kind is Packed else self.result(batch.batch_id, len(batch.parameters), outcome,
+                                                            batch_sizes, arena)
         outcome = None  # packed: what still views the batch's inputs now is the function's own
         if not took:
             self.probe.end()  # answered: let go of the requests, whose arrays may view shared memory
         elif lane is not None and lane.inputs_kept():
-            answer = Packed(answer.result._replace(inputs_kept=True), answer.payload)
+            answer = (answer[0]._replace(inputs_kept=True), answer[1])
         return answer
 
     def call(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader,

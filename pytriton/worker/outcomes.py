@@ -64,7 +64,7 @@ class WholeOutputs(NamedTuple):
 class Packed(NamedTuple):
     """A batch's answer packed for the wire: the `BatchResult` and its payload. The whole-batch
     lane packs what it checked itself (`pytriton.worker.responses.batch_result` then has nothing
-    left to do); `pytriton.worker.batches.BatchCalls.serve` answers every batch it ends with one."""
+    left to do)."""
 
     result: protocol.BatchResult
     payload: List[Any]

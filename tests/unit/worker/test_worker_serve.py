@@ -1,7 +1,7 @@
 """`BatchCalls.serve`: the blocking loop's one call per batch, the batch in and its answer out.
 
 Whichever way the batch goes inside (the whole-batch lane, or request objects and the general
-answer), it comes back as the answer to send (`Packed`), or as what the call left running
+answer), it comes back as the answer to send (the `BatchResult` and its payload), or as what the call left running
 (`Running`); the requests' cancellation probe lives exactly as long as someone may ask it.
 """
 
@@ -22,7 +22,7 @@ from pytriton.worker.batches import BatchCalls
 from pytriton.worker.context import TritonContext, set_current_context
 from pytriton.worker.instance import InstanceSpec
 from pytriton.worker.measures import Measures
-from pytriton.worker.outcomes import Packed, Running
+from pytriton.worker.outcomes import Running
 
 X = (Tensor(name="x", shape=(-1,), dtype=np.float32),)
 
@@ -51,8 +51,9 @@ def _wire(rows=(1, 2)):
 
 
 def _answers(answer, reader, count):
-    result = protocol.decode(protocol.encode(answer.result))  # as it crosses the wire
-    payload = memoryview(b"".join(memoryview(p).cast("B") for p in answer.payload)).toreadonly()
+    result, parts = answer
+    result = protocol.decode(protocol.encode(result))  # as it crosses the wire
+    payload = memoryview(b"".join(memoryview(p).cast("B") for p in parts)).toreadonly()
     return result, codec.unpack(result.columns, result.segment, payload, reader, count)
 
 
@@ -78,7 +79,7 @@ def test_a_general_batch_comes_back_answered_and_its_requests_learn_nothing_more
     calls, cancels = _calls(plain), Cancels()
     batch_, payload = _wire()
     answer = calls.serve(batch_, payload, reader, None, None, cancels)
-    assert type(answer) is Packed
+    assert type(answer) is not Running
     result, answers = _answers(answer, reader, 2)
     assert result.batch_id == 5 and result.errors == (None, None) and not result.inputs_kept
     np.testing.assert_array_equal(answers[1]["x"], np.full((2, 3), 2.0, np.float32))
@@ -109,7 +110,7 @@ def test_the_whole_batch_lane_answers_from_the_same_call_and_reads_no_cancellati
     calls, cancels = _calls(double), Cancels()
     batch_, payload = _wire()
     answer = calls.serve(batch_, payload, reader, None, None, cancels)
-    assert type(answer) is Packed
+    assert type(answer) is not Running
     result, answers = _answers(answer, reader, 2)
     assert result.errors == (None, None) and not result.inputs_kept
     np.testing.assert_array_equal(answers[1]["x"], np.full((2, 3), 2.0, np.float32))
