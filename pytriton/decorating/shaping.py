@@ -18,8 +18,8 @@ import wrapt
 from pytriton.decorating.common import Outputs, _batch_size, _outputs_as_dict, _requests_arg
 from pytriton.decorating.results import gather, is_lazy, map_result
 from pytriton.exceptions import PyTritonValidationError
+from pytriton.worker.outcomes import WholeBatch, WholeOutputs
 from pytriton.worker.request import BatchResponses, Requests
-from pytriton.worker.responses import WholeBatch, WholeOutputs
 
 # --- list of requests -> one gathered batch ---------------------------------------------------
 

@@ -33,7 +33,7 @@ from pytriton.worker import tracing
 from pytriton.worker.batches import BatchCalls, NotDecoupled, runs_on
 from pytriton.worker.context import set_current_context
 from pytriton.worker.endpoint import Connection, HandlerEndpoint
-from pytriton.worker.responses import Expected, Failure
+from pytriton.worker.outcomes import Expected, Failure
 
 logger = logging.getLogger("pytriton.worker")
 

@@ -10,17 +10,24 @@ objects from the wire's columns, leave out the requests whose deadline passed, c
 (`timed`), or directly), turn the callable's exceptions into the messages its requesters get,
 and hand the outcome to `pytriton.worker.responses`. It owns no socket and no thread.
 
+The blocking loop, which serves every plain callable, makes one call per batch:
+`BatchCalls.serve` takes the batch as it came and gives back its answer (the `BatchResult`, saying
+too whether the function kept a lent input, and its payload), or what the call left running (`Running`: a generator or
+a coroutine, which the loop runs to its end). The batch goes the whole-batch lane's way or the
+general one inside it, and comes back out from the same place. The types the steps hand each
+other live in `pytriton.worker.outcomes`.
+
 Deadlines travel with requests: pytriton's clients send their inference timeout as an absolute
 deadline (the request parameter `pytriton.ipc.protocol.DEADLINE_PARAMETER`). A request that
 waited in Triton's queue past it has no one waiting for its answer any more; computing it would
 only delay the requests behind it, so it is answered with an error and left out of the call.
 
-The whole-batch lane (`WholeLane`): the blocking loop offers every batch of a plain ``@batch``
+The whole-batch lane (`WholeLane`): `BatchCalls.serve` offers every batch of a plain ``@batch``
 function to it first; a batch it does not take goes the general way above, untouched.
 
 The common model is a function under ``@batch`` alone: all it reads is each input of the batch
 as one array, and all it returns is each output as one array. For such a callable
-(`pytriton.worker.responses.WholeBatch`, when `BatchCalls.whole` says its model fits) the lane
+(`pytriton.worker.outcomes.WholeBatch`, when `BatchCalls.whole` says its model fits) the lane
 builds exactly that from the wire's columns (one writeable array per input, as ``@batch`` gives
 it), calls the function, and checks its answer once for the batch. No request objects, no
 per-request checks, no parameters parsed.
@@ -51,12 +58,11 @@ travel inline in the channel's buffer, which the next message reuses: those are 
 from __future__ import annotations
 
 import inspect
-import itertools
 import json
 import logging
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -69,18 +75,9 @@ from pytriton.worker.context import TritonContext
 from pytriton.worker.instance import InstanceSpec
 from pytriton.worker.isolation import isolate
 from pytriton.worker.measures import Measures
+from pytriton.worker.outcomes import Expected, Failure, Packed, Running, WholeBatch, WholeOutputs
 from pytriton.worker.request import CancelProbe, CancelReader, Request, Requests
-from pytriton.worker.responses import (
-    Expected,
-    Failure,
-    Packed,
-    WholeBatch,
-    WholeOutputs,
-    batch_result,
-    per_request,
-    shape_matches,
-    stream_part,
-)
+from pytriton.worker.responses import batch_result, per_request, shape_matches, stream_part
 from pytriton.worker.timed import ExecutionTimeout, TimedCaller
 
 logger = logging.getLogger("pytriton.worker")
@@ -141,6 +138,7 @@ class BatchCalls:
                                                 timed=timeout_s is not None) else None
         """The plain ``@batch`` function taken apart, when the model's batches may take the
         whole-batch lane (`WholeLane`); else None."""
+        self._lane = WholeLane(self) if self.whole is not None else None
 
     def close(self) -> None:
         if self._timed is not None:
@@ -154,28 +152,17 @@ class BatchCalls:
         """
         count = len(batch.parameters)
         whole = self._whole(batch, payload, reader) if count > 1 else None  # one request: nothing to gather
-        rows: List[int] = []
+        groups = None
         if whole is None:
             groups = codec.unpack(batch.columns, batch.segment, payload, reader, count)
-        else:  # each request's arrays: views of the whole ones' rows
-            rows = [shape[0] for shape in batch.columns[0].shapes]  # type: ignore[index]  # no None: gathered
-            ends = list(itertools.accumulate(rows))
-            views = [[array[end - size:end] for size, end in zip(rows, ends)] for array in whole.values()]
-            groups = [dict(zip(whole, arrays)) for arrays in zip(*views)]
-        requests = []
-        for arrays, parameters in zip(groups, batch.parameters):
-            if self._bytes_inputs:
-                for name in self._bytes_inputs & arrays.keys():
-                    arrays[name] = arrays[name].astype(np.bytes_)
-            requests.append(Request(arrays, json.loads(parameters) if parameters else {}))
-        for request, (sequence_id, flags) in zip(requests, batch.sequences):
-            request._set_sequence(sequence_id, flags)
-        for request, names in zip(requests, batch.requested):
-            if names:
-                request._requested = names
+            if self._bytes_inputs:  # never gathered
+                for arrays in groups:
+                    for name in self._bytes_inputs & arrays.keys():
+                        arrays[name] = arrays[name].astype(np.bytes_)
+        requests = Requests.of_batch(batch, groups, whole)
         if batch.traces:  # Triton traces with OpenTelemetry: the sampled requests get their spans
             tracing.begin(self.context.tracing, batch.traces, batch.sent_ns, requests)
-        return Requests(requests) if whole is None else Requests(requests, whole, rows, groups)
+        return requests
 
     def _whole(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader) -> Optional[Dict[str, Any]]:
         """Each input of the batch as one array (`codec.gathered`), or None where one cannot be."""
@@ -189,6 +176,45 @@ class BatchCalls:
             whole[column.name] = array
         return whole
 
+    def serve(
+        self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader, arena: Optional[Arena],
+        marks: Optional[List[int]], cancels: CancelReader,
+    ) -> Union[Tuple[protocol.BatchResult, List[Any]], Running]:
+        """One batch of the blocking loop, from its message to its answer, in one call: the
+        whole-batch lane's way when it takes the batch, else the general one (`call`, `result`).
+
+        `arena` carries large outputs (None: inline). `marks`, when given, gets the
+        `protocol.Stamp.DECODED` and `protocol.Stamp.CALLED` stamps. `cancels` reads the proxy's
+        `Cancel` messages for ``request.is_cancelled()``.
+
+        Returns:
+            The answer: its `BatchResult`, which also says whether the function kept an input lent
+            from the sender's arena, and its payload (a `Packed` where the lane packed it, a plain
+            pair otherwise: no object made only to be taken apart). Or what the call left running
+            (`Running`: a generator or a coroutine): the loop runs it to its end, and ends the
+            probe once it has (its requests may ask whether they were cancelled until then).
+        """
+        lane = self._lane
+        served = None if lane is None else lane.serve(batch, payload, reader, arena, marks)
+        took = served is not None
+        if served is None:  # the general way: request objects, deadlines, the callable as it is
+            served = self.call(batch, payload, reader, marks, cancels)
+        batch_sizes, outcome = served
+        served = None  # `outcome` alone holds the answer now (see `WholeLane.inputs_kept`)
+        kind = type(outcome)
+        if kind is not Packed and kind is not WholeOutputs and runs_on(outcome):
+            return Running(outcome, batch_sizes)
+        if marks is not None:
+            marks.append(time.monotonic_ns())
+        answer = outcome if kind is Packed else self.result(batch.batch_id, len(batch.parameters), outcome,
+                                                            batch_sizes, arena)
+        outcome = None  # packed: what still views the batch's inputs now is the function's own
+        if not took:
+            self.probe.end()  # answered: let go of the requests, whose arrays may view shared memory
+        elif lane is not None and lane.inputs_kept():
+            answer = (answer[0]._replace(inputs_kept=True), answer[1])
+        return answer
+
     def call(self, batch: protocol.InferBatch, payload: Any, reader: SegmentReader,
              marks: Optional[List[int]] = None, cancels: Optional[CancelReader] = None) -> Tuple[Expected, Any]:
         """Run the callable on the batch: its result (list, generator, coroutine...) or a `Failure`.
@@ -201,19 +227,16 @@ class BatchCalls:
         Returns:
             Per request its batch size (when `strict` checks shapes, else None), and the outcome.
         """
-        batch_sizes = Expected([None] * len(batch.parameters), batch.requested)
         try:
             requests = self.requests(batch, payload, reader)
             if cancels is not None:  # the handler reads cancellations while this batch runs
-                probe = self.probe
-                probe.begin(requests, cancels)
-                for request in requests:
-                    request._probe = probe
-            if self._strict_sizes:  # before the callable may change the requests
-                batch_sizes = Expected([batch_size(request) for request in requests], batch.requested)
+                self.probe.begin(requests, cancels)
+            # the sizes before the callable may change the requests
+            batch_sizes = Expected([batch_size(request) for request in requests] if self._strict_sizes else
+                                   [None] * len(requests), batch.requested)
         except Exception as exc:  # noqa: BLE001 - a bad batch fails its own requesters only
             error, unrecoverable = self.callable_error(exc)
-            return batch_sizes, Failure(error, unrecoverable)
+            return Expected([None] * len(batch.parameters), batch.requested), Failure(error, unrecoverable)
         if marks is not None:
             marks.append(time.monotonic_ns())
         expired = pop_expired(requests, time.time())
@@ -511,7 +534,8 @@ class WholeLane:
 
     def inputs_kept(self) -> bool:
         """Whether the function kept an input lent from the sender's arena; asked once per batch,
-        after its answer is packed and dropped (`LentInputs`)."""
+        after its answer is packed and dropped (`LentInputs`): by `BatchCalls.serve`, whose
+        `outcome` is then the only reference to the answer that it drops first."""
         lent, self.lent = self.lent, None
         return lent is not None and lent.kept()
 

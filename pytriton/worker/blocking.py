@@ -4,9 +4,10 @@ The loop of every handler whose callable is a plain function (or a generator, fo
 model). Its thread sleeps in `HandlerEndpoint.wait` and is the one the kernel wakes when a
 proxy sends a batch; it reads the batch into its connection's buffer, calls the callable on
 arrays that view that buffer (or the proxy's arena), and sends the answer before it reads
-anything else. No other thread and no lock is on this path. A plain ``@batch`` function's batch
-is offered to the whole-batch lane first (`pytriton.worker.batches.WholeLane`), which serves most
-of them.
+anything else. No other thread and no lock is on this path. The batch goes to
+`pytriton.worker.batches.BatchCalls.serve` once, which gives back its answer (taking a plain
+``@batch`` function's batch the whole-batch lane's way when it fits, as most do) or what the call
+left running.
 
 What the callable returns decides how the answer travels:
 
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 import inspect
 import json
 import logging
@@ -49,11 +49,11 @@ from pytriton.ipc.shm import IDLE_RELEASE_S, Arena, SegmentReader
 from pytriton.metrics import set_current_registry
 from pytriton.worker import tracing
 from pytriton.worker.asynchronous import finish
-from pytriton.worker.batches import BatchCalls, NotDecoupled, WholeLane
+from pytriton.worker.batches import BatchCalls, NotDecoupled
 from pytriton.worker.context import set_current_context
 from pytriton.worker.endpoint import Connection, HandlerEndpoint
 from pytriton.worker.instance import InstanceSpec
-from pytriton.worker.responses import Expected, Packed, WholeOutputs
+from pytriton.worker.outcomes import Expected, Running
 
 logger = logging.getLogger("pytriton.worker")
 
@@ -123,18 +123,20 @@ class BlockingLoop:
         self._endpoint = endpoint
         self._busy_since = busy_since
         self._calls = calls
-        self._lane = WholeLane(calls) if calls.whole is not None else None
-        self._shm_prefix = spec.shm_prefix
-        self._instance = spec.instance
-        self._use_arenas = use_arenas
         self._stop = stop
         self._ending_streams = ending_streams
         self._on_unrecoverable = on_unrecoverable
         self._stamp_log = stamp_log
+        self._shm_prefix = spec.shm_prefix
+        self._instance = spec.instance
+        self._use_arenas = use_arenas
         self._arena: Optional[Arena] = None
         self.reader = SegmentReader()
         """Maps the proxies' input arenas."""
         self._backlog: Deque[Tuple[Connection, Any, Any]] = collections.deque()  # arrived during a stream
+        self._serving: Tuple[Optional[Connection], int] = (None, 0)
+        """The connection and id of the batch being served (see `_read_serving_cancels`)."""
+        self._serving_cancels = self._read_serving_cancels  # bound once, not once per batch
         self._private_loop: Optional[asyncio.AbstractEventLoop] = None
         self._last_message = time.monotonic()
         self._idle_released = True  # nothing is held before the first message
@@ -200,7 +202,6 @@ class BlockingLoop:
                 self._serve_batch(connection, message, payload, received)
             finally:
                 busy_since.value = 0.0
-                self._calls.probe.end()
                 if message.traces:  # the answer went: the batch's spans end
                     tracing.end()
         elif isinstance(message, protocol.Hello):  # the backend greets on its data connection
@@ -208,47 +209,40 @@ class BlockingLoop:
         # a Cancel for a batch that already ended needs nothing
 
     def _serve_batch(self, connection: Connection, batch: protocol.InferBatch, payload: Any, received: int) -> None:
+        """Hand the batch to `BatchCalls.serve` (its one way in and out), and send the answer it
+        gives; or run what the call left running (a generator, a coroutine) to its end."""
         calls = self._calls
-        count = len(batch.parameters)
         marks: Optional[List[int]] = None
         if self._stamp_log is not None:
             marks = [*self._stamp_log.add_previous(batch.stamps), received]
+        self._serving = (connection, batch.batch_id)
         try:
-            batch_sizes, outcome = self._call(connection, batch, payload, marks)
-            if type(outcome) is not Packed and type(outcome) is not WholeOutputs:  # these never run on
-                if inspect.isgenerator(outcome):
-                    self._stream(connection, batch.batch_id, count, outcome, batch_sizes)
-                    return
-                if inspect.iscoroutine(outcome) or inspect.isasyncgen(outcome):
-                    self._run_coroutine(connection, batch.batch_id, count, outcome, batch_sizes)
-                    return
-            if marks is not None:
-                marks.append(time.monotonic_ns())
-            result, answer = calls.result(batch.batch_id, count, outcome, batch_sizes, self._output_arena())
+            answer = calls.serve(batch, payload, self.reader, self._output_arena(), marks, self._serving_cancels)
+            if type(answer) is Running:
+                self._run(connection, batch, answer)
+                return
+            result, parts = answer
         except Exception as exc:  # noqa: BLE001 - a bug of ours must not leave requesters waiting (logged)
-            result, answer = protocol.BatchResult(batch.batch_id, (calls.internal_error(exc),) * count, (), ""), []
-        outcome = None  # packed: what still views the batch's inputs now is the callable's own
-        if self._lane is not None and self._lane.inputs_kept():
-            result = result._replace(inputs_kept=True)
+            calls.probe.end()  # the batch is given up: let go of its requests
+            result, parts = protocol.BatchResult(batch.batch_id, (calls.internal_error(exc),) * len(batch.parameters),
+                                                 (), ""), []
         if result.unrecoverable:  # before the reply, so is_alive() is false once a client sees it
             self._on_unrecoverable(calls.model_name)
         if marks is not None and len(marks) == protocol.Stamp.CALLED + 1:
             result = result._replace(stamps=(*marks, time.monotonic_ns()))
-        self._endpoint.send(connection, protocol.encode(result), answer)
+        self._endpoint.send(connection, protocol.encode(result), parts)
 
-    def _call(self, connection: Connection, batch: protocol.InferBatch, payload: Any,
-              marks: Optional[List[int]]) -> Tuple[Expected, Any]:
-        """The callable's outcome for `batch`: through the whole-batch lane when it takes the batch,
-        else the general way. (A function of its own so that nothing but the caller's `outcome`
-        references the outcome: the lane asks whether the function kept a lent input by whether
-        anything still references one, after the caller drops it.)"""
-        lane = self._lane
-        if lane is not None:
-            served = lane.serve(batch, payload, self.reader, self._arena, marks)
-            if served is not None:
-                return served
-        return self._calls.call(batch, payload, self.reader, marks,
-                                functools.partial(self._read_cancels, connection, batch.batch_id))
+    def _run(self, connection: Connection, batch: protocol.InferBatch, running: Running) -> None:
+        """Run what a batch's call left running to its end: a generator streams its values, a
+        coroutine (an async callable behind a plain wrapper) is awaited here."""
+        count = len(batch.parameters)
+        try:
+            if inspect.isgenerator(running.outcome):
+                self._stream(connection, batch.batch_id, count, running.outcome, running.batch_sizes)
+            else:
+                self._run_coroutine(connection, batch.batch_id, count, running.outcome, running.batch_sizes)
+        finally:
+            self._calls.probe.end()  # its requests learn nothing more
 
     def _run_coroutine(self, connection: Connection, batch_id: int, count: int, outcome: Any,
                        batch_sizes: Expected) -> None:
@@ -300,6 +294,12 @@ class BlockingLoop:
             self._on_unrecoverable(calls.model_name)
         end = protocol.StreamEnd(batch_id, errors, unrecoverable)
         self._endpoint.send(connection, protocol.encode(end))
+
+    def _read_serving_cancels(self) -> Optional[Tuple[int, ...]]:
+        """`_read_cancels` for the batch being served: what its requests' ``is_cancelled()`` reads."""
+        connection, batch_id = self._serving
+        assert connection is not None, "no batch is being served"
+        return self._read_cancels(connection, batch_id)
 
     def _cancelled(self, streaming: Connection, batch_id: int) -> bool:
         """Whether every requester of the stream `batch_id` has gone (see `_read_cancels`)."""

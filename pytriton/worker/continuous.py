@@ -43,8 +43,9 @@ from pytriton.model_config.instances import InstanceSetup
 from pytriton.worker.batches import BatchCalls, batch_size, pop_expired
 from pytriton.worker.context import set_current_context
 from pytriton.worker.endpoint import Connection, HandlerEndpoint
+from pytriton.worker.outcomes import Expected, Failure
 from pytriton.worker.request import Request
-from pytriton.worker.responses import Expected, Failure, per_request, step_part
+from pytriton.worker.responses import per_request, step_part
 
 logger = logging.getLogger("pytriton.worker")
 

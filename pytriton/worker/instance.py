@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 from pytriton.repository.warmup import LocalWarmup
 from pytriton.worker.context import TritonContext
-from pytriton.worker.responses import WholeBatch
+from pytriton.worker.outcomes import WholeBatch
 
 
 def _no_whole(func: Any) -> Optional[WholeBatch]:

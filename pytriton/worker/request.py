@@ -23,6 +23,7 @@ a handler serves one batch at a time.
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
@@ -30,6 +31,7 @@ import numpy as np
 
 from pytriton.ipc.protocol import SEQUENCE_END as _SEQUENCE_END
 from pytriton.ipc.protocol import SEQUENCE_START as _SEQUENCE_START
+from pytriton.ipc.protocol import InferBatch
 from pytriton.worker.context import current_context
 
 
@@ -76,10 +78,6 @@ class Request(_Tensors):
     def __init__(self, data: Mapping[str, np.ndarray], parameters: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(data)
         self.parameters: Dict[str, Any] = parameters if parameters is not None else {}
-
-    def _set_sequence(self, sequence_id: Union[int, str], flags: int) -> None:
-        # Left unset (a slot never assigned) for stateless requests: nothing added to their path.
-        self._sequence = (sequence_id, flags)
 
     def is_cancelled(self) -> bool:
         """Whether the client stopped waiting for this request: it cancelled its call (gRPC), or
@@ -199,6 +197,29 @@ class Requests(List[Request]):
         self.rows = list(rows)
         self._arrays = arrays
 
+    @classmethod
+    def of_batch(cls, batch: InferBatch, groups: Optional[List[Dict[str, np.ndarray]]],
+                 whole: Optional[Dict[str, np.ndarray]] = None) -> Requests:
+        """The requests of the wire's `batch`: each one's input arrays (`groups`, one dict per
+        request) or, when the batch's inputs were gathered into one array each (`whole`), views of
+        its rows of those; its parameters (JSON text on the wire, "" for none), its sequence and
+        the outputs it asked for. Built here, in one call, as the callable will read them."""
+        rows: List[int] = []
+        if whole is not None:  # each request's arrays: views of the whole ones' rows
+            rows = [shape[0] for shape in batch.columns[0].shapes]  # type: ignore[index]  # no None: gathered
+            ends = list(itertools.accumulate(rows))
+            views = [[array[end - size:end] for size, end in zip(rows, ends)] for array in whole.values()]
+            groups = [dict(zip(whole, arrays)) for arrays in zip(*views)]
+        assert groups is not None, "groups or whole"
+        requests = [Request(arrays, json.loads(parameters) if parameters else {})
+                    for arrays, parameters in zip(groups, batch.parameters)]
+        for request, (sequence_id, flags) in zip(requests, batch.sequences):
+            request._sequence = (sequence_id, flags)  # left unset (a slot never assigned) for stateless requests
+        for request, names in zip(requests, batch.requested):
+            if names:
+                request._requested = names
+        return cls(requests) if whole is None else cls(requests, whole, rows, groups)
+
     def whole_inputs(self) -> Optional[Dict[str, np.ndarray]]:
         """`whole`, if every request still holds exactly the arrays it came with (else None)."""
         if self.whole is None or len(self) != len(self._arrays):
@@ -265,7 +286,10 @@ class CancelProbe:
         self._next_read = 0.0
 
     def begin(self, requests: Sequence[Any], reader: Optional[CancelReader]) -> None:
-        """A new batch: its requests, and how to read its cancellations (None: never learnt)."""
+        """A new batch: its requests, which ask this probe from now on, and how to read its
+        cancellations (None: never learnt)."""
+        for request in requests:
+            request._probe = self
         self.requests = requests
         self._reader = reader
         self._cancelled = set()

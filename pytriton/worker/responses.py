@@ -10,7 +10,8 @@ request's bad response becomes an error for that requester alone; `batch_result`
 `stream_part` build the `BatchResult` (one answer per request) and the `StreamPart` (one step of
 a stream) of a whole batch from what the callable returned or yielded. A ``@batch`` function on
 the whole-batch path answers `WholeOutputs`: each output of the batch as one array, checked once
-for the batch and sent as one buffer per output.
+for the batch and sent as one buffer per output. What they read and write besides the wire's
+messages (`Failure`, `Expected`, `WholeOutputs`, `Packed`) is in `pytriton.worker.outcomes`.
 
 Outputs as torch tensors: the wire carries numpy arrays only, but a model on a GPU naturally ends
 in a torch tensor; making every user write ``.detach().cpu().numpy()`` is busywork, and a bare
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -31,42 +32,10 @@ from pytriton.exceptions import PyTritonValidationError
 from pytriton.ipc import codec, protocol
 from pytriton.ipc.shm import Arena
 from pytriton.worker.context import TritonContext
+from pytriton.worker.outcomes import Expected, Failure, Packed, WholeOutputs
 from pytriton.worker.request import BatchResponses, Request
 
 logger = logging.getLogger("pytriton.worker")
-
-class WholeBatch(NamedTuple):
-    """A plain ``@batch`` callable taken apart for the whole-batch lane (`pytriton.worker.batches.WholeLane`),
-    by the decorators' `pytriton.decorating.shaping.whole_batch`."""
-
-    function: Callable[..., Any]
-    """The function under ``@batch``: called with each input of the batch as one array, by name."""
-    answer: Callable[[Any, List[int]], Any]
-    """What ``@batch`` makes of the function's result, given each request's row count:
-    `WholeOutputs`, or a generator or coroutine whose values it splits per request. Raises what
-    ``@batch``'s checks raise."""
-
-
-class Packed(NamedTuple):
-    """A batch's answer packed for the wire as the whole-batch lane checked it (`batch_result`
-    then has nothing left to do)."""
-
-    result: protocol.BatchResult
-    payload: List[Any]
-
-
-class WholeOutputs(NamedTuple):
-    """The answer of the whole-batch path: each output of the batch as one array, and each
-    request's row count (what ``@batch`` would have split them by)."""
-
-    outputs: Dict[str, np.ndarray]
-    rows: List[int]
-
-    def responses(self) -> Any:
-        """The answer as ``@batch`` gives it through the general path: one response per request."""
-        if len(self.rows) == 1:
-            return [self.outputs]
-        return BatchResponses(self.outputs, self.rows)
 
 
 def is_torch_tensor(value: Any) -> bool:
@@ -107,16 +76,6 @@ def host_array(value: Any, what: str) -> np.ndarray:
     return np.asarray(value)
 
 
-class Failure:
-    """An error meant for the requesters of a batch, in place of their responses."""
-
-    __slots__ = ("message", "unrecoverable")
-
-    def __init__(self, message: str, unrecoverable: bool = False) -> None:
-        self.message = message
-        self.unrecoverable = unrecoverable
-
-
 def _describe(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return f"array of dtype {value.dtype} and shape {value.shape}"
@@ -152,19 +111,6 @@ def _name_mismatch(model: str, request_index: int, names: Sequence[str], missing
         hint = f" (names are case-sensitive: {', '.join(near)})"
     return (f"{model}: the response to request {request_index} {' and '.join(parts)}; declared outputs: "
             f"{list(names)}{hint}")
-
-
-class Expected(List[Optional[int]]):
-    """Per request of a batch, its batch size (for `strict` shape checks; else None), and in
-    `requested` the outputs each request asked for when some asked for fewer than all."""
-
-    def __init__(self, sizes: List[Optional[int]], requested: Tuple[Tuple[str, ...], ...] = ()) -> None:
-        super().__init__(sizes)
-        self.requested = requested
-
-    def asked(self, index: int) -> Optional[Tuple[str, ...]]:
-        """The outputs request `index` asked for, or None for all of them."""
-        return (self.requested[index] or None) if self.requested else None
 
 
 def shape_response(

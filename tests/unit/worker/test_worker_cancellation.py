@@ -15,8 +15,6 @@ def _batch(count, reads):
         return reads.pop(0) if reads else None
 
     probe.begin(requests, reader)
-    for request in requests:
-        request._probe = probe
     return probe, requests, calls
 
 
@@ -48,5 +46,4 @@ def test_without_a_reader_nothing_is_cancelled():
     probe = CancelProbe()
     request = Request({"x": np.ones(1)})
     probe.begin([request], None)
-    request._probe = probe
     assert request.is_cancelled() is False and Request({}).is_cancelled() is False

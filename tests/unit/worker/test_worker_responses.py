@@ -229,7 +229,8 @@ def test_ragged_list_is_refused():
 
 
 def test_a_plain_callable_that_returns_one_dict_is_asked_about_batch():
-    from pytriton.worker.responses import Failure, per_request
+    from pytriton.worker.outcomes import Failure
+    from pytriton.worker.responses import per_request
 
     (first, second) = per_request(_context(FLOATS), 2, {"OUT_F": np.zeros((2, 3), np.float32)})
     assert isinstance(first, Failure) and first is second
@@ -268,8 +269,9 @@ def test_unnamed_outputs_match_by_name_when_counts_differ_or_a_name_is_used():
 
 
 def test_unnamed_outputs_of_a_batch_answer_are_sent_whole_by_position():
+    from pytriton.worker.outcomes import Expected
     from pytriton.worker.request import BatchResponses
-    from pytriton.worker.responses import Expected, batch_result
+    from pytriton.worker.responses import batch_result
 
     context = _unnamed_context()
     whole = {"add": np.arange(3, dtype=np.float32).reshape(3, 1), "sub": -np.arange(3, dtype=np.float32).reshape(3, 1)}

@@ -22,8 +22,9 @@ from pytriton.worker.batches import BatchCalls
 from pytriton.worker.context import TritonContext, set_current_context
 from pytriton.worker.instance import InstanceSpec
 from pytriton.worker.measures import Measures
+from pytriton.worker.outcomes import Expected
 from pytriton.worker.request import BatchResponses, Requests
-from pytriton.worker.responses import Expected, batch_result
+from pytriton.worker.responses import batch_result
 
 INPUTS = (Tensor(name="a", shape=(-1,), dtype=np.float32), Tensor(name="b", shape=(2,), dtype=np.int64))
 OUTPUTS = (Tensor(name="y", shape=(-1,), dtype=np.float32), Tensor(name="n", shape=(2,), dtype=np.int64))

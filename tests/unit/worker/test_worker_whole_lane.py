@@ -25,7 +25,7 @@ from pytriton.worker.batches import BatchCalls, WholeLane
 from pytriton.worker.context import TritonContext, set_current_context
 from pytriton.worker.instance import InstanceSpec
 from pytriton.worker.measures import CALLABLE_SECONDS, Measures
-from pytriton.worker.responses import Failure, Packed, WholeOutputs
+from pytriton.worker.outcomes import Failure, Packed, WholeOutputs
 
 X = (Tensor(name="x", shape=(-1,), dtype=np.float32),)
 Y = (Tensor(name="y", shape=(-1,), dtype=np.float32),)
