@@ -9,9 +9,9 @@ with ``asyncio.wait_for``; ending a stream early cancels the request on the serv
 * gRPC: a ``ModelStreamInfer`` call of the opener's channel
   (:class:`~pytriton.client_grpc.GrpcChannel`, the speaker the OpenAI front uses too), with
   the request built by :func:`~pytriton.client.codec.to_stream_request` (``tritonclient.grpc.aio``'s
-  ``stream_infer`` cannot ask for the empty final response that shows a stream's end). A call is
-  kept for the next stream once its request's final response came; cancelling a stream
-  cancels its call, and with it the request.
+  ``stream_infer`` cannot ask for the empty final response that shows a stream's end). Its call
+  is half-closed after the final response (none is kept: Triton's stop would wait for it);
+  cancelling a stream cancels its call, and with it the request.
 * HTTP: ``POST .../generate_stream`` on the opener's ``aiohttp`` session; closing the response
   drops its connection, which cancels the request.
 
@@ -142,7 +142,8 @@ class AsyncStreamOpener:
         """
         self.url = url
         self._auth = dict(auth)
-        self._channel = GrpcChannel(url.address, _metadata(self._auth))
+        # No call kept between streams: a server's stop waits for the calls left open.
+        self._channel = GrpcChannel(url.address, _metadata(self._auth), keep=0)
         self._session: aiohttp.ClientSession | None = None
 
     async def open(self, request: CoreRequest, config: ClientModelConfig) -> AsyncResponseStream:
