@@ -29,6 +29,7 @@ FILES = (
     "pytriton/py.typed",
     "pytriton/access_token.py",
     "pytriton/client_contract.py",
+    "pytriton/client_grpc.py",
     "pytriton/client_regions.py",
     "pytriton/constants.py",
     "pytriton/environment.py",

@@ -5,19 +5,21 @@ by ``make generate`` and committed, so that they can be read, searched and jumpe
 module. ``make lint`` and ``make test`` (CI) fail when one is stale (``--check``), saying to run
 ``make generate``: a twin cannot drift from its source, and a change is made in one place.
 
-The rewrite, line by line:
+The rewrite only renames, line by line:
 
 * ``async def``, ``async with`` and ``async for`` lose ``async``; ``await `` goes.
 * Names in `NAMES` are replaced wherever they stand as whole words, in code and docstrings
-  (``AsyncioModelClient`` -> ``ModelClient``, ``__aenter__`` -> ``__enter__``, ...).
-* Directives, for the few places where the two sides differ by design:
+  (``AsyncioModelClient`` -> ``ModelClient``, ``__aenter__`` -> ``__enter__``,
+  ``io_aio`` -> ``io_sync``, ...).
+* The imports are tidied as ruff sorts them (`tidy_imports`): the renaming makes some repeat.
 
-  - ``code  # unasync: other code``: the blocking side has ``other code`` on this line instead
-    (same indentation); ``# unasync: drop`` leaves the line out.
-  - ``# unasync: async-only`` ... ``# unasync: end``: lines only the asyncio side has.
-  - ``# unasync: sync-only`` ... ``# unasync: end``: lines only the blocking side has, written
-    commented out (``# code``) in the source; the blocking side gets them uncommented, and
-    otherwise unchanged.
+Where the two sides differ by design (a lock, a sleep, how a call is bounded in time, which
+``tritonclient`` client is made, when a client that is not lazy waits for its server), the
+difference lives in a small pair of hand-written modules with the same names,
+``pytriton/client/io_aio.py`` and ``pytriton/client/io_sync.py``, as httpcore keeps it in its
+``_synchronization.py`` and ``_backends/``; the sources import it from ``io_aio``, which the
+renaming turns into ``io_sync``. So a source holds no directive, and a line that would need one
+(a comment ``# unasync:``, the form this generator once read) is refused.
 
 Run ``python build_backend/unasync.py`` (``make generate``) to write the twins, ``--check`` to
 fail (exit 1) when one is missing or differs from what its source gives. Standard library only,
@@ -29,7 +31,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,11 +52,16 @@ NAMES: Dict[str, str] = {
     "AsyncShmTransport": "ShmTransport",
     "AsyncStreamOpener": "StreamOpener",
     "AsyncResponseStream": "ResponseStream",
+    "AsyncConnection": "Connection",
+    "AsyncTritonClient": "TritonClient",
+    "AsyncLock": "Lock",
+    "AsyncLook": "Look",
+    "AsyncCall": "Call",
+    "AsyncOutputs": "Outputs",
     "core_stream_aio": "core_stream",
-    "new_aio_client": "new_client",
+    "io_aio": "io_sync",
     "shm_aio": "shm",
     "AsyncReadinessCalls": "ReadinessCalls",
-    "asyncio_client": "client",
     "core_aio": "core",
     "waits_aio": "waits",
     "create_async_core": "create_core",
@@ -64,13 +71,13 @@ NAMES: Dict[str, str] = {
     "check_async": "check",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
-    "asyncio.sleep": "time.sleep",
     "tritonclient.grpc.aio": "tritonclient.grpc",
     "tritonclient.http.aio": "tritonclient.http",
 }
 """Whole-word replacements, applied longest first."""
 
 _DIRECTIVE = "# unasync:"
+"""The comment of the directives this generator once read; a source that still has one is refused."""
 _NAME_PATTERN = re.compile(
     r"(?<![\w])(" + "|".join(re.escape(name) for name in sorted(NAMES, key=len, reverse=True)) + r")(?![\w])"
 )
@@ -82,53 +89,27 @@ def _header(source: str) -> str:
     return f"# Generated from {source} by build_backend/unasync.py: edit that file, not this one.\n"
 
 
-def _line_directive(line: str) -> Optional[str]:
-    """What a line of code marks for the blocking side (after ``# unasync:``), None when unmarked."""
-    code, marker, directive = line.partition(_DIRECTIVE)
-    return directive.strip() if marker and code.strip() else None
-
-
-def _indent(line: str) -> str:
-    return line[: len(line) - len(line.lstrip())]
-
-
 def unasync(text: str, source: str) -> str:
-    """The blocking module for asyncio module `text` (from file `source`, named in the header)."""
+    """The blocking module for asyncio module `text` (from file `source`, named in the header).
+
+    Raises:
+        ValueError: a line of `text` holds a directive (``# unasync:``): the difference it marks
+            belongs in the I/O pair (``io_aio``, ``io_sync``).
+    """
     out: List[str] = [_header(source)]
-    mode = "both"
-    for number, raw in enumerate(text.splitlines(keepends=False), start=1):
-        stripped = raw.strip()
-        if stripped.startswith(_DIRECTIVE):
-            word = stripped[len(_DIRECTIVE):].strip()
-            if word in ("async-only", "sync-only") and mode == "both":
-                mode = word
-            elif word == "end" and mode != "both":
-                mode = "both"
-            else:
-                raise ValueError(f"{source}:{number}: unexpected directive {stripped!r} (in a {mode} part)")
-            continue
-        if mode == "async-only":
-            continue
-        if mode == "sync-only":
-            body = raw.lstrip()
-            if not body.startswith("#"):
-                raise ValueError(f"{source}:{number}: a sync-only line must be commented out: {raw!r}")
-            body = body[2:] if body.startswith("# ") else body[1:]
-            out.append((_indent(raw) + body).rstrip() + "\n")  # written for the blocking side: kept as it is
-            continue
-        directive = _line_directive(raw)
-        if directive == "drop":
-            continue
-        line = raw if directive is None else _indent(raw) + directive
+    for number, line in enumerate(text.splitlines(keepends=False), start=1):
+        if _DIRECTIVE in line:
+            raise ValueError(f"{source}:{number}: a directive ({line.strip()!r}): the generator only renames; put "
+                             "what differs between the sides in pytriton/client/io_aio.py and io_sync.py")
         line = _ASYNC_KEYWORD.sub(r"\1", line)
         line = _AWAIT.sub("", line)
         line = _NAME_PATTERN.sub(lambda match: NAMES[match.group(1)], line)
         out.append(line.rstrip() + "\n")
-    if mode != "both":
-        raise ValueError(f"{source}: a {mode} part is not closed with '{_DIRECTIVE} end'")
     return "".join(tidy_imports([line.rstrip("\n") for line in out]))
 
 
+LINE_LENGTH = 120
+"""The longest line ruff allows (pyproject.toml)."""
 THIRD_PARTY = frozenset({"aiohttp", "gevent", "grpc", "numpy", "psutil", "tritonclient", "zmq"})
 """Top-level modules sorted as third-party imports; ``pytriton`` is first-party, anything else stdlib."""
 _SECTIONS = ("future", "stdlib", "third-party", "first-party")
@@ -171,6 +152,23 @@ def _docstring_end(lines: List[str]) -> int:
     return index + 1
 
 
+def _member_key(written: str) -> Tuple[int, str, str]:
+    """Where ruff's isort puts a name of a ``from`` import: constants, then classes, then the rest,
+    each in case-insensitive order."""
+    name = written.split(" as ")[0]
+    kind = 0 if len(name) > 1 and name.isupper() else 1 if name[:1].isupper() else 2
+    return kind, name.lower(), name
+
+
+def _from_import(module: str, names: List[str], wrapped: bool) -> str:
+    """``from module import names``, on one line, or one name a line as ruff writes a long one
+    (and keeps one written so, by its trailing comma)."""
+    line = f"from {module} import {', '.join(names)}"
+    if not wrapped and len(line) <= LINE_LENGTH:
+        return line
+    return "\n".join([f"from {module} import (", *(f"    {name}," for name in names), ")"])
+
+
 def tidy_imports(lines: List[str]) -> List[str]:
     """The module's top-level imports as ruff's isort writes them: sections (future, stdlib,
     third-party, first-party) one blank line apart, ``import`` before ``from``, each by module.
@@ -209,9 +207,12 @@ def tidy_imports(lines: List[str]) -> List[str]:
                 if module == "__future__" or re.search(rf"(?<![\w.]){re.escape(bound)}(?!\w)", rest)]
         if not used:
             continue
-        if len(used) < len(names):
-            statement = f"from {module} import {', '.join(used)}" if statement.startswith("from ") else (
-                f"import {', '.join(used)}")
+        if statement.startswith("from "):
+            ordered = sorted(used, key=_member_key)
+            if ordered != [written for written, _ in names]:  # a name dropped, or renamed out of order
+                statement = _from_import(module, ordered, wrapped="\n" in statement)
+        elif len(used) < len(names):
+            statement = f"import {', '.join(used)}"
         kept[_section(module)].append((int(statement.startswith("from ")), module.lower(), statement))
     block: List[str] = []
     for section in _SECTIONS:

@@ -14,18 +14,17 @@ arguments, core, readiness wait and model configuration; each refuses the kind o
 cannot serve when the configuration is read.
 
 The asyncio module is the source; ``build_backend/unasync.py`` writes the blocking one from it
-(``async`` and ``await`` dropped, names mapped, the few lines that differ by design marked as
-its directives say), so the two cannot drift apart.
+(``async`` and ``await`` dropped, names mapped), so the two cannot drift apart; what the two
+sides do differently by design is in the I/O module of each (here ``pytriton.client.io_aio``).
 """
 
 from __future__ import annotations
 
-import asyncio  # unasync: import threading
 import functools
 import time
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any, Awaitable, Dict, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import tritonclient.grpc.aio
@@ -47,23 +46,23 @@ from pytriton.client.codec import (
     sample_response,
 )
 from pytriton.client.core_aio import AsyncTritonCore, create_async_core
-from pytriton.client.core_aio import create_aio_client_from_url as _create_client_from_url  # unasync: drop
 from pytriton.client.exceptions import PyTritonClientClosedError, PyTritonClientValueError
-from pytriton.client.infer_calls import InferCall, InferCalls, call_priority
+from pytriton.client.infer_calls import AsyncOutputs, InferCall, InferCalls, call_priority
+from pytriton.client.io_aio import (
+    AsyncLock,
+    AsyncTritonClient,
+    create_client_from_url,
+    gather_results,
+    wait_in_constructor,
+    wait_on_enter,
+)
 from pytriton.client.lost import Lookout, RequestIds, is_relayed
 from pytriton.client.model_config import ClientModelConfig, check_decoupled
 from pytriton.client.shm_aio import AsyncShmTransport
 from pytriton.client.shm_regions import ShmMode, shm_arg
 from pytriton.client.waits_aio import wait_until_ready_async, wait_until_server_ready_async
 
-# unasync: sync-only
-# from pytriton.client.utils import TritonSyncClient
-# from pytriton.client.utils import create_client_from_url as _create_client_from_url
-# unasync: end
-
 _Client = TypeVar("_Client", bound="AsyncioModelClientBase")
-_TritonClient = Any  # unasync: _TritonClient = TritonSyncClient
-_Outputs = Awaitable[Dict[str, np.ndarray]]  # unasync: _Outputs = Dict[str, np.ndarray]
 
 
 def _budget(timeout_s: float | None) -> str:
@@ -145,7 +144,7 @@ class AsyncioModelClientBase:
         self._model_config = model_config
         self._given_config = model_config  # kept across a load_model, which drops one read from the server
         self._ready_checked = not ensure_model_is_ready
-        self._init_lock: asyncio.Lock | None = None  # unasync: self._init_lock = threading.Lock()
+        self._init_lock = AsyncLock()
         self._request_ids = RequestIds()
         self._lookout = Lookout(model_name)
         self._closed = False
@@ -156,14 +155,8 @@ class AsyncioModelClientBase:
             self._args.url, self._args.inference_timeout_s, self._args.access_token
         )
         self._transport = AsyncShmTransport(self._core, choice, model_name)
-        # unasync: sync-only
-        # if not lazy_init:
-        #     try:
-        #         self._initialized_config()
-        #     except BaseException:
-        #         self.close()
-        #         raise
-        # unasync: end
+        if not lazy_init:
+            wait_in_constructor(self._start)  # a blocking client waits here; an asyncio one cannot
 
     @classmethod
     def from_existing_client(cls: type[_Client], existing_client: Any) -> _Client:
@@ -186,7 +179,7 @@ class AsyncioModelClientBase:
         return cls(**kwargs)
 
     @property
-    def model_config(self) -> Awaitable[ClientModelConfig]:  # unasync: def model_config(self) -> ClientModelConfig:
+    async def model_config(self) -> ClientModelConfig:
         """The model's configuration; the first access waits for the server and model if needed.
 
         An asyncio client's is a coroutine, to await.
@@ -195,15 +188,13 @@ class AsyncioModelClientBase:
             PyTritonClientDecoupledMismatchError: the model is decoupled and this client is not a
                 streaming one, or the other way round.
         """
-        return self._initialized_config()
+        return await self._initialized_config()
 
     @property
-    def is_batching_supported(self) -> Awaitable[bool]:  # unasync: def is_batching_supported(self) -> bool:
+    async def is_batching_supported(self) -> bool:
         """Whether the model batches (``max_batch_size > 0``); waits for the configuration as `model_config` does."""
-        return self._batching_supported()
-
-    async def _batching_supported(self) -> bool:
-        return (await self._initialized_config()).max_batch_size > 0
+        config = await self._initialized_config()
+        return config.max_batch_size > 0
 
     def get_lib(self) -> ModuleType:
         """The ``tritonclient`` module of this client's protocol: ``tritonclient.grpc`` or
@@ -211,7 +202,7 @@ class AsyncioModelClientBase:
         module: ModuleType = tritonclient.grpc.aio if self._args.url.scheme == "grpc" else tritonclient.http.aio
         return module
 
-    def create_client_from_url(self, url: str, network_timeout_s: float | None = None) -> _TritonClient:
+    def create_client_from_url(self, url: str, network_timeout_s: float | None = None) -> AsyncTritonClient:
         """A new ``tritonclient`` client for ``url``, for calls this client does not offer; the caller closes it.
 
         An asyncio client gives an ``aio`` client: create it inside the event loop that will use
@@ -227,7 +218,7 @@ class AsyncioModelClientBase:
             PyTritonClientValueError: ``network_timeout_s`` is not a positive number.
         """
         timeout_s = timeout_arg("network_timeout_s", network_timeout_s, self._args.inference_timeout_s)
-        return _create_client_from_url(url, network_timeout_s=timeout_s)
+        return create_client_from_url(url, network_timeout_s=timeout_s)
 
     async def wait_for_server(self, timeout_s: float | None = None) -> None:
         """Wait until the server is live and ready, whatever the state of the model.
@@ -313,18 +304,20 @@ class AsyncioModelClientBase:
             await self._core.close()
 
     async def __aenter__(self: _Client) -> _Client:
-        # unasync: async-only
         if not self._lazy_init:
-            try:
-                await self._initialized_config()
-            except BaseException:
-                await self.close()
-                raise
-        # unasync: end
+            await wait_on_enter(self._start)  # an asyncio client waits here; a blocking one did in its constructor
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+    async def _start(self) -> None:
+        """Wait for the server and model and read the configuration (``lazy_init=False``); on failure, close."""
+        try:
+            await self._initialized_config()
+        except BaseException:
+            await self.close()
+            raise
 
     def _check_open(self) -> None:
         if self._closed:
@@ -343,10 +336,6 @@ class AsyncioModelClientBase:
         self._check_open()
         if self._model_config is not None and self._ready_checked:
             return check_decoupled(self._model_config, self.streaming)
-        # unasync: async-only
-        if self._init_lock is None:  # made in the loop: before Python 3.10 a Lock binds the loop it is made in
-            self._init_lock = asyncio.Lock()
-        # unasync: end
         async with self._init_lock:  # concurrent first requests wait once, together
             deadline = time.monotonic() + self._args.init_timeout_s
             if not self._ready_checked:
@@ -365,7 +354,7 @@ class AsyncioModelClientBase:
         return check_decoupled(self._model_config, self.streaming)
 
 
-class AsyncioModelClient(AsyncioModelClientBase, InferCalls[_Outputs]):
+class AsyncioModelClient(AsyncioModelClientBase, InferCalls[AsyncOutputs]):
     """Client of one model on a Triton server, over HTTP or gRPC.
 
     An asyncio client serves many tasks of one event loop at once: their requests run
@@ -428,7 +417,7 @@ class AsyncioModelClient(AsyncioModelClientBase, InferCalls[_Outputs]):
         config = await self._initialized_config()
         sent = (self._infer(chunk, parameters, headers, None, level)
                 for chunk in chunked_request(config, inputs, named_inputs, chunk_size))
-        results = await asyncio.gather(*sent, return_exceptions=True)  # unasync: results = list(sent)
+        results = await gather_results(sent)
         return concat_batches(first_error_raised(results))
 
     async def _infer(

@@ -15,18 +15,17 @@ arguments, core, readiness wait and model configuration; each refuses the kind o
 cannot serve when the configuration is read.
 
 The asyncio module is the source; ``build_backend/unasync.py`` writes the blocking one from it
-(``async`` and ``await`` dropped, names mapped, the few lines that differ by design marked as
-its directives say), so the two cannot drift apart.
+(``async`` and ``await`` dropped, names mapped), so the two cannot drift apart; what the two
+sides do differently by design is in the I/O module of each (here ``pytriton.client.io_sync``).
 """
 
 from __future__ import annotations
 
 import functools
-import threading
 import time
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any, Dict, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import tritonclient.grpc
@@ -49,18 +48,22 @@ from pytriton.client.codec import (
 )
 from pytriton.client.core import TritonCore, create_core
 from pytriton.client.exceptions import PyTritonClientClosedError, PyTritonClientValueError
-from pytriton.client.infer_calls import InferCall, InferCalls, call_priority
+from pytriton.client.infer_calls import InferCall, InferCalls, Outputs, call_priority
+from pytriton.client.io_sync import (
+    Lock,
+    TritonClient,
+    create_client_from_url,
+    gather_results,
+    wait_in_constructor,
+    wait_on_enter,
+)
 from pytriton.client.lost import Lookout, RequestIds, is_relayed
 from pytriton.client.model_config import ClientModelConfig, check_decoupled
 from pytriton.client.shm import ShmTransport
 from pytriton.client.shm_regions import ShmMode, shm_arg
-from pytriton.client.utils import TritonSyncClient
-from pytriton.client.utils import create_client_from_url as _create_client_from_url
 from pytriton.client.waits import wait_until_ready, wait_until_server_ready
 
 _Client = TypeVar("_Client", bound="ModelClientBase")
-_TritonClient = TritonSyncClient
-_Outputs = Dict[str, np.ndarray]
 
 
 def _budget(timeout_s: float | None) -> str:
@@ -142,7 +145,7 @@ class ModelClientBase:
         self._model_config = model_config
         self._given_config = model_config  # kept across a load_model, which drops one read from the server
         self._ready_checked = not ensure_model_is_ready
-        self._init_lock = threading.Lock()
+        self._init_lock = Lock()
         self._request_ids = RequestIds()
         self._lookout = Lookout(model_name)
         self._closed = False
@@ -154,11 +157,7 @@ class ModelClientBase:
         )
         self._transport = ShmTransport(self._core, choice, model_name)
         if not lazy_init:
-            try:
-                self._initialized_config()
-            except BaseException:
-                self.close()
-                raise
+            wait_in_constructor(self._start)  # a blocking client waits here; an asyncio one cannot
 
     @classmethod
     def from_existing_client(cls: type[_Client], existing_client: Any) -> _Client:
@@ -195,10 +194,8 @@ class ModelClientBase:
     @property
     def is_batching_supported(self) -> bool:
         """Whether the model batches (``max_batch_size > 0``); waits for the configuration as `model_config` does."""
-        return self._batching_supported()
-
-    def _batching_supported(self) -> bool:
-        return (self._initialized_config()).max_batch_size > 0
+        config = self._initialized_config()
+        return config.max_batch_size > 0
 
     def get_lib(self) -> ModuleType:
         """The ``tritonclient`` module of this client's protocol: ``tritonclient.grpc`` or
@@ -206,7 +203,7 @@ class ModelClientBase:
         module: ModuleType = tritonclient.grpc if self._args.url.scheme == "grpc" else tritonclient.http
         return module
 
-    def create_client_from_url(self, url: str, network_timeout_s: float | None = None) -> _TritonClient:
+    def create_client_from_url(self, url: str, network_timeout_s: float | None = None) -> TritonClient:
         """A new ``tritonclient`` client for ``url``, for calls this client does not offer; the caller closes it.
 
         An asyncio client gives an ``aio`` client: create it inside the event loop that will use
@@ -222,7 +219,7 @@ class ModelClientBase:
             PyTritonClientValueError: ``network_timeout_s`` is not a positive number.
         """
         timeout_s = timeout_arg("network_timeout_s", network_timeout_s, self._args.inference_timeout_s)
-        return _create_client_from_url(url, network_timeout_s=timeout_s)
+        return create_client_from_url(url, network_timeout_s=timeout_s)
 
     def wait_for_server(self, timeout_s: float | None = None) -> None:
         """Wait until the server is live and ready, whatever the state of the model.
@@ -308,10 +305,20 @@ class ModelClientBase:
             self._core.close()
 
     def __enter__(self: _Client) -> _Client:
+        if not self._lazy_init:
+            wait_on_enter(self._start)  # an asyncio client waits here; a blocking one did in its constructor
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def _start(self) -> None:
+        """Wait for the server and model and read the configuration (``lazy_init=False``); on failure, close."""
+        try:
+            self._initialized_config()
+        except BaseException:
+            self.close()
+            raise
 
     def _check_open(self) -> None:
         if self._closed:
@@ -348,7 +355,7 @@ class ModelClientBase:
         return check_decoupled(self._model_config, self.streaming)
 
 
-class ModelClient(ModelClientBase, InferCalls[_Outputs]):
+class ModelClient(ModelClientBase, InferCalls[Outputs]):
     """Client of one model on a Triton server, over HTTP or gRPC.
 
     An asyncio client serves many tasks of one event loop at once: their requests run
@@ -411,7 +418,7 @@ class ModelClient(ModelClientBase, InferCalls[_Outputs]):
         config = self._initialized_config()
         sent = (self._infer(chunk, parameters, headers, None, level)
                 for chunk in chunked_request(config, inputs, named_inputs, chunk_size))
-        results = list(sent)
+        results = gather_results(sent)
         return concat_batches(first_error_raised(results))
 
     def _infer(

@@ -380,12 +380,6 @@ def to_stream_request(
     return request
 
 
-def is_final_response(response: Any) -> bool:
-    """Whether a gRPC ``ModelInferResponse`` is a stream's last one (Triton's ``triton_final_response``)."""
-    flag = response.parameters.get("triton_final_response")
-    return bool(flag is not None and flag.bool_param)
-
-
 def output_names(response: Any) -> list[str]:
     """Names of the outputs in a response: a JSON dict (HTTP) or a ``ModelInferResponse`` (gRPC)."""
     if isinstance(response, Mapping):

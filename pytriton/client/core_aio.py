@@ -2,21 +2,24 @@
 
 Every model client talks to the server only through a core, :class:`AsyncTritonCore`. The
 asyncio core and the blocking one are written once: ``build_backend/unasync.py`` writes the
-blocking module from the asyncio one. A core makes each call through ``tritonclient``'s client
-of the URL's protocol, inside :func:`~pytriton.client._errors.translate_errors` (a plain context
-manager, so it wraps an awaited call as well), with the access token's headers, and bounds it by
-the call's own time limit:
+blocking module from the asyncio one, renaming only. A core makes each call through the
+``tritonclient`` client of the URL's protocol, inside
+:func:`~pytriton.client._errors.translate_errors` (a plain context manager, so it wraps an
+awaited call as well), with the access token's headers, and bounds it by the call's own time
+limit. What the two sides do differently lives in the connection of each (here
+:class:`~pytriton.client.io_aio.AsyncConnection`):
 
 * a gRPC call carries the limit as its deadline (``client_timeout``), so the server drops the
   call too;
 * an asyncio call is bounded by ``asyncio.wait_for`` as well;
 * the blocking ``tritonclient.http`` client fixes its socket timeouts when it is built, so a
-  blocking HTTP call that needs another bound runs on a short-lived client built with it.
+  blocking HTTP call that needs another bound runs on a short-lived client built with it;
+* a request to a relayed model (`pytriton.client.lost`) is watched for a lost instance between
+  slices of its wait: an asyncio one with `pytriton.client.lost.watched`, a blocking one on
+  connections it can wait on in slices (`pytriton.client.watched`).
 
-A request to a relayed model (`pytriton.client.lost`) is watched for a lost instance between
-slices of its wait: an asyncio one with `pytriton.client.lost.watched`, a blocking one on
-connections it can wait on in slices (`pytriton.client.watched`). Streams of decoupled models
-go through the core's stream opener, which reads them with the I/O of its side.
+Streams of decoupled models go through the core's stream opener, which reads them with the I/O
+of its side.
 
 The ``tritonclient`` client is created on the first call: an asyncio one inside the running
 event loop, since ``aiohttp`` sessions and ``grpc.aio`` channels belong to the loop that creates
@@ -27,17 +30,13 @@ gRPC channel multiplexes calls); a blocking core is not thread safe (neither are
 
 from __future__ import annotations
 
-import asyncio  # unasync: import contextlib
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable  # unasync: from collections.abc import Callable, Iterator
-from typing import Any, Dict, Mapping, TypeVar
+from typing import Any, Mapping, TypeVar
 
 import numpy as np
 import tritonclient.grpc
-import tritonclient.grpc.aio
 import tritonclient.http
-import tritonclient.http.aio
 
 from pytriton.access_token import auth_headers
 from pytriton.client import _errors as errors
@@ -45,20 +44,12 @@ from pytriton.client._args import ModelLoad, with_auth
 from pytriton.client.codec import from_infer_result, infer_call, with_deadline
 from pytriton.client.core_request import CoreRequest
 from pytriton.client.core_stream_aio import AsyncResponseStream, AsyncStreamOpener
-from pytriton.client.lost import watched
+from pytriton.client.io_aio import AsyncCall, AsyncConnection, AsyncLook
 from pytriton.client.model_config import ClientModelConfig, parse_model_config
 from pytriton.client.readiness import presence_from_error, ready_names
-from pytriton.client.url import TritonUrl, parse_url
+from pytriton.client.url import TritonUrl
 
-# unasync: sync-only
-# from pytriton.client.watched import WatchedHttp, grpc_infer_watched
-# unasync: end
 _T = TypeVar("_T")
-# The keywords of an HTTP client's time limits: one for aiohttp's session, two for geventhttpclient.
-_HTTP_TIMEOUTS = ("conn_timeout",)  # unasync: _HTTP_TIMEOUTS = ("connection_timeout", "network_timeout")
-_Look = Callable[[], Awaitable[None]]  # unasync: _Look = Callable[[], None]
-# A call of the tritonclient client: it gets the client and the call's deadline keywords.
-_Call = Callable[[Any, Dict[str, Any]], Awaitable[_T]]  # unasync: _Call = Callable[[Any, Dict[str, Any]], _T]
 
 
 class AsyncTritonCore:
@@ -69,23 +60,22 @@ class AsyncTritonCore:
     on expiry it raises :class:`~pytriton.client.exceptions.PyTritonClientTimeoutError`.
     """
 
-    def __init__(self, url: TritonUrl, default_timeout_s: float, access_token: str | None = None) -> None:
+    def __init__(self, url: TritonUrl, default_timeout_s: float, access_token: str | None = None,
+                 connection: AsyncConnection | None = None) -> None:
         """Prepare a core; nothing is created before the first call.
 
         Args:
             url: the server's address; its scheme picks the protocol.
             default_timeout_s: the time limit of calls that give none (the inference timeout).
             access_token: sent with every call, for servers that restrict their APIs.
+            connection: the ``tritonclient`` client to call through; None for one of the core's own.
         """
         self.url = url
         self.default_timeout_s = default_timeout_s
         self._auth = auth_headers(url.scheme, access_token)
         self._grpc = url.scheme == "grpc"
-        self._client: Any = None
-        self._streams = AsyncStreamOpener(url, self._auth, self._connection)
-        # unasync: sync-only
-        # self._watched: WatchedHttp | None = None
-        # unasync: end
+        self._connection = connection if connection is not None else AsyncConnection(url, default_timeout_s)
+        self._streams = AsyncStreamOpener(url, self._auth, self._connection.client)
 
     async def is_server_live(self, timeout_s: float | None = None) -> bool:
         """Whether the server process answers its liveness endpoint."""
@@ -110,7 +100,7 @@ class AsyncTritonCore:
         restricted and the client has no token).
         """
         try:
-            await self._bounded(self._timeout(timeout_s), lambda client, deadline: client.get_model_metadata(
+            await self._connection.call(self._timeout(timeout_s), lambda client, deadline: client.get_model_metadata(
                 model_name, headers=self._headers(), **deadline))
         except Exception as exc:  # noqa: BLE001 - any failure is read for what it says, else "unknown"
             return presence_from_error(exc)
@@ -121,7 +111,7 @@ class AsyncTritonCore:
         repository API is restricted and the client has no token)."""
         extra = {"as_json": True} if self._grpc else {}
         try:
-            index = await self._bounded(self._timeout(timeout_s), lambda client, deadline: (
+            index = await self._connection.call(self._timeout(timeout_s), lambda client, deadline: (
                 client.get_model_repository_index(headers=self._headers(), **extra, **deadline)))
         except Exception:  # noqa: BLE001 - only a hint for an error message
             return None
@@ -170,7 +160,7 @@ class AsyncTritonCore:
         await self._call(errors.SHM_ACTION, timeout_s, lambda client, deadline: (
             client.unregister_system_shared_memory(name, headers=self._headers(), **deadline)))
 
-    async def infer(self, request: CoreRequest, look: _Look | None = None) -> dict[str, np.ndarray]:
+    async def infer(self, request: CoreRequest, look: AsyncLook | None = None) -> dict[str, np.ndarray]:
         """Run one inference request.
 
         Args:
@@ -193,13 +183,8 @@ class AsyncTritonCore:
 
         if look is None:
             return await self._call(errors.INFER_ACTION, limit_s, call)
-        # unasync: async-only
-        return await watched(self._call(errors.INFER_ACTION, limit_s, call), look, limit_s)
-        # unasync: end
-        # unasync: sync-only
-        # with errors.translate_errors(errors.INFER_ACTION, str(self.url), limit_s):
-        #     return from_infer_result(self._infer_watched(sent, look), request.shared)
-        # unasync: end
+        with errors.translate_errors(errors.INFER_ACTION, str(self.url), limit_s):
+            return from_infer_result(await self._connection.infer_watched(sent, look), request.shared)
 
     async def open_stream(self, request: CoreRequest, config: ClientModelConfig) -> AsyncResponseStream:
         """Send one request to a decoupled model and return the stream of its responses.
@@ -221,14 +206,8 @@ class AsyncTritonCore:
 
     async def close(self) -> None:
         """Close the connections (and a stream still open on them); the core is unusable afterwards."""
-        client, self._client = self._client, None
-        if client is not None:
-            await client.close()
+        await self._connection.close()
         await self._streams.close()
-        # unasync: sync-only
-        # if self._watched is not None:
-        #     self._watched.close()
-        # unasync: end
 
     def _timeout(self, timeout_s: float | None) -> float:
         return self.default_timeout_s if timeout_s is None else timeout_s
@@ -248,74 +227,12 @@ class AsyncTritonCore:
             merged["Accept-Encoding"] = "identity"
         return merged
 
-    def _connection(self) -> Any:
-        if self._client is None:
-            self._client = new_aio_client(self.url, self.default_timeout_s)
-        return self._client
-
-    async def _call(self, action: str, timeout_s: float | None, call: _Call[_T]) -> _T:
+    async def _call(self, action: str, timeout_s: float | None, call: AsyncCall[_T]) -> _T:
         timeout_s = self._timeout(timeout_s)
         with errors.translate_errors(action, str(self.url), timeout_s):
-            return await self._bounded(timeout_s, call)
-
-    async def _bounded(self, timeout_s: float, call: _Call[_T]) -> _T:
-        """Make `call` within `timeout_s` (errors untranslated): see the module doc."""
-        deadline = {"client_timeout": timeout_s} if self._grpc else {}
-        # unasync: async-only
-        return await asyncio.wait_for(call(self._connection(), deadline), timeout_s)
-        # unasync: end
-        # unasync: sync-only
-        # with self._client_for(timeout_s) as client:
-        #     return call(client, deadline)
-        # unasync: end
-
-    # unasync: sync-only
-    # @contextlib.contextmanager
-    # def _client_for(self, timeout_s: float) -> Iterator[Any]:
-    #     """The client for a call of `timeout_s`: HTTP needs a short-lived one for another limit."""
-    #     if self._grpc or timeout_s == self.default_timeout_s:
-    #         yield self._connection()
-    #         return
-    #     client = new_client(self.url, timeout_s)
-    #     try:
-    #         yield client
-    #     finally:
-    #         client.close()
-    #
-    # def _infer_watched(self, request: CoreRequest, look: Callable[[], None]) -> Any:
-    #     if self._grpc:
-    #         return grpc_infer_watched(self._connection(), request, look)
-    #     if self._watched is None:
-    #         self._watched = WatchedHttp(self.url)
-    #     return self._watched.infer(request, look)
-    # unasync: end
+            return await self._connection.call(timeout_s, call)
 
 
 def create_async_core(url: TritonUrl, default_timeout_s: float, access_token: str | None = None) -> AsyncTritonCore:
     """The core for `url` (one class serves both protocols)."""
     return AsyncTritonCore(url, default_timeout_s, access_token)
-
-
-def new_aio_client(url: TritonUrl, timeout_s: float) -> Any:
-    """A ``tritonclient`` client for ``url`` (its scheme picks the module); an asyncio one is created inside its loop.
-
-    Args:
-        url: the server's address.
-        timeout_s: an HTTP client's connection and network timeouts; a gRPC client takes its
-            limits per call.
-    """
-    if url.scheme == "grpc":
-        return tritonclient.grpc.aio.InferenceServerClient(url.address)
-    return tritonclient.http.aio.InferenceServerClient(url.address, **dict.fromkeys(_HTTP_TIMEOUTS, timeout_s))
-
-
-# unasync: async-only
-def create_aio_client_from_url(url: str, network_timeout_s: float) -> Any:
-    """`pytriton.client.utils.create_client_from_url` for asyncio code: a ``tritonclient`` ``aio``
-    client for ``url``; create it inside the event loop that uses it.
-
-    Raises:
-        PyTritonClientInvalidUrlError: ``url`` is not understood.
-    """
-    return new_aio_client(parse_url(url), network_timeout_s)
-# unasync: end

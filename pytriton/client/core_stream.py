@@ -45,12 +45,13 @@ from pytriton.client._errors import (
     stream_error,
     translate_errors,
 )
-from pytriton.client.codec import from_infer_result, is_final_response, to_infer_inputs
+from pytriton.client.codec import from_infer_result, to_infer_inputs
 from pytriton.client.core_request import CoreRequest
 from pytriton.client.generate import StreamPost, stream_post
 from pytriton.client.lost import wait_slices
 from pytriton.client.model_config import ClientModelConfig
 from pytriton.client.url import TritonUrl
+from pytriton.client_grpc import is_final_response
 
 _LOGGER = logging.getLogger(__name__)
 

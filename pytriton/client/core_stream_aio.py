@@ -6,10 +6,12 @@ shared with the blocking streams: the request builders and decoders (``pytriton.
 ``pytriton.client.generate``) and the error translation. Each wait for a response is bounded
 with ``asyncio.wait_for``; ending a stream early cancels the request on the server.
 
-* gRPC: ``ModelStreamInfer`` on a ``grpc.aio`` channel of the :class:`AsyncStreamOpener`, with
+* gRPC: a ``ModelStreamInfer`` call of the opener's channel
+  (:class:`~pytriton.client_grpc.GrpcChannel`, the speaker the OpenAI front uses too), with
   the request built by :func:`~pytriton.client.codec.to_stream_request` (``tritonclient.grpc.aio``'s
-  ``stream_infer`` cannot ask for the empty final response that shows a stream's end).
-  Cancelling the call cancels the request.
+  ``stream_infer`` cannot ask for the empty final response that shows a stream's end). Its call
+  is half-closed after the final response (none is kept: Triton's stop would wait for it);
+  cancelling a stream cancels its call, and with it the request.
 * HTTP: ``POST .../generate_stream`` on the opener's ``aiohttp`` session; closing the response
   drops its connection, which cancels the request.
 
@@ -25,20 +27,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
-import grpc  # type: ignore[import-untyped,unused-ignore]
 import numpy as np
-from tritonclient.grpc import InferResult, service_pb2_grpc
+from tritonclient.grpc import InferResult
 
 from pytriton.client import _errors as errors
-from pytriton.client.codec import from_infer_result, is_final_response, to_stream_request
+from pytriton.client.codec import from_infer_result, to_stream_request
 from pytriton.client.core_request import CoreRequest
 from pytriton.client.core_stream import ERROR_BODY_LIMIT, StreamBase, error_text
 from pytriton.client.generate import ResponseDecoder, stream_post
 from pytriton.client.model_config import ClientModelConfig
 from pytriton.client.url import TritonUrl
-
-#: gRPC's message size limits, lifted as ``tritonclient`` lifts them for its own channels.
-_CHANNEL_OPTIONS = [("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)]
+from pytriton.client_grpc import GrpcChannel, GrpcStream
 
 
 class AsyncResponseStream(StreamBase):
@@ -69,49 +68,34 @@ class AsyncResponseStream(StreamBase):
 
 
 class AsyncGrpcResponseStream(AsyncResponseStream):
-    """One request on a ``ModelStreamInfer`` call of its own."""
+    """One request on a ``ModelStreamInfer`` call of the opener's channel."""
 
-    def __init__(self, call: Any, url: TritonUrl, model_name: str, ended: asyncio.Event, token_sent: bool) -> None:
-        """Read the responses of ``call``, a started ``ModelStreamInfer`` carrying one request;
-        `ended` is set once they are all read (the request side then half-closes)."""
+    def __init__(self, stream: GrpcStream, url: TritonUrl, model_name: str, token_sent: bool) -> None:
+        """Read the responses of ``stream``, whose request is sent on its first read."""
         super().__init__(model_name, url)
-        self._call = call
+        self._stream = stream
         self._token_sent = token_sent
-        self._ended = ended
-        self._final_seen = False
 
     async def _next(self, timeout_s: float) -> dict[str, np.ndarray] | None:
-        try:
-            return await self._read(timeout_s)
-        except BaseException:
-            self._ended.set()
-            raise
-
-    async def _read(self, timeout_s: float) -> dict[str, np.ndarray] | None:
-        while not self._final_seen:
+        while not self._stream.finished:
             try:
-                response = await asyncio.wait_for(self._call.read(), timeout_s)
+                response = await asyncio.wait_for(self._stream.read(), timeout_s)
             except asyncio.TimeoutError:
                 raise errors.next_response_timeout(self.model_name, str(self.url), timeout_s) from None
             except Exception as exc:
                 error = errors.stream_error(exc, action=errors.STREAM_ACTION, url=str(self.url), timeout_s=timeout_s)
                 raise errors.hint_missing_token(error, self._token_sent) from exc
-            if response is grpc.aio.EOF:  # the server ended the call without a final response
-                self._ended.set()
+            if response is None:  # the server ended the call without a final response
                 return None
             if response.error_message:
                 raise errors.stream_error(response.error_message, action=errors.STREAM_ACTION, url=str(self.url))
-            self._final_seen = is_final_response(response.infer_response)
-            if self._final_seen:
-                self._ended.set()
-            if response.infer_response.outputs or not self._final_seen:
+            if response.infer_response.outputs or not self._stream.finished:
                 with errors.translate_errors(errors.STREAM_ACTION, str(self.url), timeout_s):
                     return from_infer_result(InferResult(response.infer_response))
         return None
 
     def _close(self) -> None:
-        self._ended.set()
-        self._call.cancel()
+        self._stream.cancel()
 
 
 class AsyncHttpResponseStream(AsyncResponseStream):
@@ -144,7 +128,7 @@ class AsyncHttpResponseStream(AsyncResponseStream):
 
 
 class AsyncStreamOpener:
-    """Opens streams to one server, over a ``grpc.aio`` channel or an ``aiohttp`` session of its own."""
+    """Opens streams to one server, over a gRPC channel or an ``aiohttp`` session of its own."""
 
     def __init__(self, url: TritonUrl, auth: Mapping[str, str], connection: Callable[[], Any]) -> None:
         """Prepare; nothing is created before the first stream.
@@ -158,7 +142,8 @@ class AsyncStreamOpener:
         """
         self.url = url
         self._auth = dict(auth)
-        self._channel: Any = None
+        # No call kept between streams: a server's stop waits for the calls left open.
+        self._channel = GrpcChannel(url.address, _metadata(self._auth), keep=0)
         self._session: aiohttp.ClientSession | None = None
 
     async def open(self, request: CoreRequest, config: ClientModelConfig) -> AsyncResponseStream:
@@ -170,31 +155,19 @@ class AsyncStreamOpener:
             message = to_stream_request(model_name, request.model_version, request.inputs,
                                         parameters=request.parameters, request_id=request.request_id,
                                         priority=request.priority)
-            if self._channel is None:
-                self._channel = grpc.aio.insecure_channel(self.url.address, options=_CHANNEL_OPTIONS)
-            stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
-            metadata = tuple((key.lower(), value) for key, value in merged.items())
-            # The request side stays open until the responses are read, as tritonclient's blocking
-            # stream does: half-closing at once raced with a refusal (an access token missing), which
-            # then sometimes reached the client as a bare "Internal error from Core".
-            ended = asyncio.Event()
-
-            async def requests() -> Any:
-                yield message
-                await ended.wait()
-
-            call = stub.ModelStreamInfer(requests(), metadata=metadata)
-            return AsyncGrpcResponseStream(call, self.url, model_name, ended, token_sent=bool(self._auth))
+            # The request side of a call is never half-closed: half-closing at once raced with a
+            # refusal (an access token missing), which then sometimes reached the client as a bare
+            # "Internal error from Core".
+            stream = self._channel.stream(message.SerializeToString(), _metadata(merged))
+            return AsyncGrpcResponseStream(stream, self.url, model_name, token_sent=bool(self._auth))
         post = stream_post(request, config, str(self.url))
         response = await self._post(model_name, post.path, post.body, merged, timeout_s)
         return AsyncHttpResponseStream(response, post.decoder, self.url, model_name)
 
     async def close(self) -> None:
         """Close the channel and the session (cancelling the streams still on them)."""
-        channel, self._channel = self._channel, None
+        await self._channel.close()
         session, self._session = self._session, None
-        if channel is not None:
-            await channel.close()
         if session is not None:
             await session.close()
 
@@ -223,3 +196,8 @@ class AsyncStreamOpener:
                 raise errors.server_error(str(response.status), error_text(text), action=errors.INFER_ACTION,
                                           url=str(self.url), timeout_s=timeout_s)
         return response
+
+
+def _metadata(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """Headers as gRPC metadata: keys in lower case, as gRPC wants them."""
+    return tuple((key.lower(), value) for key, value in headers.items())

@@ -17,13 +17,18 @@ import inspect
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, ForwardRef, Generic, Tuple, TypeVar
+from typing import Any, Awaitable, Callable, Dict, ForwardRef, Generic, Tuple, TypeVar
 
 import numpy as np
 
 from pytriton.client._args import priority_arg, sequence_args
 
 _Answer = TypeVar("_Answer")
+
+Outputs = Dict[str, np.ndarray]
+"""What a one-response request of a blocking client gives: output name to array."""
+AsyncOutputs = Awaitable[Outputs]
+"""What a one-response request of an asyncio client gives: the outputs, to await."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,6 @@ the blocking module from the asyncio one.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable  # unasync: from collections.abc import Callable
 from typing import Optional
 
 import numpy as np
@@ -28,10 +27,9 @@ import numpy as np
 from pytriton.client.core_aio import AsyncTritonCore
 from pytriton.client.core_request import CoreRequest
 from pytriton.client.exceptions import PyTritonClientError
+from pytriton.client.io_aio import AsyncLook
 from pytriton.client.model_config import ClientModelConfig
 from pytriton.client.shm_regions import Region, RegionPool, SharedTensors, ShmChoice
-
-_Look = Optional[Callable[[], Awaitable[None]]]  # unasync: _Look = Optional[Callable[[], None]]
 
 _TRUE_HINT = (
     "Triton's shared-memory API needs the server's access token (access_token=..., e.g. Triton.get_access_token()), "
@@ -66,7 +64,7 @@ class AsyncShmTransport:
         """How many regions this client registered so far (a measure of their reuse)."""
 
     async def infer(
-        self, request: CoreRequest, config: Optional[ClientModelConfig], look: _Look
+        self, request: CoreRequest, config: Optional[ClientModelConfig], look: Optional[AsyncLook]
     ) -> dict[str, np.ndarray]:
         """Run `request`, its large tensors through a region when the choice allows; see `TritonCore.infer`."""
         layout = self.choice.layout(config, request.inputs) if config is not None else None

@@ -22,10 +22,9 @@ import contextlib
 import dataclasses
 import enum
 import time
-import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from types import ModuleType
-from typing import Any, Dict, Tuple, Union
+from typing import Any, Dict, Tuple
 
 import tritonclient.grpc
 import tritonclient.http
@@ -35,8 +34,15 @@ from pytriton.client._args import DEFAULT_INIT_TIMEOUT_S, model_args, timeout_ar
 from pytriton.client._errors import translate_errors
 from pytriton.client.core import TritonCore
 from pytriton.client.exceptions import PyTritonClientValueError
+from pytriton.client.io_sync import (
+    DEFAULT_NETWORK_TIMEOUT_S,
+    Connection,
+    TritonClient,
+    create_client_from_url,
+    made,
+)
 from pytriton.client.model_config import ClientModelConfig
-from pytriton.client.url import TritonUrl, parse_url
+from pytriton.client.url import TritonUrl
 from pytriton.client.waits import wait_until_ready, wait_until_server_ready
 
 __all__ = [
@@ -53,11 +59,11 @@ __all__ = [
     "wait_for_server_ready",
 ]
 
-TritonSyncClient = Union[tritonclient.http.InferenceServerClient, tritonclient.grpc.InferenceServerClient]
+TritonSyncClient = TritonClient
 """The clients these helpers take: blocking ``tritonclient`` clients of either protocol."""
 
 # The published defaults, under the published (private) names that code and tests import.
-_DEFAULT_NETWORK_TIMEOUT_S = 60.0
+_DEFAULT_NETWORK_TIMEOUT_S = DEFAULT_NETWORK_TIMEOUT_S
 _DEFAULT_WAIT_FOR_SERVER_READY_TIMEOUT_S = 60.0
 _DEFAULT_WAIT_FOR_MODEL_TIMEOUT_S = DEFAULT_INIT_TIMEOUT_S  # 300 s, the model clients' init_timeout_s
 
@@ -83,11 +89,6 @@ class ModelState(enum.Enum):
     READY = "READY"
 
 
-# What create_client_from_url knows of the clients it made: their address (for messages) and
-# their network timeout (the per-call deadline of gRPC calls). Weak: the caller owns the client.
-_MADE: weakref.WeakKeyDictionary[Any, tuple[TritonUrl, float]] = weakref.WeakKeyDictionary()
-
-
 @dataclasses.dataclass(frozen=True)
 class _GivenClientUrl(TritonUrl):
     """Stands for the address of a client made elsewhere: ``tritonclient`` does not say it."""
@@ -96,21 +97,23 @@ class _GivenClientUrl(TritonUrl):
         return f"<the server of the given tritonclient.{self.scheme} client>"
 
 
-class _AdoptedCore(TritonCore):
-    """A :class:`TritonCore` over the caller's client, which it never closes.
+class _Adopted(Connection):
+    """The caller's client as a core's connection, never closed.
 
     A gRPC call still carries its own deadline; an HTTP client's socket timeouts are the ones the
     caller gave it, and bound every call (a call cannot get a shorter one).
     """
 
-    def __init__(self, client: TritonSyncClient, url: TritonUrl, default_timeout_s: float,
-                 access_token: str | None) -> None:  # fmt: skip
-        super().__init__(url, default_timeout_s, access_token)
-        self._client = client
+    def __init__(self, client: TritonSyncClient, url: TritonUrl, default_timeout_s: float) -> None:
+        super().__init__(url, default_timeout_s)
+        self._given = client
+
+    def client(self) -> Any:
+        return self._given
 
     @contextlib.contextmanager
     def _client_for(self, timeout_s: float) -> Iterator[Any]:
-        yield self._client
+        yield self._given
 
     def close(self) -> None:
         """Leave the caller's client open."""
@@ -120,8 +123,8 @@ def _adopt(client: Any, access_token: str | None) -> TritonCore:
     """The core that makes the helpers' calls through ``client``."""
     token = token_arg(access_token)
     scheme = _scheme_of(client)
-    url, timeout_s = _MADE.get(client, (_GivenClientUrl(scheme, "", 0), _DEFAULT_NETWORK_TIMEOUT_S))
-    return _AdoptedCore(client, url, timeout_s, token)
+    url, timeout_s = made(client) or (_GivenClientUrl(scheme, "", 0), _DEFAULT_NETWORK_TIMEOUT_S)
+    return TritonCore(url, timeout_s, token, connection=_Adopted(client, url, timeout_s))
 
 
 def _scheme_of(client: Any) -> str:
@@ -133,37 +136,6 @@ def _scheme_of(client: Any) -> str:
         f"client must be a tritonclient.http or tritonclient.grpc InferenceServerClient (for example from "
         f"create_client_from_url), got {type(client).__name__}"
     )
-
-
-def create_client_from_url(url: str, network_timeout_s: float | None = None) -> TritonSyncClient:
-    """A ``tritonclient`` client for the server at ``url``, in the protocol its scheme names.
-
-    Args:
-        url: ``host``, ``host:port``, ``http://host[:port]`` or ``grpc://host[:port]``, as for
-            the model clients (no scheme: HTTP; no port: 8000 for HTTP, 8001 for gRPC).
-        network_timeout_s: the longest one call may take (default 60 s): the connection and
-            network timeout of an HTTP client; the deadline these helpers give each call of a
-            gRPC client (``tritonclient.grpc`` fixes none at construction).
-
-    Returns:
-        A ``tritonclient.http.InferenceServerClient`` or ``tritonclient.grpc.InferenceServerClient``;
-        the caller closes it.
-
-    Raises:
-        PyTritonClientInvalidUrlError: ``url`` cannot be parsed or its scheme is not served.
-        PyTritonClientValueError: ``network_timeout_s`` is not a positive number.
-    """
-    parsed = parse_url(url)
-    timeout_s = timeout_arg("network_timeout_s", network_timeout_s, _DEFAULT_NETWORK_TIMEOUT_S)
-    client: TritonSyncClient
-    if parsed.scheme == "grpc":
-        client = tritonclient.grpc.InferenceServerClient(parsed.address)
-    else:
-        client = tritonclient.http.InferenceServerClient(
-            parsed.address, connection_timeout=timeout_s, network_timeout=timeout_s
-        )
-    _MADE[client] = (parsed, timeout_s)
-    return client
 
 
 def get_client_lib_from_client(client: TritonSyncClient) -> ModuleType:

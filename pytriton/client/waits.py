@@ -9,11 +9,11 @@
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Generator
 from typing import Protocol
 
 from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
+from pytriton.client.io_sync import sleep
 from pytriton.client.readiness import Probe, ProbeOutcome, call_for, readiness_steps, server_steps
 from pytriton.client.url import TritonUrl
 
@@ -81,7 +81,7 @@ def drive(core: ReadinessCalls, steps: Generator[Probe, ProbeOutcome, None], mod
             probe = steps.send(outcome)
             outcome = None
             if probe.kind == "sleep":
-                time.sleep(probe.timeout_s)
+                sleep(probe.timeout_s)
                 continue
             name, args = call_for(probe, model_name, model_version)
             try:

@@ -7,12 +7,12 @@
 
 from __future__ import annotations
 
-import asyncio  # unasync: import time
 import contextlib
 from collections.abc import Generator
 from typing import Protocol
 
 from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
+from pytriton.client.io_aio import sleep
 from pytriton.client.readiness import Probe, ProbeOutcome, call_for, readiness_steps, server_steps
 from pytriton.client.url import TritonUrl
 
@@ -80,7 +80,7 @@ async def drive_async(core: AsyncReadinessCalls, steps: Generator[Probe, ProbeOu
             probe = steps.send(outcome)
             outcome = None
             if probe.kind == "sleep":
-                await asyncio.sleep(probe.timeout_s)
+                await sleep(probe.timeout_s)
                 continue
             name, args = call_for(probe, model_name, model_version)
             try:

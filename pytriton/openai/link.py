@@ -6,8 +6,11 @@ pytriton's own (``pytriton_*``) too. A chat answer is one ``ModelStreamInfer`` c
 request; cancelling the call (a client gone, a stop sequence met) cancels the request in Triton,
 which closes the callable's generator. Embeddings are plain ``ModelInfer`` calls.
 
-A chat call is kept open for the next request once its request's final response came
-(`Streams`): opening a call costs more than a short answer.
+The gRPC is spoken by the clients' own speaker, `pytriton.client_grpc.GrpcChannel`, which
+the asyncio streaming client uses too: one channel, its stub for the plain calls, and the chat
+calls, each kept open for the next request once its request's final response came (opening a
+call costs more than a short answer). Chat requests are put together from pre-serialized bytes
+here (`chat_request`): no message object is built per request.
 
 Which models are served, and how, is read from Triton itself (its repository index, its
 statistics, which also list the models other processes sent through the repository API, and each
@@ -25,9 +28,10 @@ from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple
 import grpc  # type: ignore[import-untyped,unused-ignore]
 import numpy as np
 from google.protobuf.json_format import MessageToDict
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2
 
 from pytriton.access_token import auth_headers
+from pytriton.client_grpc import GrpcChannel, GrpcStream
 from pytriton.openai.convention import (
     CHAT,
     CHAT_MESSAGES,
@@ -43,16 +47,10 @@ from pytriton.openai.convention import (
 )
 from pytriton.openai.errors import OpenAIError, unknown_model, wrong_kind
 
-_CHANNEL_OPTIONS = [("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)]
 _GONE = re.compile(r"unknown model|is not found|not ready", re.IGNORECASE)
 """Triton's words for a request to a model it no longer serves."""
 _CALL_TIMEOUT_S = 30.0
 """Bound of the calls that ask Triton about its models."""
-
-
-_STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
-_KEEP_STREAMS = 256
-"""Idle chat calls kept for the next requests (`Streams`)."""
 _RAW_INPUT_CONTENTS = 7
 """``ModelInferRequest.raw_input_contents``'s field number (grpc_service.proto)."""
 
@@ -121,75 +119,18 @@ def unnamed(model: str, message: str) -> str:
     return rest.lstrip(":").strip() or message
 
 
-class Streams:
-    """Open ``ModelStreamInfer`` calls, each carrying one chat request at a time.
-
-    Opening a gRPC call costs more than the short request it carries: one answer of one piece
-    took 1.4 to 1.9 ms on a kept call against 2.2 to 3.1 ms on a new one, most of the difference
-    the client's own CPU time (docs/design/openai.md). A call whose request ended with its final
-    response comes back here for the next request; a call whose request must stop is cancelled
-    (gRPC cancels a call's requests together) and never used again, so that a cancel reaches
-    exactly one request. Calls are never half-closed: Triton would end them.
-
-    Args:
-        open_call: a new call.
-        keep: how many idle calls are kept; more are cancelled as they come back.
-    """
-
-    def __init__(self, open_call: Callable[[], Any], keep: int) -> None:
-        self._open = open_call
-        self._keep = keep
-        self._idle: List[Any] = []
-
-    def take(self) -> Tuple[Any, bool]:
-        """A call for one request, and whether it carried one before."""
-        while self._idle:
-            call = self._idle.pop()
-            if not call.done():  # not ended by the server (a restart, a lost connection) meanwhile
-                return call, True
-        return self._open(), False
-
-    def open(self) -> Any:
-        return self._open()
-
-    def give(self, call: Any) -> None:
-        """A call whose request ended with its final response."""
-        if len(self._idle) < self._keep and not call.done():
-            self._idle.append(call)
-        else:
-            call.cancel()
-
-    def close(self) -> None:
-        for call in self._idle:
-            call.cancel()
-        self._idle.clear()
-
-
 class ChatCall:
-    """The pieces of one answer of a chat model, read from a ``ModelStreamInfer`` call of `streams`."""
+    """The pieces of one answer of a chat model, read from its ``ModelStreamInfer`` call."""
 
-    def __init__(self, streams: Streams, request: bytes, model: str, on_gone: Callable[[str], None]) -> None:
-        self._streams = streams
-        self._request = request
+    def __init__(self, stream: GrpcStream, model: str, on_gone: Callable[[str], None]) -> None:
+        self._stream = stream
         self._model = model
         self._on_gone = on_gone
-        self._call: Any = None
-        self._cancelled = False
-        self.finished = False
 
-    async def _send(self) -> Any:
-        """Write the request on a call; a kept call that the server ended meanwhile is replaced once."""
-        call, kept = self._streams.take()
-        self._call = call
-        try:
-            await call.write(self._request)
-            return call
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            if not kept or self._cancelled:
-                raise
-        call = self._call = self._streams.open()
-        await call.write(self._request)
-        return call
+    @property
+    def finished(self) -> bool:
+        """The answer is complete: its final response came."""
+        return self._stream.finished
 
     async def pieces(self) -> AsyncIterator[Dict[str, Any]]:
         """Each piece as a checked dict, until the final response.
@@ -198,24 +139,19 @@ class ChatCall:
             OpenAIError: the model failed (500 with its message), the server stops (503), ...
         """
         try:
-            call = await self._send()
             while True:
-                response = await call.read()
-                if response is grpc.aio.EOF:
+                response = await self._stream.read()
+                if response is None:
                     return
                 if response.error_message:
                     raise self._refused(response.error_message)
-                answer = response.infer_response
-                for raw in answer.raw_output_contents:
+                for raw in response.infer_response.raw_output_contents:
                     for element in bytes_elements(raw):
                         try:
                             yield decode_piece(self._model, element)
                         except ValueError as exc:
                             raise OpenAIError(500, str(exc)) from exc
-                final = answer.parameters.get("triton_final_response")
-                if final is not None and final.bool_param:
-                    self.finished = True
-                    self._streams.give(call)
+                if self._stream.finished:
                     return
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
             error = _failure(self._model, exc)
@@ -223,8 +159,7 @@ class ChatCall:
                 self._on_gone(self._model)
             raise error from exc
         finally:
-            if not self.finished:
-                self.cancel()
+            self._stream.cancel()  # nothing once the final response came
 
     def _refused(self, message: str) -> OpenAIError:
         if _GONE.search(message):  # unloaded since the front last looked
@@ -235,9 +170,7 @@ class ChatCall:
 
     def cancel(self) -> None:
         """Cancel the request in Triton unless its answer is complete (idempotent)."""
-        self._cancelled = True
-        if not self.finished and self._call is not None:
-            self._call.cancel()
+        self._stream.cancel()
 
 
 class TritonLink:
@@ -250,30 +183,16 @@ class TritonLink:
     """
 
     def __init__(self, address: str, access_token: Optional[str]) -> None:
-        self._address = address
         self._metadata = tuple(auth_headers("grpc", access_token).items())
-        self._channel: Any = None
-        self._stub: Any = None
+        self._grpc = GrpcChannel(address, self._metadata)
         self._models: Dict[str, ServedModel] = {}
-        self._streams: Optional[Streams] = None
         self._heads: Dict[Tuple[str, bool], bytes] = {}
 
     def _service(self) -> Any:
-        if self._stub is None:  # made inside the running loop, which owns it
-            self._channel = grpc.aio.insecure_channel(self._address, options=_CHANNEL_OPTIONS)
-            self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
-            # Chat requests go as bytes (`chat_request`): the stub's serializer is left out.
-            stream = self._channel.stream_stream(_STREAM_METHOD, request_serializer=None,
-                                                 response_deserializer=service_pb2.ModelStreamInferResponse.FromString)
-            self._streams = Streams(lambda: stream(metadata=self._metadata), _KEEP_STREAMS)
-        return self._stub
+        return self._grpc.stub  # the channel is made inside the running loop, which owns it
 
     async def close(self) -> None:
-        if self._streams is not None:
-            self._streams.close()
-        channel, self._channel, self._stub, self._streams = self._channel, None, None, None
-        if channel is not None:
-            await channel.close()
+        await self._grpc.close()
 
     async def ready(self) -> bool:
         """Whether Triton answers ready (the front's ``/health``)."""
@@ -339,13 +258,11 @@ class TritonLink:
     def chat(self, model: ServedModel, messages: List[Dict[str, Any]], params: Dict[str, Any]) -> ChatCall:
         """Start one answer of chat model `model`."""
         assert model.kind == CHAT
-        self._service()
         key = (model.name, model.batched)
         head = self._heads.get(key)
         if head is None:
             head = self._heads[key] = chat_request_head(model.name, model.batched)
-        assert self._streams is not None
-        return ChatCall(self._streams, chat_request(head, messages, params), model.name, self.forget)
+        return ChatCall(self._grpc.stream(chat_request(head, messages, params)), model.name, self.forget)
 
     async def embed(self, model: ServedModel, texts: List[str], dimensions: Optional[int]) -> List[np.ndarray]:
         """The embedding of each text, through as many requests as `model.max_batch_size` asks."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,62 +80,57 @@ def test_generated_clients_are_committed_and_lint_and_test_check_them():
 
 
 SOURCE = '''"""Doc of AsyncioModelClient."""
-import asyncio  # unasync: import threading
-# unasync: sync-only
-# from pytriton.client.core import AsyncTritonCore
-# unasync: end
+from pytriton.client.io_aio import AsyncLock, sleep
 
 
 class AsyncioModelClient:
-    # unasync: async-only
-    def only_async(self):
-        return asyncio.Lock()
-    # unasync: end
+    def __init__(self):
+        self._lock = AsyncLock()
 
     async def __aenter__(self):
-        await self._core.close()  # unasync: drop
         async with self._lock:
             async for item in self._items:
-                await asyncio.sleep(0)
+                await sleep(0)
         return self
-
-
-def uses_the_imports():
-    # unasync: sync-only
-    # return threading, AsyncTritonCore
-    # unasync: end
 '''
 
 
-def test_the_rewrite_drops_async_maps_names_and_follows_directives():
+def test_the_rewrite_drops_async_and_renames():
     text = unasync.unasync(SOURCE, "pytriton/client/example.py")
     assert text.splitlines()[0].startswith("# Generated from pytriton/client/example.py")
     assert '"""Doc of ModelClient."""' in text  # names are mapped in docstrings too
-    assert "import threading" in text and "import asyncio" not in text
-    # sync-only lines are uncommented and left as written (no name mapping there)
-    assert "from pytriton.client.core import AsyncTritonCore" in text
-    assert "only_async" not in text and "unasync" not in text.split("\n", 1)[1]
+    assert "from pytriton.client.io_sync import Lock, sleep" in text  # the I/O pair: the blocking side's module
+    assert "        self._lock = Lock()" in text
     assert "def __enter__(self):" in text
-    assert "close()" not in text
     assert "        with self._lock:" in text and "            for item in self._items:" in text
-    assert "                time.sleep(0)" in text
+    assert "                sleep(0)" in text
     assert "await" not in text and "async " not in text
     compile(text, "example.py", "exec")
 
 
-@pytest.mark.parametrize(
-    ("source", "complaint"),
-    [
-        ("# unasync: async-only\nx = 1\n", "not closed"),
-        ("# unasync: end\n", "unexpected directive"),
-        ("# unasync: async-only\n# unasync: sync-only\n# unasync: end\n", "unexpected directive"),
-        ("# unasync: sync-only\nx = 1\n# unasync: end\n", "must be commented out"),
-        ("# unasync: whatever\n", "unexpected directive"),
-    ],
-)
-def test_a_malformed_source_is_refused_with_its_line(source, complaint):
-    with pytest.raises(ValueError, match=complaint):
-        unasync.unasync(source, "pytriton/client/bad.py")
+@pytest.mark.parametrize("line", ["import asyncio  # unasync: import threading", "# unasync: sync-only",
+                                  "    x = 1  # unasync: drop"])
+def test_a_directive_is_refused_with_its_line_the_differences_live_in_the_io_pair(line):
+    with pytest.raises(ValueError, match=r"bad\.py:2: a directive .*io_aio\.py and io_sync\.py"):
+        unasync.unasync(f'"""Doc."""\n{line}\n', "pytriton/client/bad.py")
+
+
+def test_the_sources_hold_no_directive_and_every_renamed_name_is_used():
+    sources = "\n".join((ROOT / source).read_text() for source in unasync.SOURCES)
+    assert "# unasync:" not in sources
+    unused = [name for name in unasync.NAMES if not re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", sources)]
+    assert unused == [], "a renaming no source needs: drop it from NAMES"
+
+
+def test_the_io_pair_has_the_same_names_on_both_sides():
+    """Whatever a source imports from io_aio, renamed, the blocking twin finds in io_sync."""
+    from pytriton.client import io_aio, io_sync
+
+    for module in (io_aio, io_sync):
+        assert all(hasattr(module, name) for name in module.__all__)
+    renamed = {unasync.NAMES.get(name, name) for name in io_aio.__all__}
+    assert renamed <= set(io_sync.__all__), renamed - set(io_sync.__all__)
+    assert len(renamed) == len(io_aio.__all__)  # no two names of one side become one
 
 
 def test_imports_are_sorted_as_ruff_sorts_them_without_repeats_or_unused_names():
@@ -142,8 +138,8 @@ def test_imports_are_sorted_as_ruff_sorts_them_without_repeats_or_unused_names()
         '"""Doc."""',
         "from __future__ import annotations",
         "",
-        "import asyncio  # unasync: import threading",
         "import functools",
+        "import threading",
         "from typing import Any, Awaitable  # Awaitable: the asyncio side's only",
         "",
         "import tritonclient.grpc",
@@ -154,12 +150,14 @@ def test_imports_are_sorted_as_ruff_sorts_them_without_repeats_or_unused_names()
         "    client_args,",
         "    load_args,",
         ")",
+        "from pytriton.client.infer_calls import AsyncOutputs, InferCall, call_priority",
+        "from pytriton.client.io_aio import (",
+        "    AsyncLock,",
+        "    sleep,",
+        ")",
         "",
-        "# unasync: sync-only",
-        "# from pytriton.client.utils import TritonSyncClient",
-        "# unasync: end",
         "X: Any = (threading, functools, tritonclient.grpc, wait_until_ready_async, client_args, load_args)",
-        "Y = TritonSyncClient  # a comment naming Awaitable does not keep it",
+        "Y = (AsyncOutputs, InferCall, call_priority, AsyncLock)  # a comment naming Awaitable or sleep keeps neither",
     ])
     text = unasync.unasync(source, "pytriton/client/example.py")
     imports = text.split('"""Doc."""\n')[1].split("\nX: Any")[0]
@@ -176,7 +174,11 @@ def test_imports_are_sorted_as_ruff_sorts_them_without_repeats_or_unused_names()
         "    client_args,",
         "    load_args,",
         ")",
-        "from pytriton.client.utils import TritonSyncClient",
+        # renamed names in ruff's order (classes before functions), a wrapped statement kept wrapped
+        "from pytriton.client.infer_calls import InferCall, Outputs, call_priority",
+        "from pytriton.client.io_sync import (",
+        "    Lock,",
+        ")",
         "from pytriton.client.waits import wait_until_ready",
         "",
     ])

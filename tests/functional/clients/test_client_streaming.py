@@ -18,6 +18,7 @@ import uuid
 import numpy as np
 import pytest
 from support import free_ports
+from tritonclient.grpc import InferResult
 
 from pytriton.client import (
     AsyncioDecoupledModelClient,
@@ -32,6 +33,8 @@ from pytriton.client import (
     PyTritonClientTimeoutError,
     PyTritonClientValueError,
 )
+from pytriton.client.codec import from_infer_result, to_stream_request
+from pytriton.client_grpc import GrpcChannel
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "client_dev"))
 
@@ -228,6 +231,57 @@ def test_asyncio_streams_run_concurrently(url):
     (three, four), seconds = asyncio.run(run())
     assert (three, four) == ([0, 1, 2], [0, 1, 2, 3])
     assert seconds < 1.5  # one after the other would take 1.5 s
+
+
+def _stream_request(model, inputs):
+    return to_stream_request(model, "", inputs).SerializeToString()
+
+
+async def _indices(stream):
+    """The INDEX of each response of `stream`, read to its end."""
+    found = []
+    while (response := await stream.read()) is not None:
+        assert not response.error_message, response.error_message
+        found += [value.item() for value in from_infer_result(InferResult(response.infer_response)).get("INDEX", [])]
+    return found
+
+
+def test_the_grpc_speaker_keeps_a_call_for_the_next_request_and_never_one_whose_request_was_cancelled(server):
+    """The speaker of the asyncio streaming client and the OpenAI front: a call goes back to the channel once its
+    request's final response came and carries the next request; a cancelled one is cancelled with its request."""
+    running, markers = server
+    tag = uuid.uuid4().hex
+
+    async def run():
+        channel = GrpcChannel(f"localhost:{running.grpc_port}")
+        seen = {}
+        try:
+            first = channel.stream(_stream_request("Countdown", countdown(2, 0.0)))
+            seen["first"] = (await _indices(first), first.finished, channel.idle)
+            second = channel.stream(_stream_request("Countdown", countdown(3, 0.0)))
+            assert await second.read() is not None and channel.idle == 0  # it took the kept call
+            seen["second"] = (await _indices(second), channel.idle)  # and gave it back: still one call
+            inputs = dict(countdown(20, 0.3), TAG=np.array([tag.encode()], dtype=object))
+            cancelled = channel.stream(_stream_request("Cancellable", inputs))
+            assert await cancelled.read() is not None and channel.idle == 0
+            cancelled.cancel()
+            seen["marker"] = await asyncio.get_running_loop().run_in_executor(None, wait_for_marker, markers, tag)
+            own = channel.stream(_stream_request("Countdown", countdown(1, 0.0)), metadata=(("x-request-tag", tag),))
+            seen["own"] = (await _indices(own), own.finished, channel.idle)  # its own metadata: a call of its own
+            after = channel.stream(_stream_request("Countdown", countdown(1, 0.0)))
+            seen["after"] = (await _indices(after), channel.idle)
+        finally:
+            await channel.close()
+        seen["closed"] = channel.idle
+        return seen
+
+    seen = asyncio.run(run())
+    assert seen["first"] == ([0, 1], True, 1)
+    assert seen["second"] == ([1, 2], 1)  # its first response was read in the test
+    assert seen["marker"] == [(tag, 1)]  # the model saw the cancel after its first response
+    assert seen["own"] == ([0], True, 0)  # the cancelled request's call was not kept
+    assert seen["after"] == ([0], 1)
+    assert seen["closed"] == 0
 
 
 def test_one_stream_at_a_time_on_a_sync_client(url):

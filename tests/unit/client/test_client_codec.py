@@ -13,7 +13,6 @@ from tritonclient.utils import deserialize_bytes_tensor
 
 from pytriton.client.codec import (
     add_batch_axis,
-    is_final_response,
     map_inputs,
     sample_request,
     strip_batch_axis,
@@ -22,6 +21,7 @@ from pytriton.client.codec import (
 )
 from pytriton.client.exceptions import PyTritonClientValueError
 from pytriton.client.model_config import ClientModelConfig, TensorSpec
+from pytriton.client_grpc import is_final_response
 
 F32 = np.dtype(np.float32)
 CONFIG = ClientModelConfig(

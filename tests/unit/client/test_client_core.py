@@ -9,6 +9,7 @@ import pytest
 
 from pytriton.client.core import TritonCore
 from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
+from pytriton.client.io_sync import Connection
 from pytriton.client.url import parse_url
 from pytriton.client.waits import wait_until_ready
 from pytriton.client_contract import STOPPING_MODEL
@@ -17,21 +18,25 @@ from pytriton.client_contract import STOPPING_MODEL
 class ScriptedCore(TritonCore):
     """Answers readiness from a script; records the time limit each poll was given.
 
-    The core's calls go to the ``tritonclient`` client `_client_for` hands out: here a scripted
-    one, told the call's time limit as the core would build a short-lived HTTP client with it.
+    The core's calls go to the ``tritonclient`` client its connection hands out: here a scripted
+    one, told the call's time limit as the connection would build a short-lived HTTP client with it.
     """
 
     def __init__(self, server_ready=lambda: True, model_ready=lambda: True, poll_delay_s=0.0):
-        super().__init__(parse_url("localhost:1"), 60.0)
+        url = parse_url("localhost:1")
+        super().__init__(url, 60.0, connection=_ScriptedConnection(self, url))
         self.server_ready, self.model_ready, self.poll_delay_s = server_ready, model_ready, poll_delay_s
         self.timeouts: list[float] = []
 
+
+class _ScriptedConnection(Connection):
+    def __init__(self, core, url):
+        super().__init__(url, 60.0)
+        self.core = core
+
     @contextlib.contextmanager
     def _client_for(self, timeout_s):
-        yield _ScriptedClient(self, timeout_s)
-
-    def close(self):
-        pass
+        yield _ScriptedClient(self.core, timeout_s)
 
 
 class _ScriptedClient:
