@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import zmq
 
 from pytriton.bound import BoundModel, BoundModels, InferFunc, ModelDeclaration
+from pytriton.decorating.multiplexing import multiplex_parameter
 from pytriton.decorating.shaping import whole_batch
 from pytriton.environment import BATCH_HOLD_US as HOLD_ENV
 from pytriton.environment import PROXY_SPIN_US as SPIN_ENV
@@ -200,6 +201,7 @@ class ModelBindings:
         )
         check_callables(model_name, plain_callables(infer_funcs), config.decoupled, context.input_names)
         continuous_capacity(model_name, infer_funcs, config)
+        multiplex_parameter(model_name, plain_callables(infer_funcs))
         trace_settings = model_trace_settings(model_name, trace_config)
         return ModelDeclaration(context, infer_funcs, strict, [is_async_entry(f) for f in infer_funcs],
                                 trace_settings, warmups=plan_warmups(model_name, context.inputs, config))
@@ -339,6 +341,13 @@ class ModelBindings:
         """
         context = declaration.context
         streams = continuous_capacity(context.model_name, declaration.infer_funcs, context.config)
+        multiplex = multiplex_parameter(context.model_name, plain_callables(declaration.infer_funcs))
+        if multiplex and backend == "python" and len(declaration.infer_funcs) > 1:
+            logger.warning(
+                "model '%s': @multiplexed with %d instances on the proxy path (Triton's Python backend): Triton "
+                "chooses the instance of each batch, so a request may go to an instance that does not hold its "
+                "variant and load it there; pytriton's own backend sends it to the instance that holds it",
+                context.model_name, len(declaration.infer_funcs))
         if streams and backend == "python":
             raise PyTritonModelConfigError(
                 f"model '{context.model_name}': a @continuous step function needs pytriton's own Triton backend, "
@@ -353,6 +362,7 @@ class ModelBindings:
                         **({protocol.PARAM_SPIN_US: spin} if (spin := microseconds_from(SPIN_ENV)) else {}),
                         **({protocol.PARAM_HOLD_US: hold} if (hold := microseconds_from(HOLD_ENV)) else {}),
                         **({protocol.PARAM_CONTINUOUS: str(streams)} if streams else {}),
+                        **({protocol.PARAM_MULTIPLEX: multiplex} if multiplex else {}),
                         **self.model_parameters},
         )
 

@@ -51,7 +51,7 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 from pytriton.client_contract import DEADLINE_PARAMETER as DEADLINE_PARAMETER
 from pytriton.client_contract import PARAM_RELAYED as PARAM_RELAYED
 
-PROTOCOL_VERSION = 11
+PROTOCOL_VERSION = 12
 
 # Keys of the model configuration `parameters` that tell a proxy where its worker is. Every
 # version of a model name shares one configuration (Triton keeps one per name), so these name the
@@ -101,6 +101,13 @@ PARAM_INSTANCE_NAMES = "pytriton.instance_names"
 where the instances are grouped by device (one instance group per device, named after it, so
 Triton's instance names say the device); the backend and the proxy find their handler's number
 there. Absent: instance k is Triton's ``<group>_<k>``."""
+
+PARAM_MULTIPLEX = "pytriton.multiplex"
+"""For a multiplexed model (``@multiplexed``, `pytriton.decorating.multiplexing`): JSON
+``{"parameter": <request parameter naming the variant>, "max_loaded": <variants one instance
+holds>, "variants": <the known variants, or null>}``. pytriton's backend reads it to send a batch to
+a free instance that holds its variants (``backend/execute.c``); the OpenAI front to list
+``base:variant`` names. Absent for every other model."""
 
 # Tensors at or under this size travel inline in ZeroMQ frames; larger ones in shared memory.
 INLINE_MAX_BYTES = 64 * 1024
@@ -193,6 +200,16 @@ SEQUENCE_END = 2
 """Triton's request flag: the last request of a sequence (``TRITONSERVER_REQUEST_FLAG_SEQUENCE_END``)."""
 
 
+class ErrorCode:
+    """Which of Triton's error codes a requester's error goes back with (`BatchResult.codes`): the
+    code says whose fault it is (HTTP 500 or 400, gRPC INTERNAL or INVALID_ARGUMENT)."""
+
+    INTERNAL = 0
+    """The callable (or pytriton) failed: Triton's ``TRITONSERVER_ERROR_INTERNAL``."""
+    INVALID_ARG = 1
+    """The request was wrong (a variant no loader knows): ``TRITONSERVER_ERROR_INVALID_ARG``."""
+
+
 class BatchResult(NamedTuple):
     """Worker -> proxy: the answer to every request of the batch, in order.
 
@@ -213,6 +230,9 @@ class BatchResult(NamedTuple):
     large inputs over without a copy, `pytriton.worker.batches`): the sender must never write that
     segment again, so it gives the segment up and lays the next batch out in a new one. The kept
     arrays hold the worker's mapping of the old segment, which goes when they do."""
+    codes: Tuple[int, ...] = ()
+    """Per request, the `ErrorCode` of its error; empty when every error is `ErrorCode.INTERNAL`
+    (the common case: no tuple to write or read)."""
 
 
 class StreamPart(NamedTuple):

@@ -108,13 +108,22 @@ def host_array(value: Any, what: str) -> np.ndarray:
 
 
 class Failure:
-    """An error meant for the requesters of a batch, in place of their responses."""
+    """An error meant for the requesters of a batch, in place of their responses.
 
-    __slots__ = ("message", "unrecoverable")
+    `code` is the `protocol.ErrorCode` it goes back with (INTERNAL unless the request was wrong).
+    """
 
-    def __init__(self, message: str, unrecoverable: bool = False) -> None:
+    __slots__ = ("message", "unrecoverable", "code")
+
+    def __init__(self, message: str, unrecoverable: bool = False, code: int = protocol.ErrorCode.INTERNAL) -> None:
         self.message = message
         self.unrecoverable = unrecoverable
+        self.code = code
+
+
+def bad_request(message: str) -> Failure:
+    """A `Failure` that says the request was wrong (Triton's INVALID_ARG: HTTP 400), not the model."""
+    return Failure(message, code=protocol.ErrorCode.INVALID_ARG)
 
 
 def _describe(value: Any) -> str:
@@ -389,7 +398,16 @@ def batch_result(
     groups, errors, _ = _shape_all(context, outcomes, batch_sizes, strict)
     unrecoverable = any(isinstance(o, Failure) and o.unrecoverable for o in outcomes)
     columns, segment, payload = codec.pack(groups, arena)
-    return protocol.BatchResult(batch_id, tuple(errors), columns, segment, unrecoverable), payload
+    return protocol.BatchResult(batch_id, tuple(errors), columns, segment, unrecoverable,
+                                codes=_error_codes(outcomes)), payload
+
+
+def _error_codes(outcomes: List[Any]) -> Tuple[int, ...]:
+    """`BatchResult.codes`: per request its error's code, or () when none is other than INTERNAL."""
+    internal = protocol.ErrorCode.INTERNAL
+    if not any(type(outcome) is Failure and outcome.code != internal for outcome in outcomes):
+        return ()
+    return tuple(outcome.code if type(outcome) is Failure else internal for outcome in outcomes)
 
 
 def stream_part(
