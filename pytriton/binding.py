@@ -428,6 +428,17 @@ class ModelBindings:
         return any(isinstance(model.declaration.context.config.batcher, SequenceBatcher)
                    for model in self.models.all())
 
+    def refused_at_stop(self) -> List[str]:
+        """The names a stop reloads as refusing models (`pytriton.ipc.stopping`): every bound name
+        but those with sequences (the later requests of a sequence begun are answered) and the
+        ensembles (each step of theirs refuses)."""
+        names = []
+        for name in self.names():
+            declaration = self.models.get(name).declaration
+            if declaration.ensemble is None and not isinstance(declaration.context.config.batcher, SequenceBatcher):
+                names.append(name)
+        return names
+
     def relays(self) -> bool:
         """Whether some model's proxies relay (decoupled models, async callables): their answers
         travel after Triton's `execute` returned, so Triton's count of requests in flight misses them."""
@@ -440,15 +451,16 @@ class ModelBindings:
             for handler in model.handlers:
                 handler.end_streams()
 
-    def stop_handlers(self) -> None:
-        """Stop every handler, then the ZeroMQ context unless a callable still runs.
+    def stop_handlers(self, timeout_s: float = 5.0) -> None:
+        """Stop every handler, each given `timeout_s` to finish its callable (0: a stop at once,
+        the callables still running left behind), then the ZeroMQ context unless a callable still runs.
 
         The context's end is waited for at most `_ZMQ_TERM_S`: a handler whose construction a
         signal cut short (SIGTERM inside `start`, `TerminationScope`) can leave a socket that no
         one closes, and terminating a context waits for every socket (seen: 1 stop in 30 under
         SIGTERM during a `bind` hung there for good). Such a context is left to the process's end.
         """
-        stuck = [h for model in self.models.all() for h in model.handlers if not h.stop()]
+        stuck = [h for model in self.models.all() for h in model.handlers if not h.stop(timeout_s)]
         if self._zmq is not None and not stuck:
             ending = threading.Thread(target=self._zmq.destroy, kwargs={"linger": 0}, name="pytriton-zmq-term",
                                       daemon=True)

@@ -26,6 +26,13 @@ PARAM_RELAYED = "pytriton.relayed"
 response senders from a relay thread (decoupled models, and callables that are coroutines, whose
 batches may overlap); absent otherwise."""
 
+STOPPING_MODEL = "pytriton_stopping"
+"""The model a stopping pytriton server fails to load, at the start of its drain, so that it reports
+not ready over HTTP and gRPC at once. Its failed load is also what a waiting client reads: a
+model metadata request for it answers "... has no available versions" (a model the server has,
+not ready) from then on, and "... is not found" before; so a client waiting for a model can tell
+a stopping server from one still starting, and give up at once."""
+
 LOST_REQUESTS_PARAMETER = "pytriton.lost_requests"
 """The model configuration parameter that holds the notices of lost requests, as JSON: a list of
 ``{"instance", "pid", "cause", "at", "ids"}`` (``at`` in seconds since the epoch)."""

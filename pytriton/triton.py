@@ -50,7 +50,13 @@ from pytriton.server.announce import announce_draining, announce_serving
 from pytriton.server.config import TritonConfig
 from pytriton.server.config.merge import merge
 from pytriton.server.control import ServerControl, wait_for
-from pytriton.server.distribution import ServerDistribution, find_distribution, proxy_import_paths, serving_backend
+from pytriton.server.distribution import (
+    NATIVE_BACKEND,
+    ServerDistribution,
+    find_distribution,
+    proxy_import_paths,
+    serving_backend,
+)
 from pytriton.server.lifecycle import (
     DefaultTritonLifecyclePolicy,
     TritonLifecyclePolicy,
@@ -478,13 +484,17 @@ class Triton(OpenAIBindings):
             if self._front is not None:
                 self._front.begin_stop()  # new OpenAI requests: 503; those in flight drain with Triton's
             if self._process is not None:
+                distribution = self._server_distribution
+                native = distribution is not None and distribution.native_backend is not None
                 stop_draining(self._process, self._config, self._tracing, control=self._control, hurry=self._hurry,
-                              supervisor=self._supervisor, bindings=self._bindings, workspace=self._workspace)
+                              supervisor=self._supervisor, bindings=self._bindings, workspace=self._workspace,
+                              refusing_backend=NATIVE_BACKEND if native else "python")
             if self._control is not None:
                 self._control.close()
             if self._front is not None:
                 self._front.close()
-            self._bindings.stop_handlers()
+            # A stop at once (a second signal, a hung callable) leaves the callables still running behind.
+            self._bindings.stop_handlers(0.0 if self._hurry.is_set() else 5.0)
             if self._tracing is not None:
                 shutdown_tracing(self._tracing)  # the workers' last spans go to the collector
             if self._workspace is not None:

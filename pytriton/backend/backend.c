@@ -8,7 +8,9 @@
  *
  * The readiness gate is a model of this backend too: it has no worker, and its initialize
  * returns once a file exists (or the process that owns the server is gone), so that the
- * server reports not ready until the script's models are bound (pytriton/server/readiness.py). */
+ * server reports not ready until the script's models are bound (pytriton/server/readiness.py).
+ * So is what a stop reloads each model as (pytriton.refuse, pytriton/ipc/stopping.py): no
+ * worker either, every request refused at once as retryable. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +133,11 @@ static TRITONSERVER_Error* read_config(pyt_model* model, TRITONBACKEND_Model* tr
   if (value != NULL) {
     model->gate = 1;
     snprintf(gate_path, gate_size, "%s", value);
+    pyt_json_free(config);
+    return NULL;
+  }
+  if (flag(config, PYT_PARAM_REFUSE)) { /* a stop's refusing model: no worker to find */
+    model->refuse = 1;
     pyt_json_free(config);
     return NULL;
   }
@@ -260,7 +267,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
   if (error == NULL) error = TRITONBACKEND_ModelInstanceName(triton, &instance_name);
   if (error != NULL) return error;
   pyt_model* model = pointer;
-  if (model->gate) return NULL; /* no worker, no state */
+  if (model->gate || model->refuse) return NULL; /* no worker, no state */
   long index = instance_index(model, instance_name);
   if (index < 0 || (uint32_t)index >= model->socket_count)
     return pyt_error(TRITONSERVER_ERROR_INVALID_ARG,
@@ -301,8 +308,17 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
   void* pointer = NULL;
   TRITONSERVER_Error* error = TRITONBACKEND_ModelInstanceState(triton, &pointer);
   if (error != NULL) return error;
-  if (pointer == NULL) /* the readiness gate serves nothing */
+  if (pointer == NULL) { /* a model without a worker: a stop's refusing model, or the readiness gate */
+    TRITONBACKEND_Model* triton_model;
+    void* model = NULL;
+    if (pyt_checked(TRITONBACKEND_ModelInstanceModel(triton, &triton_model), NULL, 0) == 0 &&
+        pyt_checked(TRITONBACKEND_ModelState(triton_model, &model), NULL, 0) == 0 && model != NULL &&
+        ((pyt_model*)model)->refuse) {
+      pyt_refuse_all(model, requests, count);
+      return NULL;
+    }
     return pyt_error(TRITONSERVER_ERROR_UNSUPPORTED, "pytriton's readiness gate serves no requests");
+  }
   pyt_instance* instance = pointer;
   pthread_mutex_lock(&instance->lock);
   instance->last_batch = pyt_now_s();

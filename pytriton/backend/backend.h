@@ -73,8 +73,10 @@ typedef struct {
   uint32_t socket_count;
   char* instance_names; /* pytriton.instance_names (JSON list, worker order) or NULL: names say <group>_<k> */
   int gate; /* pytriton's readiness gate: no worker, loads once a file exists */
-  /* The server's stopping flag (pytriton/server/stopping.py), mapped from its file: once its
-   * first byte is set, batches that reach execute are refused as retryable (NULL: never). */
+  int refuse; /* what a stop reloads a model as (pytriton.refuse): no worker, every request refused */
+  /* The server's stopping flag (pytriton/ipc/stopping.py), mapped from its file: REFUSING where
+   * a stop could not reload the model as a refusing one (batches that reach execute are then
+   * refused as retryable), ABANDONED after a second signal (NULL: never). */
   const volatile uint8_t* stopping;
 } pyt_model;
 
@@ -82,6 +84,12 @@ typedef struct {
  * (the later requests of a sequence already begun are answered until the server's exit). */
 static inline int pyt_refusing(const pyt_model* model) {
   return model->stopping != NULL && model->stopping[0] != 0 && !model->sequences;
+}
+
+/* Whether a second signal gave up the requests in flight: a wait for the worker answers them
+ * UNAVAILABLE (pyt_abandoned_text) instead, so that their clients hear before the server ends. */
+static inline int pyt_abandoned(const pyt_model* model) {
+  return model->stopping != NULL && model->stopping[0] == PYT_STOPPING_ABANDONED;
 }
 
 /* ---- a batch on its way in (requests.c) ---- */
@@ -226,6 +234,10 @@ uint32_t pyt_relay_open_requests(pyt_instance* instance);
  * null requests. Returns how many live requests were kept: in `live`, their positions in `live_index`. */
 uint32_t pyt_answer_early(pyt_instance* instance, TRITONBACKEND_Request** requests, uint32_t count,
                           TRITONBACKEND_Request** live, uint32_t* live_index);
+/* The refusing model's execute (model->refuse): every request refused as retryable, released. */
+void pyt_refuse_all(const pyt_model* model, TRITONBACKEND_Request** requests, uint32_t count);
+/* The error of a request given up by a second signal (pytriton.ipc.stopping.abandoned). */
+void pyt_abandoned_text(const pyt_model* model, char* out, size_t out_size);
 /* Report Triton's statistics of a batch and release its requests. */
 void pyt_finish_batch(pyt_instance* instance, TRITONBACKEND_Request** requests, uint32_t count, uint64_t rows,
                       uint32_t live_count, uint64_t exec_start, uint64_t compute_start, uint64_t compute_end);

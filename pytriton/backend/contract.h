@@ -22,6 +22,7 @@
 #define PYT_PARAM_METRICS_PERIOD_S "pytriton.metrics_period_s"
 #define PYT_PARAM_MULTIPLEX "pytriton.multiplex"
 #define PYT_PARAM_PROTOCOL "pytriton.protocol"
+#define PYT_PARAM_REFUSE "pytriton.refuse"
 #define PYT_PARAM_RELAYED "pytriton.relayed"
 #define PYT_PARAM_SHM_PREFIX "pytriton.shm_prefix"
 #define PYT_PARAM_SPIN_US "pytriton.spin_us"

@@ -90,7 +90,7 @@ static void tell_cancelled(live_batch* b, int64_t batch_id) {
 }
 
 /* Wait for the BatchResult of batch `batch_id`. 1: `result` holds it; 0: the worker is gone;
- * -1: the worker answered something unreadable (`why`). */
+ * -1: the worker answered something unreadable (`why`); -2: a second signal gave the batch up. */
 static int wait_result(live_batch* b, int64_t batch_id, pyt_message* message, pyt_mv** result, char* why,
                        size_t why_size) {
   pyt_instance* instance = b->instance;
@@ -117,6 +117,7 @@ static int wait_result(live_batch* b, int64_t batch_id, pyt_message* message, py
     if (got == 0) got = pyt_receive_message(instance->fd, &instance->received, message, why, why_size);
     if (got < 0) return 0;
     if (got == 0) {
+      if (pyt_abandoned(instance->model)) return -2;
       tell_cancelled(b, batch_id);
       if (pyt_now_s() >= next_liveness) {
         if (!pyt_pid_alive(instance->worker_pid)) return 0;
@@ -253,6 +254,11 @@ void pyt_execute(pyt_instance* instance, TRITONBACKEND_Request** requests, uint3
   int outcome = sent == 0 ? wait_result(&b, batch_id, &message, &result, why, sizeof(why)) : 0;
   __atomic_store_n(&instance->in_flight, 0, __ATOMIC_RELAXED);
   compute_end = pyt_now_ns();
+  if (outcome == -2) { /* the server ends now: the clients hear it from the server, not a closed connection */
+    pyt_abandoned_text(model, text, sizeof(text));
+    fail_live(&b, TRITONSERVER_ERROR_UNAVAILABLE, text);
+    goto done;
+  }
   if (outcome <= 0) {
     if (outcome == 0) {
       int pid = instance->worker_pid;

@@ -229,14 +229,33 @@ void pyt_death_cause(const pyt_instance* instance, int pid, char* out, size_t ou
     snprintf(out, out_size, "the pytriton worker (pid %d) closed its connection while serving this request", pid);
 }
 
+/* The refusal of pytriton.ipc.stopping.refusal: retryable, the client sends it again, to a server that stays. */
+static void refusal_text(const pyt_model* model, char* out, size_t out_size) {
+  snprintf(out, out_size, "Model '%s': the server is stopping and takes no new requests; send the request again (to "
+           "another replica)", model->name);
+}
+
+void pyt_abandoned_text(const pyt_model* model, char* out, size_t out_size) {
+  snprintf(out, out_size, "Model '%s': the server stopped at once, before this request was answered; send the "
+           "request again (to another replica)", model->name);
+}
+
+void pyt_refuse_all(const pyt_model* model, TRITONBACKEND_Request** requests, uint32_t count) {
+  char text[512];
+  refusal_text(model, text, sizeof(text));
+  for (uint32_t r = 0; r < count; r++) {
+    pyt_send_error(requests[r], NULL, TRITONSERVER_ERROR_UNAVAILABLE, text);
+    pyt_checked(TRITONBACKEND_RequestRelease(requests[r], TRITONSERVER_REQUEST_RELEASE_ALL), NULL, 0);
+  }
+}
+
 uint32_t pyt_answer_early(pyt_instance* instance, TRITONBACKEND_Request** requests, uint32_t count,
                           TRITONBACKEND_Request** live, uint32_t* live_index) {
   const pyt_model* model = instance->model;
   uint32_t kept = 0;
-  if (pyt_refusing(model)) { /* retryable: the client sends it again, to a server that stays */
+  if (pyt_refusing(model)) { /* the fallback where the stop could not reload it as a refusing model */
     char text[512];
-    snprintf(text, sizeof(text), "Model '%s': the server is stopping and takes no new requests; send the request "
-             "again (to another replica)", model->name);
+    refusal_text(model, text, sizeof(text));
     for (uint32_t r = 0; r < count; r++) {
       pyt_send_error(requests[r], NULL, TRITONSERVER_ERROR_UNAVAILABLE, text);
       instance->answered[r] = PYT_ANSWERED_ERROR;

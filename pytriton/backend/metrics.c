@@ -300,7 +300,8 @@ static void* metrics_main(void* argument) {
         fd = -1;
       }
     }
-    while (fd >= 0 && pyt_now_s() < period_end) {
+    /* (`closing` read unlocked: an unload waits at most one receive timeout for this thread) */
+    while (fd >= 0 && pyt_now_s() < period_end && !__atomic_load_n(&exporter->closing, __ATOMIC_RELAXED)) {
       pyt_message message;
       int got = pyt_receive_message(fd, &received, &message, why, sizeof(why));
       if (got < 0) { /* the worker is gone: ask whatever serves next */

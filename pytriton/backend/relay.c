@@ -99,9 +99,27 @@ static void finish(pending* batch, uint32_t i, TRITONSERVER_Error_Code code, con
                 NULL, 0);
 }
 
-static void fail_batch(pending* batch, const char* text) {
-  for (uint32_t i = 0; i < batch->count; i++) finish(batch, i, TRITONSERVER_ERROR_INTERNAL, text);
+static void fail_batch_with(pending* batch, TRITONSERVER_Error_Code code, const char* text) {
+  for (uint32_t i = 0; i < batch->count; i++) finish(batch, i, code, text);
   pending_free(batch);
+}
+
+static void fail_batch(pending* batch, const char* text) { fail_batch_with(batch, TRITONSERVER_ERROR_INTERNAL, text); }
+
+/* A second signal gave up the requests in flight: each batch answered UNAVAILABLE, retryable. */
+static void abandon_all(pyt_instance* instance, pyt_relay* relay) {
+  pthread_mutex_lock(&relay->lock);
+  pending* batches = relay->head;
+  relay->head = NULL;
+  pthread_cond_broadcast(&relay->changed);
+  pthread_mutex_unlock(&relay->lock);
+  char text[512];
+  pyt_abandoned_text(instance->model, text, sizeof(text));
+  while (batches != NULL) {
+    pending* next = batches->next;
+    fail_batch_with(batches, TRITONSERVER_ERROR_UNAVAILABLE, text);
+    batches = next;
+  }
 }
 
 /* One response to request `index` of `batch` with the outputs at `slot` of `columns`; `final`
@@ -319,6 +337,7 @@ static void* relay_main(void* argument) {
       next_cancel_check = now + PYT_CANCEL_CHECK_S;
       check_cancellations(instance, relay, fd);
     }
+    if (relay->head != NULL && pyt_abandoned(instance->model)) abandon_all(instance, relay);
     if (got >= 0 && relay->head != NULL && now - last_heard > PYT_LIVENESS_CHECK_S) {
       last_heard = now;
       if (!pyt_pid_alive(instance->worker_pid)) worker_gone(instance, relay, fd);

@@ -25,6 +25,8 @@
 #define PYT_ARENA_ALIGNMENT 64
 #define PYT_ARENA_STEP_BYTES (1024 * 1024)
 #define PYT_STOPPING_BYTES 8 /* the stopping flag's file (pytriton/ipc/stopping.py) */
+#define PYT_STOPPING_REFUSING 1  /* its first byte: new batches refused where they start */
+#define PYT_STOPPING_ABANDONED 2 /* its first byte: a second signal gives up the requests in flight */
 
 /* A growable byte buffer; `failed` is set once an allocation failed (then nothing more is added). */
 typedef struct {

@@ -66,6 +66,11 @@ _TritonClient = Any  # unasync: _TritonClient = TritonSyncClient
 _Outputs = Awaitable[Dict[str, np.ndarray]]  # unasync: _Outputs = Dict[str, np.ndarray]
 
 
+def _budget(timeout_s: float | None) -> str:
+    """Which setting a wait's time comes from, as its notices name it: what the caller passed."""
+    return "init_timeout_s" if timeout_s is None else "timeout_s"
+
+
 class AsyncioModelClientBase:
     """What every client of one model shares; see :class:`AsyncioModelClient`.
 
@@ -229,7 +234,8 @@ class AsyncioModelClientBase:
             PyTritonClientClosedError: the client was closed.
         """
         self._check_open()
-        await wait_until_server_ready_async(self._core, timeout_arg("timeout_s", timeout_s, self._args.init_timeout_s))
+        await wait_until_server_ready_async(self._core, timeout_arg("timeout_s", timeout_s, self._args.init_timeout_s),
+                                            _budget(timeout_s))
 
     async def load_model(
         self, config: str | Mapping[str, Any] | None = None, files: Mapping[str, bytes] | None = None
@@ -287,8 +293,10 @@ class AsyncioModelClientBase:
             PyTritonClientClosedError: the client was closed.
         """
         self._check_open()
+        budget = _budget(timeout_s)
         timeout_s = timeout_arg("timeout_s", timeout_s, self._args.init_timeout_s)
-        await wait_until_ready_async(self._core, self._args.model_name, self._args.model_version, timeout_s)
+        await wait_until_ready_async(self._core, self._args.model_name, self._args.model_version, timeout_s,
+                                     budget=budget)
         self._ready_checked = True
 
     async def close(self) -> None:

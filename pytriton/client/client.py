@@ -63,6 +63,11 @@ _TritonClient = TritonSyncClient
 _Outputs = Dict[str, np.ndarray]
 
 
+def _budget(timeout_s: float | None) -> str:
+    """Which setting a wait's time comes from, as its notices name it: what the caller passed."""
+    return "init_timeout_s" if timeout_s is None else "timeout_s"
+
+
 class ModelClientBase:
     """What every client of one model shares; see :class:`ModelClient`.
 
@@ -224,7 +229,8 @@ class ModelClientBase:
             PyTritonClientClosedError: the client was closed.
         """
         self._check_open()
-        wait_until_server_ready(self._core, timeout_arg("timeout_s", timeout_s, self._args.init_timeout_s))
+        wait_until_server_ready(self._core, timeout_arg("timeout_s", timeout_s, self._args.init_timeout_s),
+                                            _budget(timeout_s))
 
     def load_model(
         self, config: str | Mapping[str, Any] | None = None, files: Mapping[str, bytes] | None = None
@@ -282,8 +288,10 @@ class ModelClientBase:
             PyTritonClientClosedError: the client was closed.
         """
         self._check_open()
+        budget = _budget(timeout_s)
         timeout_s = timeout_arg("timeout_s", timeout_s, self._args.init_timeout_s)
-        wait_until_ready(self._core, self._args.model_name, self._args.model_version, timeout_s)
+        wait_until_ready(self._core, self._args.model_name, self._args.model_version, timeout_s,
+                                     budget=budget)
         self._ready_checked = True
 
     def close(self) -> None:

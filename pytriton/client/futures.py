@@ -182,10 +182,11 @@ class FuturesModelClient(InferCalls["concurrent.futures.Future[_Outputs]"]):
             PyTritonClientValueError: ``timeout_s`` is not a positive number.
             PyTritonClientClosedError, PyTritonClientQueueFullError: as for :meth:`infer_batch`.
         """
-        limit_s = timeout_arg("timeout_s", timeout_s, self._args.init_timeout_s)
+        timeout_arg("timeout_s", timeout_s, self._args.init_timeout_s)  # refused here, not in a worker
         # A worker's client has no configuration after a wait; reading it would be a request of
-        # its own (and refuse a decoupled model), so the wait shares none.
-        return self._submit(lambda client: client.wait_for_model(limit_s), shares_config=False)
+        # its own (and refuse a decoupled model), so the wait shares none. It gets `timeout_s` as
+        # given: None is its init_timeout_s, this client's, and its notices say which it waits for.
+        return self._submit(lambda client: client.wait_for_model(timeout_s), shares_config=False)
 
     def close(self, wait: bool = True) -> None:
         """Stop taking requests; later calls raise :class:`PyTritonClientClosedError`. Idempotent.

@@ -20,6 +20,7 @@ from pytriton.client.exceptions import (
     PyTritonClientTimeoutError,
 )
 from pytriton.client.url import TritonUrl
+from pytriton.client_contract import STOPPING_MODEL
 from pytriton.notices import notice_logger
 
 _LOGGER = logging.getLogger("pytriton.client.core")
@@ -45,10 +46,11 @@ class Probe:
     """One step of the readiness wait, for a driver to carry out.
 
     Attributes:
-        kind: ``"server"`` (is the server ready?), ``"model"`` (is the model ready?),
-            ``"presence"`` (does the server know the model at all? True, False or None),
-            ``"served"`` (the names of the models it has ready, or None) or ``"sleep"`` (pause
-            before the next poll).
+        kind: ``"live"`` (is the server live?), ``"server"`` (is the server ready?), ``"model"``
+            (is the model ready?), ``"presence"`` (does the server know the model at all? True,
+            False or None), ``"stopping"`` (is it a pytriton server that stops? True when it has
+            `STOPPING_MODEL`), ``"served"`` (the names of the models it has ready, or None) or
+            ``"sleep"`` (pause before the next poll).
         timeout_s: the poll's time limit, or the pause.
     """
 
@@ -61,7 +63,8 @@ ProbeOutcome = Union[bool, List[str], PyTritonClientTimeoutError, PyTritonClient
 
 
 def readiness_steps(
-    url: TritonUrl, model_name: str, model_version: str, timeout_s: float, unknown_fails: bool = False
+    url: TritonUrl, model_name: str, model_version: str, timeout_s: float, unknown_fails: bool = False,
+    budget: str = "init_timeout_s",
 ) -> Generator[Probe, ProbeOutcome, None]:
     """The readiness wait without I/O: yields probes, receives their outcomes, ends when ready.
 
@@ -72,17 +75,20 @@ def readiness_steps(
     before its first request), a model the server does not have at all, not even in its
     repository, is given `UNKNOWN_MODEL_GRACE_S` to appear (a serving script may be about to
     bind it), then the wait fails naming the models the server does serve; an explicit
-    ``wait_for_model`` waits its whole time for a model another process may load later.
+    ``wait_for_model`` waits its whole time for a model another process may load later. A server
+    that reports not ready because it stops (a pytriton server draining: `STOPPING_MODEL`) ends
+    the wait at once. `budget` names the setting `timeout_s` came from, for the notices.
 
     Raises:
         PyTritonClientTimeoutError: not ready within ``timeout_s``; the message says what was
             last seen (server unreachable, server not ready, model not ready).
-        PyTritonClientModelUnavailableError: the server answers but has no model of that name.
+        PyTritonClientModelUnavailableError: the server answers but has no model of that name,
+            or it is stopping.
     """
     deadline = time.monotonic() + timeout_s
     state = "no answer from the server yet"
     absent_since: float | None = None
-    notices = WaitNotices(url, f"the server and model {model_name!r}", timeout_s)
+    notices = WaitNotices(url, f"the server and model {model_name!r}", timeout_s, budget)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -107,6 +113,7 @@ def readiness_steps(
                     absent_since = None
         elif outcome is False:
             state = "the server is not ready"
+            yield from _fail_if_stopping(url, deadline)
         if isinstance(outcome, Exception):
             state = str(outcome)
         _LOGGER.debug("Waiting for %s at %s: %s", model_name, url, state)
@@ -115,6 +122,22 @@ def readiness_steps(
     raise PyTritonClientTimeoutError(
         f"Server at {url} and model {model_name!r} were not ready within {timeout_s:g} s; last seen: {state}"
     )
+
+
+def _fail_if_stopping(url: TritonUrl, deadline: float) -> Generator[Probe, ProbeOutcome, None]:
+    """The step after a "not ready": ask whether the server is a pytriton server that stops.
+
+    Raises:
+        PyTritonClientModelUnavailableError: it is; waiting longer would not make it ready.
+    """
+    if (yield Probe("stopping", max(min(deadline - time.monotonic(), 1.0), 1e-3))) is True:
+        raise PyTritonClientModelUnavailableError(stopping_message(url))
+
+
+def stopping_message(url: TritonUrl) -> str:
+    """The error of a wait on a server that stops."""
+    return (f"the server at {url} is stopping: it answers the requests it accepted and takes no new ones, and "
+            "will not be ready again; send the requests to another replica or a restarted server")
 
 
 def presence_from_error(exc: BaseException) -> bool | None:
@@ -154,17 +177,21 @@ def unknown_model_message(url: TritonUrl, model_name: str, served: list[str] | N
     return f"model {model_name!r} is not served at {url}; {listing}"
 
 
-def server_steps(url: TritonUrl, timeout_s: float) -> Generator[Probe, ProbeOutcome, None]:
+def server_steps(
+    url: TritonUrl, timeout_s: float, budget: str = "init_timeout_s"
+) -> Generator[Probe, ProbeOutcome, None]:
     """The wait for a live and ready server without I/O, as `readiness_steps` is for a model:
-    yields ``"live"``, ``"server"`` and ``"sleep"`` probes, receives their outcomes, ends when
-    the server is live and ready; one that cannot be reached yet counts as not ready.
+    yields ``"live"``, ``"server"``, ``"stopping"`` and ``"sleep"`` probes, receives their
+    outcomes, ends when the server is live and ready; one that cannot be reached yet counts as
+    not ready; one that stops ends the wait. `budget` names the setting `timeout_s` came from.
 
     Raises:
         PyTritonClientTimeoutError: not live and ready within ``timeout_s``; says what was last seen.
+        PyTritonClientModelUnavailableError: the server is stopping.
     """
     deadline = time.monotonic() + timeout_s
     seen = "no answer from the server yet"
-    notices = WaitNotices(url, "the server", timeout_s)
+    notices = WaitNotices(url, "the server", timeout_s, budget)
     while True:
         left = max(deadline - time.monotonic(), 1e-3)
         outcome = yield Probe("live", left)
@@ -172,6 +199,8 @@ def server_steps(url: TritonUrl, timeout_s: float) -> Generator[Probe, ProbeOutc
             outcome = yield Probe("server", max(deadline - time.monotonic(), 1e-3))
             if outcome is True:
                 return
+            if outcome is False:
+                yield from _fail_if_stopping(url, deadline)
             seen = str(outcome) if isinstance(outcome, Exception) else "the server is not ready"
         else:
             seen = str(outcome) if isinstance(outcome, Exception) else "the server is not live"
@@ -182,11 +211,12 @@ def server_steps(url: TritonUrl, timeout_s: float) -> Generator[Probe, ProbeOutc
 
 
 def wait_message(url: TritonUrl, what: str, outcome: ProbeOutcome, state: str, waited_s: float,
-                 timeout_s: float) -> str:
+                 timeout_s: float, budget_name: str = "init_timeout_s") -> str:
     """What a client says while it waits: whether anything answers at `url`, and for how long
-    it goes on waiting (``init_timeout_s``, or the timeout given to the wait)."""
+    it goes on waiting, naming where that came from (`budget_name`: ``init_timeout_s``, or the
+    ``timeout_s`` given to the wait)."""
     left = max(timeout_s - waited_s, 0.0)
-    budget = f"waiting up to {timeout_s:g} s (init_timeout_s) for {what}, {left:.0f} s left"
+    budget = f"waiting up to {timeout_s:g} s ({budget_name}) for {what}, {left:.0f} s left"
     if isinstance(outcome, PyTritonClientModelUnavailableError):  # refused, reset, no route: unreachable
         cause = state.split(f"{url}: ", 1)[-1]
         verb = "nothing listens at" if "refused" in cause.lower() else "cannot reach"
@@ -205,9 +235,9 @@ class WaitNotices:
     up to 128) speak through one of them: the first to speak, for as long as it waits.
     """
 
-    def __init__(self, url: TritonUrl, what: str, timeout_s: float,
+    def __init__(self, url: TritonUrl, what: str, timeout_s: float, budget: str = "init_timeout_s",
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._url, self._what, self._timeout_s, self._clock = url, what, timeout_s, clock
+        self._url, self._what, self._timeout_s, self._budget, self._clock = url, what, timeout_s, budget, clock
         self._started = clock()
         self._next = self._started + WAIT_NOTICE_AFTER_S
 
@@ -220,7 +250,8 @@ class WaitNotices:
         key = (str(self._url), self._what)
         if _SPEAKERS.setdefault(key, self) is not self:
             return  # another wait for the same server and model speaks for this one too
-        _NOTICES.info("%s", wait_message(self._url, self._what, outcome, state, now - self._started, self._timeout_s))
+        _NOTICES.info("%s", wait_message(self._url, self._what, outcome, state, now - self._started, self._timeout_s,
+                                         self._budget))
 
 
 _SPEAKERS: weakref.WeakValueDictionary[tuple[str, str], WaitNotices] = weakref.WeakValueDictionary()
@@ -235,6 +266,8 @@ def call_for(probe: Probe, model_name: str, model_version: str) -> tuple[str, tu
         return "is_server_ready", ()
     if probe.kind == "presence":
         return "model_presence", (model_name,)
+    if probe.kind == "stopping":
+        return "model_presence", (STOPPING_MODEL,)
     if probe.kind == "served":
         return "served_models", ()
     return "is_model_ready", (model_name, model_version)

@@ -194,7 +194,8 @@ def wait_for_server_ready(
         PyTritonClientInferenceServerError: the server refused the check (a restricted health API).
     """
     core = _adopt(client, access_token)
-    wait_until_server_ready(core, timeout_arg("timeout_s", timeout_s, _DEFAULT_WAIT_FOR_SERVER_READY_TIMEOUT_S))
+    wait_until_server_ready(core, timeout_arg("timeout_s", timeout_s, _DEFAULT_WAIT_FOR_SERVER_READY_TIMEOUT_S),
+                            "timeout_s")
 
 
 def wait_for_model_ready(
@@ -221,7 +222,8 @@ def wait_for_model_ready(
     """
     core = _adopt(client, access_token)
     name, version = model_args(model_name, model_version)
-    wait_until_ready(core, name, version, timeout_arg("timeout_s", timeout_s, _DEFAULT_WAIT_FOR_MODEL_TIMEOUT_S))
+    wait_until_ready(core, name, version, timeout_arg("timeout_s", timeout_s, _DEFAULT_WAIT_FOR_MODEL_TIMEOUT_S),
+                     budget="timeout_s")
 
 
 def get_model_config(
@@ -252,7 +254,7 @@ def get_model_config(
     name, version = model_args(model_name, model_version)
     timeout_s = timeout_arg("timeout_s", timeout_s, _DEFAULT_WAIT_FOR_MODEL_TIMEOUT_S)
     deadline = time.monotonic() + timeout_s
-    wait_until_ready(core, name, version, timeout_s)
+    wait_until_ready(core, name, version, timeout_s, budget="timeout_s")
     return core.get_model_config(name, version, timeout_s=max(deadline - time.monotonic(), 1e-3))
 
 

@@ -35,18 +35,22 @@ class ReadinessCalls(Protocol):
     def served_models(self, timeout_s: float | None = None) -> list[str] | None: ...
 
 
-def wait_until_server_ready(core: ReadinessCalls, timeout_s: float) -> None:
-    """Wait until the server is live and ready (see `server_steps`).
+def wait_until_server_ready(core: ReadinessCalls, timeout_s: float,
+                                        budget: str = "init_timeout_s") -> None:
+    """Wait until the server is live and ready (see `server_steps`; `budget` names the setting
+    `timeout_s` came from, for the notices).
 
     Raises:
         PyTritonClientTimeoutError: not live and ready within ``timeout_s``; says what was last seen.
+        PyTritonClientModelUnavailableError: the server is stopping.
         PyTritonClientInferenceServerError: the server refused the check (a restricted health API).
     """
-    drive(core, server_steps(core.url, timeout_s))
+    drive(core, server_steps(core.url, timeout_s, budget))
 
 
 def wait_until_ready(
-    core: ReadinessCalls, model_name: str, model_version: str, timeout_s: float, unknown_fails: bool = False
+    core: ReadinessCalls, model_name: str, model_version: str, timeout_s: float, unknown_fails: bool = False,
+    budget: str = "init_timeout_s",
 ) -> None:
     """Wait until the server and the model are ready (see `readiness_steps`).
 
@@ -56,12 +60,15 @@ def wait_until_ready(
         model_version: its version, ``""`` for the server's choice.
         timeout_s: the longest to wait.
         unknown_fails: give a model the server does not have at all a short grace, then fail.
+        budget: the setting `timeout_s` came from, as the notices name it (``init_timeout_s``,
+            or ``timeout_s`` for a timeout given to the wait).
 
     Raises:
         PyTritonClientTimeoutError: not ready within ``timeout_s``.
-        PyTritonClientModelUnavailableError: with `unknown_fails`, the server has no such model.
+        PyTritonClientModelUnavailableError: with `unknown_fails`, the server has no such model;
+            or the server is stopping.
     """
-    steps = readiness_steps(core.url, model_name, model_version, timeout_s, unknown_fails)
+    steps = readiness_steps(core.url, model_name, model_version, timeout_s, unknown_fails, budget)
     drive(core, steps, model_name, model_version)
 
 

@@ -34,18 +34,22 @@ class AsyncReadinessCalls(Protocol):
     async def served_models(self, timeout_s: float | None = None) -> list[str] | None: ...
 
 
-async def wait_until_server_ready_async(core: AsyncReadinessCalls, timeout_s: float) -> None:
-    """Wait until the server is live and ready (see `server_steps`).
+async def wait_until_server_ready_async(core: AsyncReadinessCalls, timeout_s: float,
+                                        budget: str = "init_timeout_s") -> None:
+    """Wait until the server is live and ready (see `server_steps`; `budget` names the setting
+    `timeout_s` came from, for the notices).
 
     Raises:
         PyTritonClientTimeoutError: not live and ready within ``timeout_s``; says what was last seen.
+        PyTritonClientModelUnavailableError: the server is stopping.
         PyTritonClientInferenceServerError: the server refused the check (a restricted health API).
     """
-    await drive_async(core, server_steps(core.url, timeout_s))
+    await drive_async(core, server_steps(core.url, timeout_s, budget))
 
 
 async def wait_until_ready_async(
-    core: AsyncReadinessCalls, model_name: str, model_version: str, timeout_s: float, unknown_fails: bool = False
+    core: AsyncReadinessCalls, model_name: str, model_version: str, timeout_s: float, unknown_fails: bool = False,
+    budget: str = "init_timeout_s",
 ) -> None:
     """Wait until the server and the model are ready (see `readiness_steps`).
 
@@ -55,12 +59,15 @@ async def wait_until_ready_async(
         model_version: its version, ``""`` for the server's choice.
         timeout_s: the longest to wait.
         unknown_fails: give a model the server does not have at all a short grace, then fail.
+        budget: the setting `timeout_s` came from, as the notices name it (``init_timeout_s``,
+            or ``timeout_s`` for a timeout given to the wait).
 
     Raises:
         PyTritonClientTimeoutError: not ready within ``timeout_s``.
-        PyTritonClientModelUnavailableError: with `unknown_fails`, the server has no such model.
+        PyTritonClientModelUnavailableError: with `unknown_fails`, the server has no such model;
+            or the server is stopping.
     """
-    steps = readiness_steps(core.url, model_name, model_version, timeout_s, unknown_fails)
+    steps = readiness_steps(core.url, model_name, model_version, timeout_s, unknown_fails, budget)
     await drive_async(core, steps, model_name, model_version)
 
 

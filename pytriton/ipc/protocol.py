@@ -89,6 +89,9 @@ many, sends it which requesters went away (`Cancel` with positions), and answers
 Absent for every other model."""
 PARAM_STOPPING = "pytriton.stopping"
 """The path of the server's stopping flag (`pytriton.ipc.stopping`); absent: nothing refused."""
+PARAM_REFUSE = "pytriton.refuse"
+"""``"1"`` in the configuration a stop reloads a model with (`pytriton.ipc.stopping.refusing_config`):
+no worker, every request refused as retryable; absent otherwise."""
 PARAM_DEVICES = "pytriton.devices"
 """The device of each instance, in instance order, as a JSON list (``ModelConfig.devices``); for
 people and tools reading the configuration; neither the backend nor the proxy reads it. Absent

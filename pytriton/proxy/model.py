@@ -159,14 +159,27 @@ def _record_fatal_signals(path: Optional[str]) -> Optional[Any]:
     return trace
 
 
+class _Abandoned(Exception):
+    """A second signal gave up the batch in flight (`pytriton.ipc.stopping.ABANDONED`)."""
+
+
 class TritonPythonModel:
     """The Python-backend model Triton loads for every model bound with pytriton."""
+
+    _refusing = False
 
     def initialize(self, args: Dict[str, str]) -> None:
         _exit_with_parent(_server_pid(_own_cmdline()))
         config = json.loads(args["model_config"])
         params = _parameters(config)
         self._model_name = args["model_name"]
+        if params.get(protocol.PARAM_REFUSE) == "1":
+            # What a stop reloads the model as where pytriton's backend is not built
+            # (`pytriton.ipc.stopping.refusing_config`): no worker, every request refused.
+            self._refusing = True
+            decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled", False))
+            self.execute = self._refuse_streams if decoupled else self._refuse  # type: ignore[method-assign,assignment]
+            return
         self._sequences = "sequence_batching" in config  # each request then tells its sequence
         # With one output a request cannot ask for fewer; with several, each request says which.
         self._output_count = len(config.get("output", ()))
@@ -195,7 +208,7 @@ class TritonPythonModel:
         self._closing = threading.Event()
         self._stamps = params.get(protocol.PARAM_STAMPS) == "1"
         self._tracing = params.get(protocol.PARAM_TRACING) == "1"  # each request's trace context then goes along
-        self._stopping = None if self._sequences else stopping.FlagView.open(params.get(protocol.PARAM_STOPPING))
+        self._stopping = stopping.FlagView.open(params.get(protocol.PARAM_STOPPING))
         self._answer_wait = AnswerWait(spin_window_us(params.get(protocol.PARAM_SPIN_US)))
         self._last_stamps: Tuple[int, ...] = ()  # the previous batch's record, sent with the next batch
         timeout_s = float(params.get(protocol.PARAM_HANDSHAKE_TIMEOUT_S, "60"))
@@ -229,7 +242,8 @@ class TritonPythonModel:
                 except OSError:
                     ledger = None  # no record of lost requests: their clients wait for their own timeout
             self._relay = Relay(pb_utils, self._link, self._model_name, _RECONNECT_S,
-                                watch_cancellation=decoupled, one_at_a_time=one_at_a_time, ledger=ledger)
+                                watch_cancellation=decoupled, one_at_a_time=one_at_a_time, ledger=ledger,
+                                abandoned=self._stopping.abandoned if self._stopping is not None else None)
             self.execute = self._execute_relayed  # type: ignore[method-assign,assignment]
         else:
             threading.Thread(target=self._release_when_idle, name="pytriton-idle-arena", daemon=True).start()
@@ -266,9 +280,24 @@ class TritonPythonModel:
         """The retryable error of a request that arrives while the server stops (`pytriton.ipc.stopping`)."""
         return pb_utils.TritonError(stopping.refusal(self._model_name), getattr(pb_utils.TritonError, "UNAVAILABLE", 0))
 
+    def _refused_here(self) -> bool:
+        """Whether a batch is refused where it starts: the fallback where a stop could not reload the
+        model as a refusing one, or a second signal (a sequence's later requests are answered)."""
+        return self._stopping is not None and not self._sequences and self._stopping.raised()
+
+    def _refuse(self, requests: List[Any]) -> List[Any]:
+        """The refusing model's `execute`: each request refused at once, retryable."""
+        return [pb_utils.InferenceResponse(error=self._refusal()) for _ in requests]
+
+    def _refuse_streams(self, requests: List[Any]) -> None:
+        """The refusing model's `execute` for a decoupled model: each stream ends with the refusal."""
+        for request in requests:
+            request.get_response_sender().send(pb_utils.InferenceResponse(error=self._refusal()),
+                                               flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
     def execute(self, requests: List[Any]) -> List[Any]:
-        if self._stopping is not None and self._stopping.raised():
-            return [pb_utils.InferenceResponse(error=self._refusal()) for _ in requests]
+        if self._refused_here():
+            return self._refuse(requests)
         with self._arena_lock:
             self._last_batch = time.monotonic()
             self._idle_released = False
@@ -327,6 +356,10 @@ class TritonPythonModel:
         self._in_flight = len(requests)
         try:
             result, answer = self._round_trip(header, payload, requests)
+        except _Abandoned:  # the server ends now: the clients hear it from the server, not a closed connection
+            error = pb_utils.TritonError(stopping.abandoned(self._model_name),
+                                         getattr(pb_utils.TritonError, "UNAVAILABLE", 0))
+            return [pb_utils.InferenceResponse(error=error) for _ in requests]
         finally:
             self._in_flight = 0
         if result is None:
@@ -360,6 +393,9 @@ class TritonPythonModel:
         ``execution_timeout_s``); a dead one shows as the connection's end, or at the latest
         at the next liveness check. Every `_CANCEL_CHECK_S` of the wait, requests their clients
         cancelled are told to the worker (``request.is_cancelled()`` of a running callable).
+
+        Raises:
+            _Abandoned: a second signal gave the batch up (`pytriton.ipc.stopping.ABANDONED`).
         """
         count = len(requests)
         cancelled: Set[int] = set()
@@ -372,6 +408,8 @@ class TritonPythonModel:
             while True:
                 received = self._answer_wait.receive(channel, count, sent)
                 if received is None:  # no answer yet: cancelled requests? is the worker still there?
+                    if self._stopping is not None and self._stopping.abandoned():
+                        raise _Abandoned
                     self._tell_cancelled(channel, requests, cancelled)
                     if time.monotonic() >= next_liveness:
                         if not self._link.worker_alive():
@@ -459,7 +497,7 @@ class TritonPythonModel:
 
     def _execute_relayed(self, requests: List[Any]) -> None:
         """Send the batch through the relay and return at once; the relay answers each request."""
-        if self._stopping is not None and self._stopping.raised():
+        if self._refused_here():
             for request in requests:
                 request.get_response_sender().send(pb_utils.InferenceResponse(error=self._refusal()),
                                                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -490,6 +528,8 @@ class TritonPythonModel:
         return None
 
     def finalize(self) -> None:
+        if self._refusing:
+            return
         self._closing.set()
         if self._metrics is not None:  # its socket goes before the link ends the ZeroMQ context
             self._metrics.close()

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from pytriton.ipc import codec, protocol
+from pytriton.ipc import codec, protocol, stopping
 from pytriton.ipc.channel import Channel, ChannelClosed
 from pytriton.ipc.shm import SegmentReader
 from pytriton.proxy.ledger import InflightLedger
@@ -66,6 +66,8 @@ class Relay:
             step carries the responses of all of them in one message.
         ledger: where the ids of the requests not answered in full are kept while they are open
             (`pytriton.proxy.ledger`), so that a death of this stub can name them.
+        abandoned: whether a second signal gave up the requests in flight
+            (`pytriton.ipc.stopping.FlagView.abandoned`): they are then answered UNAVAILABLE.
     """
 
     RECEIVE_TIMEOUT_S = _CANCEL_CHECK_S
@@ -80,8 +82,10 @@ class Relay:
         watch_cancellation: bool,
         one_at_a_time: bool = False,
         ledger: Optional[InflightLedger] = None,
+        abandoned: Optional[Callable[[], bool]] = None,
     ) -> None:
         self._pb = pb_utils
+        self._abandoned = abandoned
         self._ledger = ledger
         self._final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         self._link = link
@@ -168,6 +172,9 @@ class Relay:
                 if self._watch_cancellation and now >= next_cancel_check:
                     next_cancel_check = now + _CANCEL_CHECK_S
                     self._check_cancellations(channel)
+                if self._pending and self._abandoned is not None and self._abandoned():
+                    self._fail_all(stopping.abandoned(self._model_name), prefixed=True,
+                                   code=getattr(self._pb.TritonError, "UNAVAILABLE", None))
                 if self._pending and now - last_heard > _LIVENESS_CHECK_S:
                     last_heard = now
                     if not self._link.worker_alive():
@@ -270,7 +277,7 @@ class Relay:
                 except (ChannelClosed, BlockingIOError):
                     pass  # the worker is gone (the receive sees it) or stuck: the batch ends either way
 
-    def _fail_batch(self, batch_id: int, reason: str, prefixed: bool = False) -> None:
+    def _fail_batch(self, batch_id: int, reason: str, prefixed: bool = False, code: Optional[int] = None) -> None:
         batch = self._pending.get(batch_id)
         if batch is None:
             return
@@ -278,11 +285,11 @@ class Relay:
         for index, is_open in enumerate(batch.open):
             if is_open:
                 try:
-                    self._finish(batch, index, message)
+                    self._finish(batch, index, message, code)
                 except Exception:  # noqa: BLE001 - the sender itself is broken; nothing more to tell
                     pass
         self._forget(batch_id)
 
-    def _fail_all(self, reason: str) -> None:
+    def _fail_all(self, reason: str, prefixed: bool = False, code: Optional[int] = None) -> None:
         for batch_id in list(self._pending):
-            self._fail_batch(batch_id, reason)
+            self._fail_batch(batch_id, reason, prefixed, code)

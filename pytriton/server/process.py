@@ -16,7 +16,7 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Any, Callable, Deque, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Deque, List, Mapping, Optional, Sequence, Tuple
 
 import psutil
 
@@ -44,6 +44,9 @@ _DRAINED = re.compile(r"Found 0 model versions that have in-flight inferences")
 # Logged each second of a shutdown while HTTP connections stay open: Triton waits for every one
 # to close, idle keep-alive connections too, until its exit timeout.
 _HTTP_CONNECTIONS = re.compile(r"Found \d+ HTTP service connections")
+# Logged (at INFO level) once a model version's object is destroyed: every request it accepted
+# released, its instances finalized (a model replaced by a load, or unloaded).
+_UNLOADED = re.compile(r"successfully unloaded '([^']+)' version (\d+)")
 
 
 _STOP_POLL_S = 0.02
@@ -125,6 +128,8 @@ class ServerProcess:
         """During a shutdown: the server has reported that no inference is in flight (from its log)."""
         self.waits_for_connections = False
         """During a shutdown: the server waits for HTTP connections to close (from its log)."""
+        self.unloaded: List[Tuple[str, int]] = []
+        """The model versions the server logged as unloaded, in order (from its INFO log)."""
 
     @property
     def pid(self) -> Optional[int]:
@@ -183,6 +188,8 @@ class ServerProcess:
                 self.drained = True
             elif _HTTP_CONNECTIONS.search(line):
                 self.waits_for_connections = True
+            elif unloaded := _UNLOADED.search(line):
+                self.unloaded.append((unloaded.group(1), int(unloaded.group(2))))
             harmless = any(text in line for text in _HARMLESS)
             level = logging.WARNING if _ERROR_LINE.match(line) and not harmless else logging.DEBUG
             _server_log.log(level, "%s", line)

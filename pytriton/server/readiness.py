@@ -44,6 +44,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
+from pytriton import client_contract
 from pytriton.exceptions import PyTritonServerError
 from pytriton.server.config import TritonConfig
 from pytriton.server.control import gate_parameters, placeholder_config
@@ -61,8 +62,9 @@ _CLOSED_BACKEND = "pytriton_readiness_gate_closed"
 """A backend no server has: the closed gate's load fails at once, whatever the server holds."""
 
 
-STOPPING_MODEL = "pytriton_stopping"
-"""The model a stop fails to load, so that the server reports not ready from the stop's start."""
+STOPPING_MODEL = client_contract.STOPPING_MODEL
+"""The model a stop fails to load, so that the server reports not ready from the stop's start (and
+pytriton's clients, waiting for a model, see that the server stops)."""
 RESERVED_MODELS = frozenset({GATE_MODEL, STOPPING_MODEL})
 
 

@@ -54,6 +54,8 @@ START_TIMEOUT_S = 60.0
 _DUMP_WAIT_S = 0.3
 _KILL_GRACE_S = 2.0
 """How long past the `stop` timeout a child gets to end before it is killed."""
+_AT_ONCE_GRACE_S = 0.1
+"""The grace of a stop at once (``stop(0)``): an idle child exits within it; a busy one is killed."""
 _QUICK_DEATH_S = 1.0
 """A child that dies sooner than this after its fork is forked again only after this long."""
 _FORK_LOCK = threading.Lock()
@@ -249,18 +251,20 @@ class ProcessInstance:
         self._send(("end_streams",))
 
     def stop(self, timeout_s: float = 5.0) -> bool:
-        """Stop the child, kill it if it is not gone `timeout_s` (plus a grace) later, and clean up.
+        """Stop the child, kill it if it is not gone `timeout_s` (plus a grace, short when 0: a stop
+        at once, its callable abandoned) later, and clean up.
 
         Removes the child's socket file and output segments and reaps it.
 
         Returns:
             False only when the watcher thread did not end (the child could not be reaped).
         """
-        self._kill_at = time.monotonic() + timeout_s + _KILL_GRACE_S
+        grace_s = _KILL_GRACE_S if timeout_s > 0 else _AT_ONCE_GRACE_S
+        self._kill_at = time.monotonic() + timeout_s + grace_s
         self._stopping.set()
         self._send(("stop", timeout_s))
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout_s + _KILL_GRACE_S + 5.0)
+            self._thread.join(timeout_s + grace_s + 5.0)
         if not self._thread.is_alive():
             self.remove_death_notes()
         return not self._thread.is_alive()

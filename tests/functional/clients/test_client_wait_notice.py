@@ -24,13 +24,17 @@ SCRIPT = textwrap.dedent("""
     from pytriton.client import ModelClient
     from pytriton.client.exceptions import PyTritonClientTimeoutError
 
-    url, timeout_s, configured = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
+    url, timeout_s, configured, explicit = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
     if configured:
         logging.basicConfig(level=logging.INFO, format="app: %(name)s %(message)s")
     print("client starts", file=sys.stderr, flush=True)
     try:
-        with ModelClient(url, "Scale", init_timeout_s=timeout_s) as client:
-            client.infer_sample(values=np.zeros(3, np.float32))
+        if explicit:  # the wait's own timeout, the client's init_timeout_s left at its default
+            with ModelClient(url, "Scale") as client:
+                client.wait_for_model(timeout_s=timeout_s)
+        else:
+            with ModelClient(url, "Scale", init_timeout_s=timeout_s) as client:
+                client.infer_sample(values=np.zeros(3, np.float32))
     except PyTritonClientTimeoutError as error:
         print("timed out:", error, file=sys.stderr, flush=True)
 """)
@@ -39,11 +43,11 @@ NOTICE_BOUND_S = 5.0
 """The notice comes after 2 s of waiting; the bound leaves room for a busy machine."""
 
 
-def _watch(url: str, timeout_s: float, configured: bool) -> list:
+def _watch(url: str, timeout_s: float, configured: bool, explicit: bool = False) -> list:
     """The client's stderr lines, each with the seconds since the client started waiting."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    process = subprocess.Popen([sys.executable, "-c", SCRIPT, url, str(timeout_s), "1" if configured else "0"],
-                               stderr=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen([sys.executable, "-c", SCRIPT, url, str(timeout_s), "1" if configured else "0",
+                                "1" if explicit else "0"], stderr=subprocess.PIPE, text=True, env=env)
     lines, started = [], None
     try:
         for line in process.stderr:
@@ -83,3 +87,12 @@ def test_the_notice_goes_through_the_applications_logging_once_it_is_configured(
     texts = [text for _, text in lines]
     assert not [text for text in texts if text.startswith("pytriton: ")], texts  # not doubled on stderr
     assert len([text for text in texts if text.startswith("app: pytriton.client.wait nothing listens")]) == 1, texts
+
+
+def test_an_explicit_wait_names_the_timeout_it_was_given():
+    """``wait_for_model(timeout_s=...)`` says "(timeout_s)", not the init_timeout_s it does not use."""
+    port = free_ports(1)[0]
+    lines = _watch(f"http://localhost:{port}", 3.0, configured=False, explicit=True)
+    notices = [text for _, text in lines if text.startswith("pytriton: ")]
+    assert notices, lines
+    assert "waiting up to 3 s (timeout_s) for the server and model 'Scale'" in notices[0], notices

@@ -215,12 +215,20 @@ def test_sigterm_drains_in_flight_requests_and_streams_then_exits_cleanly():
     assert _leftovers_of(f"pytriton-{script.info['pid']}-") == {"processes": [], "segments": []}
 
 
-def test_a_second_sigterm_during_the_drain_stops_at_once():
-    script = ServingScript(exit_timeout_s=30)
+@pytest.mark.parametrize("path", ["backend", "proxy"])
+def test_a_second_sigterm_during_the_drain_stops_at_once(path):
+    """The process ends within a second of the second signal (0.56-0.92 s measured here, 1.6 s once
+    on a loaded machine; pytriton is done after 0.27-0.44 s, the rest is Python's own exit), the
+    callable still running left behind; the requests in flight hear
+    from the server (UNAVAILABLE, retryable), not a closed connection. Before: 5.1 s (the stop
+    waited 5 s for the callable's thread), and a closed connection."""
+    script = ServingScript(exit_timeout_s=30, env=dict(os.environ, **PROXY_ENV) if path == "proxy" else None)
     outcome: dict = {}
     try:
         request = threading.Thread(target=_infer, args=(script.base, 20.0, outcome, "long"), daemon=True)
         request.start()
+        stream = threading.Thread(target=_stream, args=(script.grpc, outcome), daemon=True)
+        stream.start()
         time.sleep(0.5)
         root = script.root()
         root.send_signal(signal.SIGTERM)
@@ -229,13 +237,33 @@ def test_a_second_sigterm_during_the_drain_stops_at_once():
         root.send_signal(signal.SIGTERM)
         second = time.monotonic()
         returncode, err = script.finish(timeout_s=15)
-        assert time.monotonic() - second < 8, "the second signal did not stop the server at once"
+        took = time.monotonic() - second
+        request.join(5)
+        stream.join(5)
     finally:
         if script.process.poll() is None:
             script.kill()
+    print(f"\n[{path}] the second signal ended the script in {took:.2f} s; in flight: {outcome}")
+    assert took < 1.5, f"the script ended {took:.2f} s after the second signal"  # a loose bound: shared cores
     assert returncode == 0, err[-2000:]
     assert "Second signal" in err
+    for key in ("long", "stream"):
+        assert isinstance(outcome[key], PyTritonClientError), outcome
+        assert "the server stopped at once, before this request was answered" in str(outcome[key]), outcome
     assert _leftovers_of(f"pytriton-{script.info['pid']}-") == {"processes": [], "segments": []}
+
+
+def _stream(grpc_port: int, outcome: dict) -> None:
+    """A long stream of Tokens: its tokens, or the error that ended it, in outcome["stream"]."""
+    tokens = []
+    try:
+        with DecoupledModelClient(f"grpc://127.0.0.1:{grpc_port}", "Tokens", inference_timeout_s=30) as client:
+            for response in client.infer_sample(count=np.array([100], dtype=np.int32),
+                                                seconds=np.array([0.2], dtype=np.float32)):
+                tokens.append(int(response["token"][0]))
+        outcome["stream"] = tokens
+    except PyTritonClientError as exc:
+        outcome["stream"] = exc
 
 
 def _can_unshare() -> bool:

@@ -33,3 +33,5 @@ def test_the_framing_and_sizes_match():
     assert defines["PYT_ARENA_ALIGNMENT"] == shm.ALIGNMENT
     assert defines["PYT_ARENA_STEP_BYTES"] == shm.ARENA_STEP_BYTES
     assert defines["PYT_STOPPING_BYTES"] == stopping.FLAG_BYTES
+    assert defines["PYT_STOPPING_REFUSING"] == stopping.REFUSING
+    assert defines["PYT_STOPPING_ABANDONED"] == stopping.ABANDONED

@@ -74,6 +74,9 @@ class ScriptedAsyncCore:
     async def is_model_ready(self, model_name, model_version="", timeout_s=None):
         return True
 
+    async def model_presence(self, model_name, timeout_s=None):
+        return False  # not a stopping server: it has no stopping model
+
 
 def test_async_readiness_shares_the_blocking_wait_logic():
     asyncio.run(wait_until_ready_async(ScriptedAsyncCore([False, True]), "M", "", 5.0))

@@ -11,6 +11,7 @@ from pytriton.client.core import TritonCore
 from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
 from pytriton.client.url import parse_url
 from pytriton.client.waits import wait_until_ready
+from pytriton.client_contract import STOPPING_MODEL
 
 
 class ScriptedCore(TritonCore):
@@ -58,6 +59,8 @@ class _ScriptedClient:
         return {"name": model_name}
 
     def get_model_metadata(self, model_name, **_):
+        if model_name == STOPPING_MODEL:  # a server that is not stopping has no such model
+            raise Exception(f"[400] Request for unknown model: '{model_name}' is not found")
         return {"name": model_name}  # the server has it
 
     def get_model_repository_index(self, **_):

@@ -125,6 +125,37 @@ def test_the_wait_message_names_a_server_that_answers_but_is_not_ready():
                                        "to 10 s (init_timeout_s) for the server and model 'M', 7 s left")
 
 
+def test_the_wait_message_names_the_timeout_the_caller_gave():
+    from pytriton.client.readiness import wait_message
+
+    said = wait_message(_url(), "the server and model 'M'", False, "the server is not ready", 3.0, 10.0, "timeout_s")
+    assert "waiting up to 10 s (timeout_s) for the server and model 'M'" in said
+    assert "init_timeout_s" not in said
+
+
+def test_a_server_that_stops_ends_the_wait_at_once():
+    """A pytriton server that drains reports not ready and has its stopping model (a failed load):
+    waiting longer cannot make it ready, so the wait fails, saying so."""
+    from pytriton.client.readiness import server_steps
+
+    started = time.monotonic()
+    with pytest.raises(PyTritonClientModelUnavailableError) as info:
+        _drive({"server": False, "stopping": True}, timeout_s=5.0)
+    assert time.monotonic() - started < 1.0
+    assert str(info.value).startswith("the server at http://localhost:8000 is stopping")
+    steps = server_steps(_url(), 5.0)
+    assert [steps.send(None).kind, steps.send(True).kind, steps.send(False).kind] == ["live", "server", "stopping"]
+    with pytest.raises(PyTritonClientModelUnavailableError, match="is stopping"):
+        steps.send(True)
+
+
+def test_a_server_still_starting_keeps_the_wait():
+    with pytest.raises(PyTritonClientTimeoutError, match="the server is not ready"):
+        _drive({"server": False, "stopping": False}, timeout_s=0.3)
+    with pytest.raises(PyTritonClientTimeoutError):  # a server that does not say (restricted metadata)
+        _drive({"server": False, "stopping": None}, timeout_s=0.3)
+
+
 def test_the_unknown_model_hint_points_at_the_start_line_a_serving_script_really_prints():
     from pytriton.server.announce import serving_line
     from pytriton.server.config import TritonConfig

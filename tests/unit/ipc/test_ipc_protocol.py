@@ -8,7 +8,17 @@ import re
 import pytest
 
 from pytriton.ipc import protocol
-from pytriton.ipc.protocol import BatchResult, Cancel, Hello, InferBatch, StreamEnd, StreamPart, TensorColumn, Welcome
+from pytriton.ipc.protocol import (
+    BatchResult,
+    Cancel,
+    Hello,
+    InferBatch,
+    StepPart,
+    StreamEnd,
+    StreamPart,
+    TensorColumn,
+    Welcome,
+)
 
 # INPUT_1: inline in both requests (8-byte aligned offsets in the payload frame);
 # INPUT_2: in the proxy's arena for request 0, absent from request 1.
@@ -26,6 +36,8 @@ MESSAGES = [
     BatchResult(batch_id=7, errors=(None, "bad response"), columns=(_SMALL,), segment=""),
     BatchResult(batch_id=8, errors=(), columns=(), segment="", unrecoverable=True, stamps=(1, 2, 3)),
     StreamPart(batch_id=3, present=(True, False), errors=(None, None), columns=(_SMALL,)),
+    StepPart(batch_ids=(3, 5), positions=(0, 2), present=(True, False), errors=(None, "bad"), final=(False, True),
+             columns=(_SMALL,)),
     StreamEnd(batch_id=3, errors=("cut short", None), unrecoverable=False),
     Cancel(batch_id=3),
 ]
@@ -46,7 +58,7 @@ def test_encode_decode_round_trip(message):
 def test_the_columns_index_follows_the_fields_and_the_bytes_stay_as_the_backend_reads_them():
     """`_COLUMNS_AT` is derived from the messages' fields; the encoded tuple is the kind, then the
     fields in order, columns as plain tuples: the layout pytriton's C backend reads and writes."""
-    assert protocol._COLUMNS_AT == {InferBatch: 3, BatchResult: 3, StreamPart: 4}
+    assert protocol._COLUMNS_AT == {InferBatch: 3, BatchResult: 3, StreamPart: 4, StepPart: 6}
     batch = MESSAGES[4]
     fields = marshal.loads(protocol.encode(batch))
     assert fields[0] == 2 and fields[1:3] == (7, batch.parameters)
