@@ -29,6 +29,7 @@
 static void model_free(pyt_model* model) {
   if (model == NULL) return;
   if (model->stopping != NULL) munmap((void*)model->stopping, PYT_STOPPING_BYTES);
+  pyt_router_free(model->router);
   for (uint32_t i = 0; i < model->socket_count; i++) free(model->data_sockets[i]);
   free(model->data_sockets);
   free(model->instance_names);
@@ -154,8 +155,18 @@ static TRITONSERVER_Error* read_config(pyt_model* model, TRITONBACKEND_Model* tr
   }
   value = pyt_json_parameter(config, PYT_PARAM_INSTANCE_NAMES);
   model->instance_names = value != NULL ? strdup(value) : NULL;
+  const char* multiplex = pyt_json_parameter(config, PYT_PARAM_MULTIPLEX);
   value = pyt_json_parameter(config, PYT_PARAM_DATA_SOCKETS);
   pyt_json* sockets = value != NULL ? pyt_json_parse(value, strlen(value), why, sizeof(why)) : NULL;
+  /* A multiplexed model's batches go to the instance that holds their variants (route.c): where
+   * batches do not overlap on an instance and a sequence need not stay on one. */
+  if (multiplex != NULL && sockets != NULL && sockets->kind == PYT_JSON_ARRAY && sockets->count > 1 &&
+      !model->relayed && !model->sequences) {
+    model->router = pyt_router_new(multiplex, (uint32_t)sockets->count, why, sizeof(why));
+    if (model->router == NULL)
+      PYT_WARN("model '%s': its %s parameter is unreadable (%s): its batches go where Triton sends them", model->name,
+               PYT_PARAM_MULTIPLEX, why);
+  }
   pyt_json_free(config);
   if (sockets == NULL || sockets->kind != PYT_JSON_ARRAY || sockets->count == 0) {
     pyt_json_free(sockets);
@@ -290,6 +301,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
     pyt_instance_free(instance);
     return error;
   }
+  pyt_router_join(model->router, instance);
   PYT_INFO("pytriton backend: model '%s' instance %u serves through worker pid %d", model->name, instance->index,
            instance->worker_pid);
   return NULL;
@@ -299,6 +311,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInsta
   void* instance = NULL;
   TRITONSERVER_Error* error = TRITONBACKEND_ModelInstanceState(triton, &instance);
   if (error != NULL) return error;
+  if (instance != NULL) pyt_router_leave(((pyt_instance*)instance)->model->router, instance);
   pyt_instance_free(instance);
   return NULL;
 }
@@ -319,7 +332,11 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
     }
     return pyt_error(TRITONSERVER_ERROR_UNSUPPORTED, "pytriton's readiness gate serves no requests");
   }
-  pyt_instance* instance = pointer;
+  pyt_instance* own = pointer;
+  pyt_router* router = own->model->router;
+  /* A multiplexed model's batch runs on the free instance that holds its variants (route.c),
+   * from this thread; every other batch on the thread's own instance. */
+  pyt_instance* instance = router != NULL ? pyt_route(router, own, requests, count) : own;
   pthread_mutex_lock(&instance->lock);
   instance->last_batch = pyt_now_s();
   instance->idle_released = 0;
@@ -332,5 +349,6 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
     instance->last_batch = pyt_now_s();
     pthread_mutex_unlock(&instance->lock);
   }
+  if (router != NULL) pyt_route_done(router, instance);
   return NULL;
 }

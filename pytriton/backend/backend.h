@@ -7,6 +7,7 @@
  *   requests.c   Triton's requests -> one InferBatch header and its payload (the way in)
  *   execute.c    a plain callable's batch: send, wait for the answer, respond (one thread)
  *   relay.c      streams and coroutines: send and return; a reader thread answers later
+ *   route.c      a multiplexed model's batch: the free instance that holds its variants
  *   responses.c  the worker's answer -> Triton's responses (the way out)
  *   metrics.c    the worker's metric families -> Triton's /metrics
  *   util.c       clocks, logging, errors, data types
@@ -74,6 +75,7 @@ typedef struct {
   char* instance_names; /* pytriton.instance_names (JSON list, worker order) or NULL: names say <group>_<k> */
   int gate; /* pytriton's readiness gate: no worker, loads once a file exists */
   int refuse; /* what a stop reloads a model as (pytriton.refuse): no worker, every request refused */
+  struct pyt_router* router; /* a multiplexed model's (route.c); NULL for every other, or where not routed */
   /* The server's stopping flag (pytriton/ipc/stopping.py), mapped from its file: REFUSING where
    * a stop could not reload the model as a refusing one (batches that reach execute are then
    * refused as retryable), ABANDONED after a second signal (NULL: never). */
@@ -167,6 +169,9 @@ void pyt_send_error(TRITONBACKEND_Request* request, TRITONBACKEND_ResponseFactor
                     TRITONSERVER_Error_Code code, const char* text);
 /* The text of a worker's per-request error (a STR value), NUL-terminated, malloc'd; NULL if none. */
 char* pyt_error_text(const pyt_mv* error);
+/* Triton's code for request `slot`'s error from a BatchResult's codes (protocol.ErrorCode; an
+ * empty tuple or none: INTERNAL). */
+TRITONSERVER_Error_Code pyt_error_code(const pyt_mv* codes, uint32_t slot);
 
 /* ---- an instance (instance.c) ---- */
 
@@ -241,6 +246,24 @@ void pyt_abandoned_text(const pyt_model* model, char* out, size_t out_size);
 /* Report Triton's statistics of a batch and release its requests. */
 void pyt_finish_batch(pyt_instance* instance, TRITONBACKEND_Request** requests, uint32_t count, uint64_t rows,
                       uint32_t live_count, uint64_t exec_start, uint64_t compute_start, uint64_t compute_end);
+
+/* ---- route.c: multiplexed models ---- */
+
+typedef struct pyt_router pyt_router;
+
+/* The router of a model with `instances` instances, from its pytriton.multiplex parameter (JSON);
+ * NULL with `why` when it cannot be read. */
+pyt_router* pyt_router_new(const char* config, uint32_t instances, char* why, size_t why_size);
+void pyt_router_free(pyt_router* router);
+/* An instance starts (it may be sent batches) or ends. */
+void pyt_router_join(pyt_router* router, pyt_instance* instance);
+void pyt_router_leave(pyt_router* router, pyt_instance* instance);
+/* The instance's worker starts afresh (it connected again): it holds no variant. */
+void pyt_router_forget(pyt_router* router, const pyt_instance* instance);
+/* The free instance that is to serve the batch `requests` that reached `own`'s thread, marked
+ * busy and its mirror updated; give it back with pyt_route_done once the batch is answered. */
+pyt_instance* pyt_route(pyt_router* router, pyt_instance* own, TRITONBACKEND_Request** requests, uint32_t count);
+void pyt_route_done(pyt_router* router, pyt_instance* chosen);
 
 /* ---- metrics.c ---- */
 

@@ -178,6 +178,7 @@ int pyt_instance_connect(pyt_instance* instance, double timeout_s, char* why, si
         pthread_mutex_lock(&instance->send_lock);
         instance->fd = fd;
         pthread_mutex_unlock(&instance->send_lock);
+        pyt_router_forget(instance->model->router, instance); /* a worker forked anew holds no variant */
         return 0;
       }
       close(fd);

@@ -1,0 +1,271 @@
+/* Multiplexed models (@multiplexed, pytriton/decorating/multiplexing.py): which instance serves
+ * a batch.
+ *
+ * Each worker instance of a multiplexed model holds at most max_loaded variants, the least
+ * recently used evicted first (pytriton/worker/variants.py). Given the batches sent to it, that
+ * cache is a plain LRU: the worker takes a batch's variants in the order they first appear,
+ * loading each one it does not hold after evicting the least recently used. So the router keeps,
+ * for each instance, a mirror of its worker's cache, updated the same way as a batch is sent.
+ *
+ * A batch that reaches execute, on whichever of the model's Triton instances Triton chose, goes
+ * to the instance that is free (no batch running on it) and holds the most of its requests'
+ * variants; among equals, to one with room (no eviction), then the thread's own, then the one
+ * used least recently. The thread runs the batch on that instance's connection, buffers and
+ * arena (execute.c), and frees it. With N Triton instances and N workers, at most N batches run
+ * at once and each takes one instance, so a thread always finds one free.
+ *
+ * The mirror can drift from the worker's cache only where the worker did what the batches do
+ * not say: a load that failed (the mirror holds the variant until it ages out), a worker forked
+ * anew (forgotten here when the instance connects again), batches overlapping (async callables,
+ * which relay: not routed). A drifted mirror routes worse, never wrongly: every instance can load
+ * every variant. Models that relay, keep sequences (a sequence stays on its instance) or have one
+ * instance are not routed. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+typedef struct {
+  pyt_instance* instance; /* NULL until its instance starts (and after it ends) */
+  int busy;
+  char** held; /* the variants its worker holds, the least recently used first */
+  uint32_t held_count;
+  uint64_t last_used;
+} member;
+
+struct pyt_router {
+  pthread_mutex_t lock;
+  pthread_cond_t freed; /* an instance became free */
+  char parameter[128];
+  uint32_t max_loaded;
+  char** known; /* the variants @multiplexed was told exist (a request naming another is refused); NULL: any */
+  uint32_t known_count;
+  member* members; /* by instance index */
+  uint32_t member_count;
+  uint64_t clock;
+};
+
+/* One variant of a batch: its name (Triton's request parameter, alive while the request is) and
+ * how many of the batch's requests name it. */
+typedef struct {
+  const char* name;
+  uint32_t requests;
+} wanted;
+
+static void forget_held(member* m) {
+  for (uint32_t i = 0; i < m->held_count; i++) free(m->held[i]);
+  m->held_count = 0;
+}
+
+pyt_router* pyt_router_new(const char* config, uint32_t instances, char* why, size_t why_size) {
+  pyt_json* json = pyt_json_parse(config, strlen(config), why, why_size);
+  const pyt_json* parameter = pyt_json_get(json, "parameter");
+  const pyt_json* max_loaded = pyt_json_get(json, "max_loaded");
+  const pyt_json* variants = pyt_json_get(json, "variants");
+  if (json == NULL || parameter == NULL || parameter->kind != PYT_JSON_STRING || max_loaded == NULL ||
+      max_loaded->kind != PYT_JSON_NUMBER || max_loaded->number < 1) {
+    if (json != NULL) snprintf(why, why_size, "it lacks a parameter name or a max_loaded >= 1");
+    pyt_json_free(json);
+    return NULL;
+  }
+  pyt_router* router = calloc(1, sizeof(pyt_router));
+  if (router == NULL) goto memory;
+  pthread_mutex_init(&router->lock, NULL);
+  pthread_cond_init(&router->freed, NULL);
+  snprintf(router->parameter, sizeof(router->parameter), "%s", parameter->text);
+  router->max_loaded = (uint32_t)max_loaded->number;
+  router->member_count = instances;
+  router->members = calloc(instances ? instances : 1, sizeof(member));
+  if (router->members == NULL) goto memory;
+  for (uint32_t i = 0; i < instances; i++) {
+    router->members[i].held = calloc(router->max_loaded, sizeof(char*));
+    if (router->members[i].held == NULL) goto memory;
+  }
+  if (variants != NULL && variants->kind == PYT_JSON_ARRAY) {
+    router->known = calloc(variants->count ? variants->count : 1, sizeof(char*));
+    if (router->known == NULL) goto memory;
+    for (size_t i = 0; i < variants->count; i++) {
+      if (variants->items[i]->kind != PYT_JSON_STRING) continue;
+      router->known[router->known_count] = strdup(variants->items[i]->text);
+      if (router->known[router->known_count++] == NULL) goto memory;
+    }
+  }
+  pyt_json_free(json);
+  return router;
+memory:
+  pyt_json_free(json);
+  pyt_router_free(router);
+  snprintf(why, why_size, "out of memory");
+  return NULL;
+}
+
+void pyt_router_free(pyt_router* router) {
+  if (router == NULL) return;
+  for (uint32_t i = 0; router->members != NULL && i < router->member_count; i++) {
+    forget_held(&router->members[i]);
+    free(router->members[i].held);
+  }
+  free(router->members);
+  for (uint32_t i = 0; i < router->known_count; i++) free(router->known[i]);
+  free(router->known);
+  pthread_mutex_destroy(&router->lock);
+  pthread_cond_destroy(&router->freed);
+  free(router);
+}
+
+void pyt_router_join(pyt_router* router, pyt_instance* instance) {
+  if (router == NULL || instance->index >= router->member_count) return;
+  pthread_mutex_lock(&router->lock);
+  member* m = &router->members[instance->index];
+  m->instance = instance;
+  m->busy = 0;
+  forget_held(m);
+  pthread_mutex_unlock(&router->lock);
+}
+
+void pyt_router_leave(pyt_router* router, pyt_instance* instance) {
+  if (router == NULL || instance->index >= router->member_count) return;
+  pthread_mutex_lock(&router->lock);
+  member* m = &router->members[instance->index];
+  if (m->instance == instance) {
+    m->instance = NULL;
+    forget_held(m);
+  }
+  pthread_mutex_unlock(&router->lock);
+}
+
+void pyt_router_forget(pyt_router* router, const pyt_instance* instance) {
+  if (router == NULL || instance->index >= router->member_count) return;
+  pthread_mutex_lock(&router->lock);
+  forget_held(&router->members[instance->index]);
+  pthread_mutex_unlock(&router->lock);
+}
+
+/* The variant request `request` names, or NULL (no such parameter, or not a non-empty string:
+ * the worker refuses it and loads nothing). */
+static const char* variant_of(const pyt_router* router, TRITONBACKEND_Request* request) {
+  uint32_t count = 0;
+  if (pyt_checked(TRITONBACKEND_RequestParameterCount(request, &count), NULL, 0) != 0) return NULL;
+  for (uint32_t p = 0; p < count; p++) {
+    const char* key;
+    TRITONSERVER_ParameterType type;
+    const void* value;
+    if (pyt_checked(TRITONBACKEND_RequestParameter(request, p, &key, &type, &value), NULL, 0) != 0) return NULL;
+    if (strcmp(key, router->parameter) == 0)
+      return type == TRITONSERVER_PARAMETER_STRING && *(const char*)value ? (const char*)value : NULL;
+  }
+  return NULL;
+}
+
+static int is_known(const pyt_router* router, const char* name) {
+  if (router->known == NULL) return 1;
+  for (uint32_t i = 0; i < router->known_count; i++)
+    if (strcmp(router->known[i], name) == 0) return 1;
+  return 0;
+}
+
+static int held_at(const member* m, const char* name) {
+  for (uint32_t i = 0; i < m->held_count; i++)
+    if (strcmp(m->held[i], name) == 0) return (int)i;
+  return -1;
+}
+
+/* The mirror of `m`'s worker after it serves a batch that names `variants` (in order of first
+ * appearance): each is made the most recently used, loaded (after the least recently used goes,
+ * when the cache is full) where it was not held. */
+static void touch(pyt_router* router, member* m, const wanted* variants, uint32_t count) {
+  for (uint32_t v = 0; v < count; v++) {
+    int at = held_at(m, variants[v].name);
+    char* name;
+    if (at >= 0) {
+      name = m->held[at];
+      memmove(&m->held[at], &m->held[at + 1], (m->held_count - (uint32_t)at - 1) * sizeof(char*));
+      m->held_count--;
+    } else {
+      name = strdup(variants[v].name);
+      if (name == NULL) continue; /* out of memory: the mirror misses it, which only routes worse */
+      if (m->held_count == router->max_loaded) {
+        free(m->held[0]);
+        memmove(&m->held[0], &m->held[1], (m->held_count - 1) * sizeof(char*));
+        m->held_count--;
+      }
+    }
+    m->held[m->held_count++] = name;
+  }
+}
+
+/* Under the lock: the free instance to send a batch naming `variants` to (NULL: none is free). */
+static member* choose(pyt_router* router, const pyt_instance* own, const wanted* variants, uint32_t distinct) {
+  member* best = NULL;
+  uint32_t best_score = 0;
+  int best_room = 0, best_own = 0;
+  for (uint32_t i = 0; i < router->member_count; i++) {
+    member* m = &router->members[i];
+    if (m->instance == NULL || m->busy) continue;
+    uint32_t score = 0; /* the batch's requests whose variant it holds */
+    for (uint32_t v = 0; v < distinct; v++)
+      if (held_at(m, variants[v].name) >= 0) score += variants[v].requests;
+    int room = m->held_count < router->max_loaded; /* it loads without evicting */
+    int mine = m->instance == own;
+    int better = best == NULL || score > best_score ||
+                 (score == best_score &&
+                  (room > best_room ||
+                   (room == best_room && (mine > best_own || (mine == best_own && m->last_used < best->last_used)))));
+    if (better) {
+      best = m;
+      best_score = score;
+      best_room = room;
+      best_own = mine;
+    }
+  }
+  return best;
+}
+
+pyt_instance* pyt_route(pyt_router* router, pyt_instance* own, TRITONBACKEND_Request** requests, uint32_t count) {
+  wanted stack[64];
+  wanted* variants = count <= 64 ? stack : malloc(count * sizeof(wanted));
+  if (variants == NULL) { /* out of memory: routed by its first 64 requests */
+    variants = stack;
+    count = 64;
+  }
+  uint32_t distinct = 0;
+  for (uint32_t r = 0; r < count; r++) {
+    const char* name = variant_of(router, requests[r]);
+    if (name == NULL || !is_known(router, name)) continue;
+    uint32_t v = 0;
+    while (v < distinct && strcmp(variants[v].name, name) != 0) v++;
+    if (v == distinct) variants[distinct++] = (wanted){name, 0};
+    variants[v].requests++;
+  }
+  pthread_mutex_lock(&router->lock);
+  member* best;
+  while ((best = choose(router, own, variants, distinct)) == NULL) {
+    int joined = 0;
+    for (uint32_t i = 0; i < router->member_count; i++) joined |= router->members[i].instance != NULL;
+    if (!joined) break; /* no instance has started: the thread's own serves, as unrouted */
+    pthread_cond_wait(&router->freed, &router->lock); /* not expected: N threads, N instances */
+  }
+  pyt_instance* chosen = own;
+  if (best != NULL) {
+    best->busy = 1;
+    best->last_used = ++router->clock;
+    touch(router, best, variants, distinct);
+    chosen = best->instance;
+  }
+  pthread_mutex_unlock(&router->lock);
+  if (variants != stack) free(variants);
+  return chosen;
+}
+
+void pyt_route_done(pyt_router* router, pyt_instance* chosen) {
+  if (chosen->index >= router->member_count) return;
+  pthread_mutex_lock(&router->lock);
+  member* m = &router->members[chosen->index];
+  if (m->instance == chosen && m->busy) {
+    m->busy = 0;
+    pthread_cond_signal(&router->freed);
+  }
+  pthread_mutex_unlock(&router->lock);
+}
