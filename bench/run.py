@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import breakdown
 import cpu_work
 import gpu
+import multiplex
 import psutil
 import report
 from cases import CASES, GPU_CASES, QUICK_CASE, Case
@@ -48,6 +49,9 @@ from servers import (
 OUT_DIR = REPO / "bench" / "out"
 DOCS_PAGE = REPO / "docs" / "performance.md"
 DESIGN_PAGE = REPO / "docs" / "design" / "hop.md"
+MULTIPLEX_CASE = "multiplex_c16"
+MULTIPLEX_ROUNDS = 3  # the machine is shared: every round is reported, the medians decide
+MULTIPLEX_REQUESTS = 3000
 DOCS_IMAGE = REPO / "docs" / "performance.png"
 DOCS_GPU_IMAGE = REPO / "docs" / "performance-gpu.png"
 STARTUP_TARGET_S = 0.30
@@ -61,8 +65,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help=f"shortest form: case {QUICK_CASE} over HTTP, three 1 s windows without waiting for "
                         "stable figures, one start-up each, no docs")
-    parser.add_argument("--cases", nargs="+", choices=keys + gpu_keys,
-                        help=f"cases to run (default: all; with --gpu: {' '.join(gpu_keys)})")
+    parser.add_argument("--cases", nargs="+", choices=keys + gpu_keys + [MULTIPLEX_CASE],
+                        help=f"cases to run (default: all; with --gpu: {' '.join(gpu_keys)}). {MULTIPLEX_CASE} is "
+                        "multiplexed models against an lru_cache and 8 bound models (bench/multiplex.py), with "
+                        f"{MULTIPLEX_ROUNDS} rounds at least")
     parser.add_argument("--protocols", nargs="+", choices=["http", "grpc"], help="default: http grpc")
     parser.add_argument("--interval-ms", type=int, help="perf_analyzer --measurement-interval (default 3000)")
     parser.add_argument("--stabilize", action=argparse.BooleanOptionalAction,
@@ -95,6 +101,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.torch_device:
         args.gpu = True
+    args.multiplex = False
     if args.gpu:
         args.torch_device = args.torch_device or "cuda"
         wrong = sorted(set(args.cases or ()) - set(gpu_keys))
@@ -107,7 +114,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         wrong = sorted(set(args.cases or ()) & set(gpu_keys))
         if wrong:
             parser.error(f"--cases {' '.join(wrong)}: GPU cases run only with --gpu")
-        args.cases = [case for case in CASES if case.key in (args.cases or ([QUICK_CASE] if args.quick else keys))]
+        chosen = args.cases or ([QUICK_CASE] if args.quick else [*keys, MULTIPLEX_CASE])
+        args.multiplex = MULTIPLEX_CASE in chosen
+        args.cases = [case for case in CASES if case.key in chosen]
     args.protocols = args.protocols or (["http"] if args.quick else ["http", "grpc"])
     args.interval_explicit = args.interval_ms is not None or args.quick
     args.interval_ms = args.interval_ms or (1000 if args.quick else 3000)
@@ -310,6 +319,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                 order = [reference, ours] if index % 2 == 0 else [ours, reference]
                 results["cases"].append(measure_case(pa, case, protocol, order, args, run_dir))
                 index += 1
+        if args.multiplex:  # a server of its own, started once the others are idle
+            results["multiplex"] = multiplex.run(max(MULTIPLEX_ROUNDS, args.rounds), MULTIPLEX_REQUESTS,
+                                                 run_dir / "logs")
     finally:
         # A second Ctrl-C must not cut the cleanup short.
         previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
@@ -330,7 +342,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             signal.signal(signum, handler)
     results["machine"]["loadavg_at_end"] = list(os.getloadavg())
     results["duration_s"] = round(time.monotonic() - started, 1)
-    results["all_met"] = all(row["met"] for row in results["cases"]) and results["startup"]["met"]
+    results["all_met"] = (all(row["met"] for row in results["cases"]) and results["startup"]["met"]
+                          and all(results.get("multiplex", {}).get("met", {}).values()))
     return results
 
 

@@ -342,6 +342,14 @@ class ModelBindings:
         context = declaration.context
         streams = continuous_capacity(context.model_name, declaration.infer_funcs, context.config)
         multiplex = multiplex_parameter(context.model_name, plain_callables(declaration.infer_funcs))
+        config = context.config
+        # pytriton's backend routes a multiplexed model's batches (backend/route.c) where they do not
+        # overlap on an instance and no sequence must stay on one; its batches wait for the
+        # instance that holds their variants on Triton instances of their own, as many as the workers.
+        routed = (multiplex and backend != "python" and len(declaration.infer_funcs) > 1 and not config.devices
+                  and not config.decoupled and not any(declaration.asynchronous)
+                  and not isinstance(config.batcher, SequenceBatcher))
+        dispatchers = len(declaration.infer_funcs) if routed else 0
         if multiplex and backend == "python" and len(declaration.infer_funcs) > 1:
             logger.warning(
                 "model '%s': @multiplexed with %d instances on the proxy path (Triton's Python backend): Triton "
@@ -357,7 +365,7 @@ class ModelBindings:
         return served_config_text(
             context.model_name, context.inputs, context.outputs, context.config, len(declaration.infer_funcs),
             coroutines=any(declaration.asynchronous), endpoint=endpoint, shm_prefix=shm_prefix, backend=backend,
-            warmups=declaration.warmups.entries,
+            warmups=declaration.warmups.entries, dispatchers=dispatchers,
             parameters={**({protocol.PARAM_STAMPS: "1"} if stamps_folder() else {}),
                         **({protocol.PARAM_SPIN_US: spin} if (spin := microseconds_from(SPIN_ENV)) else {}),
                         **({protocol.PARAM_HOLD_US: hold} if (hold := microseconds_from(HOLD_ENV)) else {}),

@@ -280,6 +280,14 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
   pyt_model* model = pointer;
   if (model->gate || model->refuse) return NULL; /* no worker, no state */
   long index = instance_index(model, instance_name);
+  if (index >= 0 && (uint32_t)index >= model->socket_count && model->router != NULL) {
+    /* a routed model's dispatcher (route.c): no worker of its own, its batches wait for one */
+    pyt_instance* dispatcher = pyt_instance_new(model, triton, (uint32_t)index);
+    if (dispatcher == NULL) return pyt_error(TRITONSERVER_ERROR_INTERNAL, "out of memory");
+    error = TRITONBACKEND_ModelInstanceSetState(triton, dispatcher);
+    if (error != NULL) pyt_instance_free(dispatcher);
+    return error;
+  }
   if (index < 0 || (uint32_t)index >= model->socket_count)
     return pyt_error(TRITONSERVER_ERROR_INVALID_ARG,
                      "model '%s': instance '%s' has no worker handler (the model has %u); keep the instance_group "

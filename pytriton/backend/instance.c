@@ -59,7 +59,8 @@ pyt_instance* pyt_instance_new(pyt_model* model, TRITONBACKEND_ModelInstance* tr
   pthread_mutex_init(&instance->lock, NULL);
   pthread_mutex_init(&instance->send_lock, NULL);
   pthread_cond_init(&instance->wake, NULL);
-  if (!model->relayed && pthread_create(&instance->watcher, NULL, idle_watch, instance) == 0)
+  if (!model->relayed && index < model->socket_count && /* a dispatcher (route.c) holds no arena */
+      pthread_create(&instance->watcher, NULL, idle_watch, instance) == 0)
     instance->watcher_started = 1;
   return instance;
 }

@@ -8,24 +8,38 @@
  * for each instance, a mirror of its worker's cache, updated the same way as a batch is sent.
  *
  * A batch that reaches execute, on whichever of the model's Triton instances Triton chose, goes
- * to the instance that is free (no batch running on it) and holds the most of its requests'
- * variants; among equals, to one with room (no eviction), then the thread's own, then the one
- * used least recently. The thread runs the batch on that instance's connection, buffers and
- * arena (execute.c), and frees it. With N Triton instances and N workers, at most N batches run
- * at once and each takes one instance, so a thread always finds one free.
+ * to a free instance (no batch running on it): the one that holds the most of its requests'
+ * variants; among equals, one with room (no eviction), then the thread's own, then the one used
+ * least recently. When a busy instance holds more of the batch's variants than any free one, the
+ * batch waits for it, at most about one of its batches' time (its running average, at most
+ * MAX_PATIENCE_S), then goes to a free one. An instance that becomes free takes, among the
+ * batches waiting, the one whose variants it holds most (the oldest among equals). The thread runs
+ * the batch on the chosen instance's connection, buffers and arena (execute.c) and frees it.
+ *
+ * Under load every instance is busy, so that a batch finds at most the one just freed: the choice
+ * is made by batches waiting. So a routed model has twice as many Triton instances as workers:
+ * the extra ones (dispatchers, index >= the workers') hold no connection and only wait here with
+ * their batches. At most 2N batches are in execute at once for N workers, each runs on one
+ * instance, and an instance that frees wakes the waiters: none waits for ever.
  *
  * The mirror can drift from the worker's cache only where the worker did what the batches do
- * not say: a load that failed (the mirror holds the variant until it ages out), a worker forked
- * anew (forgotten here when the instance connects again), batches overlapping (async callables,
- * which relay: not routed). A drifted mirror routes worse, never wrongly: every instance can load
- * every variant. Models that relay, keep sequences (a sequence stays on its instance) or have one
- * instance are not routed. */
+ * not say: a load that failed (the mirror holds the variant until it ages out), a request the
+ * worker left out (cancelled, or past its deadline), a worker forked anew (forgotten here when the
+ * instance connects again). A drifted mirror routes worse, never wrongly: every instance can load
+ * every variant. Models that relay (async callables, streams: their batches overlap), keep
+ * sequences (a sequence stays on its instance) or have one instance are not routed. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
+
+#define MAX_PATIENCE_S 0.02 /* the longest a batch waits for a busy instance that holds its variants */
+#define MIN_PATIENCE_S 0.0005
+#define IDLE_WAIT_S 1.0 /* a wait with nothing to time it still looks again after this */
+#define STARVING_S 0.05     /* a batch that waited this long goes first, whatever fits others better */
 
 typedef struct {
   pyt_instance* instance; /* NULL until its instance starts (and after it ends) */
@@ -35,9 +49,19 @@ typedef struct {
   uint64_t last_used;
 } member;
 
+/* A batch waiting for an instance (on its thread's stack while it waits). */
+typedef struct waiter {
+  const struct wanted* variants;
+  uint32_t distinct;
+  const pyt_instance* own;
+  double since;
+  uint64_t ticket;
+  struct waiter* next;
+} waiter;
+
 struct pyt_router {
   pthread_mutex_t lock;
-  pthread_cond_t freed; /* an instance became free */
+  pthread_cond_t changed; /* an instance became free or was taken: the waiters look again */
   char parameter[128];
   uint32_t max_loaded;
   char** known; /* the variants @multiplexed was told exist (a request naming another is refused); NULL: any */
@@ -45,11 +69,13 @@ struct pyt_router {
   member* members; /* by instance index */
   uint32_t member_count;
   uint64_t clock;
+  uint64_t tickets;
+  waiter* waiting;
 };
 
 /* One variant of a batch: its name (Triton's request parameter, alive while the request is) and
  * how many of the batch's requests name it. */
-typedef struct {
+typedef struct wanted {
   const char* name;
   uint32_t requests;
 } wanted;
@@ -73,7 +99,11 @@ pyt_router* pyt_router_new(const char* config, uint32_t instances, char* why, si
   pyt_router* router = calloc(1, sizeof(pyt_router));
   if (router == NULL) goto memory;
   pthread_mutex_init(&router->lock, NULL);
-  pthread_cond_init(&router->freed, NULL);
+  pthread_condattr_t attributes;
+  pthread_condattr_init(&attributes);
+  pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC); /* timed waits on pyt_now_s's clock */
+  pthread_cond_init(&router->changed, &attributes);
+  pthread_condattr_destroy(&attributes);
   snprintf(router->parameter, sizeof(router->parameter), "%s", parameter->text);
   router->max_loaded = (uint32_t)max_loaded->number;
   router->member_count = instances;
@@ -111,7 +141,7 @@ void pyt_router_free(pyt_router* router) {
   for (uint32_t i = 0; i < router->known_count; i++) free(router->known[i]);
   free(router->known);
   pthread_mutex_destroy(&router->lock);
-  pthread_cond_destroy(&router->freed);
+  pthread_cond_destroy(&router->changed);
   free(router);
 }
 
@@ -196,29 +226,69 @@ static void touch(pyt_router* router, member* m, const wanted* variants, uint32_
   }
 }
 
-/* Under the lock: the free instance to send a batch naming `variants` to (NULL: none is free). */
-static member* choose(pyt_router* router, const pyt_instance* own, const wanted* variants, uint32_t distinct) {
+/* How many of a batch's requests name a variant that `m` holds. */
+static uint32_t score(const member* m, const wanted* variants, uint32_t distinct) {
+  uint32_t found = 0;
+  for (uint32_t v = 0; v < distinct; v++)
+    if (held_at(m, variants[v].name) >= 0) found += variants[v].requests;
+  return found;
+}
+
+/* Under the lock: the free instance `w`'s batch would go to now (NULL: none is free): the most of
+ * its requests' variants held, then room, then the thread's own, then the least recently used. */
+static member* best_free(pyt_router* router, const waiter* w, uint32_t* best_score) {
   member* best = NULL;
-  uint32_t best_score = 0;
   int best_room = 0, best_own = 0;
+  *best_score = 0;
   for (uint32_t i = 0; i < router->member_count; i++) {
     member* m = &router->members[i];
     if (m->instance == NULL || m->busy) continue;
-    uint32_t score = 0; /* the batch's requests whose variant it holds */
-    for (uint32_t v = 0; v < distinct; v++)
-      if (held_at(m, variants[v].name) >= 0) score += variants[v].requests;
-    int room = m->held_count < router->max_loaded; /* it loads without evicting */
-    int mine = m->instance == own;
-    int better = best == NULL || score > best_score ||
-                 (score == best_score &&
+    uint32_t found = score(m, w->variants, w->distinct);
+    int room = m->held_count < router->max_loaded;
+    int mine = m->instance == w->own;
+    int better = best == NULL || found > *best_score ||
+                 (found == *best_score &&
                   (room > best_room ||
                    (room == best_room && (mine > best_own || (mine == best_own && m->last_used < best->last_used)))));
     if (better) {
       best = m;
-      best_score = score;
+      *best_score = found;
       best_room = room;
       best_own = mine;
     }
+  }
+  return best;
+}
+
+/* Under the lock: how long `w`'s batch may still wait for a busy instance that holds more of its
+ * variants than `free_score` (0: none does, it goes now). About one of that instance's batches. */
+static double patience_left(const pyt_router* router, const waiter* w, uint32_t free_score, double now) {
+  double patience = 0;
+  for (uint32_t i = 0; i < router->member_count; i++) {
+    const member* m = &router->members[i];
+    if (m->instance == NULL || !m->busy || score(m, w->variants, w->distinct) <= free_score) continue;
+    double typical = m->instance->typical_answer_s;
+    typical = typical < MIN_PATIENCE_S ? MIN_PATIENCE_S : typical > MAX_PATIENCE_S ? MAX_PATIENCE_S : typical;
+    if (typical > patience) patience = typical;
+  }
+  double left = w->since + patience - now;
+  return left > 0 ? left : 0;
+}
+
+/* Under the lock: the free instance `w` takes now, or NULL (none free, a busy one holds more of
+ * its variants and it may still wait, or a waiting batch that fits better goes first). */
+static member* claim(pyt_router* router, const waiter* w, double now) {
+  uint32_t mine;
+  member* best = best_free(router, w, &mine);
+  if (best == NULL || patience_left(router, w, mine, now) > 0) return NULL;
+  int starving = now - w->since >= STARVING_S;
+  for (const waiter* other = router->waiting; other != NULL; other = other->next) {
+    if (other == w) continue;
+    uint32_t theirs;
+    if (best_free(router, other, &theirs) != best || patience_left(router, other, theirs, now) > 0) continue;
+    int also = now - other->since >= STARVING_S;
+    if (also > starving || (also == starving && (theirs > mine || (theirs == mine && other->ticket < w->ticket))))
+      return NULL; /* it goes first */
   }
   return best;
 }
@@ -240,23 +310,38 @@ pyt_instance* pyt_route(pyt_router* router, pyt_instance* own, TRITONBACKEND_Req
     variants[v].requests++;
   }
   pthread_mutex_lock(&router->lock);
-  member* best;
-  while ((best = choose(router, own, variants, distinct)) == NULL) {
+  double now = pyt_now_s();
+  waiter self = {variants, distinct, own, now, ++router->tickets, router->waiting};
+  router->waiting = &self;
+  member* chosen;
+  while ((chosen = claim(router, &self, now)) == NULL) {
     int joined = 0;
     for (uint32_t i = 0; i < router->member_count; i++) joined |= router->members[i].instance != NULL;
     if (!joined) break; /* no instance has started: the thread's own serves, as unrouted */
-    pthread_cond_wait(&router->freed, &router->lock); /* not expected: N threads, N instances */
+    uint32_t free_score;
+    double wait = best_free(router, &self, &free_score) != NULL ? patience_left(router, &self, free_score, now) : 0;
+    if (wait <= 0) wait = IDLE_WAIT_S; /* none free, or another batch goes first: until something changes */
+    double until = now + wait;
+    struct timespec deadline = {(time_t)until, (long)((until - (double)(time_t)until) * 1e9)};
+    pthread_cond_timedwait(&router->changed, &router->lock, &deadline);
+    now = pyt_now_s();
   }
-  pyt_instance* chosen = own;
-  if (best != NULL) {
-    best->busy = 1;
-    best->last_used = ++router->clock;
-    touch(router, best, variants, distinct);
-    chosen = best->instance;
+  for (waiter** link = &router->waiting; *link != NULL; link = &(*link)->next)
+    if (*link == &self) {
+      *link = self.next;
+      break;
+    }
+  pyt_instance* serving = own;
+  if (chosen != NULL) {
+    chosen->busy = 1;
+    chosen->last_used = ++router->clock;
+    touch(router, chosen, variants, distinct);
+    serving = chosen->instance;
+    if (router->waiting != NULL) pthread_cond_broadcast(&router->changed); /* the others look again */
   }
   pthread_mutex_unlock(&router->lock);
   if (variants != stack) free(variants);
-  return chosen;
+  return serving;
 }
 
 void pyt_route_done(pyt_router* router, pyt_instance* chosen) {
@@ -265,7 +350,7 @@ void pyt_route_done(pyt_router* router, pyt_instance* chosen) {
   member* m = &router->members[chosen->index];
   if (m->instance == chosen && m->busy) {
     m->busy = 0;
-    pthread_cond_signal(&router->freed);
+    pthread_cond_broadcast(&router->changed);
   }
   pthread_mutex_unlock(&router->lock);
 }
