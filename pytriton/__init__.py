@@ -6,11 +6,12 @@ The two flows, one folder each step:
   -> ``binding`` (worker handlers and the model folder of each bound callable) -> ``server``
   (the tritonserver process) -> ``triton`` (the facade wiring them), or ``remote`` (the facade
   binding to a tritonserver that something else started);
-* one request: ``client`` -> tritonserver -> ``proxy`` (inside Triton's Python backend)
-  -> ``ipc`` (a SEQPACKET socket per instance, a ZeroMQ greeting, /dev/shm tensors)
-  -> ``worker`` (the user's process)
-  -> ``decorators`` -> the user's callable, and back; a streaming callable's answers go back
-  step by step through the proxy's relay thread (``proxy.relay``).
+* one request: ``client`` -> tritonserver -> pytriton's own Triton backend (``backend/``, C,
+  inside tritonserver; or, on the proxy path, ``proxy`` inside Triton's Python backend)
+  -> ``ipc`` (a SEQPACKET socket per instance, /dev/shm tensors; the C side reads the generated
+  ``backend/contract.h``) -> ``worker`` (the user's process) -> ``decorators`` -> the user's
+  callable, and back; a streaming callable's answers go back step by step through the backend's
+  relay thread (``backend/relay.c``; on the proxy path ``proxy.relay``).
 
 Two distributions install into this package: ``pytriton-client`` (this file, ``client``,
 ``model_config``, ``exceptions`` and the few modules they import; ``build_backend/client_set.py``

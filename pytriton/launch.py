@@ -36,7 +36,7 @@ from pytriton.server.config import TritonConfig
 from pytriton.server.control import GrpcTls, ServerControl, accepts_connections, wait_for
 from pytriton.server.distribution import ServerDistribution, assemble_backends, server_environment
 from pytriton.server.hangs import HangWatch
-from pytriton.server.ports import enabled_endpoints, probe_port
+from pytriton.server.ports import enabled_endpoints, listening_ports, probe_port
 from pytriton.server.process import ServerProcess
 from pytriton.server.security import TritonSecurityConfig, restricted_config
 from pytriton.server.supervisor import InstanceView, RestartBudget, Supervisor
@@ -82,8 +82,7 @@ def check_ports_free(config: TritonConfig) -> None:
         PyTritonServerStartupError: a port is in use; names it, its field and the fix.
         OSError: the port cannot be probed for another reason (a bad address).
     """
-    openai = [("openai_port", config.http_address, config.openai_port)] if config.openai_port is not None else []
-    for field, address, port in [*enabled_endpoints(config), *openai]:
+    for field, address, port in listening_ports(config):
         error = probe_port(address, port)
         if error == errno.EADDRINUSE:
             raise PyTritonServerStartupError(

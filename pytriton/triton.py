@@ -43,8 +43,9 @@ from pytriton.launch import (
     wait_models_ready,
 )
 from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
-from pytriton.openai import check_extra, start_front
+from pytriton.openai import check_extra, spawn_front
 from pytriton.openai.binding import OpenAIBindings
+from pytriton.openai.process import FrontGivenUpError
 from pytriton.remote import RemoteTriton
 from pytriton.server.announce import announce_draining, announce_serving
 from pytriton.server.config import TritonConfig
@@ -135,7 +136,7 @@ class Triton(OpenAIBindings):
         self._start_interrupted: Callable[[], bool] = lambda: False  # a signal came while starting
         self._in_serve = self._stopped = False
         self._server_distribution: Optional[ServerDistribution] = None
-        self._front: Any = None  # the OpenAI-compatible API, once started (pytriton.openai.front)
+        self._front: Any = None  # the OpenAI-compatible API's process, once started (pytriton.openai.process)
         check_extra(self._config)
 
     # -- context manager -------------------------------------------------------------------
@@ -368,6 +369,8 @@ class Triton(OpenAIBindings):
             config, closed_folder = startup_config(config, workspace.model_repository) if gated else (config, None)
             process, control = launch(config, self._security, self._access_token, workspace, distribution)
             self._process, self._control = process, control
+            # Its imports overlap the server's start; it listens once the models are ready.
+            self._front = spawn_front(config, self._security, self._access_token, self._bindings, self._on_fatal)
             deadline = time.monotonic() + STARTUP_TIMEOUT_S
             started: Callable[[], bool] = lambda: control.is_ready()  # noqa: E731
             if gated:
@@ -381,7 +384,8 @@ class Triton(OpenAIBindings):
                     raise PyTritonServerStartupError(startup_failure(process))
                 if self._wait_models_ready(self._bindings.names(), deadline):
                     wait_endpoints_listening(config, process, deadline, self._start_interrupted)
-                    self._front = start_front(config, self._security, self._access_token, self._bindings)
+                    if self._front is not None:
+                        self._front.open()
             except BaseException:
                 self.stop()
                 raise
@@ -436,7 +440,8 @@ class Triton(OpenAIBindings):
                 self._start_interrupted = lambda: bool(signals.received)
                 self._start()
                 if not signals.received:  # the line says what serves where (and the client's hint points at it)
-                    announce_serving(self._config, [(n, self._bindings.version(n)) for n in self._bindings.names()])
+                    announce_serving(self._config, [(n, self._bindings.version(n)) for n in self._bindings.names()],
+                                     openai_key=self._security.openai_api_key is not None)
                 if (signum := block_until_signal(self.is_alive, self._wake, monitoring_period_s, signals)) is not None:
                     announce_draining(signum, self._config)
             finally:
@@ -455,7 +460,7 @@ class Triton(OpenAIBindings):
         """From the supervisor: the server died, or a model spent its restart budget (or hung)."""
         self._fatal = error
         self._wake.set()
-        if isinstance(error, (PyTritonModelRestartLimitError, PyTritonModelHangError)):
+        if isinstance(error, (PyTritonModelRestartLimitError, PyTritonModelHangError, FrontGivenUpError)):
             # Like an unrecoverable error: a server that cannot serve one of its models stops, so
             # that its health endpoints stop answering and an orchestrator restarts the process.
             threading.Thread(target=self.stop, name="pytriton-fatal-stop", daemon=True).start()

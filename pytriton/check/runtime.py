@@ -64,7 +64,7 @@ from pytriton.server.distribution import (
     find_distribution,
     server_version,
 )
-from pytriton.server.ports import enabled_endpoints, probe_port
+from pytriton.server.ports import listening_ports, probe_port
 from pytriton.server.preflight import SHM_FLOOR_BYTES, shm_warning
 from pytriton.server.workspace import Workspace
 from pytriton.worker.tracing import export_settings
@@ -229,7 +229,7 @@ def port_owners(ports: Sequence[int]) -> Dict[int, str]:
 # where its traces go, for the metrics and tracing check).
 _PORT_FIELDS = ("http_port", "grpc_port", "metrics_port", "http_address", "grpc_address", "metrics_address",
                 "allow_http", "allow_grpc", "allow_metrics", "allow_vertex_ai", "vertex_ai_port", "allow_sagemaker",
-                "sagemaker_port", "trace_config")
+                "sagemaker_port", "trace_config", "openai_port", "triton_on_localhost")
 
 
 def config_from_script(source: str) -> Tuple[Dict[str, Any], List[str]]:
@@ -304,7 +304,7 @@ def check_ports(environ: Mapping[str, str] = os.environ, script: Optional[pathli
         config = _merged(explicit, environ)
     except PyTritonError as exc:
         return CheckResult("ports", Verdict.FAIL, exc.message, f"correct the {ENV_PREFIX}* variable")
-    probes = [(field, address, port, probe_port(address, port)) for field, address, port in enabled_endpoints(config)]
+    probes = [(field, address, port, probe_port(address, port)) for field, address, port in listening_ports(config)]
     busy = [port for _, _, port, error in probes if error == errno.EADDRINUSE]
     return judge_ports(probes, source, port_owners(busy) if busy else None)
 

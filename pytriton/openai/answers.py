@@ -10,6 +10,8 @@ tool calls (a piece is not a token: a callable that yields words counts words) a
 
 from __future__ import annotations
 
+import itertools
+import json
 import time
 import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -126,8 +128,13 @@ def usage(choices: Sequence[Choice], n: int) -> Dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
+_ID_PREFIX = uuid.uuid4().hex[:16]
+_ids = itertools.count()
+
+
 def answer_id(kind: str) -> str:
-    return f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
+    """A new answer's id: this process's random prefix and a counter (no random bytes per answer)."""
+    return f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{_ID_PREFIX}{next(_ids):x}"
 
 
 def chat_message(choice: Choice) -> Dict[str, Any]:
@@ -170,3 +177,39 @@ def usage_chunk(kind: str, answer: str, created: int, model: str, choices: Seque
     """The last chunk of a stream asked with ``stream_options.include_usage``: no choices, the usage."""
     return {"id": answer, "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
             "created": created, "model": model, "choices": [], "usage": usage(choices, n)}
+
+
+class Events:
+    """The server-sent events of one streamed answer, as bytes; what every chunk repeats is encoded once.
+
+    ``content`` is the one a stream sends most (a text delta), so it is assembled from encoded
+    parts; the rest go through `chunk` and `json.dumps`. Both give the same JSON.
+    """
+
+    def __init__(self, kind: str, answer: str, created: int, model: str) -> None:
+        self._kind, self._answer, self._created, self._model = kind, answer, created, model
+        self._chat = kind == "chat"
+        head = {"id": answer, "object": "chat.completion.chunk" if self._chat else "text_completion",
+                "created": created, "model": model}
+        self._head = "data: " + json.dumps(head, separators=(",", ":"))[:-1] + ',"choices":[{"index":'
+        self._text_key = ',"delta":{"content":' if self._chat else ',"text":'
+        self._tail = ('},"finish_reason":null,"logprobs":null}]}\n\n' if self._chat
+                      else ',"finish_reason":null,"logprobs":null}]}\n\n')
+
+    def content(self, index: int, text: str) -> bytes:
+        """A chunk carrying text `text` of choice `index`."""
+        return (self._head + str(index) + self._text_key + json.dumps(text) + self._tail).encode("utf-8")
+
+    def delta(self, index: int, delta: Dict[str, Any], finish_reason: Optional[str] = None) -> bytes:
+        """A chunk of choice `index` with `delta` (``{"content": ...}`` takes the quick way)."""
+        if finish_reason is None and len(delta) == 1 and isinstance(delta.get("content"), str):
+            return self.content(index, delta["content"])
+        return event(chunk(self._kind, self._answer, self._created, self._model, index, delta, finish_reason))
+
+    def usage(self, choices: Sequence[Choice], n: int) -> bytes:
+        return event(usage_chunk(self._kind, self._answer, self._created, self._model, choices, n))
+
+
+def event(payload: Any) -> bytes:
+    """One server-sent event carrying `payload` as JSON."""
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode("utf-8") + b"\n\n"

@@ -53,7 +53,8 @@ def unknown_model(model: str, available: Any) -> OpenAIError:
 
 
 def wrong_kind(model: str, kind: str, endpoint: str) -> OpenAIError:
-    return OpenAIError(400, f"model '{model}' is a {kind} model; it does not serve {endpoint}", param="model")
+    article = "an" if kind[:1] in "aeiou" else "a"
+    return OpenAIError(400, f"model '{model}' is {article} {kind} model; it does not serve {endpoint}", param="model")
 
 
 def _jsonable(value: Any) -> bool:

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import json
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from aiohttp import web
 
-from pytriton.openai.answers import Choice, answer_id, chunk, full_answer, usage_chunk
+from pytriton.openai.answers import Choice, Events, answer_id, event, full_answer
 from pytriton.openai.convention import CHAT, EMBEDDINGS
 from pytriton.openai.errors import OpenAIError, bad_field, unknown_model
 from pytriton.openai.link import ChatCall, TritonLink
@@ -42,10 +43,6 @@ async def read_body(request: web.Request) -> Any:
         return json.loads(raw)
     except ValueError as exc:
         raise OpenAIError(400, f"the request body is not JSON ({exc}); expected a JSON object") from exc
-
-
-def _event(payload: Any) -> bytes:
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode("utf-8") + b"\n\n"
 
 
 class Routes:
@@ -96,29 +93,26 @@ class Routes:
         choices = [Choice(index, asked.stop) for index in range(len(asked.conversations) * asked.n)]
         calls = [self._link.chat(model, asked.conversations[index // asked.n], asked.params)
                  for index in range(len(choices))]
-        queue: asyncio.Queue[Tuple[int, Any]] = asyncio.Queue()
-        readers = [asyncio.ensure_future(_read(call, choice, queue)) for call, choice in zip(calls, choices)]
         answer, created = answer_id(kind), int(time.time())
+        answers: Answers = (_One(calls[0], choices[0]) if len(calls) == 1 else _Several(calls, choices))
         answered = False
         try:
             if asked.stream:
-                response, answered = await self._stream(request, kind, asked, choices, queue, answer, created)
+                response, answered = await self._stream(request, kind, asked, choices, answers,
+                                                         Events(kind, answer, created, asked.model))
                 return response
-            for _ in choices:
-                index, event = await queue.get()
-                while event is not None and not isinstance(event, OpenAIError):  # deltas: the answer goes on
-                    index, event = await queue.get()
-                if isinstance(event, OpenAIError):
-                    raise event
+            while await answers.next() is not None:  # deltas: the answers go on
+                pass
             answered = True
             return web.json_response(full_answer(kind, answer, created, asked.model, choices, asked.n))
         finally:
             if answered:  # every answer ended: let their calls take their final responses
-                settling = asyncio.ensure_future(_settle(readers, calls))
-                self._settling.add(settling)
-                settling.add_done_callback(self._settling.discard)
+                settling = answers.settle()
+                if settling is not None:
+                    self._settling.add(settling)
+                    settling.add_done_callback(self._settling.discard)
             else:  # an error, or the client left: cancel what still runs
-                _cancel(readers, calls)
+                answers.cancel()
             if self._observe is not None:
                 ended = time.perf_counter()
                 for choice in choices:
@@ -131,34 +125,145 @@ class Routes:
             settling.cancel()
 
     async def _stream(self, request: web.Request, kind: str, asked: TextRequest, choices: List[Choice],
-                      queue: asyncio.Queue[Tuple[int, Any]], answer: str,
-                      created: int) -> Tuple[web.StreamResponse, bool]:
-        """Send the answers as events; the response, and whether every answer ended without an error."""
+                      answers: Answers, events: Events) -> Tuple[web.StreamResponse, bool]:
+        """Send the answers as events; the response, and whether every answer ended without an error.
+
+        Each delta goes out as it comes; an answer's last chunk waits for what follows it (the
+        next delta, or the stream's end), so that a stream's end is one write.
+        """
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
-        model = asked.model
         if kind == CHAT:
-            for choice in choices:
-                await response.write(_event(chunk(kind, answer, created, model, choice.index,
-                                                  {"role": "assistant", "content": ""})))
-        open_choices = len(choices)
-        while open_choices:
-            index, event = await queue.get()
-            if isinstance(event, OpenAIError):
-                await response.write(_event(event.body()))
-                await response.write_eof()
-                return response, False
-            if event is None:
-                open_choices -= 1
-                await response.write(_event(chunk(kind, answer, created, model, index, {},
-                                                  choices[index].finish_reason)))
-                continue
-            await response.write(_event(chunk(kind, answer, created, model, index, event)))
+            await response.write(b"".join(events.delta(choice.index, {"role": "assistant", "content": ""})
+                                          for choice in choices))
+        ends: List[bytes] = []
+        try:
+            while True:
+                step = await answers.next()
+                if step is None:
+                    break
+                index, delta = step
+                if delta is None:  # that answer ended
+                    ends.append(events.delta(index, {}, choices[index].finish_reason))
+                    continue
+                data = events.delta(index, delta)
+                if ends:
+                    data = b"".join([*ends, data])
+                    ends.clear()
+                await response.write(data)
+        except OpenAIError as error:
+            await response.write_eof(b"".join([*ends, event(error.body())]))
+            return response, False
         if asked.include_usage:
-            await response.write(_event(usage_chunk(kind, answer, created, model, choices, asked.n)))
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
+            ends.append(events.usage(choices, asked.n))
+        await response.write_eof(b"".join([*ends, b"data: [DONE]\n\n"]))
         return response, True
+
+
+Step = Tuple[int, Optional[Dict[str, Any]]]
+"""(choice, its next delta), or (choice, None) once that answer ended."""
+
+
+class Answers:
+    """The deltas of a request's answers as they come, from their calls (`_One`, `_Several`)."""
+
+    async def next(self) -> Optional[Step]:
+        """The next step; None once every answer ended.
+
+        Raises:
+            OpenAIError: an answer failed (the model raised, the server stops, ...).
+        """
+        raise NotImplementedError
+
+    def settle(self) -> Optional[asyncio.Future[Any]]:
+        """Once every answer ended: let calls that have not had their final response take it
+        (within `SETTLE_S`, then they are cancelled); the task doing it, or None when none waits."""
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        """Cancel every call whose answer is not complete."""
+        raise NotImplementedError
+
+
+class _One(Answers):
+    """The one answer of a request (no ``n``, one prompt): read in the handler's own task."""
+
+    def __init__(self, call: ChatCall, choice: Choice) -> None:
+        self._call = call
+        self._choice = choice
+        self._pieces = call.pieces()
+        self._ready: Deque[Dict[str, Any]] = collections.deque()
+        self._over = False
+
+    async def next(self) -> Optional[Step]:
+        choice = self._choice
+        while not self._ready:
+            if self._over:
+                return None
+            if choice.done:
+                self._over = True
+                if choice.cut:  # the model would go on for nobody
+                    self._call.cancel()
+                return choice.index, None
+            try:
+                piece = await self._pieces.__anext__()
+            except StopAsyncIteration:
+                self._ready.extend(choice.finish())
+                self._over = not self._ready
+                if self._over:
+                    return choice.index, None
+                continue
+            self._ready.extend(choice.feed(piece))
+        return choice.index, self._ready.popleft()
+
+    def settle(self) -> Optional[asyncio.Future[Any]]:
+        if self._call.finished or self._choice.cut:
+            self.cancel()
+            return None
+        return asyncio.ensure_future(self._settle())
+
+    async def _settle(self) -> None:
+        """Read the call on to its final response (what comes after its end is nobody's), for up
+        to `SETTLE_S`; then cancel it."""
+        timer = asyncio.get_running_loop().call_later(SETTLE_S, self._call.cancel)
+        try:
+            async for _ in self._pieces:
+                pass
+        except OpenAIError:
+            pass
+        finally:
+            timer.cancel()
+            self._call.cancel()
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
+class _Several(Answers):
+    """Several answers (``n``, several prompts) at once: one task reads each call."""
+
+    def __init__(self, calls: Sequence[ChatCall], choices: Sequence[Choice]) -> None:
+        self._calls = calls
+        self._queue: asyncio.Queue[Tuple[int, Any]] = asyncio.Queue()
+        self._readers = [asyncio.ensure_future(_read(call, choice, self._queue))
+                         for call, choice in zip(calls, choices)]
+        self._open = len(choices)
+
+    async def next(self) -> Optional[Step]:
+        if not self._open:
+            return None
+        index, delta = await self._queue.get()
+        if isinstance(delta, OpenAIError):
+            raise delta
+        if delta is None:
+            self._open -= 1
+        return index, delta
+
+    def settle(self) -> Optional[asyncio.Future[Any]]:
+        return asyncio.ensure_future(_settle(self._readers, self._calls))
+
+    def cancel(self) -> None:
+        _cancel(self._readers, self._calls)
 
 
 async def _read(call: ChatCall, choice: Choice, queue: asyncio.Queue[Tuple[int, Any]]) -> None:

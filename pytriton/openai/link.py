@@ -6,6 +6,9 @@ pytriton's own (``pytriton_*``) too. A chat answer is one ``ModelStreamInfer`` c
 request; cancelling the call (a client gone, a stop sequence met) cancels the request in Triton,
 which closes the callable's generator. Embeddings are plain ``ModelInfer`` calls.
 
+A chat call is kept open for the next request once its request's final response came
+(`Streams`): opening a call costs more than a short answer.
+
 Which models are served, and how, is read from Triton itself (its repository index, its
 statistics, which also list the models other processes sent through the repository API, and each
 model's configuration, `pytriton.openai.convention.served_model`), kept per name, and read again
@@ -17,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple
 
 import grpc  # type: ignore[import-untyped,unused-ignore]
 import numpy as np
@@ -47,15 +50,48 @@ _CALL_TIMEOUT_S = 30.0
 """Bound of the calls that ask Triton about its models."""
 
 
-class ModelFailed(Exception):
-    """Triton answered a request with an error (the callable raised, or the model refused it)."""
+_STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
+_KEEP_STREAMS = 256
+"""Idle chat calls kept for the next requests (`Streams`)."""
+_RAW_INPUT_CONTENTS = 7
+"""``ModelInferRequest.raw_input_contents``'s field number (grpc_service.proto)."""
+
+
+def chat_request_head(model: str, batched: bool) -> bytes:
+    """What every chat request to `model` holds, serialized: its name, the two inputs' names,
+    types and shapes, and the request for an empty final response (the answer's end)."""
+    request = service_pb2.ModelInferRequest(model_name=model)
+    for name in (CHAT_MESSAGES, CHAT_PARAMS):
+        request.inputs.add(name=name, datatype="BYTES", shape=[1, 1] if batched else [1])
+    request.parameters["triton_enable_empty_final_response"].bool_param = True
+    return bytes(request.SerializeToString())
+
+
+def chat_request(head: bytes, messages: List[Dict[str, Any]], params: Dict[str, Any]) -> bytes:
+    """A serialized ``ModelInferRequest``: `head` (`chat_request_head`) and the two inputs' raw
+    contents appended as fields of their own, which protocol buffers allow in any order: no
+    message object is built per request."""
+    parts = [head]
+    for value in (messages, params):
+        content = bytes_tensor([json.dumps(value).encode("utf-8")])
+        parts += [_varint((_RAW_INPUT_CONTENTS << 3) | 2), _varint(len(content)), content]
+    return b"".join(parts)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def _failure(model: str, exc: BaseException) -> OpenAIError:
     """A gRPC error of a request -> the client's error: 503 while the server stops, 404 once the
     model is gone, 400 for a request the model refused, else 500 with Triton's message."""
     if isinstance(exc, grpc.aio.AioRpcError):
-        code, details = exc.code(), exc.details() or ""
+        code, details = exc.code(), unnamed(model, exc.details() or "")
         if code == grpc.StatusCode.UNAVAILABLE or "stopping" in details or "shutting down" in details.lower():
             return OpenAIError(503, f"model '{model}' cannot take requests now: the server is stopping ({details})")
         if code == grpc.StatusCode.NOT_FOUND or "unknown model" in details.lower() or "not found" in details.lower():
@@ -65,25 +101,95 @@ def _failure(model: str, exc: BaseException) -> OpenAIError:
             return OpenAIError(400, f"model '{model}' refused the request: {details}")
         if code == grpc.StatusCode.CANCELLED:
             return OpenAIError(503, f"model '{model}': the request was cancelled ({details})")
-        return OpenAIError(500, f"model '{model}' failed: {details}")
-    return OpenAIError(500, f"model '{model}' failed: {exc}")
+        return model_failed(model, details)
+    return model_failed(model, str(exc))
+
+
+def model_failed(model: str, message: str) -> OpenAIError:
+    """500 for a request model `model` failed, with Triton's message (`unnamed`)."""
+    return OpenAIError(500, f"model '{model}' failed: {unnamed(model, message)}")
+
+
+def unnamed(model: str, message: str) -> str:
+    """Triton's message about a request of `model` without the model's name in front, which
+    pytriton's worker puts there ("Model 'm' failed: KeyError: ...") and the front says itself."""
+    named = f"model '{model}'"
+    if not message.lower().startswith(named.lower()):
+        return message
+    rest = message[len(named):]
+    rest = rest[len(" failed"):] if rest.startswith(" failed") else rest
+    return rest.lstrip(":").strip() or message
+
+
+class Streams:
+    """Open ``ModelStreamInfer`` calls, each carrying one chat request at a time.
+
+    Opening a gRPC call costs more than the short request it carries: one answer of one piece
+    took 1.4 to 1.9 ms on a kept call against 2.2 to 3.1 ms on a new one, most of the difference
+    the client's own CPU time (docs/design/openai.md). A call whose request ended with its final
+    response comes back here for the next request; a call whose request must stop is cancelled
+    (gRPC cancels a call's requests together) and never used again, so that a cancel reaches
+    exactly one request. Calls are never half-closed: Triton would end them.
+
+    Args:
+        open_call: a new call.
+        keep: how many idle calls are kept; more are cancelled as they come back.
+    """
+
+    def __init__(self, open_call: Callable[[], Any], keep: int) -> None:
+        self._open = open_call
+        self._keep = keep
+        self._idle: List[Any] = []
+
+    def take(self) -> Tuple[Any, bool]:
+        """A call for one request, and whether it carried one before."""
+        while self._idle:
+            call = self._idle.pop()
+            if not call.done():  # not ended by the server (a restart, a lost connection) meanwhile
+                return call, True
+        return self._open(), False
+
+    def open(self) -> Any:
+        return self._open()
+
+    def give(self, call: Any) -> None:
+        """A call whose request ended with its final response."""
+        if len(self._idle) < self._keep and not call.done():
+            self._idle.append(call)
+        else:
+            call.cancel()
+
+    def close(self) -> None:
+        for call in self._idle:
+            call.cancel()
+        self._idle.clear()
 
 
 class ChatCall:
-    """The pieces of one answer of a chat model, read from its ``ModelStreamInfer`` call."""
+    """The pieces of one answer of a chat model, read from a ``ModelStreamInfer`` call of `streams`."""
 
-    def __init__(self, stub: Any, request: Any, metadata: Sequence[Tuple[str, str]], model: str,
-                 on_gone: Callable[[str], None]) -> None:
+    def __init__(self, streams: Streams, request: bytes, model: str, on_gone: Callable[[str], None]) -> None:
+        self._streams = streams
+        self._request = request
         self._model = model
         self._on_gone = on_gone
-        self._ended = asyncio.Event()
+        self._call: Any = None
+        self._cancelled = False
         self.finished = False
 
-        async def requests() -> AsyncIterator[Any]:
-            yield request
-            await self._ended.wait()  # half-closing at once races with Triton's answer
-
-        self._call = stub.ModelStreamInfer(requests(), metadata=metadata)
+    async def _send(self) -> Any:
+        """Write the request on a call; a kept call that the server ended meanwhile is replaced once."""
+        call, kept = self._streams.take()
+        self._call = call
+        try:
+            await call.write(self._request)
+            return call
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            if not kept or self._cancelled:
+                raise
+        call = self._call = self._streams.open()
+        await call.write(self._request)
+        return call
 
     async def pieces(self) -> AsyncIterator[Dict[str, Any]]:
         """Each piece as a checked dict, until the final response.
@@ -92,22 +198,13 @@ class ChatCall:
             OpenAIError: the model failed (500 with its message), the server stops (503), ...
         """
         try:
+            call = await self._send()
             while True:
-                try:
-                    response = await self._call.read()
-                except grpc.aio.AioRpcError as exc:
-                    error = _failure(self._model, exc)
-                    if error.status == 404:
-                        self._on_gone(self._model)
-                    raise error from exc
+                response = await call.read()
                 if response is grpc.aio.EOF:
                     return
                 if response.error_message:
-                    if _GONE.search(response.error_message):  # unloaded since the front last looked
-                        self._on_gone(self._model)
-                        raise OpenAIError(404, f"The model '{self._model}' does not exist any more "
-                                               f"({response.error_message})", param="model", code="model_not_found")
-                    raise OpenAIError(500, f"model '{self._model}' failed: {response.error_message}")
+                    raise self._refused(response.error_message)
                 answer = response.infer_response
                 for raw in answer.raw_output_contents:
                     for element in bytes_elements(raw):
@@ -118,14 +215,28 @@ class ChatCall:
                 final = answer.parameters.get("triton_final_response")
                 if final is not None and final.bool_param:
                     self.finished = True
+                    self._streams.give(call)
                     return
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
+            error = _failure(self._model, exc)
+            if error.status == 404:
+                self._on_gone(self._model)
+            raise error from exc
         finally:
-            self._ended.set()
+            if not self.finished:
+                self.cancel()
+
+    def _refused(self, message: str) -> OpenAIError:
+        if _GONE.search(message):  # unloaded since the front last looked
+            self._on_gone(self._model)
+            return OpenAIError(404, f"The model '{self._model}' does not exist any more ({message})", param="model",
+                               code="model_not_found")
+        return model_failed(self._model, message)
 
     def cancel(self) -> None:
         """Cancel the request in Triton unless its answer is complete (idempotent)."""
-        self._ended.set()
-        if not self.finished:
+        self._cancelled = True
+        if not self.finished and self._call is not None:
             self._call.cancel()
 
 
@@ -144,15 +255,23 @@ class TritonLink:
         self._channel: Any = None
         self._stub: Any = None
         self._models: Dict[str, ServedModel] = {}
+        self._streams: Optional[Streams] = None
+        self._heads: Dict[Tuple[str, bool], bytes] = {}
 
     def _service(self) -> Any:
         if self._stub is None:  # made inside the running loop, which owns it
             self._channel = grpc.aio.insecure_channel(self._address, options=_CHANNEL_OPTIONS)
             self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+            # Chat requests go as bytes (`chat_request`): the stub's serializer is left out.
+            stream = self._channel.stream_stream(_STREAM_METHOD, request_serializer=None,
+                                                 response_deserializer=service_pb2.ModelStreamInferResponse.FromString)
+            self._streams = Streams(lambda: stream(metadata=self._metadata), _KEEP_STREAMS)
         return self._stub
 
     async def close(self) -> None:
-        channel, self._channel, self._stub = self._channel, None, None
+        if self._streams is not None:
+            self._streams.close()
+        channel, self._channel, self._stub, self._streams = self._channel, None, None, None
         if channel is not None:
             await channel.close()
 
@@ -220,13 +339,13 @@ class TritonLink:
     def chat(self, model: ServedModel, messages: List[Dict[str, Any]], params: Dict[str, Any]) -> ChatCall:
         """Start one answer of chat model `model`."""
         assert model.kind == CHAT
-        request = service_pb2.ModelInferRequest(model_name=model.name)
-        shape = [1, 1] if model.batched else [1]
-        for name, value in ((CHAT_MESSAGES, messages), (CHAT_PARAMS, params)):
-            request.inputs.add(name=name, datatype="BYTES", shape=shape)
-            request.raw_input_contents.append(bytes_tensor([json.dumps(value).encode("utf-8")]))
-        request.parameters["triton_enable_empty_final_response"].bool_param = True
-        return ChatCall(self._service(), request, self._metadata, model.name, self.forget)
+        self._service()
+        key = (model.name, model.batched)
+        head = self._heads.get(key)
+        if head is None:
+            head = self._heads[key] = chat_request_head(model.name, model.batched)
+        assert self._streams is not None
+        return ChatCall(self._streams, chat_request(head, messages, params), model.name, self.forget)
 
     async def embed(self, model: ServedModel, texts: List[str], dimensions: Optional[int]) -> List[np.ndarray]:
         """The embedding of each text, through as many requests as `model.max_batch_size` asks."""

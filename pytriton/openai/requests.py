@@ -109,12 +109,33 @@ def chat_request(body: Any) -> TextRequest:
     if not isinstance(messages, list) or not messages:
         raise bad_field(model, "messages", messages, "a non-empty list of message objects")
     for index, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise bad_field(model, f"messages[{index}]", message,
-                            'an object with a string \'role\', such as {"role": "user", "content": "Hi"}')
+        _check_message(model, index, message)
     stream, include_usage, n, stops = _common(model, body)
     params = {key: value for key, value in body.items() if key not in ("model", "messages", "stream", "stream_options")}
     return TextRequest(model, [messages], params, stream, include_usage, n, stops)
+
+
+def _check_message(model: str, index: int, message: Any) -> None:
+    """One chat message: a role, and content as OpenAI asks (an assistant's may be left out when
+    it calls tools; a tool's answer names its call), so that a callable reading
+    ``message["content"]`` never meets a message without it."""
+    field = f"messages[{index}]"
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        raise bad_field(model, field, message,
+                        'an object with a string \'role\', such as {"role": "user", "content": "Hi"}')
+    role = message["role"]
+    content = message.get("content")
+    expected = f"a string or a list of content parts in a '{role}' message"
+    if role == "assistant":
+        if content is None and not message.get("tool_calls") and not message.get("function_call"):
+            raise missing_field(model, f"{field}.content", f"{expected} (or 'tool_calls' in its place)")
+    elif content is None:
+        raise (bad_field(model, f"{field}.content", content, expected) if "content" in message
+               else missing_field(model, f"{field}.content", expected))
+    if content is not None and not isinstance(content, (str, list)):
+        raise bad_field(model, f"{field}.content", content, expected)
+    if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+        raise missing_field(model, f"{field}.tool_call_id", "the id of the tool call this 'tool' message answers")
 
 
 def _texts(model: str, body: Dict[str, Any], field: str) -> List[str]:

@@ -18,7 +18,9 @@ from typing import Optional, Sequence, Tuple
 
 from pytriton.notices import notice_logger
 from pytriton.server.config import TritonConfig, exit_timeout_s
+from pytriton.server.config.merge import is_loopback
 from pytriton.server.control import parse_server_url
+from pytriton.server.ports import openai_endpoint
 
 SERVING_PREFIX = "serving "
 """How the start line begins (after ``pytriton: ``); the client's unknown-model hint quotes it."""
@@ -46,15 +48,38 @@ def endpoint_urls(config: TritonConfig) -> Tuple[Optional[str], Optional[str], O
     return http, grpc, metrics
 
 
-def serving_line(config: TritonConfig, models: Sequence[Tuple[str, int]]) -> str:
+def openai_part(config: TritonConfig, api_key: bool) -> str:
+    """What the start line says of the OpenAI-compatible API ("" when it is off): its URL, and
+    whether it asks for a key, and if it does while Triton's own ports, which ask for none,
+    listen beyond this machine, that they serve the same models without it."""
+    endpoint = openai_endpoint(config)
+    if endpoint is None:
+        return ""
+    _, address, port = endpoint
+    part = f"; OpenAI-compatible API on http://{_host(address)}:{port}/v1"
+    if not api_key:
+        return part + " (no API key)"
+    public = [name for name, allowed, where in (("http", config.allow_http, config.http_address),
+                                                 ("grpc", config.allow_grpc, config.grpc_address))
+              if allowed is not False and not is_loopback(where or "0.0.0.0")]
+    if not public:
+        return part + " (API key required)"
+    return (part + f" (API key required; Triton's {' and '.join(public)} ports serve the same models without it: "
+            "TritonConfig(triton_on_localhost=True) keeps them on this machine)")
+
+
+def serving_line(config: TritonConfig, models: Sequence[Tuple[str, int]], openai_key: bool = False) -> str:
     """The start line: each model (name and version), the endpoints, and how to stop.
 
     Example: ``serving Scale (version 1) on http://localhost:8000 and grpc://localhost:8001;
-    metrics on http://localhost:8002/metrics; Ctrl+C or SIGTERM stops``.
+    metrics on http://localhost:8002/metrics; Ctrl+C or SIGTERM stops``. With
+    ``openai_port``, the OpenAI-compatible API's URL follows (`openai_part`; `openai_key`: an
+    API key is set).
     """
     named = ", ".join(f"{name} (version {version})" for name, version in models) or "no model yet"
     http, grpc, metrics = endpoint_urls(config)
     line = SERVING_PREFIX + named + " on " + " and ".join(url for url in (http, grpc) if url)
+    line += openai_part(config, openai_key)
     if metrics:
         line += f"; metrics on {metrics}"
     return line + "; Ctrl+C or SIGTERM stops"
@@ -85,9 +110,9 @@ def draining_line(signum: int, config: TritonConfig) -> str:
             f"{exit_timeout_s(config)} s), then stopping; a second Ctrl+C or SIGTERM stops at once")
 
 
-def announce_serving(config: TritonConfig, models: Sequence[Tuple[str, int]]) -> None:
+def announce_serving(config: TritonConfig, models: Sequence[Tuple[str, int]], openai_key: bool = False) -> None:
     """Say `serving_line` on the ``pytriton.serve`` logger."""
-    notices.info("%s", serving_line(config, models))
+    notices.info("%s", serving_line(config, models, openai_key))
 
 
 def announce_remote_serving(url: str, models: Sequence[Tuple[str, int]]) -> None:

@@ -95,7 +95,7 @@ LIBRARY_FLAGS = (
 FIELDS_FROM_KEYWORDS = frozenset({"model_repository", "cache_directory"})
 """Fields that reach the argv through a keyword argument of `build_argv`, not `OPTION_FLAGS`."""
 
-PYTRITON_SETTINGS = frozenset({"model_backend", "drain_serving_s", "openai_port"})
+PYTRITON_SETTINGS = frozenset({"model_backend", "drain_serving_s", "openai_port", "triton_on_localhost"})
 """Fields that are pytriton's own settings: no tritonserver flag, never in the argv."""
 
 

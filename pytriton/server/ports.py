@@ -30,6 +30,23 @@ def enabled_endpoints(config: TritonConfig) -> List[Tuple[str, Optional[str], in
     return wanted
 
 
+def openai_endpoint(config: TritonConfig) -> Optional[Tuple[str, Optional[str], int]]:
+    """``("openai_port", address, port)`` of pytriton's OpenAI-compatible API, None when it is off.
+
+    It listens on Triton's `http_address`; with ``triton_on_localhost`` (Triton's own ports kept on
+    127.0.0.1, the front the public door) on every interface."""
+    if config.openai_port is None:
+        return None
+    return "openai_port", None if config.triton_on_localhost else config.http_address, config.openai_port
+
+
+def listening_ports(config: TritonConfig) -> List[Tuple[str, Optional[str], int]]:
+    """`enabled_endpoints` and the OpenAI-compatible API's: every port a start opens (what a
+    start and ``pytriton check`` probe)."""
+    front = openai_endpoint(config)
+    return enabled_endpoints(config) + ([front] if front is not None else [])
+
+
 def probe_port(address: Optional[str], port: int) -> Optional[int]:
     """The errno of binding `port` the way tritonserver will, or None when it is free."""
     family = socket.AF_INET6 if address and ":" in address else socket.AF_INET

@@ -126,7 +126,7 @@ MAY_IMPORT = {
     "binding": ("bound", "decorating", "ipc", "metrics", "model_config", "repository", "server", "worker"),
     "openai": ("decorating", "metrics", "model_config", "server"),
     # The facade's start and stop: they wire the bindings to the server.
-    "launch": ("binding", "check", "ipc", "model_config", "server", "worker"),  # the ports probed as the check does
+    "launch": ("binding", "ipc", "model_config", "server", "worker"),
     "drain": ("binding", "ipc", "launch", "server", "worker"),
     # A version loaded beside a serving one, or unbound.
     "versions": ("binding", "bound", "ipc", "launch", "server"),

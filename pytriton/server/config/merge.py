@@ -5,12 +5,14 @@ The flow is one-way: `pytriton.server.config.options` declares the fields and re
 `PYTRITON_TRITON_CONFIG_*` environment (the code wins, then the environment, then Triton's
 default), then lets the platform's own variables fill what is left (Google Vertex AI's ``AIP_*``,
 `pytriton.server.vertex_ai`) and checks the combination (a SageMaker endpoint needs a port of its
-own). `pytriton.server.argv` then turns the result into the command line.
+own; ``triton_on_localhost`` moves Triton's HTTP and gRPC addresses to 127.0.0.1).
+`pytriton.server.argv` then turns the result into the command line.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import logging
 import os
 from typing import Mapping, Optional
@@ -59,7 +61,41 @@ def merge(explicit: Optional[TritonConfig], environ: Optional[Mapping[str, str]]
             ) from exc
     resolved = resolve_vertex_ai(merged, environ)
     _check_sagemaker(resolved)
-    return resolved
+    return _triton_on_localhost(resolved)
+
+
+def _triton_on_localhost(config: TritonConfig) -> TritonConfig:
+    """With ``triton_on_localhost``: Triton's HTTP and gRPC addresses 127.0.0.1, once the setting
+    is found to make sense (a front to be the public door, no address or endpoint that says otherwise)."""
+    if not config.triton_on_localhost:
+        return config
+    setting = "TritonConfig.triton_on_localhost=True"
+    if config.openai_port is None:
+        raise PyTritonBadParameterError(
+            f"{setting} keeps Triton's ports on localhost behind the OpenAI-compatible API, but openai_port is not "
+            "set; set openai_port, or leave triton_on_localhost unset and give http_address and grpc_address "
+            "'127.0.0.1' to keep every port on this machine")
+    for field in ("http_address", "grpc_address"):
+        value = getattr(config, field)
+        if value is not None and not is_loopback(value):
+            raise PyTritonBadParameterError(
+                f"{setting} keeps Triton's HTTP and gRPC ports on 127.0.0.1, but {field}={value!r} asks for another "
+                f"address; leave {field} unset (the OpenAI-compatible API listens on every interface)")
+    for field, name in (("allow_vertex_ai", "Vertex AI"), ("allow_sagemaker", "SageMaker")):
+        if getattr(config, field):
+            raise PyTritonBadParameterError(
+                f"{setting} keeps the models behind the OpenAI-compatible API, but {field}=True opens the {name} "
+                "endpoint, which serves them on every interface without a key; turn one of the two off")
+    return dataclasses.replace(config, http_address=config.http_address or "127.0.0.1",
+                               grpc_address=config.grpc_address or "127.0.0.1")
+
+
+def is_loopback(address: str) -> bool:
+    """Whether `address` is reachable from this machine only (127.0.0.0/8, ::1, localhost)."""
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return address == "localhost"
 
 
 def _check_sagemaker(config: TritonConfig) -> None:

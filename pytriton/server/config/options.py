@@ -219,8 +219,14 @@ class TritonConfig:
             chart's preStop); a few seconds for one that stops routing only once it sees
             readiness false (docs/reliability.md, "Stopping under load").
         openai_port: pytriton's own setting: the port of the OpenAI-compatible API
-            (docs/openai.md), served from the serving process beside Triton's endpoints, on
-            Triton's `http_address`; off when unset. Needs ``pip install 'pytriton[openai]'``.
+            (docs/openai.md), served by a process the serving process starts and stops beside
+            Triton's endpoints, on Triton's `http_address`; off when unset. Needs
+            ``pip install 'pytriton[openai]'``.
+        triton_on_localhost: pytriton's own setting, for a server whose public door is the
+            OpenAI-compatible API (`openai_port`, with its API key): Triton's own HTTP and gRPC
+            ports listen on 127.0.0.1 only (their `http_address` and `grpc_address` left unset
+            or loopback), so that nothing outside the machine reaches the models without the
+            key, and the OpenAI-compatible API listens on every interface. Off when unset.
 
     Either HTTP or gRPC must stay allowed: the library loads the models and watches the server
     through one of them, so `allow_http=False` with `allow_grpc=False` is refused here.
@@ -289,6 +295,7 @@ class TritonConfig:
     model_backend: Optional[str] = None
     drain_serving_s: Optional[float] = None
     openai_port: Optional[int] = None
+    triton_on_localhost: Optional[bool] = None
 
     def __post_init__(self) -> None:
         """Check every set field, and normalise paths and lists so equal configs compare equal."""

@@ -238,8 +238,21 @@ def test_a_bad_request_is_400_naming_the_model_field_and_value(server):
     assert "model 'tiny-chat'" in caught.value.message and "'n' is 0" in caught.value.message
     with pytest.raises(openai.BadRequestError, match="does not take 'dimensions'"):
         client.embeddings.create(model="tiny-embed", input="x", dimensions=2)
-    with pytest.raises(openai.BadRequestError, match="is a embeddings model|is a chat model"):
+    with pytest.raises(openai.BadRequestError, match="model 'tiny-chat' is a chat model"):
         client.embeddings.create(model="tiny-chat", input="x")
+    with pytest.raises(openai.BadRequestError, match="model 'tiny-embed' is an embeddings model"):
+        client.chat.completions.create(model="tiny-embed", messages=[{"role": "user", "content": "x"}])
+
+
+def test_a_message_without_content_is_400_naming_the_message_and_the_field(server):
+    # Before: the callable read messages[-1]["content"] and the client got a 500 whose message said
+    # "model 'tiny-chat' failed: Model 'tiny-chat' failed: KeyError: 'content'".
+    with pytest.raises(openai.BadRequestError) as caught:
+        _client(server).chat.completions.create(
+            model="tiny-chat", messages=[{"role": "system", "content": "be brief"}, {"role": "user"}])
+    assert caught.value.param == "messages[1].content"
+    assert caught.value.body["message"] == ("model 'tiny-chat': field 'messages[1].content' is missing; expected a "
+                                            "string or a list of content parts in a 'user' message")
 
 
 def test_a_callable_that_raises_is_500_with_its_message(server):
@@ -247,7 +260,8 @@ def test_a_callable_that_raises_is_500_with_its_message(server):
     with pytest.raises(openai.InternalServerError) as caught:
         client.chat.completions.create(model="tiny-chat", messages=[{"role": "user", "content": "a b c"}],
                                        extra_body={"fail_after": 1})
-    assert "the tokenizer broke at word 1" in caught.value.message
+    # The model is named once: the worker's own "Model 'tiny-chat' failed: " is not repeated.
+    assert caught.value.body["message"] == "model 'tiny-chat' failed: ValueError: the tokenizer broke at word 1"
     stream = client.chat.completions.create(model="tiny-chat", messages=[{"role": "user", "content": "a b c"}],
                                             stream=True, extra_body={"fail_after": 1})
     with pytest.raises(openai.APIError, match="the tokenizer broke at word 1"):

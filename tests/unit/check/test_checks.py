@@ -248,3 +248,20 @@ def test_observability_check_tries_the_collector(monkeypatch):
     refused = check_observability({"PYTRITON_TRITON_CONFIG_TRACE_CONFIG": items})
     assert "does not answer" not in reached.detail, reached
     assert refused.verdict is Verdict.WARN and "does not answer" in refused.detail, refused
+
+
+def test_the_port_check_takes_the_openai_port_too(tmp_path):
+    import socket
+
+    from pytriton.check.runtime import check_ports
+
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        script = tmp_path / "serve.py"
+        script.write_text(f"from pytriton.triton import TritonConfig\nconfig = TritonConfig(openai_port={port})\n")
+        result = check_ports({}, script)
+    assert result.verdict is Verdict.FAIL, result
+    assert f"port {port} (openai_port) is already in use" in result.detail
+    assert "PYTRITON_TRITON_CONFIG_OPENAI_PORT=<port>" in result.remedy

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pytriton.openai.answers import Choice, StopScanner, chunk, full_answer, usage
+from pytriton.openai.answers import Choice, Events, StopScanner, answer_id, chunk, full_answer, usage
 from pytriton.openai.convention import (
     CHAT,
     EMBEDDINGS,
@@ -16,8 +16,12 @@ from pytriton.openai.convention import (
     decode_piece,
     served_model,
 )
-from pytriton.openai.errors import OpenAIError
+from pytriton.openai.errors import OpenAIError, wrong_kind
+from pytriton.openai.link import model_failed
+from pytriton.openai.measures import answer_figures
 from pytriton.openai.requests import chat_request, completion_request, embeddings_request
+
+HI = [{"role": "user", "content": "hi"}]
 
 
 def _tensor(name, data_type, dims):
@@ -69,17 +73,24 @@ def test_pieces_are_checked_with_the_model_named():
 @pytest.mark.parametrize(
     ("body", "field", "words"),
     [
-        ({"messages": [{"role": "user"}]}, "model", "missing"),
+        ({"messages": HI}, "model", "missing"),
         ({"model": "m"}, "messages", "missing"),
         ({"model": "m", "messages": []}, "messages", "non-empty list"),
         ({"model": "m", "messages": [{"content": "x"}]}, "messages[0]", "'role'"),
-        ({"model": "m", "messages": [{"role": "user"}], "n": 0}, "n", "from 1 to 128"),
-        ({"model": "m", "messages": [{"role": "user"}], "stop": ["a", 1]}, "stop", "list of up to 4"),
-        ({"model": "m", "messages": [{"role": "user"}], "stream": "yes"}, "stream", "true or false"),
-        ({"model": "m", "messages": [{"role": "user"}], "stream_options": {"include_usage": True}}, "stream_options",
+        ({"model": "m", "messages": [{"role": "user"}]}, "messages[0].content", "missing; expected a string"),
+        ({"model": "m", "messages": [*HI, {"role": "system", "content": None}]}, "messages[1].content",
+         "is null; expected a string or a list of content parts in a 'system' message"),
+        ({"model": "m", "messages": [{"role": "user", "content": 3}]}, "messages[0].content", "is 3"),
+        ({"model": "m", "messages": [*HI, {"role": "assistant"}]}, "messages[1].content", "or 'tool_calls'"),
+        ({"model": "m", "messages": [*HI, {"role": "tool", "content": "x"}]}, "messages[1].tool_call_id",
+         "the id of the tool call"),
+        ({"model": "m", "messages": HI, "n": 0}, "n", "from 1 to 128"),
+        ({"model": "m", "messages": HI, "stop": ["a", 1]}, "stop", "list of up to 4"),
+        ({"model": "m", "messages": HI, "stream": "yes"}, "stream", "true or false"),
+        ({"model": "m", "messages": HI, "stream_options": {"include_usage": True}}, "stream_options",
          "unless 'stream' is true"),
-        ({"model": "m", "messages": [{"role": "user"}], "temperature": "hot"}, "temperature", "a number"),
-        ({"model": "m", "messages": [{"role": "user"}], "max_tokens": 0}, "max_tokens", "an integer >= 1"),
+        ({"model": "m", "messages": HI, "temperature": "hot"}, "temperature", "a number"),
+        ({"model": "m", "messages": HI, "max_tokens": 0}, "max_tokens", "an integer >= 1"),
     ],
 )
 def test_a_bad_chat_request_names_the_field_its_value_and_what_is_expected(body, field, words):
@@ -90,6 +101,14 @@ def test_a_bad_chat_request_names_the_field_its_value_and_what_is_expected(body,
     assert error.body()["error"]["type"] == "invalid_request_error"
     if "model" in body:
         assert "model 'm'" in error.message
+
+
+def test_messages_that_call_tools_and_answer_them_pass():
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    messages = [*HI, {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "42"},
+                {"role": "user", "content": [{"type": "text", "text": "and?"}]}]
+    assert chat_request({"model": "m", "messages": messages}).conversations == [messages]
 
 
 def test_a_chat_request_passes_every_other_field_to_the_callable():
@@ -168,6 +187,63 @@ def test_chunks_have_openais_shape():
     text = chunk("text", "i", 5, "m", 0, {}, "stop")
     assert text["object"] == "text_completion" and text["choices"][0] == {
         "index": 0, "text": "", "finish_reason": "stop", "logprobs": None}
+
+
+def test_events_built_from_parts_are_the_chunks_as_json():
+    for kind in ("chat", "text"):
+        events = Events(kind, "cmpl-1", 5, 'a "quoted" m\u00f6del')
+        for delta in ({"content": 'h\u00e9 "x"\n'}, {"content": ""}, {"tool_calls": [{"index": 0}]}, {}):
+            sent = events.delta(2, delta)
+            assert sent.startswith(b"data: ") and sent.endswith(b"\n\n")
+            assert json.loads(sent[6:]) == chunk(kind, "cmpl-1", 5, 'a "quoted" m\u00f6del', 2, delta)
+        assert json.loads(events.delta(0, {}, "stop")[6:])["choices"][0]["finish_reason"] == "stop"
+    assert len({answer_id("chat") for _ in range(1000)}) == 1000
+
+
+def test_a_wrong_kind_of_model_is_said_in_english():
+    assert "is an embeddings model" in wrong_kind("e", "embeddings", "/v1/chat/completions").message
+    assert "is a chat model" in wrong_kind("c", "chat", "/v1/embeddings").message
+
+
+@pytest.mark.parametrize(
+    ("message", "said"),
+    [
+        ("Model 'tiny-chat' failed: KeyError: 'content'", "model 'tiny-chat' failed: KeyError: 'content'"),
+        ("Model 'tiny-chat': the server is stopping; the stream was cut short",
+         "model 'tiny-chat' failed: the server is stopping; the stream was cut short"),
+        ("out of memory", "model 'tiny-chat' failed: out of memory"),
+        ("Model 'other' failed: x", "model 'tiny-chat' failed: Model 'other' failed: x"),
+    ],
+)
+def test_a_failure_names_the_model_once(message, said):
+    assert model_failed("tiny-chat", message).message == said
+
+
+def test_an_answers_figures_for_the_histograms():
+    choice = Choice(0, ())
+    assert answer_figures(choice, 1.0, 2.0) is None  # no piece: nothing to measure
+    choice.feed({"content": "a"})
+    choice.first_at = 1.5
+    choice.feed({"content": "b", "usage": {"completion_tokens": 11}})
+    assert answer_figures(choice, 1.0, 2.5) == (0.5, 10.0)  # 10 tokens after the first, in 1 s
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_chat_request_assembled_from_bytes_is_the_message_triton_reads(batched):
+    from tritonclient.grpc import service_pb2
+
+    from pytriton.openai.link import chat_request as chat_request_bytes
+    from pytriton.openai.link import chat_request_head
+
+    messages = [{"role": "user", "content": "h\u00e9llo " * 40}]  # > 127 bytes: a varint of two bytes
+    params = {"max_tokens": 3}
+    sent = service_pb2.ModelInferRequest.FromString(
+        chat_request_bytes(chat_request_head("tiny-chat", batched), messages, params))
+    assert sent.model_name == "tiny-chat"
+    assert [(i.name, i.datatype, list(i.shape)) for i in sent.inputs] == [
+        ("messages", "BYTES", [1, 1] if batched else [1]), ("params", "BYTES", [1, 1] if batched else [1])]
+    assert sent.parameters["triton_enable_empty_final_response"].bool_param is True
+    assert [json.loads(bytes_elements(raw)[0]) for raw in sent.raw_input_contents] == [messages, params]
 
 
 def test_errors_have_openais_shape():

@@ -39,3 +39,20 @@ def test_the_remote_start_line_names_the_server_it_serves_through_and_that_a_sto
     assert remote_serving_line("localhost:9000", [("M", 1)]).startswith(
         SERVING_PREFIX + "M (version 1) through the tritonserver at http://localhost:9000;")
     assert " at grpc://[::1]:8001;" in remote_serving_line("grpc://[::1]", [("M", 1)])
+
+
+def test_the_start_line_shows_the_openai_url_and_whether_tritons_ports_ask_for_its_key():
+    from pytriton.server.config.merge import merge
+
+    config = TritonConfig(openai_port=8813)
+    assert "; OpenAI-compatible API on http://localhost:8813/v1 (no API key); metrics on" in serving_line(
+        config, [("chat", 1)])
+    # A key set, Triton's ports on every interface: they serve the same models without it, and the line says so.
+    assert ("; OpenAI-compatible API on http://localhost:8813/v1 (API key required; Triton's http and grpc ports "
+            "serve the same models without it: TritonConfig(triton_on_localhost=True) keeps them on this machine)"
+            ) in serving_line(config, [("chat", 1)], openai_key=True)
+    local = merge(TritonConfig(openai_port=8813, triton_on_localhost=True), {})
+    assert serving_line(local, [("chat", 1)], openai_key=True).startswith(
+        "serving chat (version 1) on http://127.0.0.1:8000 and grpc://127.0.0.1:8001; OpenAI-compatible API on "
+        "http://localhost:8813/v1 (API key required); metrics")
+    assert "OpenAI" not in serving_line(TritonConfig(), [("chat", 1)])

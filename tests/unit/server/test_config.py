@@ -265,3 +265,40 @@ def test_merge_reads_os_environ_by_default(monkeypatch):
 def test_a_contradiction_across_sources_says_the_environment_took_part():
     with pytest.raises(PyTritonBadParameterError, match="local cache size.*environment variables"):
         merge(TritonConfig(response_cache_byte_size=1024), {P + "CACHE_CONFIG": "local,size=2048"})
+
+
+def test_triton_on_localhost_keeps_tritons_http_and_grpc_on_this_machine_behind_the_openai_front():
+    from pytriton.server.argv import build_argv
+    from pytriton.server.ports import listening_ports
+
+    config = merge(TritonConfig(openai_port=9000, triton_on_localhost=True), {})
+    assert (config.http_address, config.grpc_address, config.metrics_address) == ("127.0.0.1", "127.0.0.1", None)
+    argv = build_argv(config, binary=pathlib.Path("/t"), model_repository=pathlib.Path("/m"),
+                      backend_directory=pathlib.Path("/b"), cache_directory=pathlib.Path("/c"),
+                      shm_region_prefix="pytriton_a_")
+    assert "--http-address=127.0.0.1" in argv and "--grpc-address=127.0.0.1" in argv
+    assert not any("localhost" in word for word in argv)
+    # The front is the public door: every interface.
+    assert ("openai_port", None, 9000) in listening_ports(config)
+    from_env = merge(None, {"PYTRITON_TRITON_CONFIG_OPENAI_PORT": "9000",
+                            "PYTRITON_TRITON_CONFIG_TRITON_ON_LOCALHOST": "1"})
+    assert (from_env.http_address, from_env.grpc_address) == ("127.0.0.1", "127.0.0.1")
+    # Unset, nothing changes: published configs keep Triton's own addresses.
+    plain = merge(TritonConfig(openai_port=9000), {})
+    assert plain.http_address is None and ("openai_port", None, 9000) in listening_ports(plain)
+    assert merge(TritonConfig(openai_port=9000, http_address="10.0.0.2"), {}).http_address == "10.0.0.2"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"triton_on_localhost": True}, "openai_port is not set"),
+        ({"openai_port": 9000, "triton_on_localhost": True, "grpc_address": "0.0.0.0"}, "grpc_address='0.0.0.0'"),
+        ({"openai_port": 9000, "triton_on_localhost": True, "allow_sagemaker": True, "sagemaker_port": 9100},
+         "SageMaker endpoint"),
+    ],
+)
+def test_triton_on_localhost_refuses_what_contradicts_it(kwargs, words):
+    with pytest.raises(PyTritonBadParameterError, match="triton_on_localhost=True") as caught:
+        merge(TritonConfig(**kwargs), {})
+    assert words in str(caught.value)
