@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import zmq
 
 from pytriton.bound import BoundModel, BoundModels, InferFunc, ModelDeclaration
-from pytriton.decorating.multiplexing import multiplex_parameter
+from pytriton.decorating.multiplexing import multiplex_parameter, multiplexing_of
 from pytriton.decorating.shaping import whole_batch
 from pytriton.environment import BATCH_HOLD_US as HOLD_ENV
 from pytriton.environment import PROXY_SPIN_US as SPIN_ENV
@@ -129,6 +129,16 @@ class ModelBindings:
     def version(self, model_name: str) -> int:
         """The highest bound version of `model_name`: the one requests naming no version reach."""
         return self.models.get(model_name).version
+
+    def notes(self) -> Dict[str, str]:
+        """A few words per model for the start line: what a multiplexed model's `bind` was told."""
+        found = {}
+        for name in self.names():
+            funcs = plain_callables(self.models.get(name).declaration.infer_funcs)
+            multiplexing = multiplexing_of(funcs[0]) if funcs else None
+            if multiplexing is not None:
+                found[name] = multiplexing.describe()
+        return found
 
     def contexts(self) -> List[TritonContext]:
         """What each bound model version declared (name, tensors, config), in binding order."""

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import wrapt
 
+from pytriton.client_contract import UNKNOWN_VARIANT
 from pytriton.decorating.common import _requests_arg
 from pytriton.decorating.results import gather, is_lazy
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigError, PyTritonValidationError
@@ -31,7 +32,7 @@ from pytriton.worker.handler import is_async_callable
 from pytriton.worker.responses import Failure, bad_request
 from pytriton.worker.variants import InstanceCaches, Loader, Unloader, VariantCache, VariantLoadError
 
-__all__ = ["Multiplexing", "multiplex_parameter", "multiplexed", "multiplexing_of"]
+__all__ = ["Multiplexing", "multiplex_parameter", "multiplexed", "multiplexed_directly", "multiplexing_of"]
 
 _SHOWN_VARIANTS = 10
 """How many known variants an error lists."""
@@ -55,6 +56,19 @@ class Multiplexing:
         self._known = frozenset(variants) if variants is not None else None
         self._loads_async = inspect.iscoroutinefunction(load) or inspect.iscoroutinefunction(unload)
         self.caches = InstanceCaches(lambda model, measures: VariantCache(model, load, unload, max_loaded, measures))
+
+    def wrap(self, func: Any) -> Any:
+        """`func` under this ``@multiplexed`` (`bind_chat` puts the chat runner, which takes the
+        requests, where the user's chat function was)."""
+        return wrapt.FunctionWrapper(func, self)
+
+    def describe(self) -> str:
+        """A few words for the start line: the parameter, the budget, the variants known."""
+        text = f"multiplexed by request parameter '{self.parameter}', {self.max_loaded} per instance"
+        if self.variants:
+            shown = ", ".join(self.variants[:5])
+            text += f", variants {shown}" + (f" and {len(self.variants) - 5} more" if len(self.variants) > 5 else "")
+        return text
 
     def config_text(self) -> str:
         """What pytriton's backend reads of it (`pytriton.ipc.protocol.PARAM_MULTIPLEX`): JSON."""
@@ -160,7 +174,7 @@ class Multiplexing:
                     f"got {variant!r}")
         shown = ", ".join(repr(name) for name in (self.variants or ())[:_SHOWN_VARIANTS])
         more = f", ... ({len(self.variants or ())} in all)" if len(self.variants or ()) > _SHOWN_VARIANTS else ""
-        return (f"Model '{model}': unknown variant {variant!r} (request parameter '{parameter}'); it serves "
+        return (f"Model '{model}': {UNKNOWN_VARIANT} {variant!r} (request parameter '{parameter}'); it serves "
                 f"{shown}{more}")
 
 
@@ -168,7 +182,7 @@ def _load_failure(model: str, parameter: str, error: VariantLoadError) -> Failur
     """The error of the requests whose variant did not load: a 400-class one for a variant the
     loader does not know, else the loader's failure (the next request loads it again)."""
     if error.unknown:
-        return bad_request(f"Model '{model}': unknown variant {error.variant!r} (request parameter '{parameter}'): "
+        return bad_request(f"Model '{model}': {UNKNOWN_VARIANT} {error.variant!r} (request parameter '{parameter}'): "
                            f"the loader refused it ({error})")
     return Failure(f"Model '{model}': loading variant {error.variant!r} failed: {error}")
 
@@ -328,6 +342,15 @@ def multiplexed(
         return wrapt.FunctionWrapper(wrapped, multiplexing)
 
     return decorate
+
+
+def multiplexed_directly(func: Any) -> Optional[Tuple[Multiplexing, Any]]:
+    """For a callable whose outermost decorator is ``@multiplexed``: its `Multiplexing` and the
+    callable under it; else None."""
+    wrapper = getattr(func, "_self_wrapper", None)
+    if isinstance(wrapper, Multiplexing):
+        return wrapper, func.__wrapped__
+    return None
 
 
 def multiplexing_of(func: Any) -> Optional[Multiplexing]:

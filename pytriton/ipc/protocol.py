@@ -45,10 +45,12 @@ import os
 import time
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-# Two names the clients read as well: defined where the client-only distribution has them, and
+# Names the clients read as well: defined where the client-only distribution has them, and
 # named here too, so that the proxy and the worker keep one vocabulary (`PARAM_RELAYED`: the proxy
-# answers from a relay thread; `DEADLINE_PARAMETER`: a request's deadline for the worker).
+# answers from a relay thread; `DEADLINE_PARAMETER`: a request's deadline for the worker;
+# `PARAM_MULTIPLEX`: a multiplexed model's variants, which pytriton's backend routes by).
 from pytriton.client_contract import DEADLINE_PARAMETER as DEADLINE_PARAMETER
+from pytriton.client_contract import PARAM_MULTIPLEX as PARAM_MULTIPLEX  # routed by backend/route.c
 from pytriton.client_contract import PARAM_RELAYED as PARAM_RELAYED
 
 PROTOCOL_VERSION = 12
@@ -104,13 +106,6 @@ PARAM_INSTANCE_NAMES = "pytriton.instance_names"
 where the instances are grouped by device (one instance group per device, named after it, so
 Triton's instance names say the device); the backend and the proxy find their handler's number
 there. Absent: instance k is Triton's ``<group>_<k>``."""
-
-PARAM_MULTIPLEX = "pytriton.multiplex"
-"""For a multiplexed model (``@multiplexed``, `pytriton.decorating.multiplexing`): JSON
-``{"parameter": <request parameter naming the variant>, "max_loaded": <variants one instance
-holds>, "variants": <the known variants, or null>}``. pytriton's backend reads it to send a batch to
-a free instance that holds its variants (``backend/execute.c``); the OpenAI front to list
-``base:variant`` names. Absent for every other model."""
 
 # Tensors at or under this size travel inline in ZeroMQ frames; larger ones in shared memory.
 INLINE_MAX_BYTES = 64 * 1024
