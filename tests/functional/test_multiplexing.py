@@ -23,7 +23,7 @@ from typing import Any, Dict, List
 import numpy as np
 import pytest
 import wrapt
-from support import grpc_url, http_url, served_backend, server_config, wait_until
+from support import grpc_url, http_url, served_backend, server_config, triton_instances, wait_until
 
 from pytriton.client import ModelClient
 from pytriton.client.exceptions import PyTritonClientInferenceServerError
@@ -243,6 +243,16 @@ def test_a_request_goes_to_the_instance_that_holds_its_variant(server, caplog):
         assert len(answered["p"]) == len(answered["qq"]) == 1 and answered["p"] != answered["qq"]
     else:  # Triton chooses: answers are right, loads as the instances are sent them
         assert ROUTED.loads.count("p") >= 1 and ROUTED.loads.count("qq") >= 1
+
+
+def test_a_routed_model_has_a_waiting_instance_per_worker_and_says_it_is_multiplexed(server):
+    backend, config = server
+    with urllib.request.urlopen(f"{http_url(config)}/v2/models/Routed/config", timeout=10) as answer:
+        parameters = json.loads(answer.read())["parameters"]
+    told = json.loads(parameters["pytriton.multiplex"]["string_value"])
+    assert told == {"parameter": "variant", "max_loaded": 1, "variants": None}
+    assert triton_instances(config, "Routed") == (4 if backend == "pytriton" else 2)
+    assert triton_instances(config, "Scaled") == 1  # one instance: nothing to route
 
 
 def test_the_proxy_path_says_it_cannot_route(caplog):
