@@ -13,8 +13,11 @@ ways by one server:
   cannot be served this way, so it gets the same trace without them.
 
 Each round sends a warm-up, then the measured requests, to each in turn (the order flips every
-round). Figures per round: throughput, client latency p50/p99, the hit rate (1 - loads /
-requests, the loads read from ``/metrics``), the loads and their mean time, and, for the same
+round). Figures per round: throughput, client latency p50/p99, the server's CPU time per request (its processes
+together: on a shared machine the throughput follows the CPU the server's session is given, the
+CPU per request what it does with it), the hit rate (1 - loads /
+requests, the loads read from ``/metrics``), the loads and their mean time (both measured by the
+loader itself, the same for ``mux`` and ``lru``), and, for the same
 trace, the hit rate an ideal LRU cache would have with 8 variants (one instance's budget) and
 with 16 (both instances' budgets together). Targets: ``mux``'s hit rate within 5 points of the
 ideal LRU of its whole budget (16), and its throughput at least 1.3x ``lru``'s.
@@ -40,6 +43,7 @@ import urllib.request
 from typing import IO, Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+import psutil
 from children import Child
 from perfanalyzer import BenchError
 from report import say
@@ -126,6 +130,25 @@ class MultiplexServer(Server):
         finally:
             _remove_named(f"pytriton-{self.child.pid}-")
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user and system) the server's processes have used: the serving script, its
+        worker processes, tritonserver."""
+        if self.child is None:
+            return 0.0
+        try:
+            root = psutil.Process(self.child.pid)
+            processes = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return 0.0
+        total = 0.0
+        for process in processes:
+            try:
+                times = process.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += times.user + times.system
+        return total
+
     def metric(self, name: str, model: str) -> float:
         """The sum of a family's series of `model` on Triton's /metrics (all instances)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as answer:
@@ -175,9 +198,11 @@ def measure(server: MultiplexServer, config: str, trace: Sequence[int], requests
     model = "lru" if config == "lru" else "mux"
     time.sleep(2.5)  # the backend brings the workers' metrics to /metrics about once a second
     loads_before = server.metric("bench_variant_loads_total", model)
-    seconds_before = server.metric("pytriton_variant_load_seconds_sum", "mux")
+    seconds_before = server.metric("bench_variant_load_seconds_sum", model)
     measured = _asks(config, trace[WARMUP_REQUESTS:WARMUP_REQUESTS + requests])
+    cpu_before = server.cpu_seconds()
     wall_s, latencies = asyncio.run(_drive(server, measured))
+    cpu_s = server.cpu_seconds() - cpu_before
     time.sleep(2.5)
     figures: Dict[str, Any] = {
         "requests": len(measured),
@@ -185,14 +210,14 @@ def measure(server: MultiplexServer, config: str, trace: Sequence[int], requests
         "latency_p50_ms": round(1000 * float(np.percentile(latencies, 50)), 2),
         "latency_p99_ms": round(1000 * float(np.percentile(latencies, 99)), 2),
         "wall_s": round(wall_s, 2),
+        "server_cpu_ms_per_request": round(1000 * cpu_s / len(measured), 3),
     }
     if config != "top8":
         loads = server.metric("bench_variant_loads_total", model) - loads_before
         figures["loads"] = int(loads)
         figures["hit_rate"] = round(1 - loads / len(measured), 4)
-        if config == "mux":
-            load_s = server.metric("pytriton_variant_load_seconds_sum", "mux") - seconds_before
-            figures["load_mean_ms"] = round(1000 * load_s / loads, 2) if loads else None
+        load_s = server.metric("bench_variant_load_seconds_sum", model) - seconds_before
+        figures["load_mean_ms"] = round(1000 * load_s / loads, 2) if loads else None
     return figures
 
 
@@ -220,6 +245,8 @@ def run(rounds: int, requests: int, log_dir: pathlib.Path) -> Dict[str, Any]:
                     say(f"bench: multiplex round {index + 1}/{rounds}: {config}")
                     row[config] = measure(server, config, trace, requests)
                 row["throughput_ratio"] = round(row["mux"]["throughput"] / row["lru"]["throughput"], 3)
+                row["cpu_ratio"] = round(row["lru"]["server_cpu_ms_per_request"]
+                                         / row["mux"]["server_cpu_ms_per_request"], 3)
                 row["hit_rate_gap"] = round(row["ideal_lru_8"] - row["mux"]["hit_rate"], 4)
                 row["hit_rate_gap_16"] = round(row["ideal_lru_16"] - row["mux"]["hit_rate"], 4)
                 results["rounds"].append(row)
@@ -228,6 +255,7 @@ def run(rounds: int, requests: int, log_dir: pathlib.Path) -> Dict[str, Any]:
             server.stop()
     rows = results["rounds"]
     results["throughput_ratio"] = statistics.median(row["throughput_ratio"] for row in rows)
+    results["cpu_ratio"] = statistics.median(row["cpu_ratio"] for row in rows)
     results["hit_rate_gap"] = statistics.median(row["hit_rate_gap"] for row in rows)
     results["hit_rate_gap_16"] = statistics.median(row["hit_rate_gap_16"] for row in rows)
     results["met"] = {"hit_rate": results["hit_rate_gap"] <= HIT_RATE_POINTS,
@@ -249,7 +277,8 @@ def text_lines(results: Dict[str, Any]) -> List[str]:
             mean = f", mean {f['load_mean_ms']} ms" if f.get("load_mean_ms") else ""
             hit += f"{mean})" if hit else ""
             lines.append(f"    {config:5s} {f['throughput']:8.1f} infer/s  p50 {f['latency_p50_ms']:7.2f} ms  "
-                         f"p99 {f['latency_p99_ms']:7.2f} ms{hit}")
+                         f"p99 {f['latency_p99_ms']:7.2f} ms  server CPU {f['server_cpu_ms_per_request']:.2f} "
+                         f"ms/request{hit}")
     lines.append(f"  {verdict(results)}")
     return lines
 
@@ -263,7 +292,7 @@ def verdict(results: Dict[str, Any]) -> str:
             f"{THROUGHPUT_TARGET}x: {throughput}); mux's hit rate {-results['hit_rate_gap'] * 100:+.1f} points "
             f"from the ideal LRU of max_loaded={MAX_LOADED} (target >= -{HIT_RATE_POINTS * 100:.0f}: {hit_rate}), "
             f"{-results['hit_rate_gap_16'] * 100:+.1f} points from the ideal LRU of both instances' "
-            f"{MAX_LOADED * INSTANCES}")
+            f"{MAX_LOADED * INSTANCES}; the server's CPU per request, lru/mux (median) {results['cpu_ratio']:.2f}x")
 
 
 def markdown(results: Dict[str, Any]) -> str:
@@ -275,8 +304,9 @@ def markdown(results: Dict[str, Any]) -> str:
              f"{results['instances']} process instances; `lru`: the same computation with `functools.lru_cache(8)` "
              "in one instance; `top8`: one bound model per variant for the 8 most requested (their requests only).",
              "",
-             "| round | ideal LRU 8 / 16 | config | infer/s | p50 ms | p99 ms | hit rate | loads (mean ms) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| round | ideal LRU 8 / 16 | config | infer/s | p50 ms | p99 ms | server CPU ms/request | hit rate | "
+             "loads (mean ms) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for index, row in enumerate(results["rounds"], start=1):
         for config in CONFIGS:
             f = row[config]
@@ -284,7 +314,7 @@ def markdown(results: Dict[str, Any]) -> str:
             loads = f"{f['loads']}{mean}" if "loads" in f else "-"
             lines.append(f"| {index} | {row['ideal_lru_8']:.3f} / {row['ideal_lru_16']:.3f} | {config} | "
                          f"{f['throughput']:.0f} | {f['latency_p50_ms']:.1f} | {f['latency_p99_ms']:.1f} | "
-                         f"{f.get('hit_rate', '-')} | {loads} |")
+                         f"{f['server_cpu_ms_per_request']:.2f} | {f.get('hit_rate', '-')} | {loads} |")
     lines += ["", verdict(results) + "."]
     return "\n".join(lines)
 

@@ -13,9 +13,10 @@ computes ``x @ W`` for its rows.
 * ``top_0`` ... ``top_7``: one bound model per variant for the 8 most requested (ranks 0-7 of the
   Zipf law), each holding its merged weight from the start (one thread instance each).
 
-``mux`` and ``lru`` count their loads in the user metric ``bench_variant_loads_total`` (``mux``
-also reports pytriton's own ``pytriton_variant_*``), so the harness reads the hit rate from
-``/metrics``. BLAS runs one thread per process (the harness sets ``OMP_NUM_THREADS=1``), so two
+``mux`` and ``lru`` count their loads and time them in the user metrics
+``bench_variant_loads_total`` and ``bench_variant_load_seconds`` (``mux`` also reports
+pytriton's own ``pytriton_variant_*``), so the harness reads the hit rate and the load time of
+both alike from ``/metrics``. BLAS runs one thread per process (the harness sets ``OMP_NUM_THREADS=1``), so two
 instances are two cores' worth of work on the 2-core machine.
 
 Run by hand: ``python bench/serve_multiplex.py --variants DIR --http-port 8000 --grpc-port 8001
@@ -28,12 +29,13 @@ import argparse
 import functools
 import pathlib
 import sys
+import time
 from typing import Any, Dict, List
 
 import numpy as np
 
 from pytriton.decorators import batch, multiplexed
-from pytriton.metrics import Counter
+from pytriton.metrics import Counter, Histogram
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 
@@ -43,6 +45,7 @@ MAX_BATCH_SIZE = 16
 TOP = 8
 
 LOADS = Counter("bench_variant_loads_total", "Variants loaded by the benchmark's loader")
+LOAD_SECONDS = Histogram("bench_variant_load_seconds", "Time the benchmark's loader took per variant")
 
 
 def merger(folder: pathlib.Path) -> Any:
@@ -63,8 +66,10 @@ def models(folder: pathlib.Path) -> Dict[str, Any]:
     merge = merger(folder)
 
     def load(variant: str) -> np.ndarray:
+        started = time.perf_counter()
         weight = merge(variant)
         LOADS.inc()  # in the instance that loads it (a callable's metric)
+        LOAD_SECONDS.observe(time.perf_counter() - started)
         return weight  # type: ignore[no-any-return]
 
     @multiplexed(load, max_loaded=MAX_LOADED)

@@ -9,18 +9,23 @@
  *
  * A batch that reaches execute, on whichever of the model's Triton instances Triton chose, goes
  * to a free instance (no batch running on it): the one that holds the most of its requests'
- * variants; among equals, one with room (no eviction), then the thread's own, then the one used
- * least recently. When a busy instance holds more of the batch's variants than any free one, the
- * batch waits for it, at most about one of its batches' time (its running average, at most
- * MAX_PATIENCE_S), then goes to a free one. An instance that becomes free takes, among the
- * batches waiting, the one whose variants it holds most (the oldest among equals). The thread runs
- * the batch on the chosen instance's connection, buffers and arena (execute.c) and frees it.
+ * variants; among equals, one with room (no eviction), then the home (by a hash of the name) of
+ * most of its variants that no instance holds, so that those are shared out between the
+ * instances rather than loaded everywhere, then the thread's own, then the one used least
+ * recently. An instance that becomes free takes, among the batches waiting, the one whose
+ * variants it holds most (the oldest among equals; one that waited STARVING_S goes first): no
+ * instance idles while a batch waits. Only a batch that waits alone, when a busy instance holds
+ * more of its variants than any free one, waits for that one, at most about one of its batches'
+ * time (its running average, at most MAX_PATIENCE_S): with no other work for the free instance,
+ * a short wait costs less than a load. The thread runs the batch on the chosen instance's
+ * connection, buffers and arena (execute.c) and frees it.
  *
  * Under load every instance is busy, so that a batch finds at most the one just freed: the choice
- * is made by batches waiting. So a routed model has twice as many Triton instances as workers:
- * the extra ones (dispatchers, index >= the workers') hold no connection and only wait here with
- * their batches. At most 2N batches are in execute at once for N workers, each runs on one
- * instance, and an instance that frees wakes the waiters: none waits for ever.
+ * is made by batches waiting. So a routed model has more Triton instances than workers (three
+ * more per worker, pytriton/binding.py): the extra ones (dispatchers, index >= the workers') hold
+ * no connection and only wait here with their batches, and an instance that frees chooses among
+ * them. Every batch in execute runs on one instance in turn, and an instance that frees wakes the
+ * waiters: none waits for ever.
  *
  * The mirror can drift from the worker's cache only where the worker did what the batches do
  * not say: a load that failed (the mirror holds the variant until it ages out), a request the
@@ -226,33 +231,59 @@ static void touch(pyt_router* router, member* m, const wanted* variants, uint32_
   }
 }
 
-/* How many of a batch's requests name a variant that `m` holds. */
-static uint32_t score(const member* m, const wanted* variants, uint32_t distinct) {
-  uint32_t found = 0;
-  for (uint32_t v = 0; v < distinct; v++)
-    if (held_at(m, variants[v].name) >= 0) found += variants[v].requests;
+/* Which instance a variant that no instance holds is best loaded on: its home, by a hash of its
+ * name, so that the variants nobody holds are shared out between the instances (each loads half
+ * of them, and their next requests find them there) rather than each instance loading any. */
+static uint32_t home_of(const char* name, uint32_t members) {
+  uint32_t hash = 2166136261u; /* FNV-1a */
+  for (const unsigned char* at = (const unsigned char*)name; *at; at++) hash = (hash ^ *at) * 16777619u;
+  return members ? hash % members : 0;
+}
+
+/* How well a batch fits instance `m`: the requests whose variant it holds; and in `homed`, the
+ * requests whose variant nobody holds and whose home it is. */
+static uint32_t score(const pyt_router* router, const member* m, const wanted* variants, uint32_t distinct,
+                      uint32_t* homed) {
+  uint32_t index = (uint32_t)(m - router->members), found = 0;
+  *homed = 0;
+  for (uint32_t v = 0; v < distinct; v++) {
+    if (held_at(m, variants[v].name) >= 0) {
+      found += variants[v].requests;
+      continue;
+    }
+    if (home_of(variants[v].name, router->member_count) != index) continue;
+    int elsewhere = 0;
+    for (uint32_t i = 0; i < router->member_count && !elsewhere; i++)
+      elsewhere = router->members[i].instance != NULL && held_at(&router->members[i], variants[v].name) >= 0;
+    if (!elsewhere) *homed += variants[v].requests;
+  }
   return found;
 }
 
 /* Under the lock: the free instance `w`'s batch would go to now (NULL: none is free): the most of
- * its requests' variants held, then room, then the thread's own, then the least recently used. */
-static member* best_free(pyt_router* router, const waiter* w, uint32_t* best_score) {
+ * its requests' variants held, then room, then the home of most of the variants none holds
+ * (`homed`), then the thread's own, then the least recently used. */
+static member* best_free(pyt_router* router, const waiter* w, uint32_t* best_score, uint32_t* best_homed) {
   member* best = NULL;
   int best_room = 0, best_own = 0;
-  *best_score = 0;
+  *best_score = *best_homed = 0;
   for (uint32_t i = 0; i < router->member_count; i++) {
     member* m = &router->members[i];
     if (m->instance == NULL || m->busy) continue;
-    uint32_t found = score(m, w->variants, w->distinct);
+    uint32_t homed;
+    uint32_t found = score(router, m, w->variants, w->distinct, &homed);
     int room = m->held_count < router->max_loaded;
     int mine = m->instance == w->own;
-    int better = best == NULL || found > *best_score ||
-                 (found == *best_score &&
-                  (room > best_room ||
-                   (room == best_room && (mine > best_own || (mine == best_own && m->last_used < best->last_used)))));
+    int better;
+    if (best == NULL || found != *best_score) better = best == NULL || found > *best_score;
+    else if (room != best_room) better = room > best_room;
+    else if (homed != *best_homed) better = homed > *best_homed;
+    else if (mine != best_own) better = mine > best_own;
+    else better = m->last_used < best->last_used;
     if (better) {
       best = m;
       *best_score = found;
+      *best_homed = homed;
       best_room = room;
       best_own = mine;
     }
@@ -266,7 +297,8 @@ static double patience_left(const pyt_router* router, const waiter* w, uint32_t 
   double patience = 0;
   for (uint32_t i = 0; i < router->member_count; i++) {
     const member* m = &router->members[i];
-    if (m->instance == NULL || !m->busy || score(m, w->variants, w->distinct) <= free_score) continue;
+    uint32_t homed;
+    if (m->instance == NULL || !m->busy || score(router, m, w->variants, w->distinct, &homed) <= free_score) continue;
     double typical = m->instance->typical_answer_s;
     typical = typical < MIN_PATIENCE_S ? MIN_PATIENCE_S : typical > MAX_PATIENCE_S ? MAX_PATIENCE_S : typical;
     if (typical > patience) patience = typical;
@@ -275,20 +307,27 @@ static double patience_left(const pyt_router* router, const waiter* w, uint32_t 
   return left > 0 ? left : 0;
 }
 
-/* Under the lock: the free instance `w` takes now, or NULL (none free, a busy one holds more of
- * its variants and it may still wait, or a waiting batch that fits better goes first). */
+/* Under the lock: the free instance `w` takes now, or NULL: none is free; or `w` is the only
+ * batch waiting and a busy instance holds more of its variants (it waits for it a little); or
+ * another waiting batch fits that instance better. With other batches waiting no instance stays
+ * idle for a holder: each freed instance takes the waiting batch that fits it best. */
 static member* claim(pyt_router* router, const waiter* w, double now) {
-  uint32_t mine;
-  member* best = best_free(router, w, &mine);
-  if (best == NULL || patience_left(router, w, mine, now) > 0) return NULL;
+  uint32_t mine, mine_homed;
+  member* best = best_free(router, w, &mine, &mine_homed);
+  if (best == NULL) return NULL;
+  int alone = router->waiting == w && w->next == NULL;
+  if (alone) return patience_left(router, w, mine, now) > 0 ? NULL : best;
   int starving = now - w->since >= STARVING_S;
   for (const waiter* other = router->waiting; other != NULL; other = other->next) {
     if (other == w) continue;
-    uint32_t theirs;
-    if (best_free(router, other, &theirs) != best || patience_left(router, other, theirs, now) > 0) continue;
+    uint32_t theirs, theirs_homed;
+    if (best_free(router, other, &theirs, &theirs_homed) != best) continue;
     int also = now - other->since >= STARVING_S;
-    if (also > starving || (also == starving && (theirs > mine || (theirs == mine && other->ticket < w->ticket))))
-      return NULL; /* it goes first */
+    int first = also != starving ? also > starving
+                : theirs != mine ? theirs > mine
+                : theirs_homed != mine_homed ? theirs_homed > mine_homed
+                : other->ticket < w->ticket;
+    if (first) return NULL; /* it goes first */
   }
   return best;
 }
@@ -318,8 +357,9 @@ pyt_instance* pyt_route(pyt_router* router, pyt_instance* own, TRITONBACKEND_Req
     int joined = 0;
     for (uint32_t i = 0; i < router->member_count; i++) joined |= router->members[i].instance != NULL;
     if (!joined) break; /* no instance has started: the thread's own serves, as unrouted */
-    uint32_t free_score;
-    double wait = best_free(router, &self, &free_score) != NULL ? patience_left(router, &self, free_score, now) : 0;
+    uint32_t free_score, free_homed;
+    double wait = best_free(router, &self, &free_score, &free_homed) != NULL
+                      ? patience_left(router, &self, free_score, now) : 0;
     if (wait <= 0) wait = IDLE_WAIT_S; /* none free, or another batch goes first: until something changes */
     double until = now + wait;
     struct timespec deadline = {(time_t)until, (long)((until - (double)(time_t)until) * 1e9)};

@@ -155,15 +155,16 @@ def test_the_multiplexing_case_is_in_a_full_run_and_reported_round_by_round():
 
     assert run.parse_args([]).multiplex and not run.parse_args(["--quick"]).multiplex
     assert run.parse_args(["--cases", "multiplex_c16"]).cases == []
-    figures = {"throughput": 100.0, "latency_p50_ms": 10.0, "latency_p99_ms": 50.0, "requests": 3000}
+    figures = {"throughput": 100.0, "latency_p50_ms": 10.0, "latency_p99_ms": 50.0, "requests": 3000,
+               "server_cpu_ms_per_request": 2.5}
     row = {"ideal_lru_8": 0.42, "ideal_lru_16": 0.6, "loadavg": [2.0, 2.0, 2.0], "order": list(multiplex.CONFIGS),
            "mux": {**figures, "throughput": 140.0, "hit_rate": 0.45, "loads": 1650, "load_mean_ms": 6.1},
            "lru": {**figures, "hit_rate": 0.41, "loads": 1770}, "top8": figures}
     results = {"variants": 100, "zipf_s": 1.1, "max_loaded": 8, "instances": 2, "concurrency": 16, "dim": 1024,
                "rank": 16, "warmup_requests": 600, "requests": 3000, "rounds": [row, row],
-               "throughput_ratio": 1.4, "hit_rate_gap": -0.03, "hit_rate_gap_16": 0.15,
+               "throughput_ratio": 1.4, "hit_rate_gap": -0.03, "hit_rate_gap_16": 0.15, "cpu_ratio": 1.2,
                "met": {"hit_rate": True, "throughput": True}}
     table = multiplex.markdown(results)
     assert table.count("| mux |") == 2 and "1650 (6.1)" in table
     assert "1.40x (target >= 1.3x: met)" in table and "+3.0 points from the ideal LRU of max_loaded=8" in table
-    assert "-15.0 points from the ideal LRU of both instances' 16" in table
+    assert "-15.0 points from the ideal LRU of both instances' 16" in table and "lru/mux (median) 1.20x" in table
