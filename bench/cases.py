@@ -61,3 +61,62 @@ GPU_CASES = (
     Case("gpu_c32", "torch MLP 512-2048-512, concurrency 32", "torch MLP\nc=32", "torch_mlp", 512, 32, 1.00),
 )  # fmt: skip
 QUICK_CASE = "small_c1"
+
+
+# -- continuous batching (issue 42) ---------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class StreamCase:
+    """A load of streams for the continuous-batching cases (bench/continuous.py), not perf_analyzer's.
+
+    Every stream asks for `steps` pieces; a step over n streams costs ``base_ms + per_stream_us *
+    n`` (bench/step_model.py). A load case runs `concurrency` slots in a closed loop, started at
+    uniform offsets over one stream's duration; the scenario (`arrivals_ms` set) starts one stream
+    at each offset instead. `max_streams` is what one step may hold (``max_batch_size``).
+    """
+
+    key: str
+    title: str
+    label: str  # short, for the plot
+    concurrency: int
+    steps: int = 64
+    base_ms: float = 2.0
+    per_stream_us: float = 20.0
+    max_streams: int = 64
+    arrivals_ms: Tuple[float, ...] = ()
+
+    @property
+    def scenario(self) -> bool:
+        return bool(self.arrivals_ms)
+
+    def step_s(self, streams: Optional[int] = None) -> float:
+        """The nominal step over `streams` streams (default: the case's concurrency)."""
+        return self.base_ms / 1000 + self.per_stream_us / 1e6 * (self.concurrency if streams is None else streams)
+
+    def ideal_pieces_per_s(self) -> float:
+        """Every slot's stream getting a piece every step: concurrency / step."""
+        return self.concurrency / self.step_s()
+
+
+STREAM_CASES = (
+    StreamCase("cb_c1", "64-step streams, 1 at a time", "c=1", 1),
+    StreamCase("cb_c8", "64-step streams, 8 at a time", "c=8", 8),
+    StreamCase("cb_c32", "64-step streams, 32 at a time", "c=32", 32),
+    StreamCase("cb_c64", "64-step streams, 64 at a time", "c=64", 64),
+    StreamCase("cb_scenario", "scenario: 8 streams 40 ms apart, 32 steps of 10 ms", "scenario", 8, steps=32,
+               base_ms=10.0, per_stream_us=0.0, max_streams=8, arrivals_ms=tuple(40.0 * k for k in range(8))),
+)  # fmt: skip
+STREAM_GROUP = "continuous"
+"""`--cases continuous` selects every case of STREAM_CASES."""
+
+# Who serves the streams: (way, protocol). "whole" is today's @batch generator, "continuous" a
+# @continuous step function, "litserve" LitServe 0.2.19's ContinuousBatchingLoop (HTTP only).
+STREAM_SYSTEMS = (("whole", "grpc"), ("continuous", "grpc"), ("whole", "http"), ("continuous", "http"),
+                  ("litserve", "http"))
+
+# The targets of issue 42 (docs/performance.md says what each means).
+CB_IDEAL_CONCURRENCY = 32
+CB_MIN_OF_IDEAL = 0.85  # continuous pieces/s at 32 streams, against the ideal
+CB_MIN_OVER_WHOLE = 1.5  # continuous pieces/s at 32 streams, against the whole-batch generator
+CB_FIRST_PIECE_STEPS, CB_FIRST_PIECE_EXTRA_MS = 2, 1.0  # time to first piece p50 <= 2 steps + 1 ms
+CB_MIN_OVER_LITSERVE = 1.0  # continuous pieces/s against LitServe, every concurrency
+CB_SCENARIO_DONE_STEPS = 34  # the scenario: every stream done within 34 steps of its arrival

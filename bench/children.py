@@ -12,7 +12,7 @@ import ctypes
 import signal
 import subprocess
 import time
-from typing import IO, List, Mapping, Optional, Sequence
+from typing import IO, List, Mapping, Optional, Sequence, Union
 
 import psutil
 
@@ -24,9 +24,10 @@ def _die_with_parent() -> None:
 
 
 class Child:
-    """One started process, its output sent to `output` (a file: never an ever-growing pipe)."""
+    """One started process, its output sent to `output` (a file: never an ever-growing pipe, unless
+    the harness reads it as it comes: ``subprocess.PIPE``, then `stdout`)."""
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str], output: IO[str]) -> None:
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], output: Union[IO[str], int]) -> None:
         self.argv = list(argv)
         self.started = time.monotonic()
         self._process = subprocess.Popen(
@@ -37,11 +38,17 @@ class Child:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_die_with_parent,
+            text=True,
         )
 
     @property
     def pid(self) -> int:
         return self._process.pid
+
+    @property
+    def stdout(self) -> Optional[IO[str]]:
+        """Its output, when `output` was ``subprocess.PIPE``."""
+        return self._process.stdout
 
     def is_running(self) -> bool:
         return self._process.poll() is None

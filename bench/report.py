@@ -312,3 +312,250 @@ def update_breakdown(page: pathlib.Path, table: str, results: Dict[str, Any]) ->
         BREAKDOWN_END,
     ])
     _replace_block(page, _block_pattern(BREAKDOWN_BEGIN, BREAKDOWN_END), block)
+
+
+# -- the continuous-batching cases (bench/continuous.py) -----------------------------------------
+CONTINUOUS_BEGIN = "<!-- bench-continuous:begin (written by bench/run.py; edit outside these markers) -->"
+CONTINUOUS_END = "<!-- bench-continuous:end -->"
+WAY_NAMES = {"whole": "whole-batch @batch generator", "continuous": "@continuous step function",
+             "litserve": "LitServe 0.2.19 ContinuousBatchingLoop"}
+WAY_COLOURS = {"whole/grpc": "#9e9e9e", "whole/http": "#cfcfcf", "continuous/grpc": "#76b900",
+               "continuous/http": "#3f7f00", "litserve/http": "#7b4fd6"}
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _way(name: str) -> List[str]:
+    way, protocol = name.split("/")
+    return [WAY_NAMES[way], protocol]
+
+
+def continuous_load_rows(results: Dict[str, Any]) -> List[List[str]]:
+    """The load cases: one row per concurrency and way of serving, and the ideal."""
+    rows = [["streams", "served by", "proto", "pieces/s", "of ideal", "first piece p50 ms", "first piece p99 ms",
+             "gap p50 ms", "gap p99 ms", "client CPU %", "server CPU %", "failed streams"]]
+    for row in results["continuous"]["cases"]:
+        if row["scenario"]:
+            continue
+        for name, entry in row["systems"].items():
+            figures = entry["figures"]
+            rows.append([str(row["concurrency"]), *_way(name), _num(figures["pieces_per_s"], 0),
+                         _num(figures["of_ideal"], 2), _num(figures["first_piece_p50_ms"]),
+                         _num(figures["first_piece_p99_ms"]), _num(figures["gap_p50_ms"], 2),
+                         _num(figures["gap_p99_ms"], 2), _num(figures["client_cpu_percent"], 0),
+                         _num(figures.get("server_cpu_percent"), 0), str(figures.get("failed") or 0)])
+        rows.append([str(row["concurrency"]), f"ideal (a step of {row['step_ms']:g} ms)", "-",
+                     _num(row["ideal_pieces_per_s"], 0), "1.00", "-", "-", _num(row["step_ms"], 2), "-", "-", "-",
+                     "-"])
+    return rows
+
+
+def continuous_scenario_rows(results: Dict[str, Any]) -> List[List[str]]:
+    """The scenario: when the streams got their first piece and ended, after their arrival (medians over the rounds)."""
+    rows = [["served by", "proto", "first piece after arrival, ms (fastest-slowest stream)",
+             "done after arrival, ms (fastest-slowest)", "last stream ended, ms after the first arrived",
+             "sent late, ms (most)", "failed streams"]]
+    for row in results["continuous"]["cases"]:
+        if not row["scenario"]:
+            continue
+        for name, entry in row["systems"].items():
+            figures = entry["figures"]
+            rows.append([*_way(name), f"{_num(figures['first_piece_min_ms'])}-{_num(figures['first_piece_max_ms'])}",
+                         f"{_num(figures['done_min_ms'])}-{_num(figures['done_max_ms'])}",
+                         _num(figures["last_end_ms"]), _num(figures.get("sent_late_max_ms")),
+                         str(figures.get("failed") or 0)])
+    return rows
+
+
+def continuous_verdict_rows(results: Dict[str, Any]) -> List[List[str]]:
+    rows = [["target", "case", "served by", "proto", "measured (median)", "each round", "limit", "met"]]
+    for verdict in results["continuous"]["verdicts"]:
+        unit = f" {verdict['unit']}" if verdict["unit"] else ""
+        rows.append([
+            verdict["target"], verdict["case"], *_way(verdict["system"]),
+            "not measured" if verdict["value"] is None else f"{verdict['value']:.3g}{unit}",
+            ", ".join(f"{value:.3g}" for value in verdict["rounds"]) or "-",
+            ("<= " if verdict["at_most"] else ">= ") + f"{verdict['limit']:g}",
+            "yes" if verdict["met"] else ("NO (streams failed)" if verdict.get("failed") else "NO"),
+        ])  # fmt: skip
+    return rows
+
+
+def _text(rows: List[List[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for index, row in enumerate(rows):
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        if index == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def _markdown(rows: List[List[str]]) -> str:
+    lines = ["| " + " | ".join(rows[0]) + " |", "|" + "|".join(" --- " for _ in rows[0]) + "|"]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows[1:]]
+    return "\n".join(lines)
+
+
+def _continuous_tables(results: Dict[str, Any], form: Any) -> List[str]:
+    parts = []
+    if any(not row["scenario"] for row in results["continuous"]["cases"]):
+        parts.append(form(continuous_load_rows(results)))
+    if any(row["scenario"] for row in results["continuous"]["cases"]):
+        parts.append(form(continuous_scenario_rows(results)))
+    parts.append(form(continuous_verdict_rows(results)))
+    return parts
+
+
+def continuous_text(results: Dict[str, Any]) -> str:
+    return "\n\n".join(_continuous_tables(results, _text))
+
+
+def _median_round(entry: Dict[str, Any]) -> Dict[str, Any]:
+    """The scenario's round whose slowest first piece is the median one (the round the plot shows)."""
+    rounds = sorted(entry["rounds"], key=lambda run: run.get("first_piece_max_ms") or 0.0)
+    return rounds[(len(rounds) - 1) // 2]
+
+
+def plot_continuous(results: Dict[str, Any], path: pathlib.Path) -> Optional[str]:
+    """Pieces/s, time to first piece and gaps against concurrency, and the scenario's streams; why not, if not."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib import ticker
+    except ImportError:
+        return "matplotlib is not installed (`make bench` installs it)"
+    rows = [row for row in results["continuous"]["cases"] if not row["scenario"]]
+    scenario = next((row for row in results["continuous"]["cases"] if row["scenario"]), None)
+    figure, axes = plt.subplots(2, 2, figsize=(14, 10))
+    names = sorted({name for row in rows for name in row["systems"]}, key=list(WAY_COLOURS).index)
+    concurrency = [row["concurrency"] for row in rows]
+    panels = (
+        (axes[0][0], "pieces_per_s", None, "Pieces per second (log scale)"),
+        (axes[0][1], "first_piece_p50_ms", "first_piece_p99_ms", "Time to first piece, ms: p50 (solid), p99 (dotted)"),
+        (axes[1][0], "gap_p50_ms", "gap_p99_ms",
+         "Gap between pieces, ms: p50 (solid), p99 (dotted); a p50 of 0 (pieces bunched) not drawn"),
+    )
+    for axis, key, p99, title in panels:
+        if not rows:
+            axis.set_visible(False)
+            continue
+        for name in names:
+            points = [(row["concurrency"], row["systems"][name]["figures"]) for row in rows if name in row["systems"]]
+            label = f"{WAY_NAMES[name.split('/')[0]]} ({name.split('/')[1]})"
+            # A log axis has no 0: a gap p50 of 0 (pieces that arrived together in one read) is left out.
+            shown = [(c, f[key]) for c, f in points if f.get(key)]
+            axis.plot([c for c, _ in shown], [v for _, v in shown], marker="o", color=WAY_COLOURS[name], label=label)
+            if p99:
+                shown = [(c, f[p99]) for c, f in points if f.get(p99)]
+                axis.plot([c for c, _ in shown], [v for _, v in shown], linestyle=":", marker=".",
+                          color=WAY_COLOURS[name])
+        if key == "pieces_per_s":
+            axis.plot(concurrency, [row["ideal_pieces_per_s"] for row in rows], linestyle="--", color="black",
+                      label="ideal: concurrency / step")
+        elif key == "first_piece_p50_ms":
+            axis.plot(concurrency, [2 * row["step_ms"] + 1 for row in rows], linestyle="--", color="black",
+                      label="target: 2 steps + 1 ms")
+        else:
+            axis.plot(concurrency, [row["step_ms"] for row in rows], linestyle="--", color="black",
+                      label="one step")
+        axis.set_xscale("log", base=2)
+        axis.set_yscale("log")
+        axis.set_xticks(concurrency)
+        axis.xaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.yaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+        axis.yaxis.set_minor_formatter(ticker.NullFormatter())
+        axis.set_xlabel("concurrent streams (64 steps each)")
+        axis.set_title(title, fontsize=10)
+        axis.grid(which="both", alpha=0.3)
+        axis.legend(fontsize=7)
+    axis = axes[1][1]
+    if scenario is None:
+        axis.set_visible(False)
+    else:
+        labels = []
+        for group, (name, entry) in enumerate(scenario["systems"].items()):
+            run = _median_round(entry)
+            for index, stream in enumerate(run["streams"]):
+                y = group * (len(run["streams"]) + 2) + index
+                arrival, first, done = stream["arrival_ms"], stream["first_piece_ms"], stream["done_ms"]
+                if first is not None:
+                    axis.plot([arrival, arrival + first], [y, y], color=WAY_COLOURS[name], alpha=0.35, linewidth=4)
+                if done is not None:
+                    axis.plot([arrival + (first or 0), arrival + done], [y, y], color=WAY_COLOURS[name], linewidth=4)
+            labels.append((group * (len(run["streams"]) + 2) + len(run["streams"]) / 2 - 0.5,
+                           f"{name.split('/')[0]}\n{name.split('/')[1]}"))
+        axis.set_yticks([y for y, _ in labels])
+        axis.set_yticklabels([text for _, text in labels], fontsize=8)
+        axis.invert_yaxis()
+        axis.set_xlabel("ms from the first stream's arrival")
+        axis.set_title(f"Scenario: 8 streams 40 ms apart, 32 steps of {scenario['step_ms']:g} ms\n"
+                       "(pale: waiting for the first piece; dark: streaming)", fontsize=10)
+        axis.grid(axis="x", alpha=0.3)
+    info = results["machine"]
+    figure.suptitle(f"Continuous batching: pytriton's @continuous, its whole-batch generator and LitServe, the same "
+                    f"step (2 ms + 20 µs per stream) — {info['nproc']} cores, {info['date']}", fontsize=10)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return None
+
+
+def continuous_block(results: Dict[str, Any], image_name: str) -> str:
+    info, settings, measured = results["machine"], results["settings"], results["continuous"]
+    load = ", ".join(f"{value:.2f}" for value in info["loadavg_at_start"])
+    peer = measured["litserve"]
+    versions = peer.get("versions") or {}
+    peer_text = (f"LitServe {versions.get('litserve')} (FastAPI {versions.get('fastapi')}, uvicorn "
+                 f"{versions.get('uvicorn')}, Python {versions.get('python')}), its own environment"
+                 if peer["status"] == "ran" else f"LitServe: {peer['status']}")
+    idle = ", ".join(f"{name} {value:g} %" for name, value in measured.get("idle_cpu_percent", {}).items())
+    late = [entry["figures"].get("sleep_late_p50_us") for row in measured["cases"] if not row["scenario"]
+            for entry in row["systems"].values()]
+    late = [value for value in late if value is not None]
+    late90 = [run.get("sleep_late_p90_us") for row in measured["cases"] for entry in row["systems"].values()
+              for run in entry["rounds"]]
+    late90 = [value for value in late90 if value is not None]
+    loads = [run.get("loadavg_1min") for row in measured["cases"] for entry in row["systems"].values()
+             for run in entry["rounds"]]
+    loads = [value for value in loads if value is not None]
+    unmet = [verdict for verdict in measured["verdicts"] if not verdict["met"]]
+    lines = [
+        CONTINUOUS_BEGIN,
+        "",
+        f"Measured {info['date']} on {info['nproc']} cores ({info['cpu_model']}), {info['memory_gib']} GiB, "
+        f"Linux {info['kernel']}, Python {info['python']}; load average at start {load}. "
+        f"Commit {settings['revision']}; tritonserver {settings['triton_server']}; {peer_text}; "
+        f"{measured['settings']['rounds']} round(s), each run {measured['settings']['warmup_s']:g} s of warm-up "
+        f"then a {measured['settings']['window_s']:g} s window"
+        + (f"; run time {results['duration_s'] / 60:.0f} min" if results.get("duration_s") else "")
+        + f". Idle CPU (% of one core): {idle}."
+        + (f" While the load ran, a sleep of one step in the harness woke {min(late):.0f}-{max(late):.0f} µs late "
+           f"at the median of a run, {min(late90) / 1000:.1f}-{max(late90) / 1000:.1f} ms at its 90th percentile."
+           if late and late90 else "")
+        + (f" Load average (1 min) as the runs began: {min(loads):.1f}-{max(loads):.1f} on {info['nproc']} cores."
+           if loads else ""),
+        "",
+        *[part + "\n" for part in _continuous_tables(results, _markdown)],
+        *(["Streams that failed (the client checks each: its n pieces, tokens 0 to n - 1, then its end): "
+           + "; ".join(measured["failures"]) + ".", ""] if measured.get("failures") else []),
+        f"![Continuous batching: pieces/s, time to first piece, gaps, and the scenario]({image_name})",
+        "",
+        ("Every target met." if not unmet else f"Targets not met: {len(unmet)} of {len(measured['verdicts'])} (the "
+         "NO rows above)."),
+        "",
+        CONTINUOUS_END,
+    ]
+    return "\n".join(lines)
+
+
+def update_continuous_docs(results: Dict[str, Any], page: pathlib.Path, image_name: str) -> None:
+    """Replace the continuous-batching block of the page (the text around it is kept)."""
+    _replace_block(page, _block_pattern(CONTINUOUS_BEGIN, CONTINUOUS_END), continuous_block(results, image_name))

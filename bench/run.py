@@ -27,12 +27,13 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 import breakdown
+import continuous
 import cpu_work
 import gpu
 import multiplex
 import psutil
 import report
-from cases import CASES, GPU_CASES, QUICK_CASE, Case
+from cases import CASES, GPU_CASES, QUICK_CASE, STREAM_CASES, STREAM_GROUP, Case
 from perfanalyzer import BenchError, PerfAnalyzer
 from report import say
 from servers import (
@@ -49,11 +50,12 @@ from servers import (
 OUT_DIR = REPO / "bench" / "out"
 DOCS_PAGE = REPO / "docs" / "performance.md"
 DESIGN_PAGE = REPO / "docs" / "design" / "hop.md"
+DOCS_IMAGE = REPO / "docs" / "performance.png"
+DOCS_GPU_IMAGE = REPO / "docs" / "performance-gpu.png"
+DOCS_CONTINUOUS_IMAGE = REPO / "docs" / "performance-continuous.png"
 MULTIPLEX_CASE = "multiplex_c16"
 MULTIPLEX_ROUNDS = 3  # the machine is shared: every round is reported, the medians decide
 MULTIPLEX_REQUESTS = 3000
-DOCS_IMAGE = REPO / "docs" / "performance.png"
-DOCS_GPU_IMAGE = REPO / "docs" / "performance-gpu.png"
 STARTUP_TARGET_S = 0.30
 CPU_WORK_S = 0.005  # what cpu_5ms's loop is calibrated to take per batch
 
@@ -62,13 +64,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     keys = [case.key for case in CASES]
     gpu_keys = [case.key for case in GPU_CASES]
+    stream_keys = [case.key for case in STREAM_CASES]
     parser.add_argument("--quick", action="store_true",
                         help=f"shortest form: case {QUICK_CASE} over HTTP, three 1 s windows without waiting for "
                         "stable figures, one start-up each, no docs")
-    parser.add_argument("--cases", nargs="+", choices=keys + gpu_keys + [MULTIPLEX_CASE],
-                        help=f"cases to run (default: all; with --gpu: {' '.join(gpu_keys)}). {MULTIPLEX_CASE} is "
-                        "multiplexed models against an lru_cache and 8 bound models (bench/multiplex.py), with "
-                        f"{MULTIPLEX_ROUNDS} rounds at least")
+    parser.add_argument("--cases", nargs="+", choices=keys + stream_keys + [STREAM_GROUP, MULTIPLEX_CASE] + gpu_keys,
+                        help=f"cases to run (default: all; '{STREAM_GROUP}': {' '.join(stream_keys)}, the "
+                        f"continuous-batching cases; {MULTIPLEX_CASE}: multiplexed models against an lru_cache and "
+                        f"8 bound models (bench/multiplex.py), {MULTIPLEX_ROUNDS} rounds at least; with --gpu: "
+                        f"{' '.join(gpu_keys)})")
     parser.add_argument("--protocols", nargs="+", choices=["http", "grpc"], help="default: http grpc")
     parser.add_argument("--interval-ms", type=int, help="perf_analyzer --measurement-interval (default 3000)")
     parser.add_argument("--stabilize", action=argparse.BooleanOptionalAction,
@@ -97,15 +101,21 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         "and gRPC, from Triton's traces and the models' own stamps) and the CPU per 1,000 "
                         "requests of each process at concurrency 16 (bench/breakdown.py); writes breakdown.json "
                         "beside --out and, unless --no-docs, the breakdown block of docs/design/hop.md")
+    parser.add_argument("--litserve", action=argparse.BooleanOptionalAction, default=True,
+                        help="the continuous-batching cases also measure LitServe 0.2.19, installed on first use into "
+                        "its own environment in the bench's cache (default: on)")
     parser.add_argument("--torch-device", help=argparse.SUPPRESS)  # --gpu on another device: plumbing tests only
     args = parser.parse_args(argv)
+    if args.cases and STREAM_GROUP in args.cases:
+        args.cases = [key for key in args.cases if key != STREAM_GROUP] + stream_keys
+    args.stream_cases = []
+    args.multiplex = False
     if args.torch_device:
         args.gpu = True
-    args.multiplex = False
     if args.gpu:
         args.torch_device = args.torch_device or "cuda"
         wrong = sorted(set(args.cases or ()) - set(gpu_keys))
-        if wrong:
+        if wrong:  # the continuous-batching cases too: they run on the CPU
             parser.error(f"--cases {' '.join(wrong)}: not a case of --gpu, whose cases are {' '.join(gpu_keys)}")
         args.cases = [case for case in GPU_CASES if case.key in (args.cases or gpu_keys)]
         if args.out == OUT_DIR / "results.json":
@@ -114,9 +124,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         wrong = sorted(set(args.cases or ()) & set(gpu_keys))
         if wrong:
             parser.error(f"--cases {' '.join(wrong)}: GPU cases run only with --gpu")
-        chosen = args.cases or ([QUICK_CASE] if args.quick else [*keys, MULTIPLEX_CASE])
+        chosen = args.cases or ([QUICK_CASE] if args.quick else keys + stream_keys + [MULTIPLEX_CASE])
         args.multiplex = MULTIPLEX_CASE in chosen
         args.cases = [case for case in CASES if case.key in chosen]
+        args.stream_cases = [case for case in STREAM_CASES if case.key in chosen]
     args.protocols = args.protocols or (["http"] if args.quick else ["http", "grpc"])
     args.interval_explicit = args.interval_ms is not None or args.quick
     args.interval_ms = args.interval_ms or (1000 if args.quick else 3000)
@@ -254,12 +265,11 @@ def leftovers(markers: Sequence[str]) -> Dict[str, List[str]]:
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
+    """The cases asked for: perf_analyzer's against the reference (`args.cases`, after the start-ups),
+    then the continuous-batching ones (`args.stream_cases`, bench/continuous.py)."""
     run_dir = args.out.parent / ("run-gpu" if args.gpu else "run")
     device = gpu.device_info(args.torch_device) if args.gpu else None  # refuses early without the device
     shutil.rmtree(run_dir, ignore_errors=True)
-    pa = PerfAnalyzer.install(server_lib_dir(), args.perf_analyzer)
-    loop_count = cpu_work.calibrate(CPU_WORK_S)
-    say(f"bench: cpu_5ms spins {loop_count:,} loop iterations per batch (about {CPU_WORK_S * 1000:g} ms here)")
     results: Dict[str, Any] = {
         "schema": 1,
         "machine": report.machine(),
@@ -271,10 +281,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             "startup_repeats": args.startup_repeats,
             "rounds": args.rounds,
             "triton_server": server_version(),
-            "perf_analyzer": pa.version(),
             "revision": report.git_revision(args.ours_pythonpath or REPO),
             "ours_pythonpath": str(args.ours_pythonpath) if args.ours_pythonpath else None,
-            "cpu_loop_count": loop_count,
         },
         "cases": [],
     }
@@ -284,42 +292,14 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     created: List[Server] = []
     started = time.monotonic()
     try:
-        samples = measure_startups(
-            args.startup_repeats, run_dir / "logs", live, created, args.ours_pythonpath, loop_count,
-            args.torch_device if args.gpu else None,
-        )
-        reference_s, ours_s = statistics.median(samples["reference"]), statistics.median(samples["ours"])
-        results["startup"] = {
-            "reference_s": samples["reference"], "ours_s": samples["ours"],
-            "reference_median_s": round(reference_s, 3), "ours_median_s": round(ours_s, 3),
-            "difference_s": round(ours_s - reference_s, 3), "target_s": STARTUP_TARGET_S,
-            "met": ours_s - reference_s <= STARTUP_TARGET_S,
-        }  # fmt: skip
-        servers = {server.name: server for server in live}
-        reference, ours = servers["reference"], servers["ours"]
-        same_models([reference, ours])
-        assert isinstance(ours, OursServer)
-        if args.gpu:
-            results["gpu"]["outputs_check"] = gpu.check_outputs(reference, ours)
-        else:
-            for server in (reference, ours):
-                for spec in MODELS.values():
-                    if spec.decoupled:
-                        server.check_stream(spec.name, spec.steps)
-                    else:
-                        server.check_identity(spec.name)
-            results["settings"]["cpu_instances_ours"] = ours.cpu_instances()
-        results["idle_cpu_percent"] = {s.name: round(s.idle_cpu_percent(), 1) for s in (reference, ours)}
-        index = 0
-        for case in args.cases:
-            protocols = [protocol for protocol in args.protocols if protocol in case.protocols]
-            if not protocols:
-                say(f"bench: {case.key} runs over {'/'.join(case.protocols)} only; not in --protocols, skipped")
-            for protocol in protocols:
-                order = [reference, ours] if index % 2 == 0 else [ours, reference]
-                results["cases"].append(measure_case(pa, case, protocol, order, args, run_dir))
-                index += 1
-        if args.multiplex:  # a server of its own, started once the others are idle
+        if args.cases:
+            measure_classic(args, results, run_dir, live, created)
+        if args.stream_cases:
+            results["continuous"] = continuous.measure(
+                args.stream_cases, rounds=args.rounds, quick=args.quick, litserve=args.litserve,
+                run_dir=run_dir / "continuous", ours_pythonpath=args.ours_pythonpath, created=created,
+            )  # fmt: skip
+        if args.multiplex:  # a server of its own, started once the others are done
             results["multiplex"] = multiplex.run(max(MULTIPLEX_ROUNDS, args.rounds), MULTIPLEX_REQUESTS,
                                                  run_dir / "logs")
     finally:
@@ -336,15 +316,73 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             for s in created
         ]  # fmt: skip
         results["leftovers"] = leftovers([server.marker for server in created if server.marker])
+        litserve_left = (results.get("continuous") or {}).get("leftover_litserve_pids")
+        if litserve_left:
+            results["leftovers"]["processes"] += [f"{pid} (LitServe)" for pid in litserve_left]
         if any(results["leftovers"].values()):
             say(f"bench: WARNING: left behind: {results['leftovers']}")
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     results["machine"]["loadavg_at_end"] = list(os.getloadavg())
     results["duration_s"] = round(time.monotonic() - started, 1)
-    results["all_met"] = (all(row["met"] for row in results["cases"]) and results["startup"]["met"]
-                          and all(results.get("multiplex", {}).get("met", {}).values()))
+    met = [row["met"] for row in results["cases"]]
+    if "startup" in results:
+        met.append(results["startup"]["met"])
+    if "continuous" in results:
+        met.append(results["continuous"]["all_met"])
+    if "multiplex" in results:
+        met += list(results["multiplex"]["met"].values())
+    results["all_met"] = all(met)
     return results
+
+
+def measure_classic(args: argparse.Namespace, results: Dict[str, Any], run_dir: pathlib.Path, live: List[Server],
+                    created: List[Server]) -> None:
+    """perf_analyzer's cases: start-ups, the checks of both servers, then every case and protocol."""
+    pa = PerfAnalyzer.install(server_lib_dir(), args.perf_analyzer)
+    loop_count = cpu_work.calibrate(CPU_WORK_S)
+    say(f"bench: cpu_5ms spins {loop_count:,} loop iterations per batch (about {CPU_WORK_S * 1000:g} ms here)")
+    results["settings"]["perf_analyzer"] = pa.version()
+    results["settings"]["cpu_loop_count"] = loop_count
+    samples = measure_startups(
+        args.startup_repeats, run_dir / "logs", live, created, args.ours_pythonpath, loop_count,
+        args.torch_device if args.gpu else None,
+    )
+    reference_s, ours_s = statistics.median(samples["reference"]), statistics.median(samples["ours"])
+    results["startup"] = {
+        "reference_s": samples["reference"], "ours_s": samples["ours"],
+        "reference_median_s": round(reference_s, 3), "ours_median_s": round(ours_s, 3),
+        "difference_s": round(ours_s - reference_s, 3), "target_s": STARTUP_TARGET_S,
+        "met": ours_s - reference_s <= STARTUP_TARGET_S,
+    }  # fmt: skip
+    servers = {server.name: server for server in live}
+    reference, ours = servers["reference"], servers["ours"]
+    same_models([reference, ours])
+    assert isinstance(ours, OursServer)
+    if args.gpu:
+        results["gpu"]["outputs_check"] = gpu.check_outputs(reference, ours)
+    else:
+        for server in (reference, ours):
+            for spec in MODELS.values():
+                if spec.decoupled:
+                    server.check_stream(spec.name, spec.steps)
+                else:
+                    server.check_identity(spec.name)
+        results["settings"]["cpu_instances_ours"] = ours.cpu_instances()
+    results["idle_cpu_percent"] = {s.name: round(s.idle_cpu_percent(), 1) for s in (reference, ours)}
+    index = 0
+    for case in args.cases:
+        protocols = [protocol for protocol in args.protocols if protocol in case.protocols]
+        if not protocols:
+            say(f"bench: {case.key} runs over {'/'.join(case.protocols)} only; not in --protocols, skipped")
+        for protocol in protocols:
+            order = [reference, ours] if index % 2 == 0 else [ours, reference]
+            results["cases"].append(measure_case(pa, case, protocol, order, args, run_dir))
+            index += 1
+    # The classic servers are not needed any more: the continuous cases start their own.
+    for server in list(live):
+        server.stop()
+        live.remove(server)
 
 
 def run_breakdown(args: argparse.Namespace) -> Dict[str, Any]:
@@ -407,19 +445,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         say("bench: interrupted; every server was stopped")
         return 130
     report.write_json(results, args.out)
-    print(report.text_table(results))
     say(f"bench: figures in {args.out}")
-    why_not = report.plot(results, args.plot)
-    if why_not:
-        say(f"bench: no plot: {why_not}")
-    else:
-        say(f"bench: plot in {args.plot}")
-    if args.docs:
-        image = DOCS_GPU_IMAGE if args.gpu else DOCS_IMAGE
-        if why_not is None:
-            image.write_bytes(args.plot.read_bytes())
-        report.update_docs(results, DOCS_PAGE, image.name, gpu=args.gpu)
-        say(f"bench: updated {DOCS_PAGE.relative_to(REPO)} and {image.relative_to(REPO)}")
+    if args.cases:
+        print(report.text_table(results))
+        why_not = report.plot(results, args.plot)
+        say(f"bench: no plot: {why_not}" if why_not else f"bench: plot in {args.plot}")
+        if args.docs:
+            image = DOCS_GPU_IMAGE if args.gpu else DOCS_IMAGE
+            if why_not is None:
+                image.write_bytes(args.plot.read_bytes())
+            report.update_docs(results, DOCS_PAGE, image.name, gpu=args.gpu)
+            say(f"bench: updated {DOCS_PAGE.relative_to(REPO)} and {image.relative_to(REPO)}")
+    if "continuous" in results:
+        print(report.continuous_text(results))
+        plot = args.plot.with_name(DOCS_CONTINUOUS_IMAGE.name)
+        why_not = report.plot_continuous(results, plot)
+        say(f"bench: no plot: {why_not}" if why_not else f"bench: plot in {plot}")
+        if args.docs:
+            if why_not is None:
+                DOCS_CONTINUOUS_IMAGE.write_bytes(plot.read_bytes())
+            report.update_continuous_docs(results, DOCS_PAGE, DOCS_CONTINUOUS_IMAGE.name)
+            say(f"bench: updated {DOCS_PAGE.relative_to(REPO)} and {DOCS_CONTINUOUS_IMAGE.relative_to(REPO)}")
     return 0
 
 

@@ -33,6 +33,7 @@ FILES = (
     "pytriton/constants.py",
     "pytriton/environment.py",
     "pytriton/exceptions.py",
+    "pytriton/install_hints.py",
     "pytriton/notices.py",
 )
 """Single files of the top-level package."""

@@ -35,6 +35,20 @@ built by ``pytriton-client/``) stay out of this one's wheel (`BuildPy`), which r
 distribution instead. An editable install runs the whole source tree, client files included, so
 its metadata leaves that requirement out: ``pip install -e .`` needs nothing that is not on PyPI.
 
+pytriton-client is on no package index, so a requirement on it by version alone fails the
+natural first try, ``pip install /path/to/pytriton``, with pip's "No matching distribution found
+for pytriton-client==0.1.0". The metadata prepared for a build from a source tree that holds
+``pytriton-client/`` (a checkout, a git clone) therefore names that folder instead
+(``pytriton-client @ file:///path/to/pytriton/pytriton-client``, `with_local_client`): pip, which
+resolves from the prepared metadata, builds the clients from the same tree, and the one path is
+enough, from a checkout and from the git URL alike. The wheel itself keeps the requirement by
+version: a wheel copied to another machine (``pip wheel``, the Dockerfile's build stage) must
+install beside pytriton-client's wheel, and a file URL of the building machine would stop it (an
+index refuses such metadata too), so `build_wheel` lets setuptools write the metadata afresh
+instead of copying the prepared one. That knowingly departs from PEP 517's rule that a wheel built
+after ``prepare_metadata_for_build_wheel`` carries identical metadata, in this one requirement;
+pip resolves from the prepared metadata and checks only the wheel's name and version against it.
+
 Everything else is ``setuptools.build_meta``, re-exported unchanged.
 """
 
@@ -310,6 +324,24 @@ def without_client_requirement(metadata: str) -> str:
     return "".join(line for line in metadata.splitlines(keepends=True) if not _CLIENT_REQUIREMENT.match(line))
 
 
+CLIENT_PROJECT = PROJECT_ROOT / "pytriton-client"
+"""The client distribution's project folder, in a checkout (an sdist holds none)."""
+
+
+def with_local_client(metadata: str, client_project: Path) -> str:
+    """Core metadata whose ``Requires-Dist`` on pytriton-client names the folder `client_project`
+    (a direct reference, ``pytriton-client @ file://...``), for pip to build it from there."""
+    reference = f"Requires-Dist: pytriton-client @ {client_project.resolve().as_uri()}"
+    lines = []
+    for line in metadata.splitlines(keepends=True):
+        if _CLIENT_REQUIREMENT.match(line):
+            _, semicolon, marker = line.partition(";")
+            # After a URL, PEP 508 wants a space before the marker's semicolon.
+            line = f"{reference} ; {marker.strip()}\n" if semicolon else f"{reference}\n"
+        lines.append(line)
+    return "".join(lines)
+
+
 def build_outputs(root: Path = PROJECT_ROOT) -> List[Path]:
     """What a build may create in the source tree at `root` (the server tree, setuptools'
     ``build/`` and ``*.egg-info``); ``*.egg-info`` as found now. The blocking clients generated
@@ -357,6 +389,10 @@ def get_requires_for_build_sdist(config_settings: ConfigSettings = None) -> List
 def prepare_metadata_for_build_wheel(metadata_directory: str, config_settings: ConfigSettings = None) -> str:
     with source_tree_kept():
         name: str = _setuptools.prepare_metadata_for_build_wheel(metadata_directory, config_settings)
+    if (CLIENT_PROJECT / "pyproject.toml").is_file():
+        # What pip resolves with: the clients from this tree (see the module docstring).
+        metadata = Path(metadata_directory) / name / "METADATA"
+        metadata.write_text(with_local_client(metadata.read_text(encoding="utf-8"), CLIENT_PROJECT), encoding="utf-8")
     return name
 
 
@@ -368,7 +404,9 @@ def build_wheel(
     with source_tree_kept():
         ensure_server_tree()
         ensure_native_backend(SERVER_DIR)
-        name: str = _setuptools.build_wheel(wheel_directory, config_settings, metadata_directory)
+        # Not the prepared metadata (setuptools would copy it into the wheel): the wheel requires
+        # pytriton-client by version, so that a copy installs elsewhere (see the module docstring).
+        name: str = _setuptools.build_wheel(wheel_directory, config_settings, None)
     return name
 
 

@@ -53,9 +53,24 @@ class _ServerSideMissing(MetaPathFinder):
         raise ModuleNotFoundError(
             f"No module named {fullname!r}: this environment has pytriton-client {__version__}, pytriton's "
             "clients only (pytriton.client, pytriton.model_config, pytriton.exceptions). The server side "
-            "(pytriton.triton, pytriton.decorators, pytriton.remote, ...) comes with the full package, "
-            f"which runs on Linux: pip install pytriton=={__version__}"
+            "(pytriton.triton, pytriton.decorators, pytriton.remote, ...) comes with the full package, pytriton, "
+            f"which runs on Linux and is on no package index yet: {_full_package_hint()}"
         )
+
+
+def _full_package_hint() -> str:
+    """The pip line that installs the full package from where this pytriton-client came from."""
+    from importlib import metadata
+
+    try:
+        from pytriton.install_hints import full_package_hint
+    except ImportError:  # a pytriton-client older than this file: the hint is all that is lost
+        return "install it from a checkout of pytriton's repository or from its git URL"
+    try:
+        recorded = metadata.distribution("pytriton-client").read_text("direct_url.json")
+    except (metadata.PackageNotFoundError, OSError):
+        recorded = None
+    return full_package_hint(recorded)
 
 
 if not any(os.path.isfile(os.path.join(folder, _SERVER_SIDE_MARKER)) for folder in __path__) and not any(

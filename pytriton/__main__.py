@@ -5,7 +5,7 @@
 this installation built none): what to copy into a Triton server image's backend directory, as
 ``<backend directory>/pytriton/libtriton_pytriton.so``, so that `RemoteTriton` serves through it.
 ``pytriton check [--build] [--timeout SECONDS] [SCRIPT]`` runs `pytriton.check.runtime`: the
-versions, then one line per check, ``PASS``/``WARN``/``FAIL``, the remedy after each failure;
+versions, then one line per check, ``PASS``/``INFO``/``WARN``/``FAIL``, the remedy after each failure;
 the exit status is 1 when a check failed, so a container build or a deployment script can stop
 on it. Given the serving script, the port check reads the ports its ``TritonConfig`` sets.
 """

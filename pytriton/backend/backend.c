@@ -1,5 +1,5 @@
 /* pytriton's Triton backend: the entry points Triton calls, and what a model's configuration
- * tells the backend (see backend.h for the other parts).
+ * tells the backend.
  *
  * Each batch goes from Triton's memory to the worker in the user's process over the data
  * channel, and the worker's answer becomes Triton's responses: a request crosses as many
@@ -10,7 +10,34 @@
  * returns once a file exists (or the process that owns the server is gone), so that the
  * server reports not ready until the script's models are bound (pytriton/server/readiness.py).
  * So is what a stop reloads each model as (pytriton.refuse, pytriton/ipc/stopping.py): no
- * worker either, every request refused at once as retryable. */
+ * worker either, every request refused at once as retryable.
+ *
+ * The backend's units stand in layers, top to bottom; each uses only the units on the lines below
+ * its own, never a neighbour nor one above (tests/unit/backend/test_layers.py):
+ *
+ *   backend.c       the entry points; a model's configuration; the readiness gate; it starts and
+ *                   stops each instance's connection, relay and metrics thread
+ *   execute.c       a plain callable's batch: send, wait for the answer, respond (Triton's thread)
+ *   relay.c         streams and coroutines: send and return; the relay's thread answers later
+ *   metrics.c       the worker's metric families -> Triton's /metrics
+ *   route.c         a multiplexed model's batch: the free instance that holds its variants
+ *   batch.c         around every batch: the requests answered before it goes (cancelled, null,
+ *                   refused), Triton's statistics and the requests' release after
+ *   instance.c      an instance's connection to its worker handler (greeting, reconnection, the
+ *                   cause of a worker's death), its idle watcher, what each batch reuses
+ *   requests.c      Triton's requests -> one InferBatch header and its payload (the way in)
+ *   responses.c     the worker's answer -> Triton's responses (the way out)
+ *   model.h         a model, as its configuration tells the backend
+ *   util.c          clocks, logging, errors, data types
+ *   arena.c         shared memory for large tensors
+ *   wire.c          the wire's encoding and framing
+ *   json.c          just enough JSON for a model's configuration
+ *   contract.h      the wire's kinds, fields and parameters, generated from pytriton/ipc/protocol.py
+ *   triton_api.h    Triton's C API, the part the backend calls
+ *
+ * (execute.c, relay.c, metrics.c and route.c share a layer, as requests.c and responses.c do, util.c and
+ * arena.c, wire.c and json.c, contract.h and triton_api.h.) Each unit's header declares its own
+ * functions and types only. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,20 +47,55 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "batch.h"
+#include "execute.h"
+#include "instance.h"
+#include "json.h"
+#include "metrics.h"
+#include "model.h"
+#include "relay.h"
+#include "route.h"
+#include "triton_api.h"
+#include "util.h"
+#include "wire.h"
 
 #define DEFAULT_SPIN_US 200.0 /* as pytriton/proxy/waiting.py: see execute.c */
 #define DEFAULT_HOLD_US 100.0 /* see execute.c */
 #define GATE_POLL_US 5000
 
-static void model_free(pyt_model* model) {
-  if (model == NULL) return;
+/* What Triton keeps for one of its model instances: the connection to the worker handler, and
+ * the threads beside it that use it, which these entry points start and stop. */
+typedef struct {
+  pyt_instance instance; /* the connection, and what each batch reuses (instance.c) */
+  pyt_relay* relay;      /* relayed models: answers their batches after execute returned (relay.c) */
+  pyt_metrics* metrics;  /* the worker's metrics on Triton's /metrics (metrics.c); NULL when off */
+  pyt_router* router;    /* a routed multiplexed model's (route.c): its batches go where their variants are */
+} served;
+
+/* What Triton keeps for a model: what its configuration says (the pyt_model every unit reads, first,
+ * so that the state is one too), and a multiplexed model's router. */
+typedef struct {
+  pyt_model model;
+  pyt_router* router; /* NULL: Triton's choice of instance stands */
+} model_state;
+
+static void served_free(served* state) {
+  pyt_router_leave(state->router, &state->instance);
+  pyt_metrics_stop(state->metrics);
+  pyt_relay_stop(state->relay);
+  pyt_instance_close(&state->instance);
+  free(state);
+}
+
+static void model_free(model_state* state) {
+  if (state == NULL) return;
+  pyt_model* model = &state->model;
   if (model->stopping != NULL) munmap((void*)model->stopping, PYT_STOPPING_BYTES);
-  pyt_router_free(model->router);
   for (uint32_t i = 0; i < model->socket_count; i++) free(model->data_sockets[i]);
   free(model->data_sockets);
   free(model->instance_names);
-  free(model);
+  pyt_router_free(state->router);
+  free(state);
 }
 
 static int flag(const pyt_json* config, const char* key) {
@@ -83,8 +145,9 @@ static char* with_version(const char* pattern, uint64_t version) {
   return out;
 }
 
-static TRITONSERVER_Error* read_config(pyt_model* model, TRITONBACKEND_Model* triton, char* gate_path,
+static TRITONSERVER_Error* read_config(model_state* state, TRITONBACKEND_Model* triton, char* gate_path,
                                        size_t gate_size) {
+  pyt_model* model = &state->model;
   TRITONSERVER_Message* message;
   TRITONSERVER_Error* error = TRITONBACKEND_ModelConfig(triton, 1, &message);
   if (error != NULL) return error;
@@ -162,8 +225,8 @@ static TRITONSERVER_Error* read_config(pyt_model* model, TRITONBACKEND_Model* tr
    * batches do not overlap on an instance and a sequence need not stay on one. */
   if (multiplex != NULL && sockets != NULL && sockets->kind == PYT_JSON_ARRAY && sockets->count > 1 &&
       !model->relayed && !model->sequences) {
-    model->router = pyt_router_new(multiplex, (uint32_t)sockets->count, why, sizeof(why));
-    if (model->router == NULL)
+    state->router = pyt_router_new(multiplex, (uint32_t)sockets->count, why, sizeof(why));
+    if (state->router == NULL)
       PYT_WARN("model '%s': its %s parameter is unreadable (%s): its batches go where Triton sends them", model->name,
                PYT_PARAM_MULTIPLEX, why);
   }
@@ -226,19 +289,20 @@ TRITONSERVER_Error* TRITONBACKEND_GetBackendAttribute(TRITONBACKEND_Backend* bac
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* triton) {
-  pyt_model* model = calloc(1, sizeof(pyt_model));
-  if (model == NULL) return pyt_error(TRITONSERVER_ERROR_INTERNAL, "out of memory");
+  model_state* state = calloc(1, sizeof(model_state));
+  if (state == NULL) return pyt_error(TRITONSERVER_ERROR_INTERNAL, "out of memory");
+  pyt_model* model = &state->model;
   const char* name = "";
   char gate_path[4096] = "";
   TRITONSERVER_Error* error = TRITONBACKEND_ModelName(triton, &name);
   if (error == NULL) error = TRITONBACKEND_ModelVersion(triton, &model->version);
   if (error == NULL) {
     snprintf(model->name, sizeof(model->name), "%s", name);
-    error = read_config(model, triton, gate_path, sizeof(gate_path));
+    error = read_config(state, triton, gate_path, sizeof(gate_path));
   }
   if (error == NULL && model->gate) error = hold_gate(model, gate_path);
-  if (error == NULL) error = TRITONBACKEND_ModelSetState(triton, model);
-  if (error != NULL) model_free(model);
+  if (error == NULL) error = TRITONBACKEND_ModelSetState(triton, state);
+  if (error != NULL) model_free(state);
   return error;
 }
 
@@ -277,15 +341,18 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
   if (error == NULL) error = TRITONBACKEND_ModelState(triton_model, &pointer);
   if (error == NULL) error = TRITONBACKEND_ModelInstanceName(triton, &instance_name);
   if (error != NULL) return error;
-  pyt_model* model = pointer;
+  model_state* owner = pointer;
+  pyt_model* model = &owner->model;
   if (model->gate || model->refuse) return NULL; /* no worker, no state */
   long index = instance_index(model, instance_name);
-  if (index >= 0 && (uint32_t)index >= model->socket_count && model->router != NULL) {
+  if (index >= 0 && (uint32_t)index >= model->socket_count && owner->router != NULL) {
     /* a routed model's dispatcher (route.c): no worker of its own, its batches wait for one */
-    pyt_instance* dispatcher = pyt_instance_new(model, triton, (uint32_t)index);
+    served* dispatcher = calloc(1, sizeof(served));
     if (dispatcher == NULL) return pyt_error(TRITONSERVER_ERROR_INTERNAL, "out of memory");
+    pyt_instance_init(&dispatcher->instance, model, triton, (uint32_t)index);
     error = TRITONBACKEND_ModelInstanceSetState(triton, dispatcher);
-    if (error != NULL) pyt_instance_free(dispatcher);
+    if (error != NULL) served_free(dispatcher);
+    else dispatcher->router = owner->router;
     return error;
   }
   if (index < 0 || (uint32_t)index >= model->socket_count)
@@ -293,34 +360,38 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
                      "model '%s': instance '%s' has no worker handler (the model has %u); keep the instance_group "
                      "pytriton's bind wrote",
                      model->name, instance_name, model->socket_count);
-  pyt_instance* instance = pyt_instance_new(model, triton, (uint32_t)index);
-  if (instance == NULL) return pyt_error(TRITONSERVER_ERROR_INTERNAL, "out of memory");
+  served* state = calloc(1, sizeof(served));
+  if (state == NULL) return pyt_error(TRITONSERVER_ERROR_INTERNAL, "out of memory");
+  pyt_instance* instance = &state->instance;
+  pyt_instance_init(instance, model, triton, (uint32_t)index);
   char why[PYT_MAX_ERROR];
   if (pyt_instance_connect(instance, model->handshake_timeout_s, why, sizeof(why)) != 0) {
-    pyt_instance_free(instance);
+    served_free(state);
     return pyt_error(TRITONSERVER_ERROR_UNAVAILABLE, "Model '%s': %s", model->name, why);
   }
-  if ((model->relayed && pyt_relay_start(instance) != 0) || pyt_metrics_start(instance) != 0) {
-    pyt_instance_free(instance);
+  if (model->relayed) state->relay = pyt_relay_start(instance);
+  if (model->metrics) state->metrics = pyt_metrics_start(instance);
+  if ((model->relayed && state->relay == NULL) || (model->metrics && state->metrics == NULL)) {
+    served_free(state);
     return pyt_error(TRITONSERVER_ERROR_INTERNAL, "Model '%s': cannot start the backend's threads", model->name);
   }
-  error = TRITONBACKEND_ModelInstanceSetState(triton, instance);
+  error = TRITONBACKEND_ModelInstanceSetState(triton, state);
   if (error != NULL) {
-    pyt_instance_free(instance);
+    served_free(state);
     return error;
   }
-  pyt_router_join(model->router, instance);
+  state->router = owner->router;
+  pyt_router_join(state->router, instance);
   PYT_INFO("pytriton backend: model '%s' instance %u serves through worker pid %d", model->name, instance->index,
            instance->worker_pid);
   return NULL;
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInstance* triton) {
-  void* instance = NULL;
-  TRITONSERVER_Error* error = TRITONBACKEND_ModelInstanceState(triton, &instance);
+  void* state = NULL;
+  TRITONSERVER_Error* error = TRITONBACKEND_ModelInstanceState(triton, &state);
   if (error != NULL) return error;
-  if (instance != NULL) pyt_router_leave(((pyt_instance*)instance)->model->router, instance);
-  pyt_instance_free(instance);
+  if (state != NULL) served_free(state); /* NULL: a model without a worker */
   return NULL;
 }
 
@@ -340,23 +411,23 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
     }
     return pyt_error(TRITONSERVER_ERROR_UNSUPPORTED, "pytriton's readiness gate serves no requests");
   }
-  pyt_instance* own = pointer;
-  pyt_router* router = own->model->router;
-  /* A multiplexed model's batch runs on the free instance that holds its variants (route.c),
-   * from this thread; every other batch on the thread's own instance. */
-  pyt_instance* instance = router != NULL ? pyt_route(router, own, requests, count) : own;
+  served* state = pointer;
+  /* A routed model's batch runs on the free instance that holds its variants (route.c), from this
+   * thread; every other batch on the thread's own instance. */
+  pyt_instance* instance = state->router != NULL ? pyt_route(state->router, &state->instance, requests, count)
+                                                 : &state->instance;
   pthread_mutex_lock(&instance->lock);
   instance->last_batch = pyt_now_s();
   instance->idle_released = 0;
   pthread_mutex_unlock(&instance->lock);
-  if (instance->model->relayed) {
-    pyt_execute_relayed(instance, requests, count);
+  if (state->relay != NULL) {
+    pyt_execute_relayed(state->relay, requests, count);
   } else {
     pthread_mutex_lock(&instance->lock); /* the idle watcher takes the arena only between batches */
     pyt_execute(instance, requests, count);
     instance->last_batch = pyt_now_s();
     pthread_mutex_unlock(&instance->lock);
   }
-  if (router != NULL) pyt_route_done(router, instance);
+  if (state->router != NULL) pyt_route_done(state->router, instance);
   return NULL;
 }

@@ -12,7 +12,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "execute.h"
+
+#include "arena.h"
+#include "batch.h"
+#include "instance.h"
+#include "model.h"
+#include "requests.h"
+#include "responses.h"
+#include "triton_api.h"
+#include "util.h"
+#include "wire.h"
 
 #define AVERAGE_WEIGHT 0.125
 /* The spin below pays only where the instance waits for work between batches (a client at a

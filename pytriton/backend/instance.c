@@ -1,4 +1,4 @@
-/* One model instance: its connection to its worker handler, and what every batch shares.
+/* One model instance: its connection to its worker handler, and what each of its batches reuses.
  *
  * The instance connects to the data socket its handler listens on (the model parameter
  * pytriton.data_sockets, one per instance) and greets there: Hello -> Welcome, which tells the
@@ -19,7 +19,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "instance.h"
+
+#include "arena.h"
+#include "model.h"
+#include "requests.h"
+#include "util.h"
+#include "wire.h"
 
 #define CONNECT_RETRY_S 0.02
 #define DEATH_NOTE_WAIT_S 0.5 /* how long a batch whose worker died waits for its owner's note */
@@ -45,9 +51,8 @@ static void* idle_watch(void* argument) {
   return NULL;
 }
 
-pyt_instance* pyt_instance_new(pyt_model* model, TRITONBACKEND_ModelInstance* triton, uint32_t index) {
-  pyt_instance* instance = calloc(1, sizeof(pyt_instance));
-  if (instance == NULL) return NULL;
+void pyt_instance_init(pyt_instance* instance, pyt_model* model, TRITONBACKEND_ModelInstance* triton, uint32_t index) {
+  memset(instance, 0, sizeof(*instance));
   instance->model = model;
   instance->triton = triton;
   instance->index = index;
@@ -62,13 +67,9 @@ pyt_instance* pyt_instance_new(pyt_model* model, TRITONBACKEND_ModelInstance* tr
   if (!model->relayed && index < model->socket_count && /* a dispatcher (route.c) holds no arena */
       pthread_create(&instance->watcher, NULL, idle_watch, instance) == 0)
     instance->watcher_started = 1;
-  return instance;
 }
 
-void pyt_instance_free(pyt_instance* instance) {
-  if (instance == NULL) return;
-  pyt_metrics_stop(instance);
-  pyt_relay_stop(instance);
+void pyt_instance_close(pyt_instance* instance) {
   if (instance->watcher_started) {
     pthread_mutex_lock(&instance->lock);
     instance->closing = 1;
@@ -87,19 +88,6 @@ void pyt_instance_free(pyt_instance* instance) {
   pyt_mv_pool_free(&instance->pool);
   free(instance->answered);
   free(instance->cancelled);
-  free(instance);
-}
-
-int pyt_ensure_flags(pyt_instance* instance, uint32_t count) {
-  if (count <= instance->flags_cap) return 0;
-  uint8_t* answered = realloc(instance->answered, count);
-  if (answered == NULL) return -1;
-  instance->answered = answered;
-  uint8_t* cancelled = realloc(instance->cancelled, count);
-  if (cancelled == NULL) return -1;
-  instance->cancelled = cancelled;
-  instance->flags_cap = count;
-  return 0;
 }
 
 void pyt_instance_disconnect(pyt_instance* instance) {
@@ -179,7 +167,6 @@ int pyt_instance_connect(pyt_instance* instance, double timeout_s, char* why, si
         pthread_mutex_lock(&instance->send_lock);
         instance->fd = fd;
         pthread_mutex_unlock(&instance->send_lock);
-        pyt_router_forget(instance->model->router, instance); /* a worker forked anew holds no variant */
         return 0;
       }
       close(fd);
@@ -229,92 +216,4 @@ void pyt_death_cause(const pyt_instance* instance, int pid, char* out, size_t ou
     snprintf(out, out_size, "the process that serves it (pid %d) is gone", pid);
   else
     snprintf(out, out_size, "the pytriton worker (pid %d) closed its connection while serving this request", pid);
-}
-
-/* The refusal of pytriton.ipc.stopping.refusal: retryable, the client sends it again, to a server that stays. */
-static void refusal_text(const pyt_model* model, char* out, size_t out_size) {
-  snprintf(out, out_size, "Model '%s': the server is stopping and takes no new requests; send the request again (to "
-           "another replica)", model->name);
-}
-
-void pyt_abandoned_text(const pyt_model* model, char* out, size_t out_size) {
-  snprintf(out, out_size, "Model '%s': the server stopped at once, before this request was answered; send the "
-           "request again (to another replica)", model->name);
-}
-
-void pyt_refuse_all(const pyt_model* model, TRITONBACKEND_Request** requests, uint32_t count) {
-  char text[512];
-  refusal_text(model, text, sizeof(text));
-  for (uint32_t r = 0; r < count; r++) {
-    pyt_send_error(requests[r], NULL, TRITONSERVER_ERROR_UNAVAILABLE, text);
-    pyt_checked(TRITONBACKEND_RequestRelease(requests[r], TRITONSERVER_REQUEST_RELEASE_ALL), NULL, 0);
-  }
-}
-
-uint32_t pyt_answer_early(pyt_instance* instance, TRITONBACKEND_Request** requests, uint32_t count,
-                          TRITONBACKEND_Request** live, uint32_t* live_index) {
-  const pyt_model* model = instance->model;
-  uint32_t kept = 0;
-  if (pyt_refusing(model)) { /* the fallback where the stop could not reload it as a refusing model */
-    char text[512];
-    refusal_text(model, text, sizeof(text));
-    for (uint32_t r = 0; r < count; r++) {
-      pyt_send_error(requests[r], NULL, TRITONSERVER_ERROR_UNAVAILABLE, text);
-      instance->answered[r] = PYT_ANSWERED_ERROR;
-    }
-    return 0;
-  }
-  for (uint32_t r = 0; r < count; r++) {
-    instance->answered[r] = 0;
-    bool cancelled = false;
-    if (pyt_checked(TRITONBACKEND_RequestIsCancelled(requests[r], &cancelled), NULL, 0) == 0 && cancelled) {
-      char text[512];
-      snprintf(text, sizeof(text), "Model '%s': the request was cancelled while it waited", model->name);
-      pyt_send_error(requests[r], NULL, TRITONSERVER_ERROR_CANCELLED, text);
-      instance->answered[r] = PYT_ANSWERED_ERROR;
-      continue;
-    }
-    if (model->sequences) { /* the direct batcher's null requests fill idle slots: an empty answer */
-      uint64_t id = 1;
-      const char* text = NULL;
-      if (pyt_checked(TRITONBACKEND_RequestCorrelationId(requests[r], &id), NULL, 0) != 0)
-        id = pyt_checked(TRITONBACKEND_RequestCorrelationIdString(requests[r], &text), NULL, 0) == 0 && text && *text;
-      if (id == 0) {
-        if (model->decoupled) { /* a stream with no response: the final flag alone */
-          TRITONBACKEND_ResponseFactory* factory;
-          if (pyt_checked(TRITONBACKEND_ResponseFactoryNew(&factory, requests[r]), NULL, 0) == 0) {
-            pyt_checked(TRITONBACKEND_ResponseFactorySendFlags(factory, TRITONSERVER_RESPONSE_COMPLETE_FINAL), NULL, 0);
-            pyt_checked(TRITONBACKEND_ResponseFactoryDelete(factory), NULL, 0);
-          }
-        } else {
-          TRITONBACKEND_Response* response;
-          if (pyt_checked(TRITONBACKEND_ResponseNew(&response, requests[r]), NULL, 0) == 0)
-            pyt_checked(TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, NULL), NULL, 0);
-        }
-        instance->answered[r] = PYT_ANSWERED_OK;
-        continue;
-      }
-    }
-    live_index[kept] = r;
-    live[kept++] = requests[r];
-  }
-  return kept;
-}
-
-void pyt_finish_batch(pyt_instance* instance, TRITONBACKEND_Request** requests, uint32_t count, uint64_t rows,
-                      uint32_t live_count, uint64_t exec_start, uint64_t compute_start, uint64_t compute_end) {
-  uint64_t exec_end = pyt_now_ns();
-  for (uint32_t r = 0; r < count; r++)
-    pyt_checked(TRITONBACKEND_ModelInstanceReportStatistics(instance->triton, requests[r],
-                                                            r < instance->flags_cap &&
-                                                                instance->answered[r] != PYT_ANSWERED_ERROR,
-                                                            exec_start,
-                                                            compute_start, compute_end, exec_end),
-                NULL, 0);
-  if (live_count)
-    pyt_checked(TRITONBACKEND_ModelInstanceReportBatchStatistics(instance->triton, rows, exec_start, compute_start,
-                                                                 compute_end, exec_end),
-                NULL, 0);
-  for (uint32_t r = 0; r < count; r++)
-    pyt_checked(TRITONBACKEND_RequestRelease(requests[r], TRITONSERVER_REQUEST_RELEASE_ALL), NULL, 0);
 }

@@ -7,7 +7,7 @@
  * increments and gauge sets. Histograms go out as counter families of their three kinds of
  * series (_bucket per `le`, _sum, _count), as Prometheus stores them anyway: Triton's histogram
  * kind takes one observation per call. It also sets pytriton_requests_in_flight from what the
- * backend has sent and not had answered.
+ * backend has sent and not had answered: the count execute.c and relay.c keep in the instance.
  *
  * Triton's family and metric objects are shared by every instance of the server (one registry
  * for the library) and never deleted: Triton 2.51 gives two metric objects with the same
@@ -26,7 +26,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "metrics.h"
+
+#include "instance.h"
+#include "model.h"
+#include "triton_api.h"
+#include "util.h"
+#include "wire.h"
 
 #define IN_FLIGHT "pytriton_requests_in_flight"
 #define IN_FLIGHT_HELP "Requests sent to the inference callable and not answered yet"
@@ -106,7 +112,8 @@ typedef struct series {
   struct series* next;
 } series;
 
-typedef struct pyt_metrics {
+struct pyt_metrics {
+  const pyt_instance* instance; /* read only: its model, index, and requests in flight */
   pthread_t thread;
   int started;
   pthread_mutex_t lock;
@@ -116,7 +123,7 @@ typedef struct pyt_metrics {
   int64_t worker_pid;
   char path[sizeof(((struct sockaddr_un*)0)->sun_path)];
   int greeting;
-} pyt_metrics;
+};
 
 static series* series_for(pyt_metrics* exporter, const char* key) {
   for (series* known = exporter->known; known != NULL; known = known->next)
@@ -266,8 +273,8 @@ static int connect_metrics(const char* path) {
 }
 
 static void* metrics_main(void* argument) {
-  pyt_instance* instance = argument;
-  pyt_metrics* exporter = instance->metrics;
+  pyt_metrics* exporter = argument;
+  const pyt_instance* instance = exporter->instance;
   const pyt_model* model = instance->model;
   char version[32], index[32], why[PYT_MAX_ERROR];
   snprintf(version, sizeof(version), "%llu", (unsigned long long)model->version);
@@ -282,8 +289,7 @@ static void* metrics_main(void* argument) {
   while (!exporter->closing) {
     double period_end = pyt_now_s() + model->metrics_period_s;
     pthread_mutex_unlock(&exporter->lock);
-    uint32_t open = model->relayed ? pyt_relay_open_requests(instance) : (uint32_t)__atomic_load_n(
-                                                                            &instance->in_flight, __ATOMIC_RELAXED);
+    uint32_t open = __atomic_load_n(&instance->in_flight, __ATOMIC_RELAXED);
     gauge(exporter, IN_FLIGHT, IN_FLIGHT_HELP, &own, (double)open);
     if (fd < 0 && exporter->path[0]) fd = connect_metrics(exporter->path);
     if (fd >= 0 && pyt_now_s() - asked >= REPOLL_S) {
@@ -339,21 +345,20 @@ superseded:
   return NULL;
 }
 
-int pyt_metrics_start(pyt_instance* instance) {
-  if (!instance->model->metrics) return 0;
+pyt_metrics* pyt_metrics_start(const pyt_instance* instance) {
+  if (!instance->model->metrics) return NULL;
   pyt_metrics* exporter = calloc(1, sizeof(pyt_metrics));
-  if (exporter == NULL) return -1;
+  if (exporter == NULL) return NULL;
+  exporter->instance = instance;
   pthread_mutex_init(&exporter->lock, NULL);
   pthread_cond_init(&exporter->wake, NULL);
   snprintf(exporter->path, sizeof(exporter->path), "%s", instance->metrics_path);
   exporter->greeting = instance->greeting;
-  instance->metrics = exporter;
-  if (pthread_create(&exporter->thread, NULL, metrics_main, instance) == 0) exporter->started = 1;
-  return 0;
+  if (pthread_create(&exporter->thread, NULL, metrics_main, exporter) == 0) exporter->started = 1;
+  return exporter;
 }
 
-void pyt_metrics_stop(pyt_instance* instance) {
-  pyt_metrics* exporter = instance->metrics;
+void pyt_metrics_stop(pyt_metrics* exporter) {
   if (exporter == NULL) return;
   pthread_mutex_lock(&exporter->lock);
   exporter->closing = 1;
@@ -369,5 +374,4 @@ void pyt_metrics_stop(pyt_instance* instance) {
   pthread_mutex_destroy(&exporter->lock);
   pthread_cond_destroy(&exporter->wake);
   free(exporter);
-  instance->metrics = NULL;
 }

@@ -34,7 +34,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "relay.h"
+
+#include "batch.h"
+#include "instance.h"
+#include "model.h"
+#include "requests.h"
+#include "responses.h"
+#include "triton_api.h"
+#include "util.h"
+#include "wire.h"
 
 typedef struct pending {
   int64_t batch_id;
@@ -44,10 +53,12 @@ typedef struct pending {
   uint8_t* cancelled; /* per request: its client went away (told to a continuous model's worker) */
   uint32_t cancelled_told;
   int cancel_sent;
+  uint32_t* in_flight; /* once listed: the instance's count of open streams, which metrics.c reports */
   struct pending* next;
 } pending;
 
-typedef struct pyt_relay {
+struct pyt_relay {
+  pyt_instance* instance;
   pthread_t thread;
   int started;
   pthread_mutex_t lock; /* the list of batches in flight, `closing` */
@@ -56,10 +67,24 @@ typedef struct pyt_relay {
   int closing;
   pyt_buf received;
   pyt_mv_pool pool;
-} pyt_relay;
+};
+
+static int open_count(const pending* batch) {
+  int open = 0;
+  for (uint32_t i = 0; i < batch->count; i++) open += batch->open[i];
+  return open;
+}
+
+/* Request `i`'s stream is closed: it leaves the instance's requests in flight. */
+static void closed(pending* batch, uint32_t i) {
+  batch->open[i] = 0;
+  if (batch->in_flight != NULL) __atomic_sub_fetch(batch->in_flight, 1, __ATOMIC_RELAXED);
+}
 
 static void pending_free(pending* batch) {
   if (batch == NULL) return;
+  if (batch->in_flight != NULL) /* every stream is closed by now; should one not be, the count stays true */
+    __atomic_sub_fetch(batch->in_flight, (uint32_t)open_count(batch), __ATOMIC_RELAXED);
   for (uint32_t i = 0; i < batch->count; i++)
     if (batch->factories[i] != NULL) pyt_checked(TRITONBACKEND_ResponseFactoryDelete(batch->factories[i]), NULL, 0);
   free(batch->factories);
@@ -91,7 +116,7 @@ static pending* find(pyt_relay* relay, int64_t batch_id) {
 /* Close request `i`'s stream: with an error response, or with the final flag alone. */
 static void finish(pending* batch, uint32_t i, TRITONSERVER_Error_Code code, const char* error) {
   if (!batch->open[i]) return;
-  batch->open[i] = 0;
+  closed(batch, i);
   if (error != NULL)
     pyt_send_error(NULL, batch->factories[i], code, error);
   else
@@ -132,19 +157,13 @@ static void respond(pyt_instance* instance, pending* batch, uint32_t index, uint
     if (pyt_fill_response(response, instance->model, columns, slot, message, NULL, 0, NULL, why, sizeof(why)) == 0 &&
         pyt_checked(TRITONBACKEND_ResponseSend(response, final ? TRITONSERVER_RESPONSE_COMPLETE_FINAL : 0, NULL), why,
                     sizeof(why)) == 0) {
-      if (final) batch->open[index] = 0;
+      if (final) closed(batch, index);
       return;
     }
     pyt_checked(TRITONBACKEND_ResponseDelete(response), NULL, 0);
   }
   PYT_ERROR("%s", why);
   finish(batch, index, TRITONSERVER_ERROR_INTERNAL, why);
-}
-
-static int open_count(const pending* batch) {
-  int open = 0;
-  for (uint32_t i = 0; i < batch->count; i++) open += batch->open[i];
-  return open;
 }
 
 /* A continuous model's step (StepPart): a piece for each of its streams, which came in many
@@ -301,8 +320,8 @@ static void worker_gone(pyt_instance* instance, pyt_relay* relay, int fd) {
 }
 
 static void* relay_main(void* argument) {
-  pyt_instance* instance = argument;
-  pyt_relay* relay = instance->relay;
+  pyt_relay* relay = argument;
+  pyt_instance* instance = relay->instance;
   double last_heard = pyt_now_s();
   double next_cancel_check = last_heard + PYT_CANCEL_CHECK_S;
   char why[PYT_MAX_ERROR];
@@ -359,25 +378,23 @@ static void* relay_main(void* argument) {
   return NULL;
 }
 
-int pyt_relay_start(pyt_instance* instance) {
+pyt_relay* pyt_relay_start(pyt_instance* instance) {
   pyt_relay* relay = calloc(1, sizeof(pyt_relay));
-  if (relay == NULL) return -1;
+  if (relay == NULL) return NULL;
+  relay->instance = instance;
   pthread_mutex_init(&relay->lock, NULL);
   pthread_cond_init(&relay->changed, NULL);
-  instance->relay = relay;
-  if (pthread_create(&relay->thread, NULL, relay_main, instance) != 0) {
+  if (pthread_create(&relay->thread, NULL, relay_main, relay) != 0) {
     pthread_mutex_destroy(&relay->lock);
     pthread_cond_destroy(&relay->changed);
     free(relay);
-    instance->relay = NULL;
-    return -1;
+    return NULL;
   }
   relay->started = 1;
-  return 0;
+  return relay;
 }
 
-void pyt_relay_stop(pyt_instance* instance) {
-  pyt_relay* relay = instance->relay;
+void pyt_relay_stop(pyt_relay* relay) {
   if (relay == NULL) return;
   pthread_mutex_lock(&relay->lock);
   relay->closing = 1;
@@ -389,7 +406,6 @@ void pyt_relay_stop(pyt_instance* instance) {
   pyt_buf_free(&relay->received);
   pyt_mv_pool_free(&relay->pool);
   free(relay);
-  instance->relay = NULL;
 }
 
 /* The requests whose streams are open, with relay->lock held. */
@@ -397,15 +413,6 @@ static uint32_t open_requests(const pyt_relay* relay) {
   uint32_t open = 0;
   for (const pending* batch = relay->head; batch != NULL; batch = batch->next)
     for (uint32_t i = 0; i < batch->count; i++) open += batch->open[i];
-  return open;
-}
-
-uint32_t pyt_relay_open_requests(pyt_instance* instance) {
-  pyt_relay* relay = instance->relay;
-  if (relay == NULL) return 0;
-  pthread_mutex_lock(&relay->lock);
-  uint32_t open = open_requests(relay);
-  pthread_mutex_unlock(&relay->lock);
   return open;
 }
 
@@ -427,9 +434,9 @@ static void wait_for_room(pyt_relay* relay, uint32_t capacity) {
   pthread_mutex_unlock(&relay->lock);
 }
 
-void pyt_execute_relayed(pyt_instance* instance, TRITONBACKEND_Request** requests, uint32_t count) {
+void pyt_execute_relayed(pyt_relay* relay, TRITONBACKEND_Request** requests, uint32_t count) {
+  pyt_instance* instance = relay->instance;
   const pyt_model* model = instance->model;
-  pyt_relay* relay = instance->relay;
   uint64_t exec_start = pyt_now_ns();
   char why[PYT_MAX_ERROR];
   char text[PYT_MAX_ERROR + 512];
@@ -489,6 +496,8 @@ void pyt_execute_relayed(pyt_instance* instance, TRITONBACKEND_Request** request
     goto done;
   }
   rows = pyt_batch_rows(model, &instance->out, live_count);
+  batch->in_flight = &instance->in_flight;
+  __atomic_add_fetch(&instance->in_flight, live_count, __ATOMIC_RELAXED);
   pthread_mutex_lock(&relay->lock); /* listed before it goes: its answer may come at once */
   batch->next = relay->head;
   relay->head = batch;

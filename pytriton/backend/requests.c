@@ -13,7 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "requests.h"
+
+#include "arena.h"
+#include "json.h"
+#include "model.h"
+#include "triton_api.h"
+#include "util.h"
+#include "wire.h"
 
 static const uint8_t ZEROS[PYT_INLINE_ALIGNMENT];
 
@@ -451,11 +458,3 @@ uint64_t pyt_batch_rows(const pyt_model* model, const pyt_outgoing* out, uint32_
 }
 
 int pyt_send_batch(int fd, pyt_outgoing* out) { return pyt_send_message(fd, out->iov, (int)out->iov_count, out->total); }
-
-int pyt_send_header(int fd, const pyt_buf* header) {
-  uint8_t prefix[PYT_PREFIX_BYTES];
-  size_t pad;
-  pyt_frame_prefix(prefix, (uint32_t)header->len, 0, &pad);
-  struct iovec iov[3] = {{prefix, PYT_PREFIX_BYTES}, {header->data, header->len}, {(void*)ZEROS, pad}};
-  return pyt_send_message(fd, iov, pad ? 3 : 2, PYT_PREFIX_BYTES + header->len + pad);
-}

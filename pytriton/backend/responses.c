@@ -10,7 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "responses.h"
+
+#include "model.h"
+#include "triton_api.h"
+#include "util.h"
+#include "wire.h"
 
 #define MAX_DIMS 32
 

@@ -29,8 +29,8 @@
  *
  * The mirror can drift from the worker's cache only where the worker did what the batches do
  * not say: a load that failed (the mirror holds the variant until it ages out), a request the
- * worker left out (cancelled, or past its deadline), a worker forked anew (forgotten here when the
- * instance connects again). A drifted mirror routes worse, never wrongly: every instance can load
+ * worker left out (cancelled, or past its deadline), a worker forked anew (forgotten here once a
+ * batch met it). A drifted mirror routes worse, never wrongly: every instance can load
  * every variant. Models that relay (async callables, streams: their batches overlap), keep
  * sequences (a sequence stays on its instance) or have one instance are not routed. */
 #define _GNU_SOURCE
@@ -39,7 +39,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
+#include "instance.h"
+#include "json.h"
+#include "route.h"
+#include "triton_api.h"
+#include "util.h"
 
 #define MAX_PATIENCE_S 0.02 /* the longest a batch waits for a busy instance that holds its variants */
 #define MIN_PATIENCE_S 0.0005
@@ -48,6 +52,7 @@
 
 typedef struct {
   pyt_instance* instance; /* NULL until its instance starts (and after it ends) */
+  int worker_pid;         /* the worker the mirror is of: another (forked anew after a crash) holds none */
   int busy;
   char** held; /* the variants its worker holds, the least recently used first */
   uint32_t held_count;
@@ -155,6 +160,7 @@ void pyt_router_join(pyt_router* router, pyt_instance* instance) {
   pthread_mutex_lock(&router->lock);
   member* m = &router->members[instance->index];
   m->instance = instance;
+  m->worker_pid = instance->worker_pid;
   m->busy = 0;
   forget_held(m);
   pthread_mutex_unlock(&router->lock);
@@ -168,13 +174,6 @@ void pyt_router_leave(pyt_router* router, pyt_instance* instance) {
     m->instance = NULL;
     forget_held(m);
   }
-  pthread_mutex_unlock(&router->lock);
-}
-
-void pyt_router_forget(pyt_router* router, const pyt_instance* instance) {
-  if (router == NULL || instance->index >= router->member_count) return;
-  pthread_mutex_lock(&router->lock);
-  forget_held(&router->members[instance->index]);
   pthread_mutex_unlock(&router->lock);
 }
 
@@ -390,6 +389,10 @@ void pyt_route_done(pyt_router* router, pyt_instance* chosen) {
   member* m = &router->members[chosen->index];
   if (m->instance == chosen && m->busy) {
     m->busy = 0;
+    if (chosen->worker_pid != m->worker_pid) { /* the batch met a worker forked anew: it holds only the batch's */
+      forget_held(m);
+      m->worker_pid = chosen->worker_pid;
+    }
     pthread_cond_broadcast(&router->changed);
   }
   pthread_mutex_unlock(&router->lock);

@@ -1,4 +1,4 @@
-/* Clocks, logging, errors and data types for every part of the backend (see backend.h). */
+/* Clocks, logging, errors and data types for every unit of the backend above the wire (util.h). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
@@ -8,7 +8,10 @@
 #include <sys/time.h>
 #include <time.h>
 
-#include "backend.h"
+#include "util.h"
+
+#include "triton_api.h"
+#include "wire.h"
 
 double pyt_now_s(void) {
   struct timespec t;

@@ -406,6 +406,8 @@ int pyt_mv_str_equals(const pyt_mv* value, const char* text) {
 
 /* ---- framing ---- */
 
+static const uint8_t HEADER_PAD[PYT_INLINE_ALIGNMENT]; /* the zeros after a header */
+
 void pyt_frame_prefix(uint8_t prefix[PYT_PREFIX_BYTES], uint32_t header_size, uint64_t payload_size, size_t* pad) {
   uint32_t fields[3] = {PYT_MAGIC, header_size, (uint32_t)payload_size};
   for (int i = 0; i < 3; i++) {
@@ -495,6 +497,14 @@ int pyt_send_message(int fd, struct iovec* iov, int iov_count, size_t total) {
   }
   (void)total;
   return 0;
+}
+
+int pyt_send_header(int fd, const pyt_buf* header) {
+  uint8_t prefix[PYT_PREFIX_BYTES];
+  size_t pad;
+  pyt_frame_prefix(prefix, (uint32_t)header->len, 0, &pad);
+  struct iovec iov[3] = {{prefix, PYT_PREFIX_BYTES}, {header->data, header->len}, {(void*)HEADER_PAD, pad}};
+  return pyt_send_message(fd, iov, pad ? 3 : 2, PYT_PREFIX_BYTES + header->len + pad);
 }
 
 static int receive(int fd, pyt_buf* buf, pyt_message* message, char* error, size_t error_size, int flags) {

@@ -97,6 +97,8 @@ void pyt_frame_prefix(uint8_t prefix[PYT_PREFIX_BYTES], uint32_t header_size, ui
  * PYT_DATAGRAM_BYTES. Returns 0, or -1 with errno set (EAGAIN: the send timeout passed before
  * the first datagram went; once one went, the rest is retried until it goes or fails). */
 int pyt_send_message(int fd, struct iovec* iov, int iov_count, size_t total);
+/* Send a header-only message. 0, or -1 with errno. */
+int pyt_send_header(int fd, const pyt_buf* header);
 
 /* A received message: header and payload point into `buf`. */
 typedef struct {

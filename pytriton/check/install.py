@@ -13,11 +13,12 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import sysconfig
 import time
 import urllib.parse
 import urllib.request
-from typing import Callable, Dict, Mapping, Optional, Tuple
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from pytriton.check.results import CheckResult, Verdict
 from pytriton.environment import TRITON_SERVER_DIR
@@ -131,8 +132,13 @@ def parse_ldd(text: str) -> Dict[str, Optional[str]]:
 
 
 def judge_stub_libraries(libraries: Mapping[str, Optional[str]], python_libdir: pathlib.Path,
-                         realpath: Callable[[str], str] = os.path.realpath) -> CheckResult:
-    """Every library the stub needs resolves, and its libpython is the running interpreter's."""
+                         realpath: Callable[[str], str] = os.path.realpath,
+                         server_libdirs: Sequence[pathlib.Path] = ()) -> CheckResult:
+    """Every library the stub needs resolves, and its libpython is the running interpreter's.
+
+    `server_libdirs`: the server's own library folders. The bundled stub for Python 3.13 links a
+    copy of libpython that its wheel carries there, under a name the wheel's packaging changed
+    (``libpython3-419a3a08.13.so.1.0``): said as such, not as a stray path."""
     name = "stub libraries"
     missing = sorted(library for library, path in libraries.items() if path is None)
     if missing:
@@ -144,8 +150,15 @@ def judge_stub_libraries(libraries: Mapping[str, Optional[str]], python_libdir: 
         return CheckResult(name, Verdict.FAIL, "the stub links no libpython (not a Python-backend stub?)",
                            f"point {TRITON_SERVER_DIR} at a complete Triton installation")
     expected = realpath(str(python_libdir))
+    own = {realpath(str(folder)) for folder in server_libdirs}
     for library, path in libpython.items():
         assert path is not None  # the missing ones were reported above
+        if os.path.dirname(realpath(path)) in own:
+            return CheckResult(name, Verdict.FAIL,
+                               f"the stub would load the server's own copy of libpython ({path}, renamed when the "
+                               f"server's wheel was packaged), not this Python's from {python_libdir}",
+                               f"set {TRITON_SERVER_DIR} to a Triton whose Python-backend stub links this Python's "
+                               "libpython")
         if os.path.dirname(realpath(path)) != expected:
             return CheckResult(name, Verdict.FAIL,
                                f"the stub would load {library} from {path}, not from this Python's {python_libdir}; "
@@ -169,16 +182,31 @@ def check_stub_libraries(distribution: ServerDistribution, timeout_s: float) -> 
     except (OSError, subprocess.TimeoutExpired, PyTritonError) as exc:
         return CheckResult("stub libraries", Verdict.FAIL, f"ldd {distribution.stub} failed: {exc}",
                            "reinstall pytriton")
-    return judge_stub_libraries(parse_ldd(done.stdout + done.stderr), libpython_dir())
+    return judge_stub_libraries(parse_ldd(done.stdout + done.stderr), libpython_dir(),
+                                server_libdirs=distribution.library_dirs)
 
 
-def judge_numpy(version: Optional[str], origin: str) -> CheckResult:
-    """The NumPy the stub imports: the 2.51 stubs need 1.x (NumPy 2 corrupts tensors silently)."""
+NUMPY_1_PYTHONS = ((3, 8), (3, 12))
+"""The Python versions NumPy 1.x was released for: 1.26, its last, stops at 3.12."""
+
+
+def judge_numpy(version: Optional[str], origin: str, python: Tuple[int, int] = sys.version_info[:2]) -> CheckResult:
+    """The NumPy the stub imports: the 2.51 stubs need 1.x (NumPy 2 corrupts tensors silently).
+    On a Python NumPy 1.x was never released for (3.13), no install can give the stub one."""
+    major = (version or "").split(".")[0]
+    if python > NUMPY_1_PYTHONS[1] and (version is None or not major.isdigit() or int(major) >= 2):
+        tag = "{}.{}".format(*python)
+        found = f"NumPy {version}" if version is not None else "no NumPy"
+        return CheckResult("stub numpy", Verdict.FAIL,
+                           f"the stub would import {found} ({origin}); Triton 2.51's stubs need NumPy 1.x, which has "
+                           f"no release for Python {tag}, so the proxy path cannot serve on this Python",
+                           f"for the proxy path, run Python 3.8 to 3.12, or set {TRITON_SERVER_DIR} to a Triton "
+                           f"whose Python backend was built for Python {tag} and NumPy 2; pytriton's own backend "
+                           f"(the default where pytriton was built with a C compiler) serves Python {tag} as it is")
     if version is None:
         return CheckResult("stub numpy", Verdict.FAIL, f"no NumPy found for the stub ({origin})",
                            "install numpy<2 into this environment, or reinstall pytriton so its build bundles "
                            "NumPy 1.x for the stub")
-    major = version.split(".")[0]
     if not major.isdigit() or int(major) >= 2:
         return CheckResult("stub numpy", Verdict.FAIL,
                            f"the stub would import NumPy {version} ({origin}); the Triton 2.51 stubs are built for "
@@ -273,9 +301,15 @@ def check_server_start(distribution: ServerDistribution, timeout_s: float) -> Ch
 _PROXY_CHECKS = ("libpython", "stub libraries", "stub numpy")
 
 
+def native_serves(distribution: ServerDistribution, setting: Optional[str]) -> bool:
+    """Whether pytriton's own backend serves the models: built, and not turned off by `setting`
+    (``PYTRITON_TRITON_CONFIG_MODEL_BACKEND``)."""
+    return distribution.native_backend is not None and (setting or "").strip().lower() != "python"
+
+
 def judge_backend(distribution: ServerDistribution, setting: Optional[str]) -> CheckResult:
     """Which Triton backend serves the models: pytriton's own (built, and not turned off) or the proxy."""
-    if distribution.native_backend is not None and (setting or "").strip().lower() != "python":
+    if native_serves(distribution, setting):
         return CheckResult("backend", Verdict.PASS, f"pytriton's own: {distribution.native_backend}")
     if distribution.native_backend is not None:
         return CheckResult("backend", Verdict.PASS, "the proxy in Triton's Python backend "
@@ -287,8 +321,14 @@ def judge_backend(distribution: ServerDistribution, setting: Optional[str]) -> C
 
 
 def proxy_only(result: CheckResult) -> CheckResult:
-    """A failed stub check as a warning, where pytriton's own backend serves without stubs."""
-    if result.name not in _PROXY_CHECKS or result.verdict is not Verdict.FAIL:
+    """A stub check that did not pass, as a fact (INFO) where pytriton's own backend serves: that
+    backend runs no stub, so nothing is wrong with this machine; the line says what serves, and
+    what only the proxy path (``model_backend="python"``) would need."""
+    if result.name not in _PROXY_CHECKS or result.verdict in (Verdict.PASS, Verdict.INFO):
         return result
-    return CheckResult(result.name, Verdict.WARN, f"{result.detail} (only the proxy path needs it: "
-                       "pytriton's own backend serves without it)", result.remedy)
+    remedy = result.remedy
+    if remedy and not remedy.startswith("for the proxy path"):
+        remedy = f"for the proxy path: {remedy}"
+    return CheckResult(result.name, Verdict.INFO,
+                       "pytriton's own backend serves here and runs no Python-backend stub; only the proxy path "
+                       f"(TritonConfig(model_backend=\"python\")) would need this: {result.detail}", remedy)

@@ -51,10 +51,12 @@ from pytriton.check.install import (
     check_stub_numpy,
     judge_backend,
     judge_server_tree,
+    native_serves,
     proxy_only,
 )
 from pytriton.check.results import CheckResult, Verdict
 from pytriton.exceptions import PyTritonError
+from pytriton.install_hints import TELEMETRY_EXTRA
 from pytriton.ipc.shm import MIB, SHM_DIR, shm_fix, shm_usage
 from pytriton.server.config import ENV_PREFIX, TritonConfig
 from pytriton.server.config.merge import merge
@@ -343,7 +345,7 @@ def judge_observability(metrics_port: Optional[int], trace_items: Sequence[str],
     if not telemetry_installed:
         return CheckResult(name, Verdict.WARN, "; ".join(parts) + ": Triton exports its spans, but the OpenTelemetry "
                            "packages are missing, so the hop and the callable get no spans",
-                           "pip install 'pytriton[telemetry]'")
+                           TELEMETRY_EXTRA)
     if collector_error is not None:
         return CheckResult(name, Verdict.WARN,
                            "; ".join(parts) + f": the collector does not answer ({collector_error})",
@@ -420,7 +422,7 @@ def versions_line() -> str:
 
 def summary(results: Sequence[CheckResult]) -> str:
     """The last line: the counts, and what the failures mean for serving."""
-    counts = {verdict: sum(r.verdict.value == verdict for r in results) for verdict in ("PASS", "WARN", "FAIL")}
+    counts = {verdict.value: sum(r.verdict is verdict for r in results) for verdict in Verdict}
     text = "pytriton check: " + ", ".join(f"{count} {verdict}" for verdict, count in counts.items() if count)
     failed = [r for r in results if r.verdict is Verdict.FAIL]
     if not failed:
@@ -442,15 +444,16 @@ def run_checks(build: bool = False, timeout_s: float = SERVER_START_TIMEOUT_S,
     except PyTritonError as exc:
         results.append(judge_server_tree(None, exc.message))
     if distribution is not None:
-        results.append(judge_backend(distribution, os.environ.get(ENV_PREFIX + "MODEL_BACKEND")))
+        setting = os.environ.get(ENV_PREFIX + "MODEL_BACKEND")
+        results.append(judge_backend(distribution, setting))
         if distribution.stub is None:
             results.append(CheckResult("stub libraries", Verdict.FAIL, "no Python-backend stub for this Python",
                                        "use pytriton's own backend (build pytriton with a C compiler)"))
         else:
             results.append(check_stub_libraries(distribution, timeout_s))
         results.append(check_stub_numpy(distribution))
-        if results[-3].verdict is Verdict.PASS and "pytriton's own" in results[-3].detail:
-            # Only the proxy path runs stubs: on pytriton's backend their failures are warnings.
+        if native_serves(distribution, setting):
+            # Only the proxy path runs stubs: on pytriton's backend what they lack is a fact, not a problem.
             results = [proxy_only(result) for result in results]
         results.append(check_server_start(distribution, timeout_s))
     else:

@@ -66,6 +66,46 @@ def sequence_args(sequence_id: int | str, sequence_start: bool, sequence_end: bo
     return {"sequence_id": sequence_id, "sequence_start": sequence_start, "sequence_end": sequence_end}
 
 
+def priority_arg(name: str, value: Any) -> int:
+    """A request's priority level: an integer in 0..2**64-1 (0: the model's default level)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+        raise PyTritonClientValueError(
+            f"{name} must be a priority level: an integer >= 0 (1 the highest, 0 the model's default level), "
+            f"got {value!r}"
+        )
+    return value
+
+
+def check_priority(config: ClientModelConfig | None, priority: int) -> None:
+    """Refuse a priority the model would not honour: Triton orders its dynamic batcher's queue by
+    the request's level and takes any other value (0, or one above the model's levels) for the
+    default level, without a word; a model without priority levels ignores it.
+
+    A configuration that names no backend and no batcher (an ensemble, whose steps have their
+    own queues, or one the user gave without them) is not judged.
+
+    Raises:
+        PyTritonClientValueError: `priority` is not 0 and not one of the model's levels.
+    """
+    if priority == 0 or config is None:
+        return
+    batcher = config.batcher
+    if batcher is None and not config.backend:
+        return
+    if batcher is not None and batcher.priority_levels:
+        if priority <= batcher.priority_levels:
+            return
+        raise PyTritonClientValueError(
+            f"Model {config.model_name!r} has priority levels 1..{batcher.priority_levels} (1 the highest; 0 for its "
+            f"default, {batcher.default_priority_level}), got priority={priority}; Triton would take it for the "
+            "default level"
+        )
+    raise PyTritonClientValueError(
+        f"Model {config.model_name!r} has no priority levels, so priority={priority} would be ignored: give the model "
+        "DynamicBatcher(priority_levels=..., default_priority_level=...) or send priority 0"
+    )
+
+
 SEQUENCE_KEYS = ("sequence_id", "sequence_start", "sequence_end")
 """Triton's own request parameters that carry a request's sequence (see `sequence_args`)."""
 
@@ -116,6 +156,7 @@ class ClientArgs:
         inference_timeout_s: the longest wait for one inference.
         model_config: the model's configuration when the user gave it.
         access_token: the token for servers that restrict their APIs.
+        priority: the priority level of the requests that set none (0: the model's default level).
     """
 
     url: TritonUrl
@@ -125,6 +166,7 @@ class ClientArgs:
     inference_timeout_s: float
     model_config: ClientModelConfig | None = None
     access_token: str | None = None
+    priority: int = 0
 
     def request(
         self,
@@ -133,8 +175,16 @@ class ClientArgs:
         headers: Mapping[str, str] | None,
         request_id: str,
         sequence: Mapping[str, Any] | None = None,
+        priority: int | None = None,
+        config: ClientModelConfig | None = None,
     ) -> CoreRequest:
-        """One request to this model, its parameters and headers checked, bounded by ``inference_timeout_s``."""
+        """One request to this model, its parameters and headers checked, bounded by ``inference_timeout_s``.
+
+        `priority`: the request's own level (checked by `priority_arg`), None for the client's;
+        judged against `config`, the model's configuration, by `check_priority`.
+        """
+        level = self.priority if priority is None else priority
+        check_priority(config, level)
         return CoreRequest(
             self.model_name,
             self.model_version,
@@ -144,6 +194,7 @@ class ClientArgs:
             timeout_s=self.inference_timeout_s,
             request_id=request_id,
             sequence=sequence or {},
+            priority=level,
         )
 
 
@@ -156,6 +207,7 @@ def client_args(
     inference_timeout_s: float | None,
     model_config: ClientModelConfig | None = None,
     access_token: str | None = None,
+    priority: int = 0,
 ) -> ClientArgs:
     """Check the common client arguments once, with the same words for every flavour.
 
@@ -177,6 +229,7 @@ def client_args(
         inference_timeout_s=timeout_arg("inference_timeout_s", inference_timeout_s, DEFAULT_INFERENCE_TIMEOUT_S),
         model_config=model_config,
         access_token=token_arg(access_token),
+        priority=priority_arg("priority", priority),
     )
 
 
@@ -229,7 +282,7 @@ def load_args(config: str | Mapping[str, Any] | None, files: Mapping[str, bytes]
 def clone_kwargs(existing_client: Any) -> dict[str, Any]:
     """The constructor arguments of a client like ``existing_client`` (for ``from_existing_client``).
 
-    The new client talks to the same model with the same limits, token and ``shared_memory``
+    The new client talks to the same model with the same limits, token, priority and ``shared_memory``
     (when not False: the caller drops it for a streaming client, which takes none); a configuration the
     existing one already holds is handed over, with no new readiness wait, so the new client
     needs no request before its first inference.
@@ -250,6 +303,7 @@ def clone_kwargs(existing_client: Any) -> dict[str, Any]:
         "init_timeout_s": args.init_timeout_s,
         "inference_timeout_s": args.inference_timeout_s,
         "access_token": args.access_token,
+        "priority": args.priority,
     }
     # The one-response clients keep their shared-memory choice in their transport, the futures client as its own.
     choice = getattr(existing_client, "_shm_choice", None) or getattr(

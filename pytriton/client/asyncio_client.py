@@ -49,7 +49,7 @@ from pytriton.client.codec import (
 from pytriton.client.core_aio import AsyncTritonCore, create_async_core
 from pytriton.client.core_aio import create_aio_client_from_url as _create_client_from_url  # unasync: drop
 from pytriton.client.exceptions import PyTritonClientClosedError, PyTritonClientValueError
-from pytriton.client.infer_calls import InferCall, InferCalls
+from pytriton.client.infer_calls import InferCall, InferCalls, call_priority
 from pytriton.client.lost import Lookout, RequestIds, is_relayed
 from pytriton.client.model_config import ClientModelConfig, check_decoupled
 from pytriton.client.shm_aio import AsyncShmTransport
@@ -93,6 +93,7 @@ class AsyncioModelClientBase:
         ensure_model_is_ready: bool = True,
         access_token: str | None = None,
         shared_memory: ShmMode = False,
+        priority: int = 0,
     ) -> None:
         """Create a client; with ``lazy_init`` nothing touches the network until the first request.
 
@@ -118,6 +119,10 @@ class AsyncioModelClientBase:
                 the server runs on this host, falling back to the socket (one log line) when the
                 server refuses; True for every tensor it can, raising when refused; False (the
                 default) never. Needs the server's ``access_token`` on a pytriton server.
+            priority: the priority level of this client's requests in the model's dynamic batcher
+                (``DynamicBatcher(priority_levels=...)``; 1 is the highest), unless a call gives its
+                own; 0 (the default) for the model's ``default_priority_level``. A level the model
+                does not have is refused when a request is made.
 
         Raises:
             PyTritonClientInvalidUrlError: the URL is not understood.
@@ -134,6 +139,7 @@ class AsyncioModelClientBase:
             inference_timeout_s=inference_timeout_s,
             model_config=model_config,
             access_token=access_token,
+            priority=priority,
         )
         self._lazy_init = lazy_init
         self._model_config = model_config
@@ -378,9 +384,10 @@ class AsyncioModelClient(AsyncioModelClientBase, InferCalls[_Outputs]):
         config = await self._initialized_config()
         if not call.sample:
             inputs = batch_request(config, call.inputs, call.named_inputs)
-            return await self._infer(inputs, call.parameters, call.headers, call.sequence)
+            return await self._infer(inputs, call.parameters, call.headers, call.sequence, call.priority)
         inputs = sample_request(config, call.inputs, call.named_inputs)
-        return sample_response(config, await self._infer(inputs, call.parameters, call.headers, call.sequence))
+        return sample_response(config, await self._infer(inputs, call.parameters, call.headers, call.sequence,
+                                                         call.priority))
 
     async def infer_batch_chunked(
         self,
@@ -388,6 +395,7 @@ class AsyncioModelClient(AsyncioModelClientBase, InferCalls[_Outputs]):
         chunk_size: int | None = None,
         parameters: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        priority: int | None = None,
         **named_inputs: np.ndarray,
     ) -> dict[str, np.ndarray]:
         """Run a batch of any size: split along the batch axis, the chunks sent, their outputs joined in order.
@@ -404,6 +412,7 @@ class AsyncioModelClient(AsyncioModelClientBase, InferCalls[_Outputs]):
             chunk_size: samples per request; ``None`` for the model's ``max_batch_size``.
             parameters: custom request parameters, sent with every chunk.
             headers: extra HTTP headers or gRPC metadata, sent with every chunk.
+            priority: the priority level of every chunk, as for ``infer_batch``.
             **named_inputs: arrays by input name (not together with positional ones).
 
         Returns:
@@ -415,9 +424,10 @@ class AsyncioModelClient(AsyncioModelClientBase, InferCalls[_Outputs]):
             PyTritonClientError: the error of the first chunk that failed.
         """
         pool_arg("chunk_size", chunk_size, 1)
+        level = call_priority(priority, named_inputs)
         config = await self._initialized_config()
-        sent = (self._infer(chunk, parameters, headers) for chunk in chunked_request(config, inputs, named_inputs,
-                                                                                   chunk_size))
+        sent = (self._infer(chunk, parameters, headers, None, level)
+                for chunk in chunked_request(config, inputs, named_inputs, chunk_size))
         results = await asyncio.gather(*sent, return_exceptions=True)  # unasync: results = list(sent)
         return concat_batches(first_error_raised(results))
 
@@ -427,11 +437,12 @@ class AsyncioModelClient(AsyncioModelClientBase, InferCalls[_Outputs]):
         parameters: Mapping[str, Any] | None,
         headers: Mapping[str, str] | None,
         sequence: Mapping[str, Any] | None = None,
+        priority: int | None = None,
     ) -> dict[str, np.ndarray]:
         self._check_open()
         request_id = self._request_ids()
         look = None
         if self._model_config is not None and is_relayed(self._model_config):
             look = functools.partial(self._lookout.check_async, request_id, self._read_config)
-        request = self._args.request(inputs, parameters, headers, request_id, sequence)
+        request = self._args.request(inputs, parameters, headers, request_id, sequence, priority, self._model_config)
         return await self._transport.infer(request, self._model_config, look)

@@ -49,7 +49,7 @@ from pytriton.client.codec import (
 )
 from pytriton.client.core import TritonCore, create_core
 from pytriton.client.exceptions import PyTritonClientClosedError, PyTritonClientValueError
-from pytriton.client.infer_calls import InferCall, InferCalls
+from pytriton.client.infer_calls import InferCall, InferCalls, call_priority
 from pytriton.client.lost import Lookout, RequestIds, is_relayed
 from pytriton.client.model_config import ClientModelConfig, check_decoupled
 from pytriton.client.shm import ShmTransport
@@ -90,6 +90,7 @@ class ModelClientBase:
         ensure_model_is_ready: bool = True,
         access_token: str | None = None,
         shared_memory: ShmMode = False,
+        priority: int = 0,
     ) -> None:
         """Create a client; with ``lazy_init`` nothing touches the network until the first request.
 
@@ -115,6 +116,10 @@ class ModelClientBase:
                 the server runs on this host, falling back to the socket (one log line) when the
                 server refuses; True for every tensor it can, raising when refused; False (the
                 default) never. Needs the server's ``access_token`` on a pytriton server.
+            priority: the priority level of this client's requests in the model's dynamic batcher
+                (``DynamicBatcher(priority_levels=...)``; 1 is the highest), unless a call gives its
+                own; 0 (the default) for the model's ``default_priority_level``. A level the model
+                does not have is refused when a request is made.
 
         Raises:
             PyTritonClientInvalidUrlError: the URL is not understood.
@@ -131,6 +136,7 @@ class ModelClientBase:
             inference_timeout_s=inference_timeout_s,
             model_config=model_config,
             access_token=access_token,
+            priority=priority,
         )
         self._lazy_init = lazy_init
         self._model_config = model_config
@@ -361,9 +367,10 @@ class ModelClient(ModelClientBase, InferCalls[_Outputs]):
         config = self._initialized_config()
         if not call.sample:
             inputs = batch_request(config, call.inputs, call.named_inputs)
-            return self._infer(inputs, call.parameters, call.headers, call.sequence)
+            return self._infer(inputs, call.parameters, call.headers, call.sequence, call.priority)
         inputs = sample_request(config, call.inputs, call.named_inputs)
-        return sample_response(config, self._infer(inputs, call.parameters, call.headers, call.sequence))
+        return sample_response(config, self._infer(inputs, call.parameters, call.headers, call.sequence,
+                                                         call.priority))
 
     def infer_batch_chunked(
         self,
@@ -371,6 +378,7 @@ class ModelClient(ModelClientBase, InferCalls[_Outputs]):
         chunk_size: int | None = None,
         parameters: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        priority: int | None = None,
         **named_inputs: np.ndarray,
     ) -> dict[str, np.ndarray]:
         """Run a batch of any size: split along the batch axis, the chunks sent, their outputs joined in order.
@@ -387,6 +395,7 @@ class ModelClient(ModelClientBase, InferCalls[_Outputs]):
             chunk_size: samples per request; ``None`` for the model's ``max_batch_size``.
             parameters: custom request parameters, sent with every chunk.
             headers: extra HTTP headers or gRPC metadata, sent with every chunk.
+            priority: the priority level of every chunk, as for ``infer_batch``.
             **named_inputs: arrays by input name (not together with positional ones).
 
         Returns:
@@ -398,9 +407,10 @@ class ModelClient(ModelClientBase, InferCalls[_Outputs]):
             PyTritonClientError: the error of the first chunk that failed.
         """
         pool_arg("chunk_size", chunk_size, 1)
+        level = call_priority(priority, named_inputs)
         config = self._initialized_config()
-        sent = (self._infer(chunk, parameters, headers) for chunk in chunked_request(config, inputs, named_inputs,
-                                                                                   chunk_size))
+        sent = (self._infer(chunk, parameters, headers, None, level)
+                for chunk in chunked_request(config, inputs, named_inputs, chunk_size))
         results = list(sent)
         return concat_batches(first_error_raised(results))
 
@@ -410,11 +420,12 @@ class ModelClient(ModelClientBase, InferCalls[_Outputs]):
         parameters: Mapping[str, Any] | None,
         headers: Mapping[str, str] | None,
         sequence: Mapping[str, Any] | None = None,
+        priority: int | None = None,
     ) -> dict[str, np.ndarray]:
         self._check_open()
         request_id = self._request_ids()
         look = None
         if self._model_config is not None and is_relayed(self._model_config):
             look = functools.partial(self._lookout.check, request_id, self._read_config)
-        request = self._args.request(inputs, parameters, headers, request_id, sequence)
+        request = self._args.request(inputs, parameters, headers, request_id, sequence, priority, self._model_config)
         return self._transport.infer(request, self._model_config, look)

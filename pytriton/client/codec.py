@@ -102,6 +102,43 @@ def _check_dtypes(config: ClientModelConfig, inputs: Mapping[str, np.ndarray]) -
         )
 
 
+def check_shapes(config: ClientModelConfig, inputs: Mapping[str, np.ndarray], batched: bool) -> None:
+    """Refuse, before sending, an input whose shape the model's dims do not allow (-1: any size).
+
+    Triton refuses such a request too, but its message adds, for a batching model, a note on
+    prepending a batch axis, which misleads when the axis is there and a fixed size is wrong
+    (``factor`` sent with 2 values where the model declares ``(1,)``). Here the message names
+    the input, the shape the model declares for one sample and the one sent.
+
+    Args:
+        config: the model's configuration (a configuration without tensors checks nothing).
+        inputs: input name to array, as the user gave them.
+        batched: the first axis of every array is the batch (``infer_batch``); otherwise each
+            array is one sample (``infer_sample``, or any call of a model that does not batch).
+
+    Raises:
+        PyTritonClientValueError: an input's shape does not fit the model's dims.
+    """
+    specs = config.input_specs
+    for name, value in inputs.items():
+        spec = specs.get(name)
+        if spec is None or spec.shape_tensor:
+            continue
+        if batched and value.ndim == 0:
+            raise PyTritonClientValueError(
+                f"Model {config.model_name!r}: input {name!r} is a 0-d array, with no batch axis; infer_batch takes "
+                f"the batch as the first axis, then samples of shape {spec.shape} (-1: any size)"
+            )
+        sample = value.shape[1:] if batched else value.shape
+        if len(sample) == len(spec.shape) and all(want < 0 or want == got for want, got in zip(spec.shape, sample)):
+            continue
+        sent = f"samples of shape {sample} (the batch of {value.shape[0]} first)" if batched else f"shape {sample}"
+        raise PyTritonClientValueError(
+            f"Model {config.model_name!r}: input {name!r} has {sent}, but the model declares shape {spec.shape} "
+            f"for one sample (-1: any size)"
+        )
+
+
 def add_batch_axis(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Turn one sample into a batch of one (for ``infer_sample`` on a batching model)."""
     return {name: value[np.newaxis, ...] for name, value in inputs.items()}
@@ -124,6 +161,7 @@ def sample_request(
     """
     inputs = map_inputs(config, positional, named)
     if not config.batching:
+        check_shapes(config, inputs, batched=False)
         return inputs
     specs = config.input_specs
     for name, value in inputs.items():
@@ -135,6 +173,7 @@ def sample_request(
                 f"itself. For several rows at once use infer_batch (its first axis is the batch), or pass "
                 f"{name}[0] for the first row"
             )
+    check_shapes(config, inputs, batched=False)
     return add_batch_axis(inputs)
 
 
@@ -167,6 +206,7 @@ def batch_request(
             f"Model {config.model_name!r} has max_batch_size 0 and does not take batches; use infer_sample"
         )
     inputs = map_inputs(config, positional, named)
+    check_shapes(config, inputs, batched=True)
     if whole and config.max_batch_size > 0:
         sizes = [value.shape[0] for value in inputs.values() if value.ndim > 0]
         if sizes and sizes[0] > config.max_batch_size:  # Triton reads the batch size off the first input
@@ -288,13 +328,15 @@ def to_stream_request(
     *,
     parameters: Mapping[str, Any] | None = None,
     request_id: str = "",
+    priority: int = 0,
 ) -> Any:
     """A gRPC ``ModelInferRequest`` for a decoupled model's stream, asking for an empty final response.
 
     The asyncio streaming client builds its requests here: ``tritonclient.grpc.aio``'s
     ``stream_infer`` cannot ask for the empty final response (only the blocking client's
     ``async_stream_infer`` can), and without it a stream whose model sends the final flag on its
-    own never shows its end. Tensors go in binary as ``to_infer_inputs`` sends them.
+    own never shows its end. Tensors go in binary as ``to_infer_inputs`` sends them; a
+    `priority` other than 0 goes as Triton's own ``priority`` parameter.
 
     Raises:
         PyTritonClientValueError: an array Triton cannot carry, or a parameter that is reserved
@@ -332,6 +374,8 @@ def to_stream_request(
             parameter.string_param = item
         else:
             raise PyTritonClientValueError(f"Parameter {key!r} must be a str, int, float or bool, got {item!r}")
+    if priority:
+        request.parameters["priority"].uint64_param = priority  # where tritonclient puts it
     request.parameters["triton_enable_empty_final_response"].bool_param = True
     return request
 
@@ -397,6 +441,7 @@ def infer_call(protocol: ModuleType, request: CoreRequest) -> tuple[tuple[Any, .
         "parameters": request.parameters,
         "headers": request.headers,
         "timeout": request_timeout_us(request.timeout_s),
+        "priority": request.priority,
         **request.sequence,
     }
     return (request.model_name, to_infer_inputs(protocol, request.inputs, request.shared)), keywords

@@ -33,6 +33,8 @@ class CoreRequest:
         sequence: tritonclient's sequence keywords (`pytriton.client._args.sequence_args`).
         shared: the tensors placed in a shared-memory region (`pytriton.client.shm`): these go
             by region and offset, the others in the body; None for all in the body.
+        priority: the request's priority level for the model's dynamic batcher (1 the highest;
+            0: the model's default level), tritonclient's ``priority``.
     """
 
     model_name: str
@@ -44,3 +46,4 @@ class CoreRequest:
     request_id: str = ""
     sequence: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     shared: Optional[SharedTensors] = None
+    priority: int = 0

@@ -161,6 +161,7 @@ class GrpcResponseStream(ResponseStream):
                         request_id=request.request_id,
                         parameters=own or None,
                         enable_empty_final_response=True,
+                        priority=request.priority,
                         **sequence,
                     )
                 except InferenceServerException:

@@ -168,7 +168,8 @@ class AsyncStreamOpener:
         merged = {**(request.headers or {}), **self._auth}
         if self.url.scheme == "grpc":
             message = to_stream_request(model_name, request.model_version, request.inputs,
-                                        parameters=request.parameters, request_id=request.request_id)
+                                        parameters=request.parameters, request_id=request.request_id,
+                                        priority=request.priority)
             if self._channel is None:
                 self._channel = grpc.aio.insecure_channel(self.url.address, options=_CHANNEL_OPTIONS)
             stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)

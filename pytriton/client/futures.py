@@ -26,7 +26,7 @@ from pytriton.client.exceptions import (
     PyTritonClientInferenceServerError,
     PyTritonClientQueueFullError,
 )
-from pytriton.client.infer_calls import InferCall, InferCalls
+from pytriton.client.infer_calls import InferCall, InferCalls, call_priority
 from pytriton.client.model_config import ClientModelConfig
 from pytriton.client.shm_regions import ShmMode, shm_arg
 
@@ -71,6 +71,7 @@ class FuturesModelClient(InferCalls["concurrent.futures.Future[_Outputs]"]):
         inference_timeout_s: float | None = None,
         access_token: str | None = None,
         shared_memory: ShmMode = False,
+        priority: int = 0,
     ) -> None:
         """Create the client; no thread or connection starts before the first request.
 
@@ -91,6 +92,8 @@ class FuturesModelClient(InferCalls["concurrent.futures.Future[_Outputs]"]):
             access_token: as for :class:`ModelClient`.
             shared_memory: as for :class:`ModelClient`; each worker has its own regions, and a
                 refusal found by one worker sends every worker's tensors through the socket.
+            priority: as for :class:`ModelClient`: the priority level of the requests whose call
+                gives none.
 
         Raises:
             PyTritonClientInvalidUrlError: the URL is not understood.
@@ -98,7 +101,8 @@ class FuturesModelClient(InferCalls["concurrent.futures.Future[_Outputs]"]):
         """
         # Checked here, so that a wrong argument fails in the caller, not in a worker thread.
         self._args = client_args(url, model_name, model_version, init_timeout_s=init_timeout_s,
-                                 inference_timeout_s=inference_timeout_s, access_token=access_token)
+                                 inference_timeout_s=inference_timeout_s, access_token=access_token,
+                                 priority=priority)
         self._shm_choice = shm_arg(shared_memory, self._args.url.hostname)
         pool_arg("max_workers", max_workers, 1)
         pool_arg("max_queue_size", max_queue_size, 0)
@@ -126,6 +130,7 @@ class FuturesModelClient(InferCalls["concurrent.futures.Future[_Outputs]"]):
         chunk_size: int | None = None,
         parameters: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        priority: int | None = None,
         **named_inputs: np.ndarray,
     ) -> concurrent.futures.Future[dict[str, np.ndarray]]:
         """Run a batch of any size: split along the batch axis, sent concurrently, joined in order.
@@ -140,6 +145,7 @@ class FuturesModelClient(InferCalls["concurrent.futures.Future[_Outputs]"]):
             chunk_size: samples per request; ``None`` for the model's ``max_batch_size``.
             parameters: custom request parameters, sent with every chunk.
             headers: extra HTTP headers or gRPC metadata, sent with every chunk.
+            priority: the priority level of every chunk, as for :meth:`infer_batch`.
             **named_inputs: arrays by input name (not together with positional ones).
 
         Returns:
@@ -152,12 +158,14 @@ class FuturesModelClient(InferCalls["concurrent.futures.Future[_Outputs]"]):
             PyTritonClientClosedError, PyTritonClientQueueFullError: as for :meth:`infer_batch`.
         """
         pool_arg("chunk_size", chunk_size, 1)
+        level = call_priority(priority, named_inputs)
         config = self._shared_config or self.model_config().result()
         chunks = chunked_request(config, inputs, named_inputs, chunk_size)
         futures: list[concurrent.futures.Future[dict[str, np.ndarray]]] = []
         try:
             for chunk in chunks:
-                futures.append(self._submit(functools.partial(_infer_chunk, chunk, parameters, headers)))
+                call = InferCall(False, (), chunk, parameters, headers, {}, level)
+                futures.append(self._submit(functools.partial(_infer_chunk, call)))
         except BaseException:
             for future in futures:
                 future.cancel()
@@ -301,6 +309,7 @@ class FuturesModelClient(InferCalls["concurrent.futures.Future[_Outputs]"]):
                     model_config=shared,
                     ensure_model_is_ready=shared is None,
                     shared_memory=self._shm_choice.mode,
+                    priority=self._args.priority,
                 )
                 client._transport.choice = self._shm_choice  # one decision for every worker
                 self._clients.append(client)
@@ -319,14 +328,9 @@ def release_gevent_hub() -> None:
         hub.destroy(destroy_loop=True)
 
 
-def _infer_chunk(
-    chunk: dict[str, np.ndarray],
-    parameters: Mapping[str, Any] | None,
-    headers: Mapping[str, str] | None,
-    client: ModelClient,
-) -> dict[str, np.ndarray]:
-    named: dict[str, Any] = chunk  # input names; typed loosely as they share the keyword space
-    return client.infer_batch(parameters=parameters, headers=headers, **named)
+def _infer_chunk(call: InferCall, client: ModelClient) -> dict[str, np.ndarray]:
+    # The call as made, not through infer_batch's keywords: an input may be named like one of them.
+    return client._request(call)
 
 
 def join_chunk_futures(

@@ -27,6 +27,8 @@ What the generate endpoint can carry (as measured against tritonserver 2.51):
   outputs come back as ``bytes``, also when the server writes bytes that are not valid UTF-8.
 * Input dtypes must match the model's exactly: the server converts JSON numbers to the input's
   type without range checks (300 would arrive as 44 in an INT8).
+* A request's priority is not carried: the endpoint queues every request at the model's
+  default level (a ``priority`` parameter is taken and ignored), so one is refused here.
 * Parameters go in the ``parameters`` object (strings, numbers, booleans). The server hands
   every other key that is not an input to the model as a parameter too, so inputs the model
   does not have are refused here, and no request id is sent (``id`` would reach the model as a
@@ -435,6 +437,14 @@ def stream_post(request: CoreRequest, config: ClientModelConfig, url: str) -> St
         PyTritonClientValueError: an input or parameter the ``generate`` extension cannot carry.
     """
     check_streamable(config)
+    if request.priority:
+        # Measured against Triton 2.51: the generate endpoint takes a "priority" parameter and
+        # queues the request at the default level all the same.
+        raise PyTritonClientValueError(
+            f"Model {config.model_name!r}: a priority (priority={request.priority}) cannot go over HTTP streaming, "
+            "whose endpoint (Triton's generate_stream) queues every request at the model's default level; "
+            "use a grpc:// URL"
+        )
     return StreamPost(
         generate_stream_path(request.model_name, request.model_version),
         encode_request(config, request.inputs, request.parameters, request.request_id),

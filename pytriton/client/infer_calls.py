@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, ForwardRef, Generic, Tuple, TypeVar
 
 import numpy as np
 
-from pytriton.client._args import sequence_args
+from pytriton.client._args import priority_arg, sequence_args
 
 _Answer = TypeVar("_Answer")
 
@@ -37,6 +37,7 @@ class InferCall:
         parameters: the custom request parameters, unchecked.
         headers: the extra HTTP headers or gRPC metadata, unchecked.
         sequence: tritonclient's sequence keywords (`pytriton.client._args.sequence_args`).
+        priority: the request's priority level (checked), None for the client's.
     """
 
     sample: bool
@@ -45,6 +46,16 @@ class InferCall:
     parameters: Mapping[str, Any] | None
     headers: Mapping[str, str] | None
     sequence: Dict[str, Any]
+    priority: int | None = None
+
+
+def call_priority(priority: Any, named_inputs: Dict[str, np.ndarray]) -> int | None:
+    """A call's ``priority`` keyword, checked; an array there is an input of that name (code written
+    for the published clients passes a model's input ``priority`` by name), moved to `named_inputs`."""
+    if isinstance(priority, np.ndarray):
+        named_inputs["priority"] = priority
+        return None
+    return None if priority is None else priority_arg("priority", priority)
 
 
 def _awaited(call: Callable[..., Any], result: Any) -> Callable[..., Any]:
@@ -104,6 +115,7 @@ class InferCalls(Generic[_Answer]):
         sequence_id: int | str = 0,
         sequence_start: bool = False,
         sequence_end: bool = False,
+        priority: int | None = None,
         **named_inputs: np.ndarray,
     ) -> _Answer:
         """Run inference on one sample (no batch axis).
@@ -118,6 +130,12 @@ class InferCalls(Generic[_Answer]):
                 belongs to (an int > 0 or a str); 0 for none.
             sequence_start: this request starts the sequence.
             sequence_end: this request ends the sequence.
+            priority: the request's priority level in the model's dynamic batcher
+                (``DynamicBatcher(priority_levels=...)``): 1 is the highest; a waiting request of a
+                higher level is served before those of lower ones. None for the client's own
+                ``priority``; 0 for the model's ``default_priority_level``. A level the model does
+                not have is refused (Triton would silently take the default). An array given here
+                is the model's input named ``priority``, as in the published clients.
             **named_inputs: arrays by input name (not together with positional ones).
 
         Returns:
@@ -132,8 +150,9 @@ class InferCalls(Generic[_Answer]):
 
         Raises:
             PyTritonClientValueError: inputs are given both ways or are not arrays, a wrong
-                argument, an input HTTP streaming cannot carry, or (``DecoupledModelClient``)
-                the previous stream is still open.
+                argument (a priority level the model does not have included), an input HTTP
+                streaming cannot carry, or (``DecoupledModelClient``) the previous stream is still
+                open.
             PyTritonClientTimeoutError: no answer (for a stream: no next response) within
                 ``inference_timeout_s``.
             PyTritonClientInferenceServerError: the server refused or failed the request.
@@ -143,8 +162,9 @@ class InferCalls(Generic[_Answer]):
             PyTritonClientClosedError: the client was closed (``FuturesModelClient``: also
                 ``PyTritonClientQueueFullError`` when its queue is full and it must not block).
         """
+        level = call_priority(priority, named_inputs)
         return self._request(InferCall(True, inputs, named_inputs, parameters, headers,
-                                       sequence_args(sequence_id, sequence_start, sequence_end)))
+                                       sequence_args(sequence_id, sequence_start, sequence_end), level))
 
     def infer_batch(
         self,
@@ -154,6 +174,7 @@ class InferCalls(Generic[_Answer]):
         sequence_id: int | str = 0,
         sequence_start: bool = False,
         sequence_end: bool = False,
+        priority: int | None = None,
         **named_inputs: np.ndarray,
     ) -> _Answer:
         """Run inference on a batch (the first axis of every input).
@@ -163,7 +184,8 @@ class InferCalls(Generic[_Answer]):
 
         Args:
             *inputs: arrays in the order of the model's inputs.
-            parameters, headers, sequence_id, sequence_start, sequence_end: as for :meth:`infer_sample`.
+            parameters, headers, sequence_id, sequence_start, sequence_end, priority: as for
+                :meth:`infer_sample`.
             **named_inputs: arrays by input name (not together with positional ones).
 
         Returns:
@@ -175,8 +197,9 @@ class InferCalls(Generic[_Answer]):
             PyTritonClientModelUnavailableError, PyTritonClientDecoupledMismatchError,
             PyTritonClientClosedError: as for :meth:`infer_sample`.
         """
+        level = call_priority(priority, named_inputs)
         return self._request(InferCall(False, inputs, named_inputs, parameters, headers,
-                                       sequence_args(sequence_id, sequence_start, sequence_end)))
+                                       sequence_args(sequence_id, sequence_start, sequence_end), level))
 
     def _request(self, call: InferCall) -> _Answer:
         """What `call` becomes for this client."""

@@ -58,7 +58,7 @@ class DecoupledModelClient(ModelClientBase, InferCalls["Responses"]):
         config = self._initialized_config()
         parameters = with_sequence(mapping_arg("parameters", call.parameters), call.sequence)
         build = sample_request if call.sample else batch_request
-        stream = self._open(build(config, call.inputs, call.named_inputs), parameters, call.headers)
+        stream = self._open(build(config, call.inputs, call.named_inputs), parameters, call.headers, call.priority)
         if call.sample:
             return self._responses(stream, functools.partial(sample_response, config))
         return self._responses(stream, dict)
@@ -79,6 +79,7 @@ class DecoupledModelClient(ModelClientBase, InferCalls["Responses"]):
         inputs: dict[str, np.ndarray],
         parameters: Mapping[str, Any] | None,
         headers: Mapping[str, str] | None,
+        priority: int | None = None,
     ) -> ResponseStream:
         if self._current_stream() is not None:
             raise PyTritonClientValueError(
@@ -87,8 +88,9 @@ class DecoupledModelClient(ModelClientBase, InferCalls["Responses"]):
                 "or AsyncioDecoupledModelClient)"
             )
         request_id = self._request_ids()
-        stream = self._core.open_stream(self._args.request(inputs, parameters, headers, request_id),
-                                        self._initialized_config())
+        config = self._initialized_config()
+        stream = self._core.open_stream(
+            self._args.request(inputs, parameters, headers, request_id, priority=priority, config=config), config)
         stream.look = functools.partial(self._lookout.check, request_id, self._read_config)
         self._stream = weakref.ref(stream)
         return stream

@@ -60,7 +60,7 @@ class AsyncioDecoupledModelClient(AsyncioModelClientBase, InferCalls["AsyncRespo
         build = sample_request if call.sample else batch_request
         convert = sample_response if call.sample else _keep_batch
         return self._responses(lambda config: build(config, call.inputs, call.named_inputs), convert, parameters,
-                               call.headers)
+                               call.headers, call.priority)
 
     async def close(self) -> None:
         """Cancel the open streams and close the connections. Idempotent."""
@@ -74,12 +74,13 @@ class AsyncioDecoupledModelClient(AsyncioModelClientBase, InferCalls["AsyncRespo
         convert: Callable[[ClientModelConfig, dict[str, np.ndarray]], dict[str, np.ndarray]],
         parameters: Mapping[str, Any] | None,
         headers: Mapping[str, str] | None,
+        priority: int | None = None,
     ) -> AsyncResponses:
         # Checked in the caller; the rest needs the configuration, so it waits for the first step.
         self._check_open()
         mapping_arg("parameters", parameters)
         mapping_arg("headers", headers)
-        return self._stream(build, convert, parameters, headers)
+        return self._stream(build, convert, parameters, headers, priority)
 
     async def _stream(
         self,
@@ -87,10 +88,11 @@ class AsyncioDecoupledModelClient(AsyncioModelClientBase, InferCalls["AsyncRespo
         convert: Callable[[ClientModelConfig, dict[str, np.ndarray]], dict[str, np.ndarray]],
         parameters: Mapping[str, Any] | None,
         headers: Mapping[str, str] | None,
+        priority: int | None = None,
     ) -> AsyncResponses:
         config = await self._initialized_config()
         request_id = self._request_ids()
-        request = self._args.request(build(config), parameters, headers, request_id)
+        request = self._args.request(build(config), parameters, headers, request_id, priority=priority, config=config)
         stream = await self._core.open_stream(request, config)
         if self._open is None:
             self._open = weakref.WeakSet()

@@ -56,6 +56,7 @@ class WatchedHttp:
             request_id=request.request_id,
             timeout=request_timeout_us(timeout_s),
             parameters=request.parameters,
+            priority=request.priority,
             **request.sequence,
         )
         request_headers = dict(request.headers or {})

@@ -58,6 +58,8 @@ class TensorSpec:
         dtype: numpy dtype; ``np.object_`` for Triton's BYTES (``TYPE_STRING``).
         triton_dtype: the Triton data type name, e.g. ``"INT32"`` or ``"BYTES"``.
         optional: whether requests may leave this input out (always False for outputs).
+        shape_tensor: a TensorRT shape tensor (``is_shape_tensor``), whose shape Triton checks
+            its own way (the clients leave it to the server).
     """
 
     name: str
@@ -65,6 +67,7 @@ class TensorSpec:
     dtype: np.dtype
     triton_dtype: str
     optional: bool = False
+    shape_tensor: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +147,7 @@ def _tensor(raw: Mapping[str, Any], model_name: str) -> TensorSpec:
         dtype=np.dtype(np_dtype),
         triton_dtype=triton_dtype,
         optional=bool(raw.get("optional", False)),
+        shape_tensor=bool(raw.get("is_shape_tensor", False)),
     )
 
 

@@ -7,8 +7,8 @@ serving process starts, watches and stops (`pytriton.openai.process`). One reque
 front's route (`pytriton.openai.handlers`, checks in `pytriton.openai.requests`) -> Triton over
 gRPC (`pytriton.openai.link`) -> the model -> pieces -> OpenAI's answer (`pytriton.openai.answers`).
 
-The front needs the ``openai`` extra (``pip install 'pytriton[openai]'``): aiohttp 3.9 or newer,
-whose handlers are cancelled when their client disconnects.
+The front needs the ``openai`` extra (``pip install 'aiohttp>=3.9'``, `EXTRA_INSTALL`): aiohttp 3.9 or
+newer, whose handlers are cancelled when their client disconnects.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 
 from pytriton.environment import OPENAI_API_KEY as API_KEY_ENV
 from pytriton.exceptions import PyTritonBadParameterError
+from pytriton.install_hints import OPENAI_EXTRA
 from pytriton.server.config.merge import is_loopback
 from pytriton.server.ports import openai_endpoint
 
@@ -25,7 +26,7 @@ logger = logging.getLogger("pytriton.openai")
 
 __all__ = ["API_KEY_ENV", "EXTRA_INSTALL", "check_extra", "require_extra", "spawn_front"]
 
-EXTRA_INSTALL = "pip install 'pytriton[openai]'"
+EXTRA_INSTALL = OPENAI_EXTRA  # what works from any pytriton installation (pytriton is on no index)
 _MIN_AIOHTTP = (3, 9)
 
 

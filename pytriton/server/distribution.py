@@ -176,14 +176,17 @@ def _stub_numpy_problem(tag: str) -> Optional[str]:
     """Why the 2.51 stubs cannot run here: NumPy 2 in them corrupts tensors without an error."""
     import numpy
 
-    if int(numpy.__version__.split(".")[0]) >= 2:
-        return (
-            f"the bundled Triton 2.51 Python-backend stub needs NumPy 1.x, but the build bundled none for Python "
-            f"{tag} and this environment has NumPy {numpy.__version__}; use pytriton's own backend (the default "
-            "where the package was built with a C compiler), Python 3.8-3.12 (the build then bundles NumPy 1.x for "
-            "the stub), numpy<2, or PYTRITON_TRITON_SERVER_DIR set to a Triton built for NumPy 2"
-        )
-    return None
+    if int(numpy.__version__.split(".")[0]) < 2:
+        return None
+    # NumPy 1.x stops at Python 3.12 (1.26): past it, no install gives the stub one.
+    numpy_1 = "" if sys.version_info[:2] > (3, 12) else ", numpy<2"
+    never = f" (NumPy 1.x has no release for Python {tag})" if not numpy_1 else ""
+    return (
+        f"the bundled Triton 2.51 Python-backend stub needs NumPy 1.x, but the build bundled none for Python "
+        f"{tag}{never} and this environment has NumPy {numpy.__version__}; use pytriton's own backend (the default "
+        "where the package was built with a C compiler), Python 3.8-3.12 (the build then bundles NumPy 1.x for "
+        f"the stub){numpy_1}, or PYTRITON_TRITON_SERVER_DIR set to a Triton built for Python {tag} and NumPy 2"
+    )
 
 
 def _libpython_problem() -> Optional[str]:

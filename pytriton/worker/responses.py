@@ -459,26 +459,34 @@ def _step_rows(context: TritonContext, entries: List[Any], strict: bool) -> Opti
     if any(dtype.kind in ("O", "S", "U") for dtype in dtypes):
         return None
     names = context.output_names
+    width = len(names)
     first = names[0]
     rows = []
     for entry in entries:
-        if type(entry) is not dict or len(entry) != len(names):
+        if type(entry) is not dict or len(entry) != width:
             return None
         head = entry.get(first)
         if type(head) is not np.ndarray or not head.ndim:
             return None
         rows.append(head.shape[0])
     arrays = {}
-    for tensor, dtype in zip(outputs, dtypes):
-        values = [entry.get(tensor.name) for entry in entries]
-        if any(type(value) is not np.ndarray or value.dtype != dtype or not value.ndim for value in values):
+    for index, (tensor, dtype) in enumerate(zip(outputs, dtypes)):
+        name = tensor.name
+        values = [entry.get(name) for entry in entries]
+        for value in values:
+            if type(value) is not np.ndarray:
+                return None
+        try:  # arrays whose dims differ after the first cannot be joined
+            whole = np.concatenate(values)
+        except ValueError:
             return None
-        if any(value.shape[0] != count for value, count in zip(values, rows)):
+        # A mix of dtypes joins as the widest: accepted when that is the declared one (the general
+        # path would cast each piece to it too), unless `strict` asks for each piece's dtype.
+        if whole.dtype != dtype or (strict and any(value.dtype != dtype for value in values)):
             return None
-        trailing = values[0].shape[1:]
-        if any(value.shape[1:] != trailing for value in values):
+        if strict and not shape_matches(whole.shape[1:], tuple(tensor.shape)):
             return None
-        if strict and not shape_matches(trailing, tuple(tensor.shape)):
-            return None
-        arrays[tensor.name] = np.concatenate(values)
+        if index and any(value.shape[0] != count for value, count in zip(values, rows)):
+            return None  # the rows come from the first output: the others must agree, piece by piece
+        arrays[name] = whole
     return codec.pack_rows_inline(arrays, rows)

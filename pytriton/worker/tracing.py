@@ -13,8 +13,8 @@ user's process, so one trace shows client -> Triton -> the hop to the worker -> 
   user's own spans (`Request.traced_span`) nest below it. It is marked as an error, with the
   exception as an event, when the callable raised for its request.
 
-Spans are exported with the OpenTelemetry SDK (an optional extra: ``pip install
-pytriton[telemetry]``) over OTLP/HTTP, to the collector and with the resource attributes that the
+Spans are exported with the OpenTelemetry SDK (the optional extra ``pytriton[telemetry]``:
+`pytriton.install_hints.TELEMETRY_EXTRA`) over OTLP/HTTP, to the collector and with the resource attributes that the
 server's trace_config gives. Without the SDK, tracing is off with one log line; requests then have
 no span. Sampling is Triton's (its ``rate``): spans are made only for requests whose context
 Triton passes.
@@ -33,6 +33,8 @@ import os
 import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from pytriton.install_hints import TELEMETRY_EXTRA
 
 logger = logging.getLogger("pytriton.tracing")
 
@@ -127,7 +129,8 @@ def _exporter(settings: TraceExport) -> Optional[_Exporter]:
                 if not _unavailable_told:
                     _unavailable_told = True
                     logger.warning("Triton traces with OpenTelemetry, but pytriton cannot continue the traces into "
-                                   "the callables (%s); install pytriton[telemetry] for that", exc)
+                                   "the callables (%s); for that, the pytriton[telemetry] extra: %s", exc,
+                                   TELEMETRY_EXTRA)
         return _exporters[key]
 
 

@@ -32,3 +32,20 @@ def _found(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:  # its parent is a module, not a package
         return False
+
+
+BACKEND = PAGE.parents[1] / "pytriton" / "backend"
+
+
+def test_the_page_names_every_unit_of_the_backend():
+    """Each C unit by its .c file, or by its header where it is a header alone (model.h, contract.h)."""
+    text = PAGE.read_text(encoding="utf-8")
+    units = {path.stem: path.name for path in sorted(BACKEND.glob("*.h"))}
+    units.update({path.stem: path.name for path in sorted(BACKEND.glob("*.c"))})
+    assert len(units) > 10
+    assert [name for name in units.values() if not re.search(rf"\b{re.escape(name)}\b", text)] == []
+
+
+def test_every_backend_file_the_page_names_exists():
+    named = set(re.findall(r"\b(\w+\.[ch])\b", PAGE.read_text(encoding="utf-8")))
+    assert sorted(name for name in named if not (BACKEND / name).is_file()) == []

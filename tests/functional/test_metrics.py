@@ -102,6 +102,16 @@ def streaming(requests):
         yield [{"y": request["x"]} for request in requests]
 
 
+HELD = threading.Event()
+
+
+def held(requests):
+    """A stream that stays open after its first piece until the test sets HELD."""
+    yield [{"y": request["x"]} for request in requests]
+    HELD.wait(30)
+    yield [{"y": request["x"] + 1} for request in requests]
+
+
 @batch
 def in_process(x):
     ROWS.labels(kind="process").inc(len(x))
@@ -126,6 +136,7 @@ def served(request) -> Iterator[dict]:
         triton.bind("Stream", streaming, X, Y, config=ModelConfig(max_batch_size=8, decoupled=True))
         triton.bind("Process", in_process, X, Y, config=ModelConfig(max_batch_size=8, process_instances=True))
         triton.bind("Slow", slow, X, Y, config=ModelConfig(max_batch_size=8))
+        triton.bind("Held", held, X, Y, config=ModelConfig(max_batch_size=8, decoupled=True))
         triton.run()
         yield {"timed": timed, "url": f"127.0.0.1:{config.http_port}", "grpc": f"grpc://127.0.0.1:{config.grpc_port}",
                "metrics": config.metrics_port}
@@ -224,6 +235,22 @@ def test_requests_in_flight_shows_a_running_call(served):
     after = _settled(port, lambda s: value(s, "pytriton_requests_in_flight", "Slow") == 0)
     assert value(after, "pytriton_requests_in_flight", "Slow") == 0
     assert outcome["y"].shape == (2, 1)
+
+
+def test_requests_in_flight_counts_a_streams_open_request(served):
+    # pytriton's backend counts a stream from its batch's send to its final response (relay.c).
+    port = served["metrics"]
+    HELD.clear()
+    with DecoupledModelClient(served["grpc"], "Held", inference_timeout_s=30) as client:
+        parts = iter(client.infer_sample(x=np.ones(2, np.float32)))
+        first = next(parts)
+        during = _settled(port, lambda s: value(s, "pytriton_requests_in_flight", "Held") == 1)
+        HELD.set()
+        rest = list(parts)
+    after = _settled(port, lambda s: value(s, "pytriton_requests_in_flight", "Held") == 0)
+    assert value(during, "pytriton_requests_in_flight", "Held") == 1  # the open stream
+    assert value(after, "pytriton_requests_in_flight", "Held") == 0  # its final response came
+    assert first["y"].tolist() == [1.0, 1.0] and [part["y"].tolist() for part in rest] == [[2.0, 2.0]]
 
 
 def test_callables_of_every_kind_record_their_own_metrics(served):

@@ -126,5 +126,34 @@ def test_a_python_313_process_serves_through_pytritons_backend(tmp_path):
     text = log.read_text()
     assert code == 0, text
     assert "proxy refused:" in text and "NumPy" in text, text  # the stub cannot run on 3.13: said, not served
+    assert "NumPy 1.x has no release for Python 3.13" in text and "numpy<2" not in text, text  # no hint to a dead end
     assert "broken refused: PyTritonServerError" in text, text
 
+
+
+@pytest.mark.skipif(not PYTHON313, reason="no Python 3.13 on this machine (set PYTRITON_TEST_PYTHON313)")
+@pytest.mark.skipif(served_backend() != "pytriton", reason="needs pytriton's backend (built with a C compiler)")
+def test_pytriton_check_on_python_313_warns_of_nothing_and_says_what_only_the_proxy_path_needs():
+    python = _environment()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("PYTRITON_TRITON_CONFIG_MODEL_BACKEND", None)
+    done = subprocess.run([str(python), "-m", "pytriton", "check", "--build"], env=env, capture_output=True,
+                          text=True, timeout=180, check=False)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [line for line in lines if line.startswith(("WARN", "FAIL"))] == [], done.stdout
+    info = {line[6:].split(":")[0]: line for line in lines if line.startswith("INFO")}
+    assert sorted(info) == ["stub libraries", "stub numpy"], done.stdout
+    for line in info.values():
+        assert "pytriton's own backend serves here and runs no Python-backend stub; only the proxy path" in line
+        assert "fix:" not in line and "numpy<2" not in line
+    assert "the server's own copy of libpython" in info["stub libraries"]
+    assert "no release for Python 3.13" in info["stub numpy"]
+    assert lines[-1] == "pytriton check: 6 PASS, 2 INFO", done.stdout
+    # With the proxy path chosen, the same facts fail the check: that path cannot serve here.
+    env["PYTRITON_TRITON_CONFIG_MODEL_BACKEND"] = "python"
+    chosen = subprocess.run([str(python), "-m", "pytriton", "check", "--build"], env=env, capture_output=True,
+                            text=True, timeout=180, check=False)
+    assert chosen.returncode == 1, chosen.stdout
+    assert [line[6:].split(":")[0] for line in chosen.stdout.splitlines() if line.startswith("FAIL")] == [
+        "stub libraries", "stub numpy"], chosen.stdout

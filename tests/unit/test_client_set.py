@@ -111,5 +111,10 @@ def test_an_editable_install_leaves_the_client_requirement_out(monkeypatch):
                 "Requires-Dist: numpy\nRequires-Dist: pytriton_client>=0.1; extra == 'x'\n\nThe README\n")
     assert pytriton_build.without_client_requirement(metadata) == (
         "Metadata-Version: 2.4\nName: pytriton\nRequires-Dist: numpy\n\nThe README\n")
+    # A build from a source tree with the client project beside it names that folder (pip builds it from there).
+    folder = (ROOT / "pytriton-client").resolve().as_uri()
+    assert pytriton_build.with_local_client(metadata, ROOT / "pytriton-client") == (
+        f"Metadata-Version: 2.4\nName: pytriton\nRequires-Dist: pytriton-client @ {folder}\nRequires-Dist: numpy\n"
+        f"Requires-Dist: pytriton-client @ {folder} ; extra == 'x'\n\nThe README\n")
     for name in ("pytriton_build", "native", "stub_numpy", "unasync", "client_set"):
         sys.modules.pop(name, None)

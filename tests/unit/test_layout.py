@@ -97,7 +97,7 @@ def test_the_ring_finder_finds_a_ring():
 
 FOUNDATIONS = (
     "__init__", "access_token", "children", "client_contract", "client_regions", "constants", "environment",
-    "exceptions", "exit_status", "notices",
+    "exceptions", "exit_status", "install_hints", "notices",
 )
 """Modules every package may import; they import nothing of pytriton but each other."""
 

@@ -220,8 +220,8 @@ class TritonConfig:
             readiness false (docs/reliability.md, "Stopping under load").
         openai_port: pytriton's own setting: the port of the OpenAI-compatible API
             (docs/openai.md), served by a process the serving process starts and stops beside
-            Triton's endpoints, on Triton's `http_address`; off when unset. Needs
-            ``pip install 'pytriton[openai]'``.
+            Triton's endpoints, on Triton's `http_address`; off when unset. Needs the ``openai``
+            extra (``pip install 'aiohttp>=3.9'``).
         triton_on_localhost: pytriton's own setting, for a server whose public door is the
             OpenAI-compatible API (`openai_port`, with its API key): Triton's own HTTP and gRPC
             ports listen on 127.0.0.1 only (their `http_address` and `grpc_address` left unset

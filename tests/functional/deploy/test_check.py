@@ -35,7 +35,7 @@ def verdicts(output: str) -> Dict[str, List[str]]:
     found: Dict[str, List[str]] = {}
     for line in output.splitlines():
         verdict, _, rest = line.partition("  ")
-        if verdict in ("PASS", "WARN", "FAIL"):
+        if verdict in ("PASS", "INFO", "WARN", "FAIL"):
             found.setdefault(rest.split(":")[0], []).append(verdict)
     return found
 

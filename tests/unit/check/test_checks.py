@@ -122,10 +122,60 @@ def test_stub_libraries_fail_naming_what_is_missing():
                                               ("2.0.0", Verdict.FAIL), ("2.4.6", Verdict.FAIL),
                                               (None, Verdict.FAIL)])
 def test_the_stub_needs_numpy_1(version, verdict):
-    result = judge_numpy(version, "somewhere")
+    result = judge_numpy(version, "somewhere", python=(3, 12))
     assert result.verdict is verdict
     if verdict is Verdict.FAIL:
         assert "numpy<2" in result.remedy
+
+
+@pytest.mark.parametrize("version", ["2.4.6", None])
+def test_on_python_313_the_stub_numpy_line_says_no_numpy_1_exists_and_asks_for_none(version):
+    result = judge_numpy(version, "this environment's", python=(3, 13))
+    assert result.verdict is Verdict.FAIL
+    assert "NumPy 1.x, which has no release for Python 3.13, so the proxy path cannot serve" in result.detail
+    assert "numpy<2" not in result.remedy and "install" not in result.remedy
+    assert "Python 3.8 to 3.12" in result.remedy and "pytriton's own backend" in result.remedy
+
+
+def test_a_stub_that_links_the_servers_own_libpython_copy_is_said_so():
+    ldd = "\tlibpython3-419a3a08.13.so.1.0 => /srv/tritonserver/lib/libpython3-419a3a08.13.so.1.0 (0x1)\n"
+    result = judge_stub_libraries(parse_ldd(ldd), pathlib.Path("/opt/py/lib"), realpath=_same,
+                                  server_libdirs=[pathlib.Path("/srv/tritonserver/lib")])
+    assert result.verdict is Verdict.FAIL
+    assert result.detail.startswith("the stub would load the server's own copy of libpython "
+                                    "(/srv/tritonserver/lib/libpython3-419a3a08.13.so.1.0, renamed when")
+
+
+def test_where_pytritons_backend_serves_what_only_the_proxy_path_needs_is_an_info_with_no_fix():
+    from pytriton.check.install import proxy_only
+
+    failed = judge_numpy("2.4.6", "this environment's", python=(3, 13))
+    info = proxy_only(failed)
+    assert info.verdict is Verdict.INFO
+    assert info.detail.startswith("pytriton's own backend serves here and runs no Python-backend stub; only the proxy "
+                                  'path (TritonConfig(model_backend="python")) would need this: the stub would import')
+    line = format_result(info)
+    assert line.startswith("INFO  stub numpy: pytriton's own backend serves here") and "fix:" not in line
+    assert " -- for the proxy path, run Python 3.8 to 3.12" in line
+    warned = proxy_only(CheckResult("stub libraries", Verdict.WARN, "ldd is not installed", "install ldd"))
+    assert warned.verdict is Verdict.INFO and warned.remedy == "for the proxy path: install ldd"
+    assert exit_status([info, warned]) == 0
+    for untouched in (CheckResult("stub numpy", Verdict.PASS, "NumPy 1.26.4"), CheckResult("ports", Verdict.FAIL, "")):
+        assert proxy_only(untouched) is untouched
+
+
+def test_the_proxy_path_chosen_keeps_its_stub_failures():
+    import dataclasses
+
+    from pytriton.check.install import native_serves
+    from pytriton.server.distribution import ServerDistribution
+
+    root = pathlib.Path("/srv/tritonserver")
+    built = ServerDistribution(root, root / "bin" / "tritonserver", root / "backends" / "python", None,
+                               root / "caches", (), native_backend=root / "backends" / "pytriton" / "lib.so")
+    assert native_serves(built, None) and native_serves(built, "pytriton")
+    assert not native_serves(built, "python") and not native_serves(built, " Python ")
+    assert not native_serves(dataclasses.replace(built, native_backend=None), None)
 
 
 def test_a_roomy_shm_passes():
@@ -197,6 +247,7 @@ def test_the_summary_words_a_busy_port_as_what_it_is():
     assert summary([ok, ports]) == ("pytriton check: 1 PASS, 1 FAIL -- a port the server would take is in use; on "
                                     "other ports this machine can serve")
     assert summary([ports, tree]).endswith("-- this machine cannot serve yet")
+    assert summary([ok, CheckResult("stub numpy", Verdict.INFO, "")]) == "pytriton check: 1 PASS, 1 INFO"
 
 
 def test_the_versions_line_names_the_library_the_server_and_python(tmp_path):

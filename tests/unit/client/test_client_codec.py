@@ -198,3 +198,59 @@ def test_a_batch_over_max_batch_size_is_refused_before_sending_with_tritons_word
         "infer_batch_chunked(...) of ModelClient, FuturesModelClient and AsyncioModelClient sends a larger batch")
     # What will be cut into chunks is not refused.
     assert batch_request(batched, (big, big), {}, whole=False)["INPUT_B"] is big
+
+
+# --- shapes: the model's dims, checked before sending (-1: any size) ----------------------------------------------
+
+SCALE = ClientModelConfig(
+    model_name="Scale",
+    max_batch_size=8,
+    inputs=(TensorSpec("values", (-1,), F32, "FP32"), TensorSpec("factor", (1,), F32, "FP32")),
+    outputs=(TensorSpec("scaled", (-1,), F32, "FP32"),),
+)
+
+
+def test_a_wrong_fixed_size_of_one_sample_names_the_input_and_both_shapes():
+    with pytest.raises(PyTritonClientValueError) as info:
+        sample_request(SCALE, [], {"values": np.ones(3, F32), "factor": np.ones(2, F32)})
+    assert str(info.value) == (
+        "Model 'Scale': input 'factor' has shape (2,), but the model declares shape (1,) for one sample (-1: any size)")
+    assert sample_request(SCALE, [], {"values": np.ones(5, F32), "factor": np.ones(1, F32)})["factor"].shape == (1, 1)
+
+
+def test_a_batch_is_checked_sample_by_sample_after_its_first_axis():
+    from pytriton.client.codec import batch_request, chunked_request
+
+    with pytest.raises(PyTritonClientValueError, match=r"has samples of shape \(2,\) \(the batch of 4 first\)"):
+        batch_request(SCALE, [np.ones((4, 3), F32), np.ones((4, 2), F32)], {})
+    with pytest.raises(PyTritonClientValueError, match=r"input 'factor' has samples of shape \(\)"):
+        chunked_request(SCALE, [np.ones((20, 3), F32), np.ones(20, F32)], {}, None)
+    with pytest.raises(PyTritonClientValueError, match=r"input 'values' is a 0-d array, with no batch axis"):
+        batch_request(SCALE, [np.ones((), F32), np.ones((1, 1), F32)], {})
+    assert batch_request(SCALE, [np.ones((4, 7), F32), np.ones((4, 1), F32)], {})["values"].shape == (4, 7)
+
+
+def test_a_model_without_batching_checks_the_whole_shape():
+    plain = ClientModelConfig("Grid", 0, inputs=(TensorSpec("grid", (2, -1), F32, "FP32"),))
+    assert sample_request(plain, [np.ones((2, 9), F32)], {})["grid"].shape == (2, 9)
+    with pytest.raises(PyTritonClientValueError, match=r"has shape \(3, 9\), but the model declares shape \(2, -1\)"):
+        sample_request(plain, [np.ones((3, 9), F32)], {})
+    with pytest.raises(PyTritonClientValueError, match=r"has shape \(18,\), but the model declares shape \(2, -1\)"):
+        sample_request(plain, [np.ones(18, F32)], {})
+
+
+def test_shape_tensors_and_configurations_without_tensors_are_left_to_the_server():
+    shaped = ClientModelConfig("Trt", 8, inputs=(TensorSpec("dims", (2,), np.dtype(np.int32), "INT32",
+                                                            shape_tensor=True),))
+    assert sample_request(shaped, [np.array([1, 2, 3], np.int32)], {})["dims"].shape == (1, 3)
+    bare = ClientModelConfig("Given", 8)
+    assert sample_request(bare, [], {"anything": np.ones((5, 5), F32)})["anything"].shape == (1, 5, 5)
+
+
+def test_the_server_configuration_marks_shape_tensors():
+    from pytriton.model_config.triton_model_config import parse_model_config
+
+    raw = {"name": "Trt", "max_batch_size": 8, "input": [
+        {"name": "dims", "data_type": "TYPE_INT32", "dims": ["2"], "is_shape_tensor": True},
+        {"name": "x", "data_type": "TYPE_FP32", "dims": [-1]}]}
+    assert [spec.shape_tensor for spec in parse_model_config(raw).inputs] == [True, False]

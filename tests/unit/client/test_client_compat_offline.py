@@ -238,7 +238,8 @@ def test_asyncio_create_client_from_url_makes_an_aio_client_in_the_loop():
 
 
 def test_from_existing_client_takes_over_what_the_existing_one_knows():
-    existing = offline(url="grpc://localhost:1", init_timeout_s=7, inference_timeout_s=3, access_token="t0ken")
+    existing = offline(url="grpc://localhost:1", init_timeout_s=7, inference_timeout_s=3, access_token="t0ken",
+                       priority=2)
     copy = ModelClient.from_existing_client(existing)
     with existing, copy:
         assert type(copy) is ModelClient and copy is not existing
@@ -251,6 +252,7 @@ def test_from_existing_client_takes_over_what_the_existing_one_knows():
         "init_timeout_s": 7.0,
         "inference_timeout_s": 3.0,
         "access_token": "t0ken",
+        "priority": 2,
         "model_config": BATCHING,
         "ensure_model_is_ready": False,
     }

@@ -25,6 +25,8 @@ PUBLISHED = [
     ("sequence_id", inspect.Parameter.KEYWORD_ONLY, 0),
     ("sequence_start", inspect.Parameter.KEYWORD_ONLY, False),
     ("sequence_end", inspect.Parameter.KEYWORD_ONLY, False),
+    # Added after the published signature, keyword-only with a default: published calls run unchanged.
+    ("priority", inspect.Parameter.KEYWORD_ONLY, None),
     ("named_inputs", inspect.Parameter.VAR_KEYWORD, inspect.Parameter.empty),
 ]
 
