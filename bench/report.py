@@ -117,6 +117,10 @@ def text_table(results: Dict[str, Any]) -> str:
         lines.append("  ".join(cells).rstrip())
         if index == 0:
             lines.append("  ".join("-" * width for width in widths))
+    if results.get("multiplex"):
+        import multiplex
+
+        lines += ["", *multiplex.text_lines(results["multiplex"])]
     return "\n".join(lines)
 
 
@@ -233,6 +237,8 @@ def docs_block(results: Dict[str, Any], image_name: str) -> str:
     startup = results.get("startup")
     if startup and not startup["met"]:
         unmet.append("start-up")
+    mux = results.get("multiplex")
+    unmet += [f"multiplexing ({name})" for name, met in (mux or {}).get("met", {}).items() if not met]
     load = ", ".join(f"{value:.2f}" for value in info["loadavg_at_start"])
     gpu = bool(results.get("gpu"))
     extra = []
@@ -255,11 +261,18 @@ def docs_block(results: Dict[str, Any], image_name: str) -> str:
         "",
         f"![Throughput, latency and start-up, pytriton against the plain Python backend]({image_name})",
         "",
+        *([_multiplex_markdown(mux), ""] if mux else []),
         ("Every target met." if not unmet else "Targets not met: " + "; ".join(unmet) + "."),
         "",
         GPU_END if gpu else END,
     ]
     return "\n".join(lines)
+
+
+def _multiplex_markdown(figures: Dict[str, Any]) -> str:
+    import multiplex
+
+    return multiplex.markdown(figures)
 
 
 def update_docs(results: Dict[str, Any], page: pathlib.Path, image_name: str, gpu: bool = False) -> None:

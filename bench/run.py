@@ -30,6 +30,7 @@ import breakdown
 import continuous
 import cpu_work
 import gpu
+import multiplex
 import psutil
 import report
 from cases import CASES, GPU_CASES, QUICK_CASE, STREAM_CASES, STREAM_GROUP, Case
@@ -52,6 +53,9 @@ DESIGN_PAGE = REPO / "docs" / "design" / "hop.md"
 DOCS_IMAGE = REPO / "docs" / "performance.png"
 DOCS_GPU_IMAGE = REPO / "docs" / "performance-gpu.png"
 DOCS_CONTINUOUS_IMAGE = REPO / "docs" / "performance-continuous.png"
+MULTIPLEX_CASE = "multiplex_c16"
+MULTIPLEX_ROUNDS = 3  # the machine is shared: every round is reported, the medians decide
+MULTIPLEX_REQUESTS = 3000
 STARTUP_TARGET_S = 0.30
 CPU_WORK_S = 0.005  # what cpu_5ms's loop is calibrated to take per batch
 
@@ -64,9 +68,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help=f"shortest form: case {QUICK_CASE} over HTTP, three 1 s windows without waiting for "
                         "stable figures, one start-up each, no docs")
-    parser.add_argument("--cases", nargs="+", choices=keys + stream_keys + [STREAM_GROUP] + gpu_keys,
+    parser.add_argument("--cases", nargs="+", choices=keys + stream_keys + [STREAM_GROUP, MULTIPLEX_CASE] + gpu_keys,
                         help=f"cases to run (default: all; '{STREAM_GROUP}': {' '.join(stream_keys)}, the "
-                        f"continuous-batching cases; with --gpu: {' '.join(gpu_keys)})")
+                        f"continuous-batching cases; {MULTIPLEX_CASE}: multiplexed models against an lru_cache and "
+                        f"8 bound models (bench/multiplex.py), {MULTIPLEX_ROUNDS} rounds at least; with --gpu: "
+                        f"{' '.join(gpu_keys)})")
     parser.add_argument("--protocols", nargs="+", choices=["http", "grpc"], help="default: http grpc")
     parser.add_argument("--interval-ms", type=int, help="perf_analyzer --measurement-interval (default 3000)")
     parser.add_argument("--stabilize", action=argparse.BooleanOptionalAction,
@@ -103,6 +109,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     if args.cases and STREAM_GROUP in args.cases:
         args.cases = [key for key in args.cases if key != STREAM_GROUP] + stream_keys
     args.stream_cases = []
+    args.multiplex = False
     if args.torch_device:
         args.gpu = True
     if args.gpu:
@@ -117,7 +124,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         wrong = sorted(set(args.cases or ()) & set(gpu_keys))
         if wrong:
             parser.error(f"--cases {' '.join(wrong)}: GPU cases run only with --gpu")
-        chosen = args.cases or ([QUICK_CASE] if args.quick else keys + stream_keys)
+        chosen = args.cases or ([QUICK_CASE] if args.quick else keys + stream_keys + [MULTIPLEX_CASE])
+        args.multiplex = MULTIPLEX_CASE in chosen
         args.cases = [case for case in CASES if case.key in chosen]
         args.stream_cases = [case for case in STREAM_CASES if case.key in chosen]
     args.protocols = args.protocols or (["http"] if args.quick else ["http", "grpc"])
@@ -291,6 +299,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                 args.stream_cases, rounds=args.rounds, quick=args.quick, litserve=args.litserve,
                 run_dir=run_dir / "continuous", ours_pythonpath=args.ours_pythonpath, created=created,
             )  # fmt: skip
+        if args.multiplex:  # a server of its own, started once the others are done
+            results["multiplex"] = multiplex.run(max(MULTIPLEX_ROUNDS, args.rounds), MULTIPLEX_REQUESTS,
+                                                 run_dir / "logs")
     finally:
         # A second Ctrl-C must not cut the cleanup short.
         previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
@@ -319,6 +330,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         met.append(results["startup"]["met"])
     if "continuous" in results:
         met.append(results["continuous"]["all_met"])
+    if "multiplex" in results:
+        met += list(results["multiplex"]["met"].values())
     results["all_met"] = all(met)
     return results
 

@@ -6,9 +6,9 @@ definition, never written twice: every ``PARAM_*`` of the protocol (the model-co
 parameters pytriton writes and the backend reads), the message kinds (positions in
 ``_MESSAGE_TYPES``), the position of every field in a message's encoded tuple (the kind number
 first, then the NamedTuple's fields), the fields of a tensor column and of a metric family, the
-timing stamps and the request flags. A renamed or moved field, or a parameter the C code names
-that the protocol no longer has, fails the build of the backend or the staleness check, never a
-request.
+timing stamps, the error codes and the request flags. A renamed or moved field, or a parameter
+the C code names that the protocol no longer has, fails the build of the backend or the
+staleness check, never a request.
 
 ``python build_backend/contract.py`` (``make generate``) writes the header; ``--check`` exits 1
 when it is missing or differs from what the protocol gives (``make check-generated``, the test
@@ -74,10 +74,15 @@ def render() -> str:
     for prefix, fields in (("COLUMN", protocol.TensorColumn._fields), ("FAMILY", protocol.METRIC_FAMILY_FIELDS),
                            ("SERIES", protocol.METRIC_SERIES_FIELDS), ("LABEL", protocol.METRIC_LABEL_FIELDS)):
         lines += [f"#define PYT_{prefix}_{field.upper()} {index}" for index, field in enumerate(fields)]
-    lines += ["", "/* Timing stamps (protocol.Stamp) and Triton's request flags. */"]
+    lines += ["", "/* Timing stamps (protocol.Stamp). */"]
     stamps = sorted(((value, name) for name, value in vars(protocol.Stamp).items()
                      if name.isupper() and isinstance(value, int)))
     lines += [f"#define PYT_STAMP_{name} {value}" for value, name in stamps]
+    lines += ["", "/* The code of a requester's error (protocol.ErrorCode, BatchResult.codes). */"]
+    codes = sorted(((value, name) for name, value in vars(protocol.ErrorCode).items()
+                    if name.isupper() and isinstance(value, int)))
+    lines += [f"#define PYT_ERROR_CODE_{name} {value}" for value, name in codes]
+    lines += ["", "/* Triton's request flags. */"]
     lines += [f"#define PYT_SEQUENCE_START {protocol.SEQUENCE_START}",
               f"#define PYT_SEQUENCE_END {protocol.SEQUENCE_END}", "", "#endif", ""]
     return "\n".join(lines)

@@ -26,6 +26,38 @@ PARAM_RELAYED = "pytriton.relayed"
 response senders from a relay thread (decoupled models, and callables that are coroutines, whose
 batches may overlap); absent otherwise."""
 
+PARAM_MULTIPLEX = "pytriton.multiplex"
+"""For a multiplexed model (``@multiplexed``): JSON ``{"parameter": <the request parameter that
+names the variant>, "max_loaded": <variants one instance holds>, "variants": <the known
+variants, or null>}`` in the model configuration's ``parameters``. pytriton's backend routes by it;
+clients (the OpenAI front) read which parameter to set and which variants to list. Absent for
+every other model."""
+
+UNKNOWN_VARIANT = "unknown variant"
+"""The words of the worker's error for a request naming a variant the model does not have, which a
+client reads where no status code comes with the error (a stream's responses carry none)."""
+
+
+def multiplexing(parameters: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+    """A model configuration's `PARAM_MULTIPLEX` (``parameters`` as Triton's JSON gives them), as a
+    dict with a str ``parameter``, an int ``max_loaded`` and ``variants`` a list of str or None;
+    None for a model that is not multiplexed, or an unreadable value."""
+    raw = parameters.get(PARAM_MULTIPLEX)
+    if isinstance(raw, Mapping):
+        raw = raw.get("string_value")
+    if not isinstance(raw, str) or not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("parameter"), str):
+        return None
+    variants = value.get("variants")
+    known = [name for name in variants if isinstance(name, str)] if isinstance(variants, list) else None
+    return {"parameter": value["parameter"], "max_loaded": int(value.get("max_loaded") or 0), "variants": known}
+
+
 STOPPING_MODEL = "pytriton_stopping"
 """The model a stopping pytriton server fails to load, at the start of its drain, so that it reports
 not ready over HTTP and gRPC at once. Its failed load is also what a waiting client reads: a

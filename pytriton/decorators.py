@@ -12,7 +12,10 @@ decorators are pure transforms between that list-of-dicts form and friendlier fo
   below it on the rows of the batch), `triton_context` (directly on the callable, or below
   `batch`/`sample`);
 * a step over the streams running now: `continuous` (continuous batching; it marks the function,
-  which receives the `Stream` objects active at each step).
+  which receives the `Stream` objects active at each step);
+* list -> one call per variant: `multiplexed` (the outermost: many variants of one model, each
+  request naming its own, loaded on demand; the callable gets the variant's object as a keyword
+  argument, which `batch` and `sample` pass on).
 
 Both stacks below serve one value of ``temperature`` per call; the first is the published
 PyTriton's order, the second keeps requests whole (and so also works for streaming callables)::
@@ -60,6 +63,7 @@ from pytriton.decorating.context import (
 from pytriton.decorating.continuous import continuous
 from pytriton.decorating.first_value import first_value
 from pytriton.decorating.grouping import group_by_keys, group_by_values
+from pytriton.decorating.multiplexing import multiplexed
 from pytriton.decorating.padding import ConstantPadder, fill_optionals, pad_batch
 from pytriton.decorating.results import gather as gather
 from pytriton.decorating.results import map_result as map_result
@@ -92,6 +96,7 @@ __all__ = [
     "get_triton_context",
     "group_by_keys",
     "group_by_values",
+    "multiplexed",
     "pad_batch",
     "sample",
     "triton_context",

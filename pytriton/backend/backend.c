@@ -20,6 +20,7 @@
  *   execute.c       a plain callable's batch: send, wait for the answer, respond (Triton's thread)
  *   relay.c         streams and coroutines: send and return; the relay's thread answers later
  *   metrics.c       the worker's metric families -> Triton's /metrics
+ *   route.c         a multiplexed model's batch: the free instance that holds its variants
  *   batch.c         around every batch: the requests answered before it goes (cancelled, null,
  *                   refused), Triton's statistics and the requests' release after
  *   instance.c      an instance's connection to its worker handler (greeting, reconnection, the
@@ -34,7 +35,7 @@
  *   contract.h      the wire's kinds, fields and parameters, generated from pytriton/ipc/protocol.py
  *   triton_api.h    Triton's C API, the part the backend calls
  *
- * (execute.c, relay.c and metrics.c share a layer, as requests.c and responses.c do, util.c and
+ * (execute.c, relay.c, metrics.c and route.c share a layer, as requests.c and responses.c do, util.c and
  * arena.c, wire.c and json.c, contract.h and triton_api.h.) Each unit's header declares its own
  * functions and types only. */
 #define _GNU_SOURCE
@@ -53,6 +54,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "relay.h"
+#include "route.h"
 #include "triton_api.h"
 #include "util.h"
 #include "wire.h"
@@ -67,22 +69,33 @@ typedef struct {
   pyt_instance instance; /* the connection, and what each batch reuses (instance.c) */
   pyt_relay* relay;      /* relayed models: answers their batches after execute returned (relay.c) */
   pyt_metrics* metrics;  /* the worker's metrics on Triton's /metrics (metrics.c); NULL when off */
+  pyt_router* router;    /* a routed multiplexed model's (route.c): its batches go where their variants are */
 } served;
 
+/* What Triton keeps for a model: what its configuration says (the pyt_model every unit reads, first,
+ * so that the state is one too), and a multiplexed model's router. */
+typedef struct {
+  pyt_model model;
+  pyt_router* router; /* NULL: Triton's choice of instance stands */
+} model_state;
+
 static void served_free(served* state) {
+  pyt_router_leave(state->router, &state->instance);
   pyt_metrics_stop(state->metrics);
   pyt_relay_stop(state->relay);
   pyt_instance_close(&state->instance);
   free(state);
 }
 
-static void model_free(pyt_model* model) {
-  if (model == NULL) return;
+static void model_free(model_state* state) {
+  if (state == NULL) return;
+  pyt_model* model = &state->model;
   if (model->stopping != NULL) munmap((void*)model->stopping, PYT_STOPPING_BYTES);
   for (uint32_t i = 0; i < model->socket_count; i++) free(model->data_sockets[i]);
   free(model->data_sockets);
   free(model->instance_names);
-  free(model);
+  pyt_router_free(state->router);
+  free(state);
 }
 
 static int flag(const pyt_json* config, const char* key) {
@@ -132,8 +145,9 @@ static char* with_version(const char* pattern, uint64_t version) {
   return out;
 }
 
-static TRITONSERVER_Error* read_config(pyt_model* model, TRITONBACKEND_Model* triton, char* gate_path,
+static TRITONSERVER_Error* read_config(model_state* state, TRITONBACKEND_Model* triton, char* gate_path,
                                        size_t gate_size) {
+  pyt_model* model = &state->model;
   TRITONSERVER_Message* message;
   TRITONSERVER_Error* error = TRITONBACKEND_ModelConfig(triton, 1, &message);
   if (error != NULL) return error;
@@ -204,8 +218,18 @@ static TRITONSERVER_Error* read_config(pyt_model* model, TRITONBACKEND_Model* tr
   }
   value = pyt_json_parameter(config, PYT_PARAM_INSTANCE_NAMES);
   model->instance_names = value != NULL ? strdup(value) : NULL;
+  const char* multiplex = pyt_json_parameter(config, PYT_PARAM_MULTIPLEX);
   value = pyt_json_parameter(config, PYT_PARAM_DATA_SOCKETS);
   pyt_json* sockets = value != NULL ? pyt_json_parse(value, strlen(value), why, sizeof(why)) : NULL;
+  /* A multiplexed model's batches go to the instance that holds their variants (route.c): where
+   * batches do not overlap on an instance and a sequence need not stay on one. */
+  if (multiplex != NULL && sockets != NULL && sockets->kind == PYT_JSON_ARRAY && sockets->count > 1 &&
+      !model->relayed && !model->sequences) {
+    state->router = pyt_router_new(multiplex, (uint32_t)sockets->count, why, sizeof(why));
+    if (state->router == NULL)
+      PYT_WARN("model '%s': its %s parameter is unreadable (%s): its batches go where Triton sends them", model->name,
+               PYT_PARAM_MULTIPLEX, why);
+  }
   pyt_json_free(config);
   if (sockets == NULL || sockets->kind != PYT_JSON_ARRAY || sockets->count == 0) {
     pyt_json_free(sockets);
@@ -265,19 +289,20 @@ TRITONSERVER_Error* TRITONBACKEND_GetBackendAttribute(TRITONBACKEND_Backend* bac
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* triton) {
-  pyt_model* model = calloc(1, sizeof(pyt_model));
-  if (model == NULL) return pyt_error(TRITONSERVER_ERROR_INTERNAL, "out of memory");
+  model_state* state = calloc(1, sizeof(model_state));
+  if (state == NULL) return pyt_error(TRITONSERVER_ERROR_INTERNAL, "out of memory");
+  pyt_model* model = &state->model;
   const char* name = "";
   char gate_path[4096] = "";
   TRITONSERVER_Error* error = TRITONBACKEND_ModelName(triton, &name);
   if (error == NULL) error = TRITONBACKEND_ModelVersion(triton, &model->version);
   if (error == NULL) {
     snprintf(model->name, sizeof(model->name), "%s", name);
-    error = read_config(model, triton, gate_path, sizeof(gate_path));
+    error = read_config(state, triton, gate_path, sizeof(gate_path));
   }
   if (error == NULL && model->gate) error = hold_gate(model, gate_path);
-  if (error == NULL) error = TRITONBACKEND_ModelSetState(triton, model);
-  if (error != NULL) model_free(model);
+  if (error == NULL) error = TRITONBACKEND_ModelSetState(triton, state);
+  if (error != NULL) model_free(state);
   return error;
 }
 
@@ -316,9 +341,20 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
   if (error == NULL) error = TRITONBACKEND_ModelState(triton_model, &pointer);
   if (error == NULL) error = TRITONBACKEND_ModelInstanceName(triton, &instance_name);
   if (error != NULL) return error;
-  pyt_model* model = pointer;
+  model_state* owner = pointer;
+  pyt_model* model = &owner->model;
   if (model->gate || model->refuse) return NULL; /* no worker, no state */
   long index = instance_index(model, instance_name);
+  if (index >= 0 && (uint32_t)index >= model->socket_count && owner->router != NULL) {
+    /* a routed model's dispatcher (route.c): no worker of its own, its batches wait for one */
+    served* dispatcher = calloc(1, sizeof(served));
+    if (dispatcher == NULL) return pyt_error(TRITONSERVER_ERROR_INTERNAL, "out of memory");
+    pyt_instance_init(&dispatcher->instance, model, triton, (uint32_t)index);
+    error = TRITONBACKEND_ModelInstanceSetState(triton, dispatcher);
+    if (error != NULL) served_free(dispatcher);
+    else dispatcher->router = owner->router;
+    return error;
+  }
   if (index < 0 || (uint32_t)index >= model->socket_count)
     return pyt_error(TRITONSERVER_ERROR_INVALID_ARG,
                      "model '%s': instance '%s' has no worker handler (the model has %u); keep the instance_group "
@@ -344,6 +380,8 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
     served_free(state);
     return error;
   }
+  state->router = owner->router;
+  pyt_router_join(state->router, instance);
   PYT_INFO("pytriton backend: model '%s' instance %u serves through worker pid %d", model->name, instance->index,
            instance->worker_pid);
   return NULL;
@@ -374,7 +412,10 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
     return pyt_error(TRITONSERVER_ERROR_UNSUPPORTED, "pytriton's readiness gate serves no requests");
   }
   served* state = pointer;
-  pyt_instance* instance = &state->instance;
+  /* A routed model's batch runs on the free instance that holds its variants (route.c), from this
+   * thread; every other batch on the thread's own instance. */
+  pyt_instance* instance = state->router != NULL ? pyt_route(state->router, &state->instance, requests, count)
+                                                 : &state->instance;
   pthread_mutex_lock(&instance->lock);
   instance->last_batch = pyt_now_s();
   instance->idle_released = 0;
@@ -387,5 +428,6 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
     instance->last_batch = pyt_now_s();
     pthread_mutex_unlock(&instance->lock);
   }
+  if (state->router != NULL) pyt_route_done(state->router, instance);
   return NULL;
 }

@@ -6,7 +6,7 @@
 #ifndef PYT_CONTRACT_H_INCLUDED
 #define PYT_CONTRACT_H_INCLUDED
 
-#define PYT_PROTOCOL_VERSION 11
+#define PYT_PROTOCOL_VERSION 12
 
 /* Model configuration parameters (protocol.PARAM_*). */
 #define PYT_PARAM_CONTINUOUS "pytriton.continuous"
@@ -20,6 +20,7 @@
 #define PYT_PARAM_INSTANCE_NAMES "pytriton.instance_names"
 #define PYT_PARAM_METRICS "pytriton.metrics"
 #define PYT_PARAM_METRICS_PERIOD_S "pytriton.metrics_period_s"
+#define PYT_PARAM_MULTIPLEX "pytriton.multiplex"
 #define PYT_PARAM_PROTOCOL "pytriton.protocol"
 #define PYT_PARAM_REFUSE "pytriton.refuse"
 #define PYT_PARAM_RELAYED "pytriton.relayed"
@@ -74,7 +75,8 @@
 #define PYT_BATCH_RESULT_UNRECOVERABLE 5
 #define PYT_BATCH_RESULT_STAMPS 6
 #define PYT_BATCH_RESULT_INPUTS_KEPT 7
-#define PYT_BATCH_RESULT_FIELDS 8
+#define PYT_BATCH_RESULT_CODES 8
+#define PYT_BATCH_RESULT_FIELDS 9
 #define PYT_STREAM_PART_BATCH_ID 1
 #define PYT_STREAM_PART_PRESENT 2
 #define PYT_STREAM_PART_ERRORS 3
@@ -120,7 +122,7 @@
 #define PYT_LABEL_NAME 0
 #define PYT_LABEL_VALUE 1
 
-/* Timing stamps (protocol.Stamp) and Triton's request flags. */
+/* Timing stamps (protocol.Stamp). */
 #define PYT_STAMP_EXECUTE 0
 #define PYT_STAMP_SENT 1
 #define PYT_STAMP_RECEIVED 2
@@ -130,6 +132,12 @@
 #define PYT_STAMP_RESULT 6
 #define PYT_STAMP_RESPONDED 7
 #define PYT_STAMP_COUNT 8
+
+/* The code of a requester's error (protocol.ErrorCode, BatchResult.codes). */
+#define PYT_ERROR_CODE_INTERNAL 0
+#define PYT_ERROR_CODE_INVALID_ARG 1
+
+/* Triton's request flags. */
 #define PYT_SEQUENCE_START 1
 #define PYT_SEQUENCE_END 2
 

@@ -155,6 +155,7 @@ static void respond_all(live_batch* b, pyt_mv* result, const pyt_message* messag
   pyt_mv* errors = pyt_mv_item(result, PYT_BATCH_RESULT_ERRORS);
   pyt_mv* columns = pyt_mv_item(result, PYT_BATCH_RESULT_COLUMNS);
   pyt_mv* segment = pyt_mv_item(result, PYT_BATCH_RESULT_SEGMENT);
+  pyt_mv* codes = pyt_mv_item(result, PYT_BATCH_RESULT_CODES); /* absent or empty: every error INTERNAL */
   if (errors == NULL || errors->kind != PYT_MV_TUPLE || errors->count != b->count || columns == NULL ||
       columns->kind != PYT_MV_TUPLE) {
     snprintf(why, sizeof(why), "Model '%s': the worker answered %u responses for %u requests", model->name,
@@ -172,7 +173,7 @@ static void respond_all(live_batch* b, pyt_mv* result, const pyt_message* messag
   for (uint32_t slot = 0; slot < b->count; slot++) {
     char* error = pyt_error_text(errors->items[slot]);
     if (error != NULL) {
-      answer_error(b, slot, TRITONSERVER_ERROR_INTERNAL, error);
+      answer_error(b, slot, pyt_error_code(codes, slot), error);
       free(error);
       continue;
     }

@@ -64,7 +64,8 @@ void pyt_instance_init(pyt_instance* instance, pyt_model* model, TRITONBACKEND_M
   pthread_mutex_init(&instance->lock, NULL);
   pthread_mutex_init(&instance->send_lock, NULL);
   pthread_cond_init(&instance->wake, NULL);
-  if (!model->relayed && pthread_create(&instance->watcher, NULL, idle_watch, instance) == 0)
+  if (!model->relayed && index < model->socket_count && /* a dispatcher (route.c) holds no arena */
+      pthread_create(&instance->watcher, NULL, idle_watch, instance) == 0)
     instance->watcher_started = 1;
 }
 

@@ -232,9 +232,10 @@ static void on_message(pyt_instance* instance, pyt_relay* relay, pyt_mv* value, 
     if (batch == NULL) return;
     pyt_mv* errors = pyt_mv_item(value, PYT_STREAM_END_ERRORS); /* where BatchResult has its errors too */
     pyt_mv* columns = kind == PYT_KIND_BATCH_RESULT ? pyt_mv_item(value, PYT_BATCH_RESULT_COLUMNS) : NULL;
+    pyt_mv* codes = kind == PYT_KIND_BATCH_RESULT ? pyt_mv_item(value, PYT_BATCH_RESULT_CODES) : NULL;
     for (uint32_t i = 0; i < batch->count; i++) {
       char* error = pyt_error_text(pyt_mv_item(errors, i));
-      if (error != NULL || kind == PYT_KIND_STREAM_END) finish(batch, i, TRITONSERVER_ERROR_INTERNAL, error);
+      if (error != NULL || kind == PYT_KIND_STREAM_END) finish(batch, i, pyt_error_code(codes, i), error);
       else if (batch->open[i]) respond(instance, batch, i, i, columns, message, 1);
       free(error);
     }

@@ -92,3 +92,10 @@ char* pyt_error_text(const pyt_mv* error) {
   if (text != NULL) pyt_mv_copy(error, text, error->count + 1);
   return text;
 }
+
+TRITONSERVER_Error_Code pyt_error_code(const pyt_mv* codes, uint32_t slot) {
+  if (codes == NULL || codes->kind != PYT_MV_TUPLE || slot >= codes->count) return TRITONSERVER_ERROR_INTERNAL;
+  return pyt_mv_int(codes->items[slot], PYT_ERROR_CODE_INTERNAL) == PYT_ERROR_CODE_INVALID_ARG
+             ? TRITONSERVER_ERROR_INVALID_ARG
+             : TRITONSERVER_ERROR_INTERNAL;
+}

@@ -20,5 +20,8 @@ void pyt_send_error(TRITONBACKEND_Request* request, TRITONBACKEND_ResponseFactor
                     TRITONSERVER_Error_Code code, const char* text);
 /* The text of a worker's per-request error (a STR value), NUL-terminated, malloc'd; NULL if none. */
 char* pyt_error_text(const pyt_mv* error);
+/* Triton's code for request `slot`'s error from a BatchResult's codes (protocol.ErrorCode; an
+ * empty tuple or none: INTERNAL). */
+TRITONSERVER_Error_Code pyt_error_code(const pyt_mv* codes, uint32_t slot);
 
 #endif

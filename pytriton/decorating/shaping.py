@@ -47,9 +47,13 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
     own spans: one entry per request (a span belongs to a request, not to a row), in the order of
     the requests' rows in the batch.
 
+    Keyword arguments given with the list of requests (``@multiplexed`` gives the variant's
+    object so) are passed on to the callable beside the inputs.
+
     Raises:
-        PyTritonValidationError: requests with different input names or trailing shapes, or outputs
-            that are not arrays with the gathered batch size on axis 0.
+        PyTritonValidationError: requests with different input names or trailing shapes, outputs
+            that are not arrays with the gathered batch size on axis 0, or a keyword argument named
+            like an input.
     """
     whole = _whole_inputs(args, kwargs)
     if whole is not None:  # the worker's requests, each input of the batch already one array
@@ -57,10 +61,12 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
         sizes = list(requests.rows)
         inputs = {key: array.copy() for key, array in whole.items()}  # writeable, as concatenate makes
     else:
-        requests = _requests_arg("batch", args, kwargs)
+        requests, extra = _requests_and_extra("batch", args, kwargs)
         if not requests:
             return []
         sizes, inputs = _gather(requests)
+        if extra:
+            _add_extra("batch", inputs, extra)
     named = _parameter_names(wrapped)
     if getattr(requests[0], "sequence_id", None) is not None:  # a sequence model's requests
         inputs.update(_sequence_rows(named, requests, sizes))
@@ -76,6 +82,22 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwa
         return BatchResponses(outputs, sizes)
 
     return map_result(wrapped(**inputs), split)
+
+
+def _requests_and_extra(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """The list of requests, and the keyword arguments that came with it (to pass on)."""
+    if len(args) == 1 and kwargs:
+        return _requests_arg(name, args, {}), kwargs
+    return _requests_arg(name, args, kwargs), {}
+
+
+def _add_extra(name: str, inputs: dict[str, Any], extra: dict[str, Any]) -> None:
+    clash = sorted(set(extra) & set(inputs))
+    if clash:
+        raise PyTritonValidationError(
+            f"@{name}: the keyword argument(s) {clash} given with the requests are also input names; name the "
+            "argument differently (e.g. @multiplexed(..., argument='adapter'))")
+    inputs.update(extra)
 
 
 def batch_outputs(result: Any, sizes: list[int]) -> Outputs:
@@ -214,10 +236,19 @@ def sample(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kw
     For models that handle one sample at a time: the callable never sees the request list, and may
     return a dict or a list/tuple in the model's output order. Coroutine callables run
     concurrently for the requests of a batch; generators are advanced together, one step each
-    per step of the batch's stream.
+    per step of the batch's stream. Keyword arguments given with the list of requests are passed
+    on to each call, as with ``@batch``.
     """
-    requests = _requests_arg("sample", args, kwargs)
-    parts = [((index,), wrapped(**request)) for index, request in enumerate(requests)]
+    requests, extra = _requests_and_extra("sample", args, kwargs)
+    if extra:
+        calls = []
+        for request in requests:
+            inputs = dict(request)
+            _add_extra("sample", inputs, extra)
+            calls.append(inputs)
+        parts = [((index,), wrapped(**inputs)) for index, inputs in enumerate(calls)]
+    else:
+        parts = [((index,), wrapped(**request)) for index, request in enumerate(requests)]
     return gather(len(requests), parts, lambda _indices, result: [_outputs_as_dict(result, "sample")])
 
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import zmq
 
+from pytriton.decorating.multiplexing import multiplex_parameter, multiplexing_of
 from pytriton.decorating.shaping import whole_batch
 from pytriton.environment import BATCH_HOLD_US as HOLD_ENV
 from pytriton.environment import PROXY_SPIN_US as SPIN_ENV
@@ -55,6 +56,12 @@ logger = logging.getLogger("pytriton.triton")
 
 _ZMQ_TERM_S = 2.0
 """How long `ModelBindings.stop_handlers` waits for the handlers' ZeroMQ context to end."""
+
+DISPATCHERS_PER_WORKER = 3
+"""Triton instances beyond the workers, per worker, of a routed multiplexed model (``backend/route.c``):
+each holds a batch while it waits, so that a worker that frees chooses among up to this many
+batches the one whose variants it holds (simulated on the bench's Zipf trace, batches of 2:
+hit rate 0.49 choosing among 2, 0.59 among 8)."""
 
 _SOCKET_PATH_MAX = 107
 """The longest Unix socket path Linux takes (``sun_path`` holds 108 bytes with the NUL)."""
@@ -129,6 +136,16 @@ class ModelBindings:
         """The highest bound version of `model_name`: the one requests naming no version reach."""
         return self.models.get(model_name).version
 
+    def notes(self) -> Dict[str, str]:
+        """A few words per model for the start line: what a multiplexed model's `bind` was told."""
+        found = {}
+        for name in self.names():
+            funcs = plain_callables(self.models.get(name).declaration.infer_funcs)
+            multiplexing = multiplexing_of(funcs[0]) if funcs else None
+            if multiplexing is not None:
+                found[name] = multiplexing.describe()
+        return found
+
     def contexts(self) -> List[TritonContext]:
         """What each bound model version declared (name, tensors, config), in binding order."""
         return [model.declaration.context for model in self.models.all()]
@@ -200,6 +217,7 @@ class ModelBindings:
         )
         check_callables(model_name, plain_callables(infer_funcs), config.decoupled, context.input_names)
         continuous_capacity(model_name, infer_funcs, config)
+        multiplex_parameter(model_name, plain_callables(infer_funcs))
         trace_settings = model_trace_settings(model_name, trace_config)
         return ModelDeclaration(context, infer_funcs, strict, [is_async_entry(f) for f in infer_funcs],
                                 trace_settings, warmups=plan_warmups(model_name, context.inputs, config))
@@ -339,6 +357,21 @@ class ModelBindings:
         """
         context = declaration.context
         streams = continuous_capacity(context.model_name, declaration.infer_funcs, context.config)
+        multiplex = multiplex_parameter(context.model_name, plain_callables(declaration.infer_funcs))
+        config = context.config
+        # pytriton's backend routes a multiplexed model's batches (backend/route.c) where they do not
+        # overlap on an instance and no sequence must stay on one; its batches wait for the
+        # instance that holds their variants on Triton instances of their own (DISPATCHERS_PER_WORKER).
+        routed = (multiplex and backend != "python" and len(declaration.infer_funcs) > 1 and not config.devices
+                  and not config.decoupled and not any(declaration.asynchronous)
+                  and not isinstance(config.batcher, SequenceBatcher))
+        dispatchers = DISPATCHERS_PER_WORKER * len(declaration.infer_funcs) if routed else 0
+        if multiplex and backend == "python" and len(declaration.infer_funcs) > 1:
+            logger.warning(
+                "model '%s': @multiplexed with %d instances on the proxy path (Triton's Python backend): Triton "
+                "chooses the instance of each batch, so a request may go to an instance that does not hold its "
+                "variant and load it there; pytriton's own backend sends it to the instance that holds it",
+                context.model_name, len(declaration.infer_funcs))
         if streams and backend == "python":
             raise PyTritonModelConfigError(
                 f"model '{context.model_name}': a @continuous step function needs pytriton's own Triton backend, "
@@ -348,11 +381,12 @@ class ModelBindings:
         return served_config_text(
             context.model_name, context.inputs, context.outputs, context.config, len(declaration.infer_funcs),
             coroutines=any(declaration.asynchronous), endpoint=endpoint, shm_prefix=shm_prefix, backend=backend,
-            warmups=declaration.warmups.entries,
+            warmups=declaration.warmups.entries, dispatchers=dispatchers,
             parameters={**({protocol.PARAM_STAMPS: "1"} if stamps_folder() else {}),
                         **({protocol.PARAM_SPIN_US: spin} if (spin := microseconds_from(SPIN_ENV)) else {}),
                         **({protocol.PARAM_HOLD_US: hold} if (hold := microseconds_from(HOLD_ENV)) else {}),
                         **({protocol.PARAM_CONTINUOUS: str(streams)} if streams else {}),
+                        **({protocol.PARAM_MULTIPLEX: multiplex} if multiplex else {}),
                         **self.model_parameters},
         )
 

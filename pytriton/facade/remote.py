@@ -370,7 +370,8 @@ class RemoteTriton(TritonBase):
         self.run()
         try:
             names = self._bindings.names()
-            announce_remote_serving(self._url, [(name, self._bindings.version(name)) for name in names])
+            announce_remote_serving(self._url, [(name, self._bindings.version(name)) for name in names],
+                                    notes=self._bindings.notes())
             signum = block_until_signal(self.is_alive, self._wake, monitoring_period_s)
             if signum is not None:
                 logger.info("Signal %d received: unloading models from the tritonserver at %s", signum, self._url)

@@ -302,7 +302,8 @@ class Triton(TritonBase):
                 self._start()
                 if not signals.received:  # the line says what serves where (and the client's hint points at it)
                     announce_serving(self._config, [(n, self._bindings.version(n)) for n in self._bindings.names()],
-                                     openai_key=self._security.openai_api_key is not None)
+                                     openai_key=self._security.openai_api_key is not None,
+                                     notes=self._bindings.notes())
                 if (signum := block_until_signal(self.is_alive, self._wake, monitoring_period_s, signals)) is not None:
                     announce_draining(signum, self._config)
             finally:

@@ -45,13 +45,15 @@ import os
 import time
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-# Two names the clients read as well: defined where the client-only distribution has them, and
+# Names the clients read as well: defined where the client-only distribution has them, and
 # named here too, so that the proxy and the worker keep one vocabulary (`PARAM_RELAYED`: the proxy
-# answers from a relay thread; `DEADLINE_PARAMETER`: a request's deadline for the worker).
+# answers from a relay thread; `DEADLINE_PARAMETER`: a request's deadline for the worker;
+# `PARAM_MULTIPLEX`: a multiplexed model's variants, which pytriton's backend routes by).
 from pytriton.client_contract import DEADLINE_PARAMETER as DEADLINE_PARAMETER
+from pytriton.client_contract import PARAM_MULTIPLEX as PARAM_MULTIPLEX  # routed by backend/route.c
 from pytriton.client_contract import PARAM_RELAYED as PARAM_RELAYED
 
-PROTOCOL_VERSION = 11
+PROTOCOL_VERSION = 12
 
 # Keys of the model configuration `parameters` that tell a proxy where its worker is. Every
 # version of a model name shares one configuration (Triton keeps one per name), so these name the
@@ -196,6 +198,16 @@ SEQUENCE_END = 2
 """Triton's request flag: the last request of a sequence (``TRITONSERVER_REQUEST_FLAG_SEQUENCE_END``)."""
 
 
+class ErrorCode:
+    """Which of Triton's error codes a requester's error goes back with (`BatchResult.codes`): the
+    code says whose fault it is (HTTP 500 or 400, gRPC INTERNAL or INVALID_ARGUMENT)."""
+
+    INTERNAL = 0
+    """The callable (or pytriton) failed: Triton's ``TRITONSERVER_ERROR_INTERNAL``."""
+    INVALID_ARG = 1
+    """The request was wrong (a variant no loader knows): ``TRITONSERVER_ERROR_INVALID_ARG``."""
+
+
 class BatchResult(NamedTuple):
     """Worker -> proxy: the answer to every request of the batch, in order.
 
@@ -216,6 +228,9 @@ class BatchResult(NamedTuple):
     large inputs over without a copy, `pytriton.worker.batches`): the sender must never write that
     segment again, so it gives the segment up and lays the next batch out in a new one. The kept
     arrays hold the worker's mapping of the old segment, which goes when they do."""
+    codes: Tuple[int, ...] = ()
+    """Per request, the `ErrorCode` of its error; empty when every error is `ErrorCode.INTERNAL`
+    (the common case: no tuple to write or read)."""
 
 
 class StreamPart(NamedTuple):

@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from pytriton.decorating.continuous import ContinuousStep
+from pytriton.decorating.multiplexing import multiplexed_directly
 from pytriton.decorating.shaping import batch
 from pytriton.exceptions import PyTritonBadParameterError
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
@@ -185,12 +186,16 @@ class OpenAIBindings:
             served = ContinuousStep(ChatSteps(model_name, infer_func, model_config.batching), infer_func.max_steps)
         else:
             model_config = chat_config(model_name, config)
-            under_batch = batched_function(infer_func)
+            multiplexed = multiplexed_directly(infer_func)  # a chat function per variant: the runner goes under it
+            chat = multiplexed[1] if multiplexed is not None else infer_func
+            under_batch = batched_function(chat)
             if under_batch is not None and not model_config.batching:
                 raise PyTritonBadParameterError(
                     f"chat model '{model_name}': infer_func is @batch-decorated but config has batching=False; give "
                     "config=ModelConfig(max_batch_size=N, batcher=DynamicBatcher(max_queue_delay_microseconds=...))")
-            served = ChatRunner(model_name, infer_func, under_batch, model_config.batching)
+            served = ChatRunner(model_name, chat, under_batch, model_config.batching)
+            if multiplexed is not None:
+                served = multiplexed[0].wrap(served.__call__)  # the bound method: seen as an async generator
         self.bind(model_name=model_name, infer_func=served, inputs=list(CHAT_INPUTS), outputs=list(CHAT_OUTPUTS),
                   model_version=model_version, config=model_config, strict=strict, trace_config=trace_config)
 

@@ -27,6 +27,11 @@ Embeddings (serves ``/v1/embeddings``), a model that is not decoupled and batche
 With ``max_batch_size`` >= 1 every tensor gets Triton's batch axis in front, as usual; the front
 sends one conversation per chat request and up to ``max_batch_size`` texts per embeddings
 request (a larger request is split into several).
+
+A model of either kind may be multiplexed (``@multiplexed``; its configuration's
+``pytriton.multiplex`` parameter, `pytriton.client_contract.PARAM_MULTIPLEX`): clients then name
+``base:variant`` as the model, and the front sends ``base`` the variant in the request parameter
+that parameter names.
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import struct
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from pytriton.client_contract import multiplexing
 
 CHAT_MESSAGES = "messages"
 CHAT_PARAMS = "params"
@@ -64,6 +71,12 @@ class ServedModel:
     """numpy's name of the embedding output's element type."""
     dimensions: bool = False
     """Whether the embeddings model takes the optional ``dimensions`` input."""
+    variant_parameter: Optional[str] = None
+    """For a multiplexed model: the request parameter that names the variant (else None)."""
+    variants: Optional[Tuple[str, ...]] = None
+    """For a multiplexed model that knows its variants ahead: them (None: its loader decides)."""
+    variant: Optional[str] = None
+    """The variant a request names (``base:variant``); None for the model itself."""
 
     @property
     def batched(self) -> bool:
@@ -84,6 +97,16 @@ def _is_single(tensor: Optional[Mapping[str, Any]], data_type: str) -> bool:
 def served_model(config: Mapping[str, Any]) -> Optional[ServedModel]:
     """The model a Triton model configuration (as JSON, field names as in ``model_config.proto``)
     describes under the convention; None when it follows neither form."""
+    found = _served(config)
+    multiplexed = multiplexing(config.get("parameters") or {})
+    if found is None or multiplexed is None:
+        return found
+    variants = multiplexed["variants"]
+    return dataclasses.replace(found, variant_parameter=multiplexed["parameter"],
+                               variants=tuple(variants) if variants is not None else None)
+
+
+def _served(config: Mapping[str, Any]) -> Optional[ServedModel]:
     name = str(config.get("name", ""))
     inputs, outputs = _tensors(config, "input"), _tensors(config, "output")
     decoupled = bool((config.get("model_transaction_policy") or {}).get("decoupled", False))
@@ -104,6 +127,22 @@ def served_model(config: Mapping[str, Any]) -> Optional[ServedModel]:
                            embedding_dtype=_FLOAT_TYPES[str(embedding["data_type"])],
                            dimensions=dimensions is not None)
     return None
+
+
+VARIANT_SEPARATOR = ":"
+"""Between a multiplexed model's name and a variant's in the ``model`` field: ``base:variant``."""
+
+
+def split_variant(name: str) -> Tuple[str, Optional[str]]:
+    """``base:variant`` -> (``base``, ``variant``); a name without the separator -> (name, None)."""
+    base, separator, variant = name.partition(VARIANT_SEPARATOR)
+    return (base, variant) if separator and base and variant else (name, None)
+
+
+def listed_names(model: ServedModel) -> List[str]:
+    """What ``/v1/models`` lists of a model: its name, and ``name:variant`` for each variant it
+    knows ahead (the variants its loader finds are served too, though not listed)."""
+    return [model.name, *(f"{model.name}{VARIANT_SEPARATOR}{variant}" for variant in model.variants or ())]
 
 
 def bytes_tensor(items: Sequence[bytes]) -> bytes:

@@ -52,6 +52,13 @@ def unknown_model(model: str, available: Any) -> OpenAIError:
                        param="model", code="model_not_found")
 
 
+def unknown_variant(name: str, model: str, variants: Any) -> OpenAIError:
+    """404 for ``base:variant`` naming a variant the multiplexed model `model` does not list."""
+    shown = ", ".join(sorted(variants)[:20]) + (f", ... ({len(variants)} in all)" if len(variants) > 20 else "")
+    return OpenAIError(404, f"The model '{name}' does not exist: model '{model}' serves the variants {shown}",
+                       param="model", code="model_not_found")
+
+
 def wrong_kind(model: str, kind: str, endpoint: str) -> OpenAIError:
     article = "an" if kind[:1] in "aeiou" else "a"
     return OpenAIError(400, f"model '{model}' is {article} {kind} model; it does not serve {endpoint}", param="model")

@@ -21,8 +21,8 @@ import numpy as np
 from aiohttp import web
 
 from pytriton.openai.answers import Choice, Events, answer_id, event, full_answer
-from pytriton.openai.convention import CHAT, EMBEDDINGS
-from pytriton.openai.errors import OpenAIError, bad_field, unknown_model
+from pytriton.openai.convention import CHAT, EMBEDDINGS, listed_names, split_variant
+from pytriton.openai.errors import OpenAIError, bad_field, unknown_model, unknown_variant
 from pytriton.openai.link import ChatCall, TritonLink
 from pytriton.openai.requests import TextRequest, chat_request, completion_request, embeddings_request
 
@@ -60,13 +60,19 @@ class Routes:
 
     async def list_models(self, request: web.Request) -> web.Response:
         models = await self._link.models()
-        return web.json_response({"object": "list", "data": [_model_entry(name) for name in sorted(models)]})
+        names = [listed for name in sorted(models) for listed in listed_names(models[name])]
+        return web.json_response({"object": "list", "data": [_model_entry(name) for name in names]})
 
     async def get_model(self, request: web.Request) -> web.Response:
         name = request.match_info["model"]
         models = await self._link.models()
         if name not in models:
-            raise unknown_model(name, models)
+            base, variant = split_variant(name)
+            model = models.get(base) if variant is not None else None
+            if model is None or model.variant_parameter is None:
+                raise unknown_model(name, models)
+            if model.variants is not None and variant not in model.variants:
+                raise unknown_variant(name, base, model.variants)
         return web.json_response(_model_entry(name))
 
     async def chat(self, request: web.Request) -> web.StreamResponse:

@@ -21,6 +21,7 @@ when a name is unknown or `models` is asked: a model bound later, or by another 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple
@@ -31,6 +32,7 @@ from google.protobuf.json_format import MessageToDict
 from tritonclient.grpc import service_pb2
 
 from pytriton.access_token import auth_headers
+from pytriton.client_contract import UNKNOWN_VARIANT
 from pytriton.client_grpc import GrpcChannel, GrpcStream
 from pytriton.openai.convention import (
     CHAT,
@@ -44,24 +46,30 @@ from pytriton.openai.convention import (
     bytes_tensor,
     decode_piece,
     served_model,
+    split_variant,
 )
-from pytriton.openai.errors import OpenAIError, unknown_model, wrong_kind
+from pytriton.openai.errors import OpenAIError, unknown_model, unknown_variant, wrong_kind
 
 _GONE = re.compile(r"unknown model|is not found|not ready", re.IGNORECASE)
 """Triton's words for a request to a model it no longer serves."""
 _CALL_TIMEOUT_S = 30.0
 """Bound of the calls that ask Triton about its models."""
+_KEEP_HEADS = 1024
+"""Serialized request heads kept (`chat_request_head`): one per model and variant asked for."""
 _RAW_INPUT_CONTENTS = 7
 """``ModelInferRequest.raw_input_contents``'s field number (grpc_service.proto)."""
 
 
-def chat_request_head(model: str, batched: bool) -> bytes:
+def chat_request_head(model: str, batched: bool, variant: Optional[Tuple[str, str]] = None) -> bytes:
     """What every chat request to `model` holds, serialized: its name, the two inputs' names,
-    types and shapes, and the request for an empty final response (the answer's end)."""
+    types and shapes, the request for an empty final response (the answer's end), and for a
+    multiplexed model's variant the request parameter that names it (`variant`: parameter, name)."""
     request = service_pb2.ModelInferRequest(model_name=model)
     for name in (CHAT_MESSAGES, CHAT_PARAMS):
         request.inputs.add(name=name, datatype="BYTES", shape=[1, 1] if batched else [1])
     request.parameters["triton_enable_empty_final_response"].bool_param = True
+    if variant is not None:
+        request.parameters[variant[0]].string_param = variant[1]
     return bytes(request.SerializeToString())
 
 
@@ -95,6 +103,8 @@ def _failure(model: str, exc: BaseException) -> OpenAIError:
         if code == grpc.StatusCode.NOT_FOUND or "unknown model" in details.lower() or "not found" in details.lower():
             return OpenAIError(404, f"The model '{model}' does not exist any more ({details})", param="model",
                                code="model_not_found")
+        if UNKNOWN_VARIANT in details:  # a multiplexed model's loader does not know the variant asked for
+            return OpenAIError(404, details, param="model", code="model_not_found")
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             return OpenAIError(400, f"model '{model}' refused the request: {details}")
         if code == grpc.StatusCode.CANCELLED:
@@ -117,6 +127,13 @@ def unnamed(model: str, message: str) -> str:
     rest = message[len(named):]
     rest = rest[len(" failed"):] if rest.startswith(" failed") else rest
     return rest.lstrip(":").strip() or message
+
+
+def _variant(model: ServedModel) -> Optional[Tuple[str, str]]:
+    """(request parameter, variant) of a request for a multiplexed model's variant, else None."""
+    if model.variant is None or model.variant_parameter is None:
+        return None
+    return model.variant_parameter, model.variant
 
 
 class ChatCall:
@@ -162,6 +179,8 @@ class ChatCall:
             self._stream.cancel()  # nothing once the final response came
 
     def _refused(self, message: str) -> OpenAIError:
+        if UNKNOWN_VARIANT in message:  # a multiplexed model's loader does not know the variant asked for
+            return OpenAIError(404, unnamed(self._model, message), param="model", code="model_not_found")
         if _GONE.search(message):  # unloaded since the front last looked
             self._on_gone(self._model)
             return OpenAIError(404, f"The model '{self._model}' does not exist any more ({message})", param="model",
@@ -186,7 +205,7 @@ class TritonLink:
         self._metadata = tuple(auth_headers("grpc", access_token).items())
         self._grpc = GrpcChannel(address, self._metadata)
         self._models: Dict[str, ServedModel] = {}
-        self._heads: Dict[Tuple[str, bool], bytes] = {}
+        self._heads: Dict[Tuple[str, bool, Optional[str]], bytes] = {}
 
     def _service(self) -> Any:
         return self._grpc.stub  # the channel is made inside the running loop, which owns it
@@ -245,8 +264,14 @@ class TritonLink:
         model = self._models.get(name)
         if model is None:
             model = (await self.models()).get(name)
-            if model is None:
+        if model is None:  # ``base:variant``: a multiplexed model's variant
+            base, variant = split_variant(name)
+            model = self._models.get(base) if variant is not None else None
+            if model is None or model.variant_parameter is None:
                 raise unknown_model(name, self._models)
+            if model.variants is not None and variant not in model.variants:
+                raise unknown_variant(name, model.name, model.variants)
+            model = dataclasses.replace(model, variant=variant)
         if model.kind != kind:
             raise wrong_kind(name, model.kind, endpoint)
         return model
@@ -258,10 +283,12 @@ class TritonLink:
     def chat(self, model: ServedModel, messages: List[Dict[str, Any]], params: Dict[str, Any]) -> ChatCall:
         """Start one answer of chat model `model`."""
         assert model.kind == CHAT
-        key = (model.name, model.batched)
+        key = (model.name, model.batched, model.variant)
         head = self._heads.get(key)
         if head is None:
-            head = self._heads[key] = chat_request_head(model.name, model.batched)
+            if len(self._heads) >= _KEEP_HEADS:
+                self._heads.clear()
+            head = self._heads[key] = chat_request_head(model.name, model.batched, _variant(model))
         return ChatCall(self._grpc.stream(chat_request(head, messages, params)), model.name, self.forget)
 
     async def embed(self, model: ServedModel, texts: List[str], dimensions: Optional[int]) -> List[np.ndarray]:
@@ -273,6 +300,9 @@ class TritonLink:
 
     async def _embed(self, model: ServedModel, texts: List[str], dimensions: Optional[int]) -> List[np.ndarray]:
         request = service_pb2.ModelInferRequest(model_name=model.name)
+        variant = _variant(model)
+        if variant is not None:
+            request.parameters[variant[0]].string_param = variant[1]
         request.inputs.add(name=EMBED_INPUT, datatype="BYTES", shape=[len(texts), 1])
         request.raw_input_contents.append(bytes_tensor([text.encode("utf-8") for text in texts]))
         if dimensions is not None:

@@ -153,7 +153,9 @@ class ChatRunner:
         if self._pool is not None:
             self._pool.shutdown(wait=False)
 
-    async def __call__(self, requests: List[Any]) -> AsyncIterator[List[Optional[Dict[str, np.ndarray]]]]:
+    async def __call__(self, requests: List[Any], **extra: Any) -> AsyncIterator[List[Optional[Dict[str, np.ndarray]]]]:
+        """The pieces of the requests' answers, step by step. Keyword arguments (a multiplexed chat
+        model's variant, `pytriton.decorating.multiplexing`) are passed on to each call of the chat callable."""
         conversations = [_decode(self._model_name, r, CHAT_MESSAGES, None) for r in requests]
         params = [_decode(self._model_name, r, CHAT_PARAMS, {}) for r in requests]
         count = len(requests)
@@ -165,11 +167,11 @@ class ChatRunner:
             return lambda item: queue.put_nowait((index, item))
 
         if self._batched_func is not None:
-            streams[-1] = self._start(self._batched_func, (conversations, params), pusher(-1), loop)
+            streams[-1] = self._start(self._batched_func, (conversations, params), pusher(-1), loop, extra)
         else:
             for index in range(count):
                 streams[index] = self._start(self._infer_func, (conversations[index], params[index]),
-                                             pusher(index), loop)
+                                             pusher(index), loop, extra)
         finished = [False] * count
         tools = [False] * count  # an answer that called tools and ended by itself ends with "tool_calls"
         ready: Deque[Tuple[int, Dict[str, Any]]] = collections.deque()
@@ -223,12 +225,12 @@ class ChatRunner:
         return [(slot, check_piece(self._model_name, piece)) for slot, piece in enumerate(item) if piece is not None]
 
     def _start(self, func: Callable[..., Any], args: Tuple[Any, ...], push: Callable[[Any], None],
-               loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+               loop: asyncio.AbstractEventLoop, kwargs: Dict[str, Any]) -> Callable[[], None]:
         """Start one run of `func`; return how to cancel it."""
         if _is_async(func):
-            task = loop.create_task(_drive_async(func(*args), push))
+            task = loop.create_task(_drive_async(func(*args, **kwargs), push))
             return lambda: None if task.cancel() else None
-        return _ThreadedStream(self._threads(), loop, lambda: func(*args), push).cancel
+        return _ThreadedStream(self._threads(), loop, lambda: func(*args, **kwargs), push).cancel
 
 
 def _is_async(func: Callable[..., Any]) -> bool:

@@ -28,7 +28,7 @@ from pytriton.proxy.ledger import InflightLedger
 from pytriton.proxy.link import Link, LinkError
 from pytriton.proxy.metrics import PERIOD_S as METRICS_PERIOD_S
 from pytriton.proxy.metrics import MetricsExporter
-from pytriton.proxy.relay import Relay
+from pytriton.proxy.relay import Relay, triton_code
 from pytriton.proxy.waiting import AnswerWait, spin_window_us
 
 _LIVENESS_CHECK_S = 1.0
@@ -371,9 +371,12 @@ class TritonPythonModel:
         received = time.monotonic_ns() if self._stamps else 0
         groups = codec.unpack(result.columns, result.segment, answer, self._reader, len(requests))
         responses = []
-        for arrays, error in zip(groups, result.errors):
+        codes = result.codes
+        for index, (arrays, error) in enumerate(zip(groups, result.errors)):
             if error is not None:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(error)))
+                code = triton_code(pb_utils, codes[index]) if codes else None
+                triton_error = pb_utils.TritonError(error) if code is None else pb_utils.TritonError(error, code)
+                responses.append(pb_utils.InferenceResponse(error=triton_error))
             else:
                 responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in arrays.items()]))
         responses = self._refuse_what_cannot_fit(requests, result, responses)

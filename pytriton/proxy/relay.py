@@ -31,6 +31,13 @@ _CANCEL_CHECK_S = 0.1
 _LIVENESS_CHECK_S = 1.0
 
 
+def triton_code(pb: Any, code: int) -> Optional[int]:
+    """The stub's `TritonError` code for a worker's `protocol.ErrorCode` (None: the default, internal)."""
+    if code == protocol.ErrorCode.INVALID_ARG:
+        return getattr(pb.TritonError, "INVALID_ARG", None)
+    return None
+
+
 class _Batch:
     """What the relay keeps of a batch in flight."""
 
@@ -219,9 +226,10 @@ class Relay:
             self._forget(message.batch_id)
         elif isinstance(message, protocol.BatchResult):
             groups = codec.unpack(message.columns, message.segment, payload, self._reader, len(message.errors))
+            codes = message.codes
             for index, (error, arrays) in enumerate(zip(message.errors, groups)):
                 if error is not None:
-                    self._finish(batch, index, error)
+                    self._finish(batch, index, error, triton_code(self._pb, codes[index]) if codes else None)
                 else:
                     batch.senders[index].send(self._response(arrays), flags=self._final)
                     batch.open[index] = False

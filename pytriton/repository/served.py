@@ -43,6 +43,7 @@ def served_config_text(
     backend: str,
     parameters: Mapping[str, str],
     warmups: Sequence[pb.ModelWarmup] = (),
+    dispatchers: int = 0,
 ) -> str:
     """The config.pbtxt text of a bound model served through `backend` (``pytriton`` or ``python``).
 
@@ -57,6 +58,9 @@ def served_config_text(
         parameters: more parameters (the facade's: metrics, tracing, timing stamps, the spin);
             ``pytriton.stamps`` is dropped for relayed models, which record none.
         warmups: the ``model_warmup`` entries of the model's `pytriton.repository.warmup.WarmupPlan`.
+        dispatchers: Triton instances beyond the callables' (pytriton's backend, no devices): they
+            own no worker handler, and wait with their batches for an instance that does (a
+            multiplexed model's routing, ``backend/route.c``).
     """
     relayed = coroutines or config.decoupled
     data_sockets = protocol.data_socket_patterns(endpoint, instance_count)
@@ -77,7 +81,8 @@ def served_config_text(
             protocol.PARAM_INSTANCE_NAMES: json.dumps(names)} if config.devices else {}),
         **extra,
     }
-    proto = model_config_proto(model_name, inputs, outputs, config, instance_count=instance_count, backend=backend,
+    triton_instances = instance_count + (dispatchers if backend != "python" and not config.devices else 0)
+    proto = model_config_proto(model_name, inputs, outputs, config, instance_count=triton_instances, backend=backend,
                                parameters=served, instance_groups=groups, warmups=warmups)
     return to_pbtxt(proto)
 

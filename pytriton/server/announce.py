@@ -14,7 +14,7 @@ The lines are pure functions of the configuration, so they are unit-tested witho
 from __future__ import annotations
 
 import signal
-from typing import Optional, Sequence, Tuple
+from typing import Mapping, Optional, Sequence, Tuple
 
 from pytriton.notices import notice_logger
 from pytriton.server.config import TritonConfig, exit_timeout_s
@@ -68,15 +68,24 @@ def openai_part(config: TritonConfig, api_key: bool) -> str:
             "TritonConfig(triton_on_localhost=True) keeps them on this machine)")
 
 
-def serving_line(config: TritonConfig, models: Sequence[Tuple[str, int]], openai_key: bool = False) -> str:
+def _named(models: Sequence[Tuple[str, int]], notes: Optional[Mapping[str, str]]) -> str:
+    """Each model with its version and what `notes` say of it (a multiplexed model's variants)."""
+    notes = notes or {}
+    return ", ".join(f"{name} (version {version}" + (f"; {notes[name]}" if notes.get(name) else "") + ")"
+                     for name, version in models) or "no model yet"
+
+
+def serving_line(config: TritonConfig, models: Sequence[Tuple[str, int]], openai_key: bool = False,
+                 notes: Optional[Mapping[str, str]] = None) -> str:
     """The start line: each model (name and version), the endpoints, and how to stop.
 
     Example: ``serving Scale (version 1) on http://localhost:8000 and grpc://localhost:8001;
     metrics on http://localhost:8002/metrics; Ctrl+C or SIGTERM stops``. With
     ``openai_port``, the OpenAI-compatible API's URL follows (`openai_part`; `openai_key`: an
-    API key is set).
+    API key is set). `notes` adds words to a model's parentheses: a multiplexed model says so
+    (``Adapters (version 1; multiplexed by request parameter 'variant', 8 per instance)``).
     """
-    named = ", ".join(f"{name} (version {version})" for name, version in models) or "no model yet"
+    named = _named(models, notes)
     http, grpc, metrics = endpoint_urls(config)
     line = SERVING_PREFIX + named + " on " + " and ".join(url for url in (http, grpc) if url)
     line += openai_part(config, openai_key)
@@ -85,15 +94,15 @@ def serving_line(config: TritonConfig, models: Sequence[Tuple[str, int]], openai
     return line + "; Ctrl+C or SIGTERM stops"
 
 
-def remote_serving_line(url: str, models: Sequence[Tuple[str, int]]) -> str:
+def remote_serving_line(url: str, models: Sequence[Tuple[str, int]], notes: Optional[Mapping[str, str]] = None) -> str:
     """The start line of `RemoteTriton.serve()`: each model, the server it is served through, how to stop.
 
     A `RemoteTriton` knows only the URL it was given, so the line names that server (its scheme
     and port filled in as the facade reads them) and says that a stop leaves the server running.
     Example: ``serving Scale (version 1) through the tritonserver at http://localhost:8000;
-    Ctrl+C or SIGTERM unloads them (the server runs on)``.
+    Ctrl+C or SIGTERM unloads them (the server runs on)``. `notes`: as for `serving_line`.
     """
-    named = ", ".join(f"{name} (version {version})" for name, version in models) or "no model yet"
+    named = _named(models, notes)
     scheme, host, port = parse_server_url(url)
     host = f"[{host}]" if ":" in host else host
     return (f"{SERVING_PREFIX}{named} through the tritonserver at {scheme}://{host}:{port}; Ctrl+C or SIGTERM "
@@ -110,14 +119,16 @@ def draining_line(signum: int, config: TritonConfig) -> str:
             f"{exit_timeout_s(config)} s), then stopping; a second Ctrl+C or SIGTERM stops at once")
 
 
-def announce_serving(config: TritonConfig, models: Sequence[Tuple[str, int]], openai_key: bool = False) -> None:
+def announce_serving(config: TritonConfig, models: Sequence[Tuple[str, int]], openai_key: bool = False,
+                     notes: Optional[Mapping[str, str]] = None) -> None:
     """Say `serving_line` on the ``pytriton.serve`` logger."""
-    notices.info("%s", serving_line(config, models, openai_key))
+    notices.info("%s", serving_line(config, models, openai_key, notes))
 
 
-def announce_remote_serving(url: str, models: Sequence[Tuple[str, int]]) -> None:
+def announce_remote_serving(url: str, models: Sequence[Tuple[str, int]],
+                            notes: Optional[Mapping[str, str]] = None) -> None:
     """Say `remote_serving_line` on the ``pytriton.serve`` logger."""
-    notices.info("%s", remote_serving_line(url, models))
+    notices.info("%s", remote_serving_line(url, models, notes))
 
 
 def announce_draining(signum: int, config: TritonConfig) -> None:

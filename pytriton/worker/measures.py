@@ -12,10 +12,11 @@ from __future__ import annotations
 import time
 from typing import List, Optional, Sequence
 
-from pytriton.metrics import COUNTER, HISTOGRAM, Definition, Registry, observe
+from pytriton.metrics import COUNTER, GAUGE, HISTOGRAM, Definition, Registry, observe
 
 _SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _WAIT_SECONDS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+_LOAD_SECONDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 CALLABLE_SECONDS = Definition(
@@ -41,6 +42,26 @@ STREAM_PIECES = Definition(
 STREAM_FIRST_PIECE_SECONDS = Definition(
     "pytriton_stream_first_piece_seconds", "Time from pytriton's backend handing a stream of a continuous-batching "
     "model to the worker to its first piece (waiting for room in the running batch included)", HISTOGRAM, (), _SECONDS)
+VARIANT_LOADS = Definition(
+    "pytriton_variant_loads_total", "Variants of a multiplexed model loaded (calls of its loader, failed ones "
+    "included)", COUNTER, ())
+VARIANT_LOAD_FAILURES = Definition(
+    "pytriton_variant_load_failures_total", "Loads of a multiplexed model's variants that raised (an unknown "
+    "variant included)", COUNTER, ())
+VARIANT_EVICTIONS = Definition(
+    "pytriton_variant_evictions_total", "Variants of a multiplexed model unloaded to make room for another (the "
+    "least recently used first)", COUNTER, ())
+VARIANT_LOAD_SECONDS = Definition(
+    "pytriton_variant_load_seconds", "Time a multiplexed model's loader took per variant (successful loads)",
+    HISTOGRAM, (), _LOAD_SECONDS)
+VARIANT_HITS = Definition(
+    "pytriton_variant_hits_total", "Requests of a multiplexed model served by a variant already loaded (or loaded "
+    "for an earlier request of the same batch)", COUNTER, ())
+VARIANT_MISSES = Definition(
+    "pytriton_variant_misses_total", "Requests of a multiplexed model that waited for their variant to load (one "
+    "per variant and batch: the first request naming it)", COUNTER, ())
+VARIANTS_LOADED = Definition(
+    "pytriton_variants_loaded", "Variants of a multiplexed model the instance holds loaded now", GAUGE, ())
 WORKER_RESTARTS = Definition(
     "pytriton_worker_restarts_total", "Times the worker process of a process instance was forked anew after "
     "the one before died", COUNTER, ())
@@ -103,4 +124,42 @@ class Measures:
 
     def stub_replaced(self) -> None:
         self._stub_restarts[0] += 1
+
+
+class VariantMeasures:
+    """The series of a multiplexed model's variant cache (`pytriton.worker.variants`), made when
+    its instance first serves a variant (a model that is not multiplexed shows none of them)."""
+
+    __slots__ = ("_loads", "_failures", "_evictions", "_seconds", "_hits", "_misses", "_loaded")
+
+    def __init__(self, registry: Registry) -> None:
+        self._loads = registry.series(VARIANT_LOADS)
+        self._failures = registry.series(VARIANT_LOAD_FAILURES)
+        self._evictions = registry.series(VARIANT_EVICTIONS)
+        self._seconds = registry.series(VARIANT_LOAD_SECONDS)
+        self._hits = registry.series(VARIANT_HITS)
+        self._misses = registry.series(VARIANT_MISSES)
+        self._loaded = registry.series(VARIANTS_LOADED)
+
+    def looked_up(self, requests: int, hit: bool) -> None:
+        """`requests` requests of a batch named one variant: loaded already (`hit`), or their
+        first waited for its load (a miss) and the others share it."""
+        if hit:
+            self._hits[0] += requests
+        else:
+            self._misses[0] += 1
+            self._hits[0] += requests - 1
+
+    def loaded(self, seconds: float, held: int) -> None:
+        self._loads[0] += 1
+        observe(VARIANT_LOAD_SECONDS, self._seconds, seconds)
+        self._loaded[0] = float(held)
+
+    def load_failed(self) -> None:
+        self._loads[0] += 1
+        self._failures[0] += 1
+
+    def evicted(self, held: int) -> None:
+        self._evictions[0] += 1
+        self._loaded[0] = float(held)
 

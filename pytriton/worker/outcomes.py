@@ -25,13 +25,22 @@ from pytriton.worker.request import BatchResponses
 
 
 class Failure:
-    """An error meant for the requesters of a batch, in place of their responses."""
+    """An error meant for the requesters of a batch, in place of their responses.
 
-    __slots__ = ("message", "unrecoverable")
+    `code` is the `protocol.ErrorCode` it goes back with (INTERNAL unless the request was wrong).
+    """
 
-    def __init__(self, message: str, unrecoverable: bool = False) -> None:
+    __slots__ = ("message", "unrecoverable", "code")
+
+    def __init__(self, message: str, unrecoverable: bool = False, code: int = protocol.ErrorCode.INTERNAL) -> None:
         self.message = message
         self.unrecoverable = unrecoverable
+        self.code = code
+
+
+def bad_request(message: str) -> Failure:
+    """A `Failure` that says the request was wrong (Triton's INVALID_ARG: HTTP 400), not the model."""
+    return Failure(message, code=protocol.ErrorCode.INVALID_ARG)
 
 
 class Expected(List[Optional[int]]):

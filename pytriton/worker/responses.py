@@ -335,7 +335,16 @@ def batch_result(
     groups, errors, _ = _shape_all(context, outcomes, batch_sizes, strict)
     unrecoverable = any(isinstance(o, Failure) and o.unrecoverable for o in outcomes)
     columns, segment, payload = codec.pack(groups, arena)
-    return protocol.BatchResult(batch_id, tuple(errors), columns, segment, unrecoverable), payload
+    return protocol.BatchResult(batch_id, tuple(errors), columns, segment, unrecoverable,
+                                codes=_error_codes(outcomes)), payload
+
+
+def _error_codes(outcomes: List[Any]) -> Tuple[int, ...]:
+    """`BatchResult.codes`: per request its error's code, or () when none is other than INTERNAL."""
+    internal = protocol.ErrorCode.INTERNAL
+    if not any(type(outcome) is Failure and outcome.code != internal for outcome in outcomes):
+        return ()
+    return tuple(outcome.code if type(outcome) is Failure else internal for outcome in outcomes)
 
 
 def stream_part(

@@ -133,3 +133,38 @@ def test_the_revision_is_marked_for_changed_code_and_not_for_the_bench_own_pages
     assert report.git_revision(tmp_path) == head
     (tmp_path / "code.py").write_text("x = 2\n")
     assert report.git_revision(tmp_path) == f"{head}+uncommitted changes"
+
+
+def test_the_multiplexing_case_measures_against_an_ideal_lru_of_the_same_trace():
+    import multiplex
+
+    assert multiplex.ideal_lru_hit_rate([0, 1, 0, 2, 1, 0], capacity=2, measured_from=0) == 1 / 6  # only 0 at 2
+    assert multiplex.ideal_lru_hit_rate([0, 1, 0, 1, 0, 1], capacity=2, measured_from=2) == 1.0
+    trace = multiplex.zipf_trace(20_000, seed=7)
+    assert trace == multiplex.zipf_trace(20_000, seed=7) and set(trace) <= set(range(multiplex.VARIANTS))
+    share = trace.count(0) / len(trace)
+    assert 0.21 < share < 0.25  # rank 1 of Zipf(1.1) over 100: 23 % of the requests
+    lru8 = multiplex.ideal_lru_hit_rate(trace, 8, 0)
+    assert 0.35 < lru8 < multiplex.ideal_lru_hit_rate(trace, 16, 0) < 0.7
+    assert multiplex._asks("top8", [0, 9, 7]) == [("top_0", None), ("top_7", None)]
+    assert multiplex._asks("mux", [0, 42]) == [("mux", "v000"), ("mux", "v042")]
+
+
+def test_the_multiplexing_case_is_in_a_full_run_and_reported_round_by_round():
+    import multiplex
+
+    assert run.parse_args([]).multiplex and not run.parse_args(["--quick"]).multiplex
+    assert run.parse_args(["--cases", "multiplex_c16"]).cases == []
+    figures = {"throughput": 100.0, "latency_p50_ms": 10.0, "latency_p99_ms": 50.0, "requests": 3000,
+               "server_cpu_ms_per_request": 2.5}
+    row = {"ideal_lru_8": 0.42, "ideal_lru_16": 0.6, "loadavg": [2.0, 2.0, 2.0], "order": list(multiplex.CONFIGS),
+           "mux": {**figures, "throughput": 140.0, "hit_rate": 0.45, "loads": 1650, "load_mean_ms": 6.1},
+           "lru": {**figures, "hit_rate": 0.41, "loads": 1770}, "top8": figures}
+    results = {"variants": 100, "zipf_s": 1.1, "max_loaded": 8, "instances": 2, "concurrency": 16, "dim": 1024,
+               "rank": 16, "warmup_requests": 600, "requests": 3000, "rounds": [row, row],
+               "throughput_ratio": 1.4, "hit_rate_gap": -0.03, "hit_rate_gap_16": 0.15, "cpu_ratio": 1.2,
+               "met": {"hit_rate": True, "throughput": True}}
+    table = multiplex.markdown(results)
+    assert table.count("| mux |") == 2 and "1650 (6.1)" in table
+    assert "1.40x (target >= 1.3x: met)" in table and "+3.0 points from the ideal LRU of max_loaded=8" in table
+    assert "-15.0 points from the ideal LRU of both instances' 16" in table and "lru/mux (median) 1.20x" in table

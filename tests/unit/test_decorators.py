@@ -770,16 +770,29 @@ def test_triton_context_is_injected_into_functions_and_methods() -> None:
     assert current_context() is context
 
 
-def test_triton_context_above_batch_is_rejected_by_batch() -> None:
+def test_triton_context_above_batch_is_passed_on_by_batch() -> None:
+    """@batch passes on keyword arguments given with the list of requests (as @multiplexed gives
+    the variant's object), so @triton_context above it reaches the function too."""
     set_current_context(_context())
+    seen = []
 
     @triton_context
     @batch
     def infer(x: np.ndarray, triton_context: TritonContext) -> dict[str, np.ndarray]:
+        seen.append(triton_context.model_name)
         return {"y": x}
 
-    with pytest.raises(PyTritonValidationError, match=r"@batch expects the list of requests.*\['triton_context'\]"):
-        infer([_req(x=[[1]])])
+    assert infer([_req(x=[[1]])])[0]["y"].tolist() == [[1]]
+    assert seen == ["Model"]
+
+
+def test_batch_still_refuses_keyword_arrays_without_the_requests() -> None:
+    @batch
+    def infer(x: np.ndarray) -> dict[str, np.ndarray]:
+        return {"y": x}
+
+    with pytest.raises(PyTritonValidationError, match=r"@batch expects the list of requests.*\['x'\]"):
+        infer(x=np.ones((1, 1)))
 
 
 def test_triton_context_without_context_is_an_error() -> None:

@@ -65,6 +65,9 @@ def test_the_header_holds_every_parameter_kind_and_field_position():
     fields = marshal.loads(encoded)
     assert fields[int(defines["PYT_BATCH_RESULT_SEGMENT"])] == "seg"
     assert fields[int(defines["PYT_BATCH_RESULT_INPUTS_KEPT"])] is True
+    assert defines["PYT_ERROR_CODE_INVALID_ARG"] == str(protocol.ErrorCode.INVALID_ARG)
+    coded = marshal.loads(protocol.encode(protocol.BatchResult(7, ("no",), (), "", codes=(1,))))
+    assert coded[int(defines["PYT_BATCH_RESULT_CODES"])] == (protocol.ErrorCode.INVALID_ARG,)
 
 
 def test_the_backend_names_parameters_and_fields_only_through_the_header():

@@ -21,7 +21,8 @@ BACKEND = pathlib.Path(__file__).resolve().parents[3] / "pytriton" / "backend"
 
 LAYERS: Tuple[Tuple[str, ...], ...] = (
     ("backend",),  # Triton's entry points, a model's configuration, the readiness gate
-    ("execute", "relay", "metrics"),  # a plain callable's batch; streams and coroutines; the worker's metrics
+    # a plain callable's batch; streams and coroutines; the worker's metrics; a multiplexed model's routing
+    ("execute", "relay", "metrics", "route"),
     ("batch",),  # what every batch does around the worker's answer: answers before it goes, statistics after
     ("instance",),  # the connection to the worker handler: greeting, reconnection, a death's cause, idle watcher
     ("requests", "responses"),  # Triton's requests -> an InferBatch (the way in); the answer -> responses (out)

@@ -288,3 +288,31 @@ def test_the_openai_port_must_be_a_port_of_its_own():
     with pytest.raises(PyTritonBadParameterError, match="openai_port"):
         TritonConfig(openai_port=70000)
     assert TritonConfig(http_port=9000, openai_port=8000).openai_port == 8000
+
+
+def test_a_multiplexed_model_is_read_from_its_configuration_and_named_base_colon_variant():
+    from pytriton.client_contract import PARAM_MULTIPLEX, multiplexing
+    from pytriton.openai.convention import listed_names, split_variant
+    from pytriton.openai.errors import unknown_variant
+    from pytriton.openai.link import chat_request_head
+
+    text = json.dumps({"parameter": "adapter", "max_loaded": 4, "variants": ["en", "de"]})
+    config = dict(CHAT_CONFIG, parameters={PARAM_MULTIPLEX: {"string_value": text}})
+    model = served_model(config)
+    assert (model.variant_parameter, model.variants) == ("adapter", ("en", "de"))
+    assert listed_names(model) == ["tiny-chat", "tiny-chat:en", "tiny-chat:de"]
+    open_text = json.dumps({"parameter": "adapter", "max_loaded": 4, "variants": None})
+    assert served_model(dict(CHAT_CONFIG, parameters={PARAM_MULTIPLEX: open_text})).variants is None
+    assert served_model(CHAT_CONFIG).variant_parameter is None
+    assert multiplexing({PARAM_MULTIPLEX: "not json"}) is None
+    assert split_variant("base:v:1") == ("base", "v:1") and split_variant("base") == ("base", None)
+    assert split_variant(":v") == (":v", None) and split_variant("base:") == ("base:", None)
+    error = unknown_variant("tiny:xx", "tiny", ("en", "de"))
+    assert error.status == 404 and error.code == "model_not_found"
+    assert error.message == "The model 'tiny:xx' does not exist: model 'tiny' serves the variants de, en"
+    head = chat_request_head("tiny", False, ("adapter", "de"))
+    from tritonclient.grpc import service_pb2
+
+    parsed = service_pb2.ModelInferRequest.FromString(head)
+    assert parsed.parameters["adapter"].string_param == "de"
+    assert "adapter" not in service_pb2.ModelInferRequest.FromString(chat_request_head("tiny", False)).parameters

@@ -57,3 +57,14 @@ def test_a_model_without_devices_has_no_devices_parameter(config):
     assert protocol.PARAM_DEVICES not in proto.parameters
     assert protocol.PARAM_INSTANCE_NAMES not in proto.parameters
     assert [group.count for group in proto.instance_group] == [2]
+
+
+@pytest.mark.parametrize("backend, devices, count",
+                         [("pytriton", None, 4), ("python", None, 2), ("pytriton", [0, 1], 2)])
+def test_dispatchers_are_added_on_pytritons_backend_without_devices(backend, devices, count):
+    text = served_config_text("Routed", X, X, ModelConfig(process_instances=True, devices=devices), 2,
+                              coroutines=False, endpoint="ipc:///tmp/s/m", shm_prefix="p", backend=backend,
+                              parameters={}, dispatchers=2)
+    proto = parse_pbtxt(text)
+    assert sum(group.count for group in proto.instance_group) == count
+    assert proto.parameters[protocol.PARAM_HANDLERS].string_value == "2"  # the workers: the rest only dispatch

@@ -56,3 +56,13 @@ def test_the_start_line_shows_the_openai_url_and_whether_tritons_ports_ask_for_i
         "serving chat (version 1) on http://127.0.0.1:8000 and grpc://127.0.0.1:8001; OpenAI-compatible API on "
         "http://localhost:8813/v1 (API key required); metrics")
     assert "OpenAI" not in serving_line(TritonConfig(), [("chat", 1)])
+
+
+def test_the_start_lines_say_which_models_are_multiplexed():
+    config = TritonConfig(http_port=8000, grpc_port=8001, metrics_port=8002)
+    notes = {"Adapters": "multiplexed by request parameter 'variant', 8 per instance, variants en, de"}
+    line = serving_line(config, [("Scale", 1), ("Adapters", 2)], notes=notes)
+    assert line.startswith("serving Scale (version 1), Adapters (version 2; multiplexed by request parameter "
+                           "'variant', 8 per instance, variants en, de) on http://localhost:8000"), line
+    remote = remote_serving_line("localhost:8000", [("Adapters", 1)], notes=notes)
+    assert "Adapters (version 1; multiplexed by request parameter 'variant'" in remote
