@@ -20,7 +20,7 @@ import urllib.parse
 import urllib.request
 from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
-from pytriton.check.results import CheckResult, Verdict
+from pytriton.check.verdicts import CheckResult, Verdict
 from pytriton.environment import TRITON_SERVER_DIR
 from pytriton.exceptions import PyTritonError
 from pytriton.server.argv import build_argv

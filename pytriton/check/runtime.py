@@ -15,7 +15,7 @@ request much later, is looked at here once, each with a verdict and, when it fai
 The ``judge_*`` functions and `format_result` are pure, so the decisions are unit-tested; the
 ``check_*`` functions gather the facts (files, ``ldd``, a throwaway server) and call them. The
 checks of the install (glibc to the throwaway server) are in `pytriton.check.install`,
-the results' type in `pytriton.check.results`; this module has the runtime checks and
+the results' type in `pytriton.check.verdicts`; this module has the runtime checks and
 runs them all.
 A container build runs the checks with ``build=True``: the build container's ports and
 /dev/shm say nothing about those of the container that will serve, so those are left out.
@@ -54,7 +54,7 @@ from pytriton.check.install import (
     native_serves,
     proxy_only,
 )
-from pytriton.check.results import CheckResult, Verdict
+from pytriton.check.verdicts import CheckResult, Verdict
 from pytriton.exceptions import PyTritonError
 from pytriton.install_hints import TELEMETRY_EXTRA
 from pytriton.ipc.shm import MIB, SHM_DIR, shm_fix, shm_usage

@@ -49,3 +49,26 @@ def test_the_page_names_every_unit_of_the_backend():
 def test_every_backend_file_the_page_names_exists():
     named = set(re.findall(r"\b(\w+\.[ch])\b", PAGE.read_text(encoding="utf-8")))
     assert sorted(name for name in named if not (BACKEND / name).is_file()) == []
+
+
+PACKAGE = PAGE.parents[1] / "pytriton"
+
+
+def _modules() -> list:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        if "tritonserver" in parts or parts[-1] == "__main__":
+            continue
+        found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return found
+
+
+def test_the_page_names_every_module():
+    """A module the page leaves out is a step nobody can find from here (the page, not the code, is the map)."""
+    text = PAGE.read_text(encoding="utf-8")
+    named = set(re.findall(r"`(pytriton(?:\.[a-z_0-9]+)+)`", text))
+    modules = _modules()
+    assert len(modules) > 100
+    missing = [module for module in modules if not any(n == module or n.startswith(module + ".") for n in named)]
+    assert missing == []

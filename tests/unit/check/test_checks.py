@@ -15,7 +15,7 @@ from pytriton.check.install import (
     parse_glibc_version,
     parse_ldd,
 )
-from pytriton.check.results import CheckResult, Verdict, exit_status, format_result
+from pytriton.check.verdicts import CheckResult, Verdict, exit_status, format_result
 from pytriton.check.runtime import judge_ports, judge_shm
 from pytriton.ipc.shm import MIB
 
@@ -237,7 +237,7 @@ def test_a_busy_port_names_its_holder_and_where_the_ports_came_from():
 
 
 def test_the_summary_words_a_busy_port_as_what_it_is():
-    from pytriton.check.results import CheckResult, Verdict
+    from pytriton.check.verdicts import CheckResult, Verdict
     from pytriton.check.runtime import summary
 
     ok = CheckResult("glibc", Verdict.PASS, "")
