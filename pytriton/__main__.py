@@ -19,8 +19,8 @@ import sys
 from typing import Optional, Sequence
 
 from pytriton.check.install import SERVER_START_TIMEOUT_S
-from pytriton.check.verdicts import exit_status, format_result
 from pytriton.check.runtime import run_checks, summary, versions_line
+from pytriton.check.verdicts import exit_status, format_result
 from pytriton.server.distribution import NATIVE_LIBRARY, native_library
 
 

@@ -9,8 +9,8 @@ import importlib.util
 import pytest
 
 from pytriton.check import runtime as checks
-from pytriton.check.verdicts import CheckResult, Verdict
 from pytriton.check.runtime import GPU_DRIVER_NEEDED, NO_GPU, judge_gpu, parse_nvidia_smi
+from pytriton.check.verdicts import CheckResult, Verdict
 
 SMI_TWO_L4 = "560.35.03, NVIDIA L4\n560.35.03, NVIDIA L4\n"
 

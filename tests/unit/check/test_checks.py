@@ -15,8 +15,8 @@ from pytriton.check.install import (
     parse_glibc_version,
     parse_ldd,
 )
-from pytriton.check.verdicts import CheckResult, Verdict, exit_status, format_result
 from pytriton.check.runtime import judge_ports, judge_shm
+from pytriton.check.verdicts import CheckResult, Verdict, exit_status, format_result
 from pytriton.ipc.shm import MIB
 
 LDD = """\
@@ -237,8 +237,8 @@ def test_a_busy_port_names_its_holder_and_where_the_ports_came_from():
 
 
 def test_the_summary_words_a_busy_port_as_what_it_is():
-    from pytriton.check.verdicts import CheckResult, Verdict
     from pytriton.check.runtime import summary
+    from pytriton.check.verdicts import CheckResult, Verdict
 
     ok = CheckResult("glibc", Verdict.PASS, "")
     ports = CheckResult("ports", Verdict.FAIL, "")
