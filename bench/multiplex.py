@@ -46,7 +46,6 @@ import numpy as np
 import psutil
 from children import Child
 from perfanalyzer import BenchError
-from report import say
 from servers import BENCH_DIR, Server, _remove_named
 
 VARIANTS = 100
@@ -61,6 +60,11 @@ WARMUP_REQUESTS = 600
 HIT_RATE_POINTS = 0.05
 THROUGHPUT_TARGET = 1.3
 CONFIGS = ("mux", "lru", "top8")
+
+
+def say(message: str) -> None:
+    """Progress on stderr, as bench/report.py's (which imports this module, so it cannot be imported here)."""
+    print(message, file=sys.stderr, flush=True)
 
 
 def variant_name(rank: int) -> str:
