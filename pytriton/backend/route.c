@@ -21,8 +21,8 @@
  * connection, buffers and arena (execute.c) and frees it.
  *
  * Under load every instance is busy, so that a batch finds at most the one just freed: the choice
- * is made by batches waiting. So a routed model has more Triton instances than workers (three
- * more per worker, pytriton/binding.py): the extra ones (dispatchers, index >= the workers') hold
+ * is made by batches waiting. So a routed model has more Triton instances than workers (six
+ * more per worker, pytriton/facade/binding.py): the extra ones (dispatchers, index >= the workers') hold
  * no connection and only wait here with their batches, and an instance that frees chooses among
  * them. Every batch in execute runs on one instance in turn, and an instance that frees wakes the
  * waiters: none waits for ever.

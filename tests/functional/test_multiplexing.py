@@ -28,6 +28,7 @@ from support import grpc_url, http_url, served_backend, server_config, triton_in
 from pytriton.client import ModelClient
 from pytriton.client.exceptions import PyTritonClientInferenceServerError
 from pytriton.decorators import batch, multiplexed
+from pytriton.facade.binding import DISPATCHERS_PER_WORKER
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton
 
@@ -254,7 +255,7 @@ def test_a_routed_model_has_a_waiting_instance_per_worker_and_says_it_is_multipl
         parameters = json.loads(answer.read())["parameters"]
     told = json.loads(parameters["pytriton.multiplex"]["string_value"])
     assert told == {"parameter": "variant", "max_loaded": 1, "variants": None}
-    assert triton_instances(config, "Routed") == (8 if backend == "pytriton" else 2)  # 3 waiting per worker
+    assert triton_instances(config, "Routed") == (2 + 2 * DISPATCHERS_PER_WORKER if backend == "pytriton" else 2)
     assert triton_instances(config, "Scaled") == 1  # one instance: nothing to route
 
 
