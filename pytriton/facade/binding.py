@@ -62,7 +62,7 @@ DISPATCHERS_PER_WORKER = 6
 each holds a batch while it waits, so that a worker that frees chooses among up to this many
 batches the one whose variants it holds (simulated on the bench's Zipf trace, batches of 2:
 hit rate 0.49 choosing among 2, 0.59 among 8). Measured in the bench's multiplexing case (3 rounds
-each, idle machine): hit rate 0.49-0.51 with 3 per worker, 0.58-0.60 with 6 and with 8 (the ideal
+each, idle machine): hit rate 0.49-0.51 with 3 per worker, 0.56-0.60 with 6 and 0.58-0.60 with 8 (the ideal
 LRU of both instances' 16 variants: 0.58-0.60); 6 is the fewest that reached it."""
 
 _SOCKET_PATH_MAX = 107
