@@ -182,21 +182,6 @@ def _us(seconds: Optional[float]) -> Optional[float]:
     return None if seconds is None else round(seconds * 1e6, 1)
 
 
-def _cpu_seconds(server: Server) -> float:
-    """CPU time (user + system) of the server's process and everything it started."""
-    if server.child is None:
-        return 0.0
-    spent = 0.0
-    processes = [psutil.Process(server.child.pid), *server.child.descendants()]
-    for process in processes:
-        try:
-            times = process.cpu_times()
-            spent += times.user + times.system
-        except psutil.NoSuchProcess:
-            pass
-    return spent
-
-
 def run_client(argv: List[str], server: Server, step_s: float, timeout_s: float, label: str,
                log_dir: pathlib.Path) -> Dict[str, Any]:
     """Run the load generator; its figures, with the server's CPU during its window and the sleep probe's."""
@@ -213,7 +198,7 @@ def run_client(argv: List[str], server: Server, step_s: float, timeout_s: float,
         for line in child.stdout:
             line = line.rstrip("\n")
             if line in (WINDOW_START, WINDOW_END):
-                marks[line] = _cpu_seconds(server)
+                marks[line] = server.cpu_seconds()
                 marks[line + " at"] = time.monotonic()
             else:
                 lines.append(line)

@@ -43,7 +43,6 @@ import urllib.request
 from typing import IO, Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-import psutil
 from children import Child
 from perfanalyzer import BenchError
 from servers import BENCH_DIR, Server, _remove_named
@@ -133,25 +132,6 @@ class MultiplexServer(Server):
             self.child.stop(polite=signal.SIGTERM, timeout_s=45)
         finally:
             _remove_named(f"pytriton-{self.child.pid}-")
-
-    def cpu_seconds(self) -> float:
-        """CPU time (user and system) the server's processes have used: the serving script, its
-        worker processes, tritonserver."""
-        if self.child is None:
-            return 0.0
-        try:
-            root = psutil.Process(self.child.pid)
-            processes = [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return 0.0
-        total = 0.0
-        for process in processes:
-            try:
-                times = process.cpu_times()
-            except psutil.NoSuchProcess:
-                continue
-            total += times.user + times.system
-        return total
 
     def metric(self, name: str, model: str) -> float:
         """The sum of a family's series of `model` on Triton's /metrics (all instances)."""

@@ -292,25 +292,29 @@ class Server:
             raise BenchError(f"the {self.name} server's '{model}' streamed {len(got)} responses "
                              f"(first {got[:1]!r}); expected {steps} copies of {values!r}")
 
-    def idle_cpu_percent(self, seconds: float = 1.0) -> float:
-        """CPU the server's processes burn while no request comes (percent of one core)."""
+    def cpu_seconds(self) -> float:
+        """CPU time (user and system) the server's process and everything it started have used
+        (for pytriton: the serving script, its worker processes, tritonserver)."""
         if self.child is None:
             return 0.0
-        processes = [psutil.Process(self.child.pid), *self.child.descendants()]
+        try:
+            processes = [psutil.Process(self.child.pid), *self.child.descendants()]
+        except psutil.NoSuchProcess:
+            return 0.0
+        spent = 0.0
+        for process in processes:
+            try:
+                times = process.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            spent += times.user + times.system
+        return spent
 
-        def total() -> float:
-            spent = 0.0
-            for process in processes:
-                try:
-                    times = process.cpu_times()
-                    spent += times.user + times.system
-                except psutil.NoSuchProcess:
-                    pass
-            return spent
-
-        before = total()
+    def idle_cpu_percent(self, seconds: float = 1.0) -> float:
+        """CPU the server's processes burn while no request comes (percent of one core)."""
+        before = self.cpu_seconds()
         time.sleep(seconds)
-        return (total() - before) / seconds * 100.0
+        return (self.cpu_seconds() - before) / seconds * 100.0
 
     def stop(self) -> None:
         raise NotImplementedError
