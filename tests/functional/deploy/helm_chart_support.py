@@ -286,6 +286,12 @@ def probe_paths(values: Optional[Dict[str, Any]] = None) -> Dict[str, str]:
     return {kind: container[f"{kind}Probe"]["httpGet"]["path"] for kind in ("startup", "readiness", "liveness")}
 
 
+def probe_timeouts(values: Optional[Dict[str, Any]] = None) -> Dict[str, float]:
+    """startup/readiness/liveness -> the seconds the rendered Deployment gives an answer (timeoutSeconds)."""
+    container = server_container(render(values))
+    return {kind: float(container[f"{kind}Probe"]["timeoutSeconds"]) for kind in ("startup", "readiness", "liveness")}
+
+
 def adapter_rule(metric: str) -> Dict[str, Any]:
     """The prometheus-adapter rule serving `metric`, from the chart README (first ```yaml block after the marker)."""
     text = CHART_README.read_text()
