@@ -21,10 +21,10 @@
  * connection, buffers and arena (execute.c) and frees it.
  *
  * Under load every instance is busy, so that a batch finds at most the one just freed: the choice
- * is made by batches waiting. So a routed model has more Triton instances than workers (six
- * more per worker, pytriton/facade/binding.py): the extra ones (dispatchers, index >= the workers') hold
- * no connection and only wait here with their batches, and an instance that frees chooses among
- * them. Every batch in execute runs on one instance in turn, and an instance that frees wakes the
+ * is made by batches waiting. So a routed model has more Triton instances than workers
+ * (DISPATCHERS_PER_WORKER more per worker, pytriton/facade/binding.py): the extra ones
+ * (dispatchers, index >= the workers') hold no connection and only wait here with their batches,
+ * and an instance that frees chooses among them. Every batch in execute runs on one instance in turn, and an instance that frees wakes the
  * waiters: none waits for ever.
  *
  * The mirror can drift from the worker's cache only where the worker did what the batches do

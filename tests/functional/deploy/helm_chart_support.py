@@ -15,7 +15,7 @@ import pathlib
 import re
 import sys
 import threading
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 import yaml
@@ -280,16 +280,12 @@ def plain_env(container: Dict[str, Any]) -> Dict[str, str]:
     return {item["name"]: item["value"] for item in container.get("env", []) if "value" in item}
 
 
-def probe_paths(values: Optional[Dict[str, Any]] = None) -> Dict[str, str]:
-    """startup/readiness/liveness -> the HTTP path the rendered Deployment probes."""
+def chart_probes(values: Optional[Dict[str, Any]] = None) -> Dict[str, Tuple[str, float]]:
+    """startup/readiness/liveness -> (the HTTP path the rendered Deployment probes, the seconds it
+    gives an answer: timeoutSeconds), from one rendering."""
     container = server_container(render(values))
-    return {kind: container[f"{kind}Probe"]["httpGet"]["path"] for kind in ("startup", "readiness", "liveness")}
-
-
-def probe_timeouts(values: Optional[Dict[str, Any]] = None) -> Dict[str, float]:
-    """startup/readiness/liveness -> the seconds the rendered Deployment gives an answer (timeoutSeconds)."""
-    container = server_container(render(values))
-    return {kind: float(container[f"{kind}Probe"]["timeoutSeconds"]) for kind in ("startup", "readiness", "liveness")}
+    probes = {kind: container[f"{kind}Probe"] for kind in ("startup", "readiness", "liveness")}
+    return {kind: (probe["httpGet"]["path"], float(probe["timeoutSeconds"])) for kind, probe in probes.items()}
 
 
 def adapter_rule(metric: str) -> Dict[str, Any]:

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from helm_chart_support import probe_paths, probe_timeouts
+from helm_chart_support import chart_probes
 from support import http_status, http_url, our_leftovers, running_triton, stub_processes, wait_until
 
 from pytriton.client import ModelClient
@@ -62,7 +62,9 @@ def _watch(base, paths, timeouts, while_alive: threading.Thread):
 
 
 def test_chart_probes_answer_the_truth_during_load_serving_and_healing():
-    paths, timeouts = probe_paths(), probe_timeouts()
+    probes = chart_probes()
+    paths = {kind: path for kind, (path, _) in probes.items()}
+    timeouts = {kind: timeout_s for kind, (_, timeout_s) in probes.items()}
     assert set(paths.values()) == {"/v2/health/ready", "/v2/health/live"}
     with running_triton(model_backend="python") as triton:  # a stub to kill: the proxy path
         base = http_url(triton._config)
