@@ -225,7 +225,8 @@ static TRITONSERVER_Error* read_config(model_state* state, TRITONBACKEND_Model* 
    * batches do not overlap on an instance and a sequence need not stay on one. */
   if (multiplex != NULL && sockets != NULL && sockets->kind == PYT_JSON_ARRAY && sockets->count > 1 &&
       !model->relayed && !model->sequences) {
-    state->router = pyt_router_new(multiplex, (uint32_t)sockets->count, why, sizeof(why));
+    state->router = pyt_router_new(multiplex, (uint32_t)sockets->count, model->max_batch_size, why,
+                                   sizeof(why));
     if (state->router == NULL)
       PYT_WARN("model '%s': its %s parameter is unreadable (%s): its batches go where Triton sends them", model->name,
                PYT_PARAM_MULTIPLEX, why);
@@ -413,21 +414,24 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
   }
   served* state = pointer;
   /* A routed model's batch runs on the free instance that holds its variants (route.c), from this
-   * thread; every other batch on the thread's own instance. */
-  pyt_instance* instance = state->router != NULL ? pyt_route(state->router, &state->instance, requests, count)
-                                                 : &state->instance;
+   * thread, with the waiting batches it takes along; every other batch on the thread's own instance. */
+  pyt_routed routed = {&state->instance, requests, count, NULL};
+  if (state->router != NULL) routed = pyt_route(state->router, &state->instance, requests, count);
+  pyt_instance* instance = routed.instance;
+  if (instance == NULL) return NULL; /* taken along by another batch, which answers and releases them */
   pthread_mutex_lock(&instance->lock);
   instance->last_batch = pyt_now_s();
   instance->idle_released = 0;
   pthread_mutex_unlock(&instance->lock);
   if (state->relay != NULL) {
-    pyt_execute_relayed(state->relay, requests, count);
+    pyt_execute_relayed(state->relay, routed.requests, routed.count);
   } else {
     pthread_mutex_lock(&instance->lock); /* the idle watcher takes the arena only between batches */
-    pyt_execute(instance, requests, count);
+    pyt_execute(instance, routed.requests, routed.count);
     instance->last_batch = pyt_now_s();
     pthread_mutex_unlock(&instance->lock);
   }
+  free(routed.owned);
   if (state->router != NULL) pyt_route_done(state->router, instance);
   return NULL;
 }

@@ -17,8 +17,13 @@
  * instance idles while a batch waits. Only a batch that waits alone, when a busy instance holds
  * more of its variants than any free one, waits for that one, at most about one of its batches'
  * time (its running average, at most MAX_PATIENCE_S): with no other work for the free instance,
- * a short wait costs less than a load. The thread runs the batch on the chosen instance's
- * connection, buffers and arena (execute.c) and frees it.
+ * a short wait costs less than a load. The batch that claims an instance takes along the waiting
+ * batches whose variants that instance then holds, oldest first, while their rows fit
+ * max_batch_size: their threads return at once (Triton's instances free for the next batches) and
+ * the one call serves them all. Without that, Triton's batcher, which finds some dispatcher free
+ * nearly always, hands on each request almost alone, and every request costs Triton a call, the
+ * worker a batch and a pass over its variant's weights. The thread runs the batch on the chosen
+ * instance's connection, buffers and arena (execute.c) and frees it.
  *
  * Under load every instance is busy, so that a batch finds at most the one just freed: the choice
  * is made by batches waiting. So a routed model has more Triton instances than workers
@@ -66,6 +71,10 @@ typedef struct waiter {
   const pyt_instance* own;
   double since;
   uint64_t ticket;
+  TRITONBACKEND_Request** requests; /* Triton's array: read only under the lock, while the batch waits */
+  uint32_t count;
+  uint64_t rows;
+  int taken; /* another batch took these requests along to its instance: this thread has nothing to run */
   struct waiter* next;
 } waiter;
 
@@ -74,6 +83,7 @@ struct pyt_router {
   pthread_cond_t changed; /* an instance became free or was taken: the waiters look again */
   char parameter[128];
   uint32_t max_loaded;
+  uint64_t max_batch_size; /* the most rows a batch taken along may bring the batch to (0: none is) */
   char** known; /* the variants @multiplexed was told exist (a request naming another is refused); NULL: any */
   uint32_t known_count;
   member* members; /* by instance index */
@@ -95,7 +105,8 @@ static void forget_held(member* m) {
   m->held_count = 0;
 }
 
-pyt_router* pyt_router_new(const char* config, uint32_t instances, char* why, size_t why_size) {
+pyt_router* pyt_router_new(const char* config, uint32_t instances, uint64_t max_batch_size, char* why,
+                           size_t why_size) {
   pyt_json* json = pyt_json_parse(config, strlen(config), why, why_size);
   const pyt_json* parameter = pyt_json_get(json, "parameter");
   const pyt_json* max_loaded = pyt_json_get(json, "max_loaded");
@@ -116,6 +127,7 @@ pyt_router* pyt_router_new(const char* config, uint32_t instances, char* why, si
   pthread_condattr_destroy(&attributes);
   snprintf(router->parameter, sizeof(router->parameter), "%s", parameter->text);
   router->max_loaded = (uint32_t)max_loaded->number;
+  router->max_batch_size = max_batch_size;
   router->member_count = instances;
   router->members = calloc(instances ? instances : 1, sizeof(member));
   if (router->members == NULL) goto memory;
@@ -331,15 +343,82 @@ static member* claim(pyt_router* router, const waiter* w, double now) {
   return best;
 }
 
-pyt_instance* pyt_route(pyt_router* router, pyt_instance* own, TRITONBACKEND_Request** requests, uint32_t count) {
+/* The rows of `request`: its first input's first dimension in a model that batches (1 where that
+ * cannot be read; the worker refuses such a request and it costs no room). */
+static uint64_t rows_of(const pyt_router* router, TRITONBACKEND_Request* request) {
+  if (router->max_batch_size == 0) return 1;
+  TRITONBACKEND_Input* input;
+  const char* name;
+  TRITONSERVER_DataType dtype;
+  const int64_t* shape;
+  uint32_t dims, buffers;
+  uint64_t size;
+  if (pyt_checked(TRITONBACKEND_RequestInputByIndex(request, 0, &input), NULL, 0) != 0 ||
+      pyt_checked(TRITONBACKEND_InputProperties(input, &name, &dtype, &shape, &dims, &size, &buffers), NULL, 0) != 0 ||
+      dims == 0 || shape[0] < 1)
+    return 1;
+  return (uint64_t)shape[0];
+}
+
+/* Under the lock, once `self` has claimed `chosen` (its mirror already touched with self's
+ * variants): the waiting batches whose variants `chosen` now all holds, oldest first, taken along
+ * while their rows fit max_batch_size. Each is unlinked and marked taken (its thread returns with
+ * nothing to run); its requests are appended to `self`'s in `*merged` (NULL: none taken, or out of
+ * memory, which only leaves them waiting), and the mirror touched in the batch's order. */
+static uint32_t take_along(pyt_router* router, member* chosen, const waiter* self, TRITONBACKEND_Request*** merged) {
+  *merged = NULL;
+  if (router->max_batch_size == 0) return self->count;
+  waiter* fits[64];
+  uint32_t found = 0, count = self->count;
+  uint64_t rows = self->rows;
+  for (;;) { /* oldest first: the lowest ticket not yet taken that fits */
+    waiter* oldest = NULL;
+    for (waiter* other = router->waiting; other != NULL; other = other->next) {
+      if (other == self || other->taken || other->distinct == 0 || rows + other->rows > router->max_batch_size)
+        continue;
+      int held = 1;
+      for (uint32_t v = 0; v < other->distinct && held; v++) held = held_at(chosen, other->variants[v].name) >= 0;
+      if (held && (oldest == NULL || other->ticket < oldest->ticket)) oldest = other;
+    }
+    if (oldest == NULL || found == sizeof(fits) / sizeof(fits[0])) break;
+    oldest->taken = 1; /* provisionally: undone below where memory fails */
+    fits[found++] = oldest;
+    rows += oldest->rows;
+    count += oldest->count;
+  }
+  if (found > 0) *merged = malloc(count * sizeof(TRITONBACKEND_Request*));
+  if (*merged == NULL) {
+    for (uint32_t i = 0; i < found; i++) fits[i]->taken = 0;
+    return self->count;
+  }
+  memcpy(*merged, self->requests, self->count * sizeof(TRITONBACKEND_Request*));
+  count = self->count;
+  for (uint32_t i = 0; i < found; i++) {
+    memcpy(*merged + count, fits[i]->requests, fits[i]->count * sizeof(TRITONBACKEND_Request*));
+    count += fits[i]->count;
+    touch(router, chosen, fits[i]->variants, fits[i]->distinct);
+    for (waiter** link = &router->waiting; *link != NULL; link = &(*link)->next)
+      if (*link == fits[i]) {
+        *link = fits[i]->next;
+        break;
+      }
+  }
+  return count;
+}
+
+pyt_routed pyt_route(pyt_router* router, pyt_instance* own, TRITONBACKEND_Request** requests, uint32_t count) {
+  pyt_routed routed = {own, requests, count, NULL};
   wanted stack[64];
   wanted* variants = count <= 64 ? stack : malloc(count * sizeof(wanted));
+  uint32_t considered = count;
   if (variants == NULL) { /* out of memory: routed by its first 64 requests */
     variants = stack;
-    count = 64;
+    considered = 64;
   }
   uint32_t distinct = 0;
-  for (uint32_t r = 0; r < count; r++) {
+  uint64_t rows = 0;
+  for (uint32_t r = 0; r < count; r++) rows += rows_of(router, requests[r]);
+  for (uint32_t r = 0; r < considered; r++) {
     const char* name = variant_of(router, requests[r]);
     if (name == NULL || !is_known(router, name)) continue;
     uint32_t v = 0;
@@ -349,7 +428,7 @@ pyt_instance* pyt_route(pyt_router* router, pyt_instance* own, TRITONBACKEND_Req
   }
   pthread_mutex_lock(&router->lock);
   double now = pyt_now_s();
-  waiter self = {variants, distinct, own, now, ++router->tickets, router->waiting};
+  waiter self = {variants, distinct, own, now, ++router->tickets, requests, count, rows, 0, router->waiting};
   router->waiting = &self;
   member* chosen;
   while ((chosen = claim(router, &self, now)) == NULL) {
@@ -363,24 +442,32 @@ pyt_instance* pyt_route(pyt_router* router, pyt_instance* own, TRITONBACKEND_Req
     double until = now + wait;
     struct timespec deadline = {(time_t)until, (long)((until - (double)(time_t)until) * 1e9)};
     pthread_cond_timedwait(&router->changed, &router->lock, &deadline);
+    if (self.taken) break; /* another batch took this one's requests along (and unlinked it) */
     now = pyt_now_s();
+  }
+  if (self.taken) {
+    pthread_mutex_unlock(&router->lock);
+    if (variants != stack) free(variants);
+    return (pyt_routed){NULL, NULL, 0, NULL};
   }
   for (waiter** link = &router->waiting; *link != NULL; link = &(*link)->next)
     if (*link == &self) {
       *link = self.next;
       break;
     }
-  pyt_instance* serving = own;
   if (chosen != NULL) {
     chosen->busy = 1;
     chosen->last_used = ++router->clock;
     touch(router, chosen, variants, distinct);
-    serving = chosen->instance;
-    if (router->waiting != NULL) pthread_cond_broadcast(&router->changed); /* the others look again */
+    routed.instance = chosen->instance;
+    routed.count = take_along(router, chosen, &self, &routed.owned);
+    if (routed.owned != NULL) routed.requests = routed.owned;
+    if (router->waiting != NULL || routed.owned != NULL)
+      pthread_cond_broadcast(&router->changed); /* the others look again; those taken return */
   }
   pthread_mutex_unlock(&router->lock);
   if (variants != stack) free(variants);
-  return serving;
+  return routed;
 }
 
 void pyt_route_done(pyt_router* router, pyt_instance* chosen) {

@@ -91,6 +91,7 @@ def recording(weights: Weights) -> Any:
 SCALED = Weights()
 HELD = Weights()
 ROUTED = Weights()
+GATHERED = Weights()
 RELEASE = threading.Event()
 
 
@@ -122,6 +123,15 @@ def routed(x: np.ndarray, model: Dict[str, Any]) -> Dict[str, np.ndarray]:
     return {"y": x * model["weight"], "who": np.full((len(x), 1), instance, np.int64)}
 
 
+@recording(GATHERED)
+@multiplexed(GATHERED.load, max_loaded=2)
+@batch
+def gathering(x: np.ndarray, model: Dict[str, Any]) -> Dict[str, np.ndarray]:
+    if model["weight"] == 4.0:  # variants "busy", "BUSY": keep their instance busy until released
+        RELEASE.wait(timeout=30)
+    return {"y": x * model["weight"]}
+
+
 @pytest.fixture(scope="module", params=BACKENDS)
 def server(request):
     backend = request.param
@@ -131,6 +141,7 @@ def server(request):
     triton.bind("Scaled", scaled, X, Y, config=gathered)
     triton.bind("Held", held, X, Y, config=ModelConfig(max_batch_size=8))
     triton.bind("Routed", [routed, routed], X, WHO, config=ModelConfig(max_batch_size=8))
+    triton.bind("Gathered", [gathering, gathering], X, Y, config=ModelConfig(max_batch_size=8))
     triton.run()
     try:
         yield backend, config
@@ -247,6 +258,32 @@ def test_a_request_goes_to_the_instance_that_holds_its_variant(server, caplog):
         assert len(answered["p"]) == len(answered["qq"]) == 1 and answered["p"] != answered["qq"]
     else:  # Triton chooses: answers are right, loads as the instances are sent them
         assert ROUTED.loads.count("p") >= 1 and ROUTED.loads.count("qq") >= 1
+
+
+def test_batches_waiting_for_an_instance_go_with_the_first_that_claims_it(server):
+    """Both instances busy; five requests for one variant arrive 50 ms apart, each handed on
+    alone by Triton. Once an instance frees, the first to claim it takes the other four along:
+    one call serves the five, and their variant loads once."""
+    backend, config = server
+    url = grpc_url(config)
+    GATHERED.clear()
+    RELEASE.clear()
+    with concurrent.futures.ThreadPoolExecutor(7) as pool:
+        busy = [pool.submit(_ask, url, "Gathered", variant, 1.0) for variant in ("busy", "BUSY")]
+        wait_until(lambda: len(GATHERED.batches) == 2, timeout_s=15)  # both instances run a call
+        waiting = []
+        for value in range(5):
+            waiting.append(pool.submit(_ask, url, "Gathered", "gg", float(value)))
+            time.sleep(0.05)
+        RELEASE.set()
+        assert [float(future.result(timeout=30)["y"][0, 0]) for future in busy] == [4.0, 4.0]
+        assert [float(future.result(timeout=30)["y"][0, 0]) for future in waiting] == [2.0 * v for v in range(5)]
+    served = [batch for batch in GATHERED.batches if "gg" in batch]
+    if backend == "pytriton":
+        assert served == [["gg"] * 5], GATHERED.batches
+        assert GATHERED.loads.count("gg") == 1, GATHERED.loads
+    else:  # Triton hands each to the instance it frees: no batch waits to be taken along
+        assert sum(len(batch) for batch in served) == 5
 
 
 def test_a_routed_model_has_a_waiting_instance_per_worker_and_says_it_is_multiplexed(server):
