@@ -268,16 +268,23 @@ def test_batches_waiting_for_an_instance_go_with_the_first_that_claims_it(server
     url = grpc_url(config)
     GATHERED.clear()
     RELEASE.clear()
-    with concurrent.futures.ThreadPoolExecutor(7) as pool:
-        busy = [pool.submit(_ask, url, "Gathered", variant, 1.0) for variant in ("busy", "BUSY")]
-        wait_until(lambda: len(GATHERED.batches) == 2, timeout_s=15)  # both instances run a call
-        waiting = []
-        for value in range(5):
-            waiting.append(pool.submit(_ask, url, "Gathered", "gg", float(value)))
-            time.sleep(0.05)
-        RELEASE.set()
-        assert [float(future.result(timeout=30)["y"][0, 0]) for future in busy] == [4.0, 4.0]
-        assert [float(future.result(timeout=30)["y"][0, 0]) for future in waiting] == [2.0 * v for v in range(5)]
+    clients = [ModelClient(url, "Gathered") for _ in range(5)]  # ready before the requests go
+    try:
+        with concurrent.futures.ThreadPoolExecutor(7) as pool:
+            busy = [pool.submit(_ask, url, "Gathered", variant, 1.0) for variant in ("busy", "BUSY")]
+            wait_until(lambda: len(GATHERED.batches) == 2, timeout_s=15)  # both instances run a call
+            waiting = []
+            for value, client in enumerate(clients):
+                x = np.full((1, 1), float(value), np.float32)
+                waiting.append(pool.submit(client.infer_batch, x=x, parameters={"variant": "gg"}))
+                time.sleep(0.05)
+            time.sleep(0.5)  # the last one waits too
+            RELEASE.set()
+            assert [float(future.result(timeout=30)["y"][0, 0]) for future in busy] == [4.0, 4.0]
+            assert [float(future.result(timeout=30)["y"][0, 0]) for future in waiting] == [2.0 * v for v in range(5)]
+    finally:
+        for client in clients:
+            client.close()
     served = [batch for batch in GATHERED.batches if "gg" in batch]
     if backend == "pytriton":
         assert served == [["gg"] * 5], GATHERED.batches
