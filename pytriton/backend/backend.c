@@ -415,7 +415,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
   served* state = pointer;
   /* A routed model's batch runs on the free instance that holds its variants (route.c), from this
    * thread, with the waiting batches it takes along; every other batch on the thread's own instance. */
-  pyt_routed routed = {&state->instance, requests, count, NULL};
+  pyt_routed routed = {&state->instance, requests, count};
   if (state->router != NULL) routed = pyt_route(state->router, &state->instance, requests, count);
   pyt_instance* instance = routed.instance;
   if (instance == NULL) return NULL; /* taken along by another batch, which answers and releases them */
@@ -431,7 +431,6 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
     instance->last_batch = pyt_now_s();
     pthread_mutex_unlock(&instance->lock);
   }
-  free(routed.owned);
   if (state->router != NULL) pyt_route_done(state->router, instance);
   return NULL;
 }

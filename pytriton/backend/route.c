@@ -63,6 +63,7 @@ typedef struct {
   int worker_pid;         /* the worker the mirror is of: another (forked anew after a crash) holds none */
   int busy;
   char** held; /* the variants its worker holds, the least recently used first */
+  TRITONBACKEND_Request** batch; /* room for max_batch_size requests: the batch running on it, when it took others along */
   uint32_t held_count;
   uint64_t last_used;
 } member;
@@ -93,7 +94,7 @@ struct pyt_router {
   uint32_t member_count;
   uint64_t clock;
   uint64_t tickets;
-  waiter* waiting;
+  waiter* waiting; /* oldest first */
 };
 
 /* One variant of a batch: its name (Triton's request parameter, alive while the request is) and
@@ -137,6 +138,8 @@ pyt_router* pyt_router_new(const char* config, uint32_t instances, uint64_t max_
   for (uint32_t i = 0; i < instances; i++) {
     router->members[i].held = calloc(router->max_loaded, sizeof(char*));
     if (router->members[i].held == NULL) goto memory;
+    if (max_batch_size > 0 && (router->members[i].batch = calloc(max_batch_size, sizeof(TRITONBACKEND_Request*))) == NULL)
+      goto memory;
   }
   if (variants != NULL && variants->kind == PYT_JSON_ARRAY) {
     router->known = calloc(variants->count ? variants->count : 1, sizeof(char*));
@@ -161,6 +164,7 @@ void pyt_router_free(pyt_router* router) {
   for (uint32_t i = 0; router->members != NULL && i < router->member_count; i++) {
     forget_held(&router->members[i]);
     free(router->members[i].held);
+    free(router->members[i].batch);
   }
   free(router->members);
   for (uint32_t i = 0; i < router->known_count; i++) free(router->known[i]);
@@ -363,54 +367,39 @@ static uint64_t rows_of(const pyt_router* router, TRITONBACKEND_Request* request
   return (uint64_t)shape[0];
 }
 
-/* Under the lock, once `self` has claimed `chosen` (its mirror already touched with self's
- * variants): the waiting batches whose variants `chosen` now all holds, oldest first, taken along
- * while their rows fit max_batch_size. Each is unlinked and marked taken (its thread returns with
- * nothing to run); its requests are appended to `self`'s in `*merged` (NULL: none taken, or out of
- * memory, which only leaves them waiting), and the mirror touched in the batch's order. */
-static uint32_t take_along(pyt_router* router, member* chosen, const waiter* self, TRITONBACKEND_Request*** merged) {
-  *merged = NULL;
-  if (router->max_batch_size == 0) return self->count;
-  waiter* fits[64];
-  uint32_t found = 0, count = self->count;
-  uint64_t rows = self->rows;
-  for (;;) { /* oldest first: the lowest ticket not yet taken that fits */
-    waiter* oldest = NULL;
-    for (waiter* other = router->waiting; other != NULL; other = other->next) {
-      if (other == self || other->taken || other->distinct == 0 || rows + other->rows > router->max_batch_size)
-        continue;
-      int held = 1;
-      for (uint32_t v = 0; v < other->distinct && held; v++) held = held_at(chosen, other->variants[v].name) >= 0;
-      if (held && (oldest == NULL || other->ticket < oldest->ticket)) oldest = other;
+/* Under the lock, once `self` (no longer waiting) has claimed `chosen` and touched its mirror: the
+ * waiting batches whose variants `chosen` now all holds, oldest first, taken along while their rows
+ * fit max_batch_size. Each is unlinked and marked taken (its thread returns with nothing to run),
+ * its requests appended to `self`'s in `chosen->batch` and the mirror touched in the batch's order.
+ * The requests that batch runs: `self`'s alone, or `chosen->batch`. */
+static TRITONBACKEND_Request** take_along(pyt_router* router, member* chosen, const waiter* self, uint32_t* count) {
+  uint64_t rows = self->rows, room = router->max_batch_size;
+  *count = self->count;
+  if (chosen->batch == NULL || *count > room) return self->requests;
+  uint32_t taken = 0;
+  for (waiter** link = &router->waiting; *link != NULL;) {
+    waiter* other = *link;
+    int fits = other->distinct > 0 && rows + other->rows <= room && *count + taken + other->count <= room;
+    for (uint32_t v = 0; fits && v < other->distinct; v++) fits = held_at(chosen, other->variants[v].name) >= 0;
+    if (!fits) {
+      link = &other->next;
+      continue;
     }
-    if (oldest == NULL || found == sizeof(fits) / sizeof(fits[0])) break;
-    oldest->taken = 1; /* provisionally: undone below where memory fails */
-    fits[found++] = oldest;
-    rows += oldest->rows;
-    count += oldest->count;
+    memcpy(chosen->batch + self->count + taken, other->requests, other->count * sizeof(TRITONBACKEND_Request*));
+    taken += other->count;
+    rows += other->rows;
+    touch(router, chosen, other->variants, other->distinct);
+    other->taken = 1;
+    *link = other->next;
   }
-  if (found > 0) *merged = malloc(count * sizeof(TRITONBACKEND_Request*));
-  if (*merged == NULL) {
-    for (uint32_t i = 0; i < found; i++) fits[i]->taken = 0;
-    return self->count;
-  }
-  memcpy(*merged, self->requests, self->count * sizeof(TRITONBACKEND_Request*));
-  count = self->count;
-  for (uint32_t i = 0; i < found; i++) {
-    memcpy(*merged + count, fits[i]->requests, fits[i]->count * sizeof(TRITONBACKEND_Request*));
-    count += fits[i]->count;
-    touch(router, chosen, fits[i]->variants, fits[i]->distinct);
-    for (waiter** link = &router->waiting; *link != NULL; link = &(*link)->next)
-      if (*link == fits[i]) {
-        *link = fits[i]->next;
-        break;
-      }
-  }
-  return count;
+  if (taken == 0) return self->requests;
+  memcpy(chosen->batch, self->requests, self->count * sizeof(TRITONBACKEND_Request*));
+  *count += taken;
+  return chosen->batch;
 }
 
 pyt_routed pyt_route(pyt_router* router, pyt_instance* own, TRITONBACKEND_Request** requests, uint32_t count) {
-  pyt_routed routed = {own, requests, count, NULL};
+  pyt_routed routed = {own, requests, count};
   wanted stack[64];
   wanted* variants = count <= 64 ? stack : malloc(count * sizeof(wanted));
   uint32_t considered = count;
@@ -431,8 +420,10 @@ pyt_routed pyt_route(pyt_router* router, pyt_instance* own, TRITONBACKEND_Reques
   }
   pthread_mutex_lock(&router->lock);
   double now = pyt_now_s();
-  waiter self = {variants, distinct, own, now, ++router->tickets, requests, count, rows, 0, router->waiting};
-  router->waiting = &self;
+  waiter self = {variants, distinct, own, now, ++router->tickets, requests, count, rows, 0, NULL};
+  waiter** last = &router->waiting;
+  while (*last != NULL) last = &(*last)->next;
+  *last = &self;
   member* chosen;
   while ((chosen = claim(router, &self, now)) == NULL) {
     int joined = 0;
@@ -451,7 +442,7 @@ pyt_routed pyt_route(pyt_router* router, pyt_instance* own, TRITONBACKEND_Reques
   if (self.taken) {
     pthread_mutex_unlock(&router->lock);
     if (variants != stack) free(variants);
-    return (pyt_routed){NULL, NULL, 0, NULL};
+    return (pyt_routed){NULL, NULL, 0};
   }
   for (waiter** link = &router->waiting; *link != NULL; link = &(*link)->next)
     if (*link == &self) {
@@ -463,9 +454,8 @@ pyt_routed pyt_route(pyt_router* router, pyt_instance* own, TRITONBACKEND_Reques
     chosen->last_used = ++router->clock;
     touch(router, chosen, variants, distinct);
     routed.instance = chosen->instance;
-    routed.count = take_along(router, chosen, &self, &routed.owned);
-    if (routed.owned != NULL) routed.requests = routed.owned;
-    if (router->waiting != NULL || routed.owned != NULL)
+    routed.requests = take_along(router, chosen, &self, &routed.count);
+    if (router->waiting != NULL || routed.count > count)
       pthread_cond_broadcast(&router->changed); /* the others look again; those taken return */
   }
   pthread_mutex_unlock(&router->lock);

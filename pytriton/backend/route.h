@@ -21,13 +21,12 @@ void pyt_router_free(pyt_router* router);
 void pyt_router_join(pyt_router* router, pyt_instance* instance);
 void pyt_router_leave(pyt_router* router, pyt_instance* instance);
 /* Where a batch runs, and what: `instance` serves `requests` (this batch's, then those of waiting
- * batches it took along); `owned`, when not NULL, is that array, to free once the batch is run.
- * `instance` NULL: another batch took this one's requests along, and this thread runs nothing. */
+ * batches it took along; valid until pyt_route_done). `instance` NULL: another batch took this
+ * one's requests along, and this thread runs nothing. */
 typedef struct {
   pyt_instance* instance;
   TRITONBACKEND_Request** requests;
   uint32_t count;
-  TRITONBACKEND_Request** owned;
 } pyt_routed;
 
 /* The free instance that is to serve the batch `requests` that reached `own`'s thread (`own` may
