@@ -34,19 +34,22 @@ OUTPUTS = [Tensor(name="token", dtype=np.int32, shape=(1,))]
 
 
 def step_function(base_s: float, per_stream_s: float):
-    """A ``@continuous`` step: every stream gets its step index; a stream ends after its ``n`` steps."""
+    """A ``@continuous`` step: every stream gets its step index; a stream ends after its ``n`` steps.
+
+    It answers as a batched forward pass does: one array with a row per stream (the next token of
+    each), which pytriton sends as it is."""
 
     @continuous
-    def step(streams: List[Any]) -> List[Dict[str, np.ndarray]]:
+    def step(streams: List[Any]) -> Dict[str, np.ndarray]:
         run_step(len(streams), base_s, per_stream_s)
-        pieces = []
-        for stream in streams:
+        tokens = np.empty((len(streams), 1), dtype=np.int32)
+        for row, stream in enumerate(streams):
             if stream.state is None:
                 stream.state = int(stream.inputs["n"][0, 0])
-            pieces.append({"token": np.array([[stream.steps]], dtype=np.int32)})
+            tokens[row, 0] = stream.steps
             if stream.steps + 1 >= stream.state:
                 stream.finish()
-        return pieces
+        return {"token": tokens}
 
     return step
 

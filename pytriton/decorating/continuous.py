@@ -33,7 +33,10 @@ def continuous(function: Optional[StepFunction] = None, *,
     the last step included, at most ``ModelConfig.max_batch_size``) and returns one entry per
     stream, in the list's order: a mapping of output name to array (the stream's piece at this
     step, with the request's batch axis, as a plain callable answers a request) or None (no piece
-    this step). A stream keeps its own `Stream.state` across steps; `Stream.finish` makes this
+    this step). Or it returns one mapping of output name to array whose rows are the streams'
+    pieces, one row per stream in the list's order: the shape a batched forward pass ends in
+    (next tokens of shape ``(len(streams), 1)``), sent as it is, which costs less than a mapping
+    per stream at every step. A stream keeps its own `Stream.state` across steps; `Stream.finish` makes this
     step's piece its last, `Stream.fail` ends it with an error. It may be a coroutine function.
 
     Bind it to a decoupled model on pytriton's backend:

@@ -32,7 +32,7 @@ import inspect
 import logging
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pytriton.exceptions import PyTritonModelConfigError
 from pytriton.ipc import protocol
@@ -43,9 +43,9 @@ from pytriton.model_config.instances import InstanceSetup
 from pytriton.worker.batches import BatchCalls, batch_size, pop_expired
 from pytriton.worker.context import set_current_context
 from pytriton.worker.endpoint import Connection, HandlerEndpoint
-from pytriton.worker.outcomes import Expected, Failure
+from pytriton.worker.outcomes import Expected, Failure, WholeOutputs
 from pytriton.worker.request import Request
-from pytriton.worker.responses import per_request, step_part
+from pytriton.worker.responses import per_request, step_outputs, step_part
 
 logger = logging.getLogger("pytriton.worker")
 
@@ -118,7 +118,9 @@ class ContinuousStep:
     Args:
         function: ``step(streams) -> pieces``: one entry per stream of the list, in its order: a
             mapping of output name to array (the stream's piece at this step) or None (no piece
-            this step). May be a coroutine function.
+            this step); or one mapping of output name to array with one row per stream, in the
+            list's order (what a batched forward pass gives: sent as it is, no per-stream split).
+            May be a coroutine function.
         max_steps: end every stream after this many steps (None: only the function ends them).
     """
 
@@ -371,7 +373,10 @@ class ContinuousLoop:
             self._busy_since.value = time.monotonic() if self._waiting else 0.0
             return
         measures.batch_done(began)
-        entries = per_request(calls.context, len(streams), outcome, "returned")
+        if isinstance(outcome, Mapping):  # every stream's piece as one row of each output
+            outcome = step_outputs(calls.context, outcome, len(streams))
+        entries = outcome if type(outcome) is WholeOutputs else per_request(calls.context, len(streams), outcome,
+                                                                             "returned")
         self._answer(streams, entries)
         self._active = [stream for stream in streams if not stream._gone]
         self._busy_since.value = time.monotonic() if self._active or self._waiting else 0.0
@@ -381,28 +386,36 @@ class ContinuousLoop:
             self._private_loop = asyncio.new_event_loop()
         return self._private_loop.run_until_complete(coroutine)
 
-    def _answer(self, streams: List[Stream], entries: List[Any]) -> None:
-        """Send the step's pieces, one `StepPart` for all its streams; end the finished."""
+    def _answer(self, streams: List[Stream], entries: Any) -> None:
+        """Send the step's pieces (a list of one entry per stream, or a `WholeOutputs`), one
+        `StepPart` for all its streams; end the finished."""
         limit = self._step.max_steps
         final = []
-        for index, stream in enumerate(streams):
+        failed = False
+        for stream in streams:
             stream.steps += 1
             if stream._error is not None:
-                entries[index] = Failure(stream._error)
+                failed = True
             elif limit is not None and stream.steps >= limit:
                 stream._ending = True
             final.append(stream._ending or stream._error is not None)
+        if failed:
+            entries = _each(entries)
+            for index, stream in enumerate(streams):
+                if stream._error is not None:
+                    entries[index] = Failure(stream._error)
         self._send_step(streams, entries, final)
 
     def _fail(self, streams: List[Stream], error: str) -> None:
         """End `streams` with `error`."""
         self._send_step(streams, [Failure(error)] * len(streams), [True] * len(streams))
 
-    def _send_step(self, streams: List[Stream], entries: List[Any], final: List[bool]) -> None:
+    def _send_step(self, streams: List[Stream], entries: Any, final: List[bool]) -> None:
         """One `StepPart` for the streams' pieces (one per connection their batches came on: one,
         but for the moment a new connection replaces the backend's old one); end the finished."""
         fd = streams[0]._fd
         if any(stream._fd != fd for stream in streams):
+            entries = _each(entries)
             by_fd: Dict[int, List[int]] = {}
             for index, stream in enumerate(streams):
                 by_fd.setdefault(stream._fd, []).append(index)
@@ -459,6 +472,11 @@ class ContinuousLoop:
     def _deadline_message(self) -> str:
         return (f"Model '{self._calls.model_name}': the request's deadline (its client's inference timeout) passed; "
                 "its stream was ended")
+
+
+def _each(entries: Any) -> List[Any]:
+    """A step's entries as a list of one per stream (a `WholeOutputs` split into its rows)."""
+    return list(entries.responses()) if type(entries) is WholeOutputs else entries
 
 
 def _past(stream: Stream, now_ms: float) -> bool:

@@ -363,15 +363,44 @@ def stream_part(
     return protocol.StreamPart(batch_id, tuple(present), tuple(errors), columns), payload
 
 
+def step_outputs(context: TritonContext, outcome: Mapping[str, Any], count: int) -> Any:
+    """What a step function returned as one mapping (each output with one row per stream, as a
+    batched forward pass ends): a `WholeOutputs` of one row per stream (a list of each stream's
+    row when the model has no batch axis), or a `Failure` for all `count` streams that names the
+    output whose rows do not match."""
+    outputs = {}
+    for name, value in outcome.items():
+        what = f"Model '{context.model_name}': the step function's output '{name}'"
+        try:
+            array = host_array(value, what)
+        except Exception as exc:  # noqa: BLE001 - worded for every stream of the step
+            return Failure(f"{what} is not an array ({exc}); expected one row per stream")
+        if not array.ndim or array.shape[0] != count:
+            rows = f"shape {array.shape}" if array.ndim else "a scalar"
+            return Failure(f"{what} has {rows} for a step of {count} stream(s); expected one row per stream "
+                           f"(shape ({count}, ...)), or return a list with one mapping per stream")
+        outputs[name] = array
+    if not context.config.batching:  # a piece without the batch axis: each stream's row itself
+        return [{name: array[index] for name, array in outputs.items()} for index in range(count)]
+    return WholeOutputs(outputs, [1] * count)
+
+
 def step_part(
-    context: TritonContext, streams: Tuple[Tuple[int, int], ...], entries: List[Any], sizes: Expected, strict: bool,
+    context: TritonContext, streams: Tuple[Tuple[int, int], ...], entries: Any, sizes: Expected, strict: bool,
     final: Tuple[bool, ...],
 ) -> Tuple[protocol.StepPart, List[Any]]:
     """The `StepPart` of one step of a continuous-batching model: per stream (``(batch id, position)``
-    in `streams`) its entry (a response, None or a `Failure`), checked as a streamed response is;
-    inline, like every streamed part."""
+    in `streams`) its entry (a response, None or a `Failure`), checked as a streamed response is,
+    or every stream's row of one `WholeOutputs` (`step_outputs`); inline, like every streamed part."""
     batch_ids = tuple([batch_id for batch_id, _ in streams])
     positions = tuple([position for _, position in streams])
+    if type(entries) is WholeOutputs:  # one array per output: sent as it is when it needs no per-piece look
+        whole = _whole_outputs(context, entries, len(streams), strict, sizes)
+        if whole is not None:
+            columns, _, payload = codec.pack_rows_inline(whole, entries.rows)
+            count = len(streams)
+            return protocol.StepPart(batch_ids, positions, (True,) * count, (None,) * count, final, columns), payload
+        entries = list(entries.responses())
     packed = None if sizes.requested else _step_rows(context, entries, strict)
     if packed is not None:  # every stream has a piece of the declared arrays: no per-piece checks
         columns, _, payload = packed

@@ -73,6 +73,28 @@ class Steps:
             return [len(ids) for ids in self.log]
 
 
+ROWS_OFF_ID = 555  # a step holding this stream answers one row too many
+
+
+class RowSteps(Steps):
+    """`Steps` answering as a batched forward pass does: one array with a row per stream."""
+
+    def __call__(self, streams):
+        ids = [int(stream.inputs["sid"][0, 0]) for stream in streams]
+        with self.lock:
+            self.log.append(ids)
+        time.sleep(STEP_S)
+        values = np.zeros((len(streams) + (ROWS_OFF_ID in ids), 1), np.int32)
+        for row, (stream, ident) in enumerate(zip(streams, ids)):
+            if ident == FAIL_ID and stream.steps == 2:
+                stream.fail(f"stream {FAIL_ID} has a bad prompt")
+                continue
+            values[row, 0] = ident * 1000 + stream.steps
+            if stream.steps + 1 >= int(stream.inputs["n"][0, 0]):
+                stream.finish()
+        return {"value": values}
+
+
 @pytest.fixture(scope="module")
 def served():
     config = server_config()
@@ -84,8 +106,10 @@ def served():
         triton.bind("Two", continuous(small), INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=2, decoupled=True))
         triton.bind("Limited", continuous(max_steps=3)(Steps()), INPUTS, OUTPUTS,
                     config=ModelConfig(max_batch_size=4, decoupled=True))
+        rows = RowSteps()
+        triton.bind("Rows", continuous(rows), INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8, decoupled=True))
         triton.run()
-        yield {"config": config, "steps": steps, "small": small}
+        yield {"config": config, "steps": steps, "small": small, "rows": rows}
     finally:
         triton.stop()
 
@@ -223,6 +247,49 @@ def test_a_stream_the_function_fails_ends_alone(served):
     assert good.values == expected(11, 10) and good.error is None
     bad.close()
     good.close()
+
+
+def test_a_step_may_answer_with_one_array_of_a_row_per_stream(served):
+    rows = served["rows"]
+    first = Stream(served["config"], "Rows", 31, 30)
+    assert wait_until(lambda: len(first.values) >= 3, timeout_s=10)
+    second, third = Stream(served["config"], "Rows", 32, 5), Stream(served["config"], "Rows", 33, 12)
+    for stream in (first, second, third):
+        stream.wait()
+    # Each stream got its own row of every step's array, in order, and nothing of the others'.
+    assert first.values == expected(31, 30) and second.values == expected(32, 5)
+    assert third.values == expected(33, 12)
+    assert all(stream.error is None for stream in (first, second, third))
+    assert len(set(rows.steps_with(31)) & set(rows.steps_with(32))) == 5
+    for stream in (first, second, third):
+        stream.close()
+
+
+def test_a_stream_failed_in_a_step_that_answers_with_one_array_ends_alone(served):
+    bad, good = Stream(served["config"], "Rows", FAIL_ID, 10), Stream(served["config"], "Rows", 34, 10)
+    bad.wait()
+    good.wait()
+    assert bad.values == expected(FAIL_ID, 2)
+    assert bad.error is not None and f"stream {FAIL_ID} has a bad prompt" in bad.error
+    assert good.values == expected(34, 10) and good.error is None
+    bad.close()
+    good.close()
+
+
+def test_an_array_whose_rows_are_not_the_streams_fails_that_step_with_a_clear_error(served):
+    bystander = Stream(served["config"], "Rows", 35, 1000)
+    assert wait_until(lambda: len(bystander.values) >= 2, timeout_s=10)
+    off = Stream(served["config"], "Rows", ROWS_OFF_ID, 5)
+    off.wait()
+    bystander.wait()
+    for stream in (off, bystander):  # the step's streams get the error, which says what was expected
+        assert stream.error is not None, stream.values
+        assert "Model 'Rows'" in stream.error and "output 'value'" in stream.error, stream.error
+        assert "shape (3, 1) for a step of 2 stream(s)" in stream.error and "one row per stream" in stream.error
+    after = Stream(served["config"], "Rows", 36, 4).wait()
+    assert after.values == expected(36, 4) and after.error is None
+    for stream in (off, bystander, after):
+        stream.close()
 
 
 def test_at_most_max_batch_size_streams_share_a_step_and_the_rest_join_as_room_frees(served):
