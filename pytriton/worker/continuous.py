@@ -221,6 +221,14 @@ class ContinuousLoop:
         self._active: List[Stream] = []
         self._batches: Dict[Tuple[int, int], _Batch] = {}  # by (connection fd, batch id)
         self._private_loop: Optional[asyncio.AbstractEventLoop] = None
+        # What spares each step a pass over its streams: the connection the batches came on (and
+        # whether any came on another since: the backend reconnected), how many streams asked for
+        # some outputs only, and how many still wait for their first piece (the last two may
+        # overcount after a connection is forgotten, which only costs that pass).
+        self._fd: Optional[int] = None
+        self._mixed = False
+        self._asking = 0
+        self._fresh = 0
         self.reader = SegmentReader()  # relayed batches travel inline; kept for the handler's calls
 
     def run(self) -> None:
@@ -276,7 +284,11 @@ class ContinuousLoop:
         count = len(message.parameters)
         batch = _Batch(connection, message.batch_id, count, Expected([None] * count, message.requested),
                        message.sent_ns)
-        self._batches[(connection.channel.fileno(), message.batch_id)] = batch
+        fd = connection.channel.fileno()
+        if fd != self._fd:
+            self._mixed = self._mixed or self._fd is not None
+            self._fd = fd
+        self._batches[(fd, message.batch_id)] = batch
         try:
             requests = calls.requests(message, payload, self.reader)
         except Exception as exc:  # noqa: BLE001 - a bad batch fails its own requesters only
@@ -289,6 +301,9 @@ class ContinuousLoop:
             stream = Stream(request, batch, position, getattr(request, "_deadline_ms", None))
             batch.streams[position] = stream
             self._waiting.append(stream)
+            self._fresh += 1
+            if stream._asked:
+                self._asking += 1
 
     def _cancel(self, connection: Connection, message: protocol.Cancel) -> None:
         """Requesters went away: their streams leave before the next step (the backend has
@@ -311,6 +326,10 @@ class ContinuousLoop:
         if stream._gone:
             return False
         stream._gone = True
+        if stream._arrived is not None:
+            self._fresh -= 1
+        if stream._asked:
+            self._asking -= 1
         batch = stream._batch
         batch.open -= 1
         if batch.open > 0:
@@ -414,7 +433,7 @@ class ContinuousLoop:
         """One `StepPart` for the streams' pieces (one per connection their batches came on: one,
         but for the moment a new connection replaces the backend's old one); end the finished."""
         fd = streams[0]._fd
-        if any(stream._fd != fd for stream in streams):
+        if self._mixed and any(stream._fd != fd for stream in streams):
             entries = _each(entries)
             by_fd: Dict[int, List[int]] = {}
             for index, stream in enumerate(streams):
@@ -425,9 +444,9 @@ class ContinuousLoop:
             return
         calls = self._calls
         sizes = Expected([stream._size for stream in streams],
-                         tuple([stream._asked for stream in streams]) if any(s._asked for s in streams) else ())
-        keys = tuple([stream._key for stream in streams])
-        message, payload = step_part(calls.context, keys, entries, sizes, calls.strict, tuple(final))
+                         tuple([stream._asked for stream in streams]) if self._asking else ())
+        batch_ids, positions = zip(*[stream._key for stream in streams])
+        message, payload = step_part(calls.context, batch_ids, positions, entries, sizes, calls.strict, tuple(final))
         self._record_pieces(streams, message.present)
         connection = streams[0]._batch.connection
         if not self._endpoint.send(connection, protocol.encode(message), payload):
@@ -461,13 +480,15 @@ class ContinuousLoop:
         self._waiting.clear()
 
     def _record_pieces(self, streams: List[Stream], present: Tuple[bool, ...]) -> None:
-        now = time.monotonic_ns()
         firsts = []
-        for stream, here in zip(streams, present):
-            if here and stream._arrived is not None:
-                firsts.append((now - stream._arrived) / 1e9)
-                stream._arrived = None
-        self._calls.measures.pieces_sent(sum(1 for here in present if here), firsts)
+        if self._fresh > 0:  # some stream may get its first piece now
+            now = time.monotonic_ns()
+            for stream, here in zip(streams, present):
+                if here and stream._arrived is not None:
+                    firsts.append((now - stream._arrived) / 1e9)
+                    stream._arrived = None
+                    self._fresh -= 1
+        self._calls.measures.pieces_sent(present.count(True), firsts)
 
     def _deadline_message(self) -> str:
         return (f"Model '{self._calls.model_name}': the request's deadline (its client's inference timeout) passed; "

@@ -386,19 +386,18 @@ def step_outputs(context: TritonContext, outcome: Mapping[str, Any], count: int)
 
 
 def step_part(
-    context: TritonContext, streams: Tuple[Tuple[int, int], ...], entries: Any, sizes: Expected, strict: bool,
-    final: Tuple[bool, ...],
+    context: TritonContext, batch_ids: Tuple[int, ...], positions: Tuple[int, ...], entries: Any, sizes: Expected,
+    strict: bool, final: Tuple[bool, ...],
 ) -> Tuple[protocol.StepPart, List[Any]]:
-    """The `StepPart` of one step of a continuous-batching model: per stream (``(batch id, position)``
-    in `streams`) its entry (a response, None or a `Failure`), checked as a streamed response is,
-    or every stream's row of one `WholeOutputs` (`step_outputs`); inline, like every streamed part."""
-    batch_ids = tuple([batch_id for batch_id, _ in streams])
-    positions = tuple([position for _, position in streams])
+    """The `StepPart` of one step of a continuous-batching model: per stream (its batch's id in
+    `batch_ids`, its place in that batch in `positions`) its entry (a response, None or a
+    `Failure`), checked as a streamed response is, or every stream's row of one `WholeOutputs`
+    (`step_outputs`); inline, like every streamed part."""
     if type(entries) is WholeOutputs:  # one array per output: sent as it is when it needs no per-piece look
-        whole = _whole_outputs(context, entries, len(streams), strict, sizes)
+        count = len(batch_ids)
+        whole = _whole_outputs(context, entries, count, strict, sizes)
         if whole is not None:
             columns, _, payload = codec.pack_rows_inline(whole, entries.rows)
-            count = len(streams)
             return protocol.StepPart(batch_ids, positions, (True,) * count, (None,) * count, final, columns), payload
         entries = list(entries.responses())
     packed = None if sizes.requested else _step_rows(context, entries, strict)

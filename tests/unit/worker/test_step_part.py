@@ -11,7 +11,8 @@ from pytriton.ipc import codec, protocol
 from pytriton.ipc.shm import SegmentReader
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.worker.context import TritonContext
-from pytriton.worker.responses import Expected, Failure, _shape_all, _step_rows, step_part
+from pytriton.worker.outcomes import WholeOutputs
+from pytriton.worker.responses import Expected, Failure, _shape_all, _step_rows, step_outputs, step_part
 
 TWO = TritonContext("M", 1, [Tensor(name="n", dtype=np.int32, shape=(1,))],
                     [Tensor(name="token", dtype=np.int32, shape=(1,)), Tensor(name="score", dtype=np.float32,
@@ -26,10 +27,10 @@ def _general(entries, strict=False):
     return columns, b"".join(bytes(memoryview(part)) for part in payload), errors, present
 
 
-def _part(entries, strict=False):
-    keys = tuple((7, position) for position in range(len(entries)))
-    message, payload = step_part(TWO, keys, entries, Expected([None] * len(entries)), strict,
-                                 (False,) * len(entries))
+def _part(entries, strict=False, count=None):
+    count = len(entries) if count is None else count
+    message, payload = step_part(TWO, (7,) * count, tuple(range(count)), entries, Expected([None] * count), strict,
+                                 (False,) * count)
     return message, b"".join(bytes(memoryview(part)) for part in payload)
 
 
@@ -78,3 +79,40 @@ def test_a_piece_the_checks_refuse_fails_its_own_stream_only():
     entries = [_piece(1, [0.5]), {"token": np.array([[2]], np.int32), "score": "not an array"}]
     message, _ = _part(entries)
     assert message.errors[0] is None and "score" in message.errors[1] and message.present == (True, True)
+
+
+def test_one_array_with_a_row_per_stream_is_sent_as_it_is_to_the_bytes_the_checks_give():
+    tokens = np.array([[1], [2], [3]], np.int32)
+    scores = np.array([[0.5, 1.5], [2.5, 3.5], [4.5, 5.5]], np.float32)
+    whole = step_outputs(TWO, {"token": tokens, "score": scores}, 3)
+    assert isinstance(whole, WholeOutputs) and whole.rows == [1, 1, 1]
+    message, payload = _part(whole, strict=True, count=3)
+    columns, general_payload, _, _ = _general([_piece(1, [0.5, 1.5]), _piece(2, [2.5, 3.5]), _piece(3, [4.5, 5.5])])
+    assert message.columns == columns and payload == general_payload
+    assert message.present == (True,) * 3 and message.errors == (None,) * 3
+
+
+def test_one_array_the_fast_path_cannot_take_goes_through_the_per_piece_checks_row_by_row():
+    # A float64 token under strict checks: each stream's row is refused on its own, naming the output.
+    whole = step_outputs(TWO, {"token": np.array([[1], [2]], np.float64),
+                               "score": np.array([[0.5], [1.5]], np.float32)}, 2)
+    message, _ = _part(whole, strict=True, count=2)
+    assert all(error is not None and "token" in error for error in message.errors), message.errors
+
+
+@pytest.mark.parametrize("value, shown", [
+    (np.zeros((3, 1), np.int32), "shape (3, 1) for a step of 2 stream(s)"),
+    (np.int32(4), "a scalar for a step of 2 stream(s)"),
+])
+def test_an_array_whose_rows_are_not_the_streams_fails_every_stream_of_the_step_naming_it(value, shown):
+    failure = step_outputs(TWO, {"token": value, "score": np.zeros((2, 1), np.float32)}, 2)
+    assert isinstance(failure, Failure)
+    assert "Model 'M'" in failure.message and "output 'token'" in failure.message and shown in failure.message
+    assert "one row per stream" in failure.message
+
+
+def test_a_model_without_a_batch_axis_gets_each_streams_row_without_it():
+    flat = TritonContext("F", 1, TWO.inputs, [Tensor(name="token", dtype=np.int32, shape=(1,))],
+                         ModelConfig(batching=False, decoupled=True))
+    pieces = step_outputs(flat, {"token": np.array([[5], [6]], np.int32)}, 2)
+    assert [piece["token"].tolist() for piece in pieces] == [[5], [6]]
