@@ -3,11 +3,14 @@
 One asyncio process (the harness starts it as its own child, like perf_analyzer) drives one server
 over one protocol:
 
-* ``--target grpc``: Triton's ``ModelStreamInfer``, one bidirectional call per stream, on one
-  channel, with ``triton_enable_empty_final_response`` set so that a stream whose last piece
-  carries no end (a whole-batch generator's) still sees its end arrive;
+* ``--target grpc``: Triton's ``ModelStreamInfer`` on one channel, one bidirectional call per
+  slot, opened before its first stream and kept open for the slot's streams one after another (as
+  a connected client keeps its stream: ``tritonclient``'s ``start_stream`` then
+  ``async_stream_infer``), with ``triton_enable_empty_final_response`` set so that a stream whose
+  last piece carries no end (a whole-batch generator's) still sees its end arrive; a call whose
+  stream failed is closed and the slot's next stream opens a new one;
 * ``--target http``: Triton's ``generate_stream`` (server-sent events), one request per stream,
-  on one aiohttp session;
+  on one aiohttp session (whose connections are kept open and reused);
 * ``--target litserve``: LitServe's ``POST /predict`` (lines of JSON), the same way.
 
 Each stream asks for ``--steps`` pieces (``n``); the piece of step k carries ``token`` k, and a
@@ -19,7 +22,8 @@ Two shapes of load:
   concurrency`` (uniform offsets over one stream's duration), each starting a new stream as soon
   as its last one ended; after ``--warmup-s`` the ``--window-s`` measurement window opens;
   when it closes no slot starts another stream and the streams in flight run to their end;
-* ``--arrivals-ms 0,40,...``: one stream at each offset (the scenario), all of them counted.
+* ``--arrivals-ms 0,40,...``: one stream at each offset (the scenario), all of them counted; each
+  on a slot of its own, opened ``OPEN_AHEAD_S`` before the first arrival.
 
 It prints a line as the window opens and one as it closes, then one JSON object: the figures of
 bench/stream_figures.py, the streams that failed (with the first errors), and the CPU this process
@@ -40,6 +44,8 @@ from stream_figures import StreamTimes, scenario_figures, summarize
 
 DRAIN_TIMEOUT_S = 20.0
 """How long the streams in flight at the window's end may take to finish."""
+OPEN_AHEAD_S = 0.3
+"""How long before the scenario's first arrival its slots open (their gRPC calls)."""
 WINDOW_START, WINDOW_END = "bench-window: start", "bench-window: end"
 """Lines on stdout as the window opens and closes (the harness measures the servers' CPU between)."""
 
@@ -76,8 +82,31 @@ def _missing(tokens: List[int], steps: int) -> str:
     return (f"missing {', '.join(ranges)}" if ranges else "none missing") + (f", {extra} extra" if extra else "")
 
 
+class _Call:
+    """One ``ModelStreamInfer`` call kept open: requests go out one at a time, as they are put."""
+
+    def __init__(self, stub: Any) -> None:
+        self._requests: asyncio.Queue = asyncio.Queue()
+        self.call = stub.ModelStreamInfer(self._outgoing())
+        self.responses = self.call.__aiter__()
+
+    async def _outgoing(self) -> Any:
+        while True:
+            request = await self._requests.get()
+            if request is None:  # closing our side ends the call once the server is done with it
+                return
+            yield request
+
+    def send(self, request: Any) -> None:
+        self._requests.put_nowait(request)
+
+    def close(self) -> None:
+        self._requests.put_nowait(None)
+        self.call.cancel()
+
+
 class GrpcStreams:
-    """Streams over Triton's gRPC ``ModelStreamInfer``."""
+    """Streams over Triton's gRPC ``ModelStreamInfer``, one call kept open per slot."""
 
     def __init__(self, url: str, model: str) -> None:
         import grpc
@@ -87,6 +116,7 @@ class GrpcStreams:
         self._channel = grpc.aio.insecure_channel(url)
         self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
         self._model = model
+        self._calls: List[_Call] = []
 
     def _request(self, steps: int) -> Any:
         request = self._pb.ModelInferRequest(model_name=self._model)
@@ -95,19 +125,32 @@ class GrpcStreams:
         request.raw_input_contents.append(int(steps).to_bytes(4, "little", signed=True))
         return request
 
-    async def stream(self, steps: int, times: StreamTimes) -> None:
-        """Run one stream, recording into `times` as its pieces come (a stream cut short keeps what came)."""
-        request = self._request(steps)
-        done = asyncio.Event()
+    def slot(self, steps: int) -> StartStream:
+        """A slot: its call opens now, and each stream it runs goes on that call, one after another."""
+        calls: List[_Call] = [self._open()]
 
-        async def requests():
-            yield request
-            await done.wait()  # closing our side ends the call once the server is done with it
+        async def start(times: StreamTimes) -> None:
+            if not calls:
+                calls.append(self._open())
+            if not await self._stream(calls[0], steps, times):
+                calls.pop().close()  # what is left of a failed stream must not reach the next one
 
+        return start
+
+    def _open(self) -> _Call:
+        call = _Call(self._stub)
+        self._calls.append(call)
+        return call
+
+    async def _stream(self, call: _Call, steps: int, times: StreamTimes) -> bool:
+        """Run one stream on `call`, recording into `times` as its pieces come (a stream cut short
+        keeps what came); whether the call may carry the next stream."""
         tokens: List[int] = []
-        call = self._stub.ModelStreamInfer(requests())
+        ended = False
+        times.start = time.monotonic()
+        call.send(self._request(steps))
         try:
-            async for response in call:
+            async for response in call.responses:
                 now = time.monotonic()
                 if response.error_message:
                     times.error = response.error_message
@@ -119,14 +162,16 @@ class GrpcStreams:
                 final = response.infer_response.parameters.get("triton_final_response")
                 if final is not None and final.bool_param:
                     times.end = now
+                    ended = True
                     break
         except Exception as exc:  # noqa: BLE001 - a failed stream is counted, not fatal
             times.error = repr(exc)
-        finally:
-            done.set()
         _check(times, steps, tokens[0] if tokens else None, tokens[-1] if tokens else None, lambda: tokens)
+        return ended and times.error is None
 
     async def close(self) -> None:
+        for call in self._calls:
+            call.close()
         await self._channel.close()
 
 
@@ -149,6 +194,10 @@ class HttpStreams:
             self._url = f"http://{url}/v2/models/{model}/generate_stream"
             self._delimiter = b"\n\n"
         self._headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+
+    def slot(self, steps: int) -> StartStream:
+        """A slot: its streams are requests on the session's pool of kept-open connections."""
+        return lambda times: self.stream(steps, times)
 
     def _token(self, event: bytes) -> Optional[int]:
         text = event.decode("utf-8", "replace")
@@ -198,6 +247,7 @@ class HttpStreams:
 
 
 StartStream = Callable[[StreamTimes], Awaitable[None]]
+"""Runs one stream on a slot (of `GrpcStreams.slot` or `HttpStreams.slot`)."""
 
 
 async def _run_stream(start_stream: StartStream, streams: List[StreamTimes], planned: Optional[float] = None) -> None:
@@ -221,7 +271,7 @@ async def _until_done(tasks: List[asyncio.Task[None]], streams: List[StreamTimes
             raise task.exception()  # type: ignore[misc]
 
 
-async def closed_loop(start_stream: StartStream, concurrency: int, stagger_s: float, warmup_s: float,
+async def closed_loop(open_slot: Callable[[], StartStream], concurrency: int, stagger_s: float, warmup_s: float,
                       window_s: float) -> Dict[str, Any]:
     """`concurrency` slots, each starting a stream as soon as its last ended (see the module docstring)."""
     streams: List[StreamTimes] = []
@@ -230,6 +280,7 @@ async def closed_loop(start_stream: StartStream, concurrency: int, stagger_s: fl
     cpu: Dict[str, float] = {}
 
     async def slot(index: int) -> None:
+        start_stream = open_slot()
         await asyncio.sleep(index * stagger_s / concurrency)
         while time.monotonic() < window_end:
             await _run_stream(start_stream, streams)
@@ -252,16 +303,18 @@ async def closed_loop(start_stream: StartStream, concurrency: int, stagger_s: fl
     return _with_failures(figures, streams)
 
 
-async def scenario(start_stream: StartStream, arrivals_s: List[float], step_s: float) -> Dict[str, Any]:
-    """One stream at each offset of `arrivals_s`; every stream counted."""
+async def scenario(open_slot: Callable[[], StartStream], arrivals_s: List[float], step_s: float) -> Dict[str, Any]:
+    """One stream at each offset of `arrivals_s`, each on a slot of its own; every stream counted."""
+    slots = [open_slot() for _ in arrivals_s]
+    await asyncio.sleep(OPEN_AHEAD_S)
     begin = time.monotonic()
     streams: List[StreamTimes] = []
 
-    async def arrive(offset: float) -> None:
+    async def arrive(offset: float, start_stream: StartStream) -> None:
         await asyncio.sleep(max(0.0, begin + offset - time.monotonic()))
         await _run_stream(start_stream, streams, planned=begin + offset)
 
-    await _until_done([asyncio.ensure_future(arrive(offset)) for offset in arrivals_s], streams,
+    await _until_done([asyncio.ensure_future(arrive(offset, slot)) for offset, slot in zip(arrivals_s, slots)], streams,
                       max(arrivals_s) + DRAIN_TIMEOUT_S)
     return _with_failures(scenario_figures(sorted(streams, key=lambda stream: stream.start), step_s), streams)
 
@@ -281,8 +334,8 @@ async def main_async(args: argparse.Namespace) -> Dict[str, Any]:
     try:
         if args.arrivals_ms:
             arrivals = [float(value) / 1000 for value in args.arrivals_ms.split(",")]
-            return await scenario(lambda times: client.stream(args.steps, times), arrivals, args.step_s)
-        return await closed_loop(lambda times: client.stream(args.steps, times), args.concurrency, args.stagger_s,
+            return await scenario(lambda: client.slot(args.steps), arrivals, args.step_s)
+        return await closed_loop(lambda: client.slot(args.steps), args.concurrency, args.stagger_s,
                                  args.warmup_s, args.window_s)
     finally:
         await client.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -250,3 +251,35 @@ def test_the_plot_draws_the_cases(tmp_path):
     path = tmp_path / "plot.png"
     assert report.plot_continuous(results, path) is None
     assert path.stat().st_size > 10_000
+
+
+def test_each_slot_opens_once_and_runs_its_streams_one_after_another():
+    """A slot is a connected client: the closed loop opens each once (its gRPC call) and runs its
+    streams on it back to back; the scenario opens every arrival's slot before the first arrival."""
+    import asyncio
+
+    opened, running, starts = [], [], []
+
+    def open_slot():
+        index = len(opened)
+        opened.append(time.monotonic())
+
+        async def start(times):
+            assert index not in running, "a slot ran two streams at once"
+            running.append(index)
+            starts.append(time.monotonic())
+            await asyncio.sleep(0.01)
+            times.pieces.append(time.monotonic())
+            times.end = time.monotonic()
+            times.ok = True
+            running.remove(index)
+
+        return start
+
+    figures = asyncio.run(stream_client.closed_loop(open_slot, 3, 0.0, 0.05, 0.1))
+    assert len(opened) == 3 and figures["failed"] == 0 and figures["streams"] >= 9
+    opened.clear()
+    starts.clear()
+    result = asyncio.run(stream_client.scenario(open_slot, [0.0, 0.02], 0.01))
+    assert len(opened) == 2 and len(starts) == 2 and result["failed"] == 0
+    assert max(opened) + stream_client.OPEN_AHEAD_S * 0.9 <= min(starts)  # opened ahead of the first arrival
