@@ -526,6 +526,8 @@ def continuous_block(results: Dict[str, Any], image_name: str) -> str:
     loads = [run.get("loadavg_1min") for row in measured["cases"] for entry in row["systems"].values()
              for run in entry["rounds"]]
     loads = [value for value in loads if value is not None]
+    client_loops = sorted({run["client_loop"] for row in measured["cases"] for entry in row["systems"].values()
+                           for run in entry["rounds"] if run.get("client_loop")})
     unmet = [verdict for verdict in measured["verdicts"] if not verdict["met"]]
     lines = [
         CONTINUOUS_BEGIN,
@@ -537,6 +539,7 @@ def continuous_block(results: Dict[str, Any], image_name: str) -> str:
         f"then a {measured['settings']['window_s']:g} s window"
         + (f"; run time {results['duration_s'] / 60:.0f} min" if results.get("duration_s") else "")
         + f". Idle CPU (% of one core): {idle}."
+        + (f" The load generator's event loop: {', '.join(client_loops)}." if client_loops else "")
         + (f" While the load ran, a sleep of one step in the harness woke {min(late):.0f}-{max(late):.0f} µs late "
            f"at the median of a run, {min(late90) / 1000:.1f}-{max(late90) / 1000:.1f} ms at its 90th percentile."
            if late and late90 else "")

@@ -137,6 +137,8 @@ def test_continuous_batching_cases_write_their_figures_and_leave_nothing_behind(
         assert 0 < figures["first_piece_p50_ms"] <= figures["first_piece_p99_ms"]
         assert 0 < figures["gap_p50_ms"] <= figures["gap_p99_ms"]
         assert figures["client_cpu_percent"] > 0 and figures["server_cpu_percent"] > 0
+        # The test extra installs uvloop on Linux; the load generator runs on it there.
+        assert {run.get("client_loop", "").split(" ")[0] for run in load["systems"][name]["rounds"]} == {"uvloop"}
         run = scenario["systems"][name]["figures"]
         assert len(run["streams"]) == 8 and run["failed"] == sum(not stream["ok"] for stream in run["streams"])
         assert run["failed"] == 0 or name.endswith("http"), run
