@@ -36,8 +36,9 @@ def continuous(function: Optional[StepFunction] = None, *,
     this step). Or it returns one mapping of output name to array whose rows are the streams'
     pieces, one row per stream in the list's order: the shape a batched forward pass ends in
     (next tokens of shape ``(len(streams), 1)``), sent as it is, which costs less than a mapping
-    per stream at every step. A stream keeps its own `Stream.state` across steps; `Stream.finish` makes this
-    step's piece its last, `Stream.fail` ends it with an error. It may be a coroutine function.
+    per stream at every step. A stream keeps its own `Stream.state` across steps;
+    `Stream.finish` makes this step's piece its last, `Stream.fail` ends it with an error. It may
+    be a coroutine function.
 
     Bind it to a decoupled model on pytriton's backend:
     ``triton.bind(..., infer_func=step, config=ModelConfig(max_batch_size=32, decoupled=True))``.
