@@ -128,13 +128,15 @@ class GrpcStreams:
 
     def slot(self, steps: int) -> StartStream:
         """A slot: its call opens now, and each stream it runs goes on that call, one after another."""
-        calls: List[_Call] = [self._open()]
+        call: Optional[_Call] = self._open()
 
         async def start(times: StreamTimes) -> None:
-            if not calls:
-                calls.append(self._open())
-            if not await self._stream(calls[0], steps, times):
-                calls.pop().close()  # what is left of a failed stream must not reach the next one
+            nonlocal call
+            if call is None:
+                call = self._open()
+            if not await self._stream(call, steps, times):
+                call.close()  # what is left of a failed stream must not reach the next one
+                call = None
 
         return start
 
@@ -148,7 +150,6 @@ class GrpcStreams:
         keeps what came); whether the call may carry the next stream."""
         tokens: List[int] = []
         ended = False
-        times.start = time.monotonic()
         call.send(self._request(steps))
         try:
             async for response in call.responses:

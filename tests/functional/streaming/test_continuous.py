@@ -47,22 +47,29 @@ class Steps:
         self.lock = threading.Lock()
 
     def __call__(self, streams):
+        ids = self._begin(streams)
+        if CRASH_ID in ids:
+            raise ValueError(f"the step broke on stream {CRASH_ID}")
+        values = [self._value(stream, ident) for stream, ident in zip(streams, ids)]
+        return [None if value is None else {"value": np.array([[value]], np.int32)} for value in values]
+
+    def _begin(self, streams) -> list:
+        """Log the step's stream ids and spend the step; the ids."""
         ids = [int(stream.inputs["sid"][0, 0]) for stream in streams]
         with self.lock:
             self.log.append(ids)
         time.sleep(STEP_S)
-        if CRASH_ID in ids:
-            raise ValueError(f"the step broke on stream {CRASH_ID}")
-        pieces = []
-        for stream, ident in zip(streams, ids):
-            if ident == FAIL_ID and stream.steps == 2:
-                stream.fail(f"stream {FAIL_ID} has a bad prompt")
-                pieces.append(None)
-                continue
-            pieces.append({"value": np.array([[ident * 1000 + stream.steps]], np.int32)})
-            if stream.steps + 1 >= int(stream.inputs["n"][0, 0]):
-                stream.finish()
-        return pieces
+        return ids
+
+    @staticmethod
+    def _value(stream, ident: int):
+        """The stream's value at this step (finishing it with its n-th), or None when it fails now."""
+        if ident == FAIL_ID and stream.steps == 2:
+            stream.fail(f"stream {FAIL_ID} has a bad prompt")
+            return None
+        if stream.steps + 1 >= int(stream.inputs["n"][0, 0]):
+            stream.finish()
+        return ident * 1000 + stream.steps
 
     def steps_with(self, ident: int) -> list:
         with self.lock:
@@ -80,18 +87,11 @@ class RowSteps(Steps):
     """`Steps` answering as a batched forward pass does: one array with a row per stream."""
 
     def __call__(self, streams):
-        ids = [int(stream.inputs["sid"][0, 0]) for stream in streams]
-        with self.lock:
-            self.log.append(ids)
-        time.sleep(STEP_S)
+        ids = self._begin(streams)
         values = np.zeros((len(streams) + (ROWS_OFF_ID in ids), 1), np.int32)
         for row, (stream, ident) in enumerate(zip(streams, ids)):
-            if ident == FAIL_ID and stream.steps == 2:
-                stream.fail(f"stream {FAIL_ID} has a bad prompt")
-                continue
-            values[row, 0] = ident * 1000 + stream.steps
-            if stream.steps + 1 >= int(stream.inputs["n"][0, 0]):
-                stream.finish()
+            value = self._value(stream, ident)
+            values[row, 0] = 0 if value is None else value
         return {"value": values}
 
 
@@ -238,13 +238,14 @@ def test_an_exception_fails_the_streams_of_that_step_and_the_model_serves_on(ser
         stream.close()
 
 
-def test_a_stream_the_function_fails_ends_alone(served):
-    bad, good = Stream(served["config"], "Steps", FAIL_ID, 10), Stream(served["config"], "Steps", 11, 10)
+@pytest.mark.parametrize("model, good_id", [("Steps", 11), ("Rows", 34)], ids=["a-mapping-per-stream", "one-array"])
+def test_a_stream_the_function_fails_ends_alone(served, model, good_id):
+    bad, good = Stream(served["config"], model, FAIL_ID, 10), Stream(served["config"], model, good_id, 10)
     bad.wait()
     good.wait()
     assert bad.values == expected(FAIL_ID, 2)
     assert bad.error is not None and f"stream {FAIL_ID} has a bad prompt" in bad.error
-    assert good.values == expected(11, 10) and good.error is None
+    assert good.values == expected(good_id, 10) and good.error is None
     bad.close()
     good.close()
 
@@ -263,17 +264,6 @@ def test_a_step_may_answer_with_one_array_of_a_row_per_stream(served):
     assert len(set(rows.steps_with(31)) & set(rows.steps_with(32))) == 5
     for stream in (first, second, third):
         stream.close()
-
-
-def test_a_stream_failed_in_a_step_that_answers_with_one_array_ends_alone(served):
-    bad, good = Stream(served["config"], "Rows", FAIL_ID, 10), Stream(served["config"], "Rows", 34, 10)
-    bad.wait()
-    good.wait()
-    assert bad.values == expected(FAIL_ID, 2)
-    assert bad.error is not None and f"stream {FAIL_ID} has a bad prompt" in bad.error
-    assert good.values == expected(34, 10) and good.error is None
-    bad.close()
-    good.close()
 
 
 def test_an_array_whose_rows_are_not_the_streams_fails_that_step_with_a_clear_error(served):
