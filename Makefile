@@ -57,9 +57,14 @@ check-generated:
 	@$(PYTHON) build_backend/unasync.py --check
 	@$(PYTHON) build_backend/contract.py --check
 
-# pytest exits 5 when no test ran; make fails on it like on any non-zero status.
+# pytest exits 5 when no test ran; make fails on it like on any non-zero status. The suite mostly
+# waits on servers starting and stopping, so it runs in TEST_WORKERS processes (pytest-xdist), a
+# file to a process: a file's tests share its module fixtures and run in order. The tests hold to
+# that: ports are free ones, leftovers are judged by their owner's pid. TEST_WORKERS=0 runs
+# it in this process alone, e.g. under a debugger.
+TEST_WORKERS ?= 3
 test: check-generated install
-	$(VPY) -m pytest $(PYTEST_ARGS)
+	$(VPY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 demo: check-generated install
 	$(VPY) examples/demo.py
