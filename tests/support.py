@@ -85,7 +85,10 @@ def grpc_url(triton_config: TritonConfig) -> str:
 
 
 def our_leftovers() -> dict:
-    """Processes and shared-memory segments of pytriton servers owned by this test process."""
+    """Processes, shared-memory segments and temporary folders of pytriton servers owned by this
+    test process."""
+    import tempfile
+
     import psutil
 
     marker = f"pytriton-{os.getpid()}-"
@@ -95,7 +98,8 @@ def our_leftovers() -> dict:
         if marker in cmdline and process.pid != os.getpid():
             processes.append(cmdline[:120])
     segments = shm_entries(marker)
-    return {"processes": processes, "segments": segments}
+    folders = sorted(name for name in os.listdir(tempfile.gettempdir()) if name.startswith(marker))
+    return {"processes": processes, "segments": segments, "folders": folders}
 
 
 def shm_entries(prefix: str) -> list:

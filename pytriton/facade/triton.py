@@ -238,24 +238,27 @@ class Triton(TritonBase):
                     self._gate.open(wait=True)  # run() or serve() after the binds: ready once they are
                 return
             workspace = self._ensure_workspace()
-            (config := self._config).warn_if_verbose(logger)
-            check_vertex_ai_models(config, self._bindings.names())
-            check_ports_free(config)
-            distribution = self._distribution()
-            warn_if_shm_small(self._bindings.contexts())
-            gated = not self._bindings.names()  # started on entering `with`: not ready until models are bound
-            config, closed_folder = startup_config(config, workspace.model_repository) if gated else (config, None)
-            process, control = launch(config, self._security, self._access_token, workspace, distribution)
-            self._process, self._control = process, control
-            # Its imports overlap the server's start; it listens once the models are ready.
-            self._front = spawn_front(config, self._security, self._access_token, self._bindings, self._on_fatal)
-            deadline = time.monotonic() + STARTUP_TIMEOUT_S
-            started: Callable[[], bool] = lambda: control.is_ready()  # noqa: E731
-            if gated:
-                self._gate = ReadinessGate(control, workspace.sockets / "readiness-gate.open",
-                                           proxy_import_paths(distribution), self._bindings.backend, closed_folder)
-                started = self._gate.close(deadline, process.is_running)
+            # A start that fails at any point (a port taken, the server's exit, a model that does not
+            # load) removes what it made, the folder its binds wrote included, at once rather than at
+            # the interpreter's exit; the Triton is stopped, as after any failed start.
             try:
+                (config := self._config).warn_if_verbose(logger)
+                check_vertex_ai_models(config, self._bindings.names())
+                check_ports_free(config)
+                distribution = self._distribution()
+                warn_if_shm_small(self._bindings.contexts())
+                gated = not self._bindings.names()  # started on entering `with`: not ready until models are bound
+                config, closed_folder = startup_config(config, workspace.model_repository) if gated else (config, None)
+                process, control = launch(config, self._security, self._access_token, workspace, distribution)
+                self._process, self._control = process, control
+                # Its imports overlap the server's start; it listens once the models are ready.
+                self._front = spawn_front(config, self._security, self._access_token, self._bindings, self._on_fatal)
+                deadline = time.monotonic() + STARTUP_TIMEOUT_S
+                started: Callable[[], bool] = lambda: control.is_ready()  # noqa: E731
+                if gated:
+                    self._gate = ReadinessGate(control, workspace.sockets / "readiness-gate.open",
+                                               proxy_import_paths(distribution), self._bindings.backend, closed_folder)
+                    started = self._gate.close(deadline, process.is_running)
                 if not wait_for(started, deadline, still_starting(process, self._start_interrupted)):
                     if self._start_interrupted():
                         return  # serve() saw a signal: it stops what was started

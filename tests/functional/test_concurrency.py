@@ -147,7 +147,7 @@ def test_stop_with_requests_in_flight_answers_or_fails_every_request_and_leaves_
         if kind == "ok":
             assert answer == [value * 10]
     assert results[1][0] == "ok", results  # the one inside the callable finished within the exit timeout
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
 
 
 def test_a_request_to_a_model_with_two_callables_never_waits_behind_the_busy_one():
@@ -172,4 +172,4 @@ def test_a_request_to_a_model_with_two_callables_never_waits_behind_the_busy_one
                 assert slow.result()["y"].tolist() == [20 * round_]
     assert max(waits) < 0.3, f"the quick request waited behind the busy callable: {[round(w, 2) for w in waits]}"
     assert first.calls and second.calls, "both callables served"
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}

@@ -62,7 +62,7 @@ def triton():
         if inherited is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = inherited
     assert forked_children() == []
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
 
 
 def _answers(server, count=4):

@@ -147,7 +147,7 @@ def test_an_idle_stop_takes_well_under_a_second_and_serve_returns_as_fast_on_a_s
             triton.run()
             started = time.monotonic()
         seconds.append(time.monotonic() - started)
-        assert our_leftovers() == {"processes": [], "segments": []}
+        assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
     assert sorted(seconds)[1] < 1.5, f"leaving `with` took {seconds} s"
 
     process, http = _start_script(tmp_path, "serve", sleep_s=0.0)
@@ -198,8 +198,7 @@ def test_stop_leaves_no_process_segment_socket_or_folder():
             client.infer_batch(np.ones((2, 300_000), np.float32))  # uses the shared-memory arenas
         assert our_leftovers()["processes"], "the server's processes should be visible while it runs"
     assert not triton.is_alive()
-    assert our_leftovers() == {"processes": [], "segments": []}
-    assert not [n for n in os.listdir(tempfile.gettempdir()) if n.startswith(f"pytriton-{os.getpid()}-")]
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
     triton.stop()  # idempotent
     with pytest.raises(PyTritonInvalidOperationError):
         triton.bind("Again", lambda requests: requests, **F32)
@@ -251,7 +250,7 @@ def test_unrecoverable_error_shuts_the_server_down():
     serving.join(60)
     assert not serving.is_alive(), "serve() did not return after an unrecoverable error"
     assert not triton.is_alive()
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
 
 
 DYING_SCRIPT = textwrap.dedent(
@@ -333,9 +332,10 @@ def test_port_in_use_is_one_clear_error():
         with pytest.raises(PyTritonServerStartupError, match=f"port {port} \\(http_port\\) is already in use"):
             triton.run()
         assert not triton.is_alive()
+        # at once, not at the interpreter's exit: the failed start removed the folder its bind wrote
+        assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
     finally:
         busy.close()
-    assert our_leftovers() == {"processes": [], "segments": []}
 
 
 def test_missing_binary_is_one_clear_error(tmp_path, monkeypatch):
@@ -345,7 +345,7 @@ def test_missing_binary_is_one_clear_error(tmp_path, monkeypatch):
         triton.bind("Identity", lambda requests: requests, **F32)
         triton.run()
     triton.stop()
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
 
 
 def test_model_failing_to_load_reports_the_server_output(monkeypatch):
@@ -355,7 +355,7 @@ def test_model_failing_to_load_reports_the_server_output(monkeypatch):
     monkeypatch.setattr("pytriton.ipc.protocol.PROTOCOL_VERSION", 99)
     with pytest.raises(PyTritonServerStartupError, match="(?s)failed to load 'Identity'.*protocol mismatch"):
         triton.run()
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
 
 
 def test_a_streaming_model_with_streams_in_flight_stops_cleanly():
@@ -406,7 +406,7 @@ def test_a_streaming_model_with_streams_in_flight_stops_cleanly():
     assert not stopper.is_alive()
     assert closed.is_set()  # the generator's finally ran: it did not run on to step 100
     assert errors == ["Model 'Stream': the server is stopping; the stream was cut short"]
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
 
 
 def test_server_started_from_a_short_lived_thread_outlives_that_thread():

@@ -136,7 +136,7 @@ def test_a_dead_worker_process_has_every_request_in_flight_answered_within_a_sec
                     time.sleep(0.2)
             assert served is not None and served != victim
     assert forked_children() == []
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
@@ -169,7 +169,7 @@ def test_a_dead_worker_process_ends_its_streams_within_a_second_with_the_cause(p
         text, at = outcome["error"]
         assert f"(pid {victim}) killed by signal 9 (SIGKILL) while serving this request" in text, text
         assert at - killed_at < 1.0, f"the stream ended {at - killed_at:.2f} s after the worker died"
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
 
 
 @pytest.fixture

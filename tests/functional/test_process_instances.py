@@ -73,7 +73,7 @@ def test_an_unrecoverable_error_in_a_worker_process_shuts_the_server_down():
     serving.join(60)
     assert not serving.is_alive(), "serve() did not return after an unrecoverable error"
     assert forked_children() == []
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
 
 
 def test_stop_leaves_no_worker_process_socket_file_or_segment():
@@ -108,7 +108,7 @@ def test_stop_leaves_no_worker_process_socket_file_or_segment():
     for pid in workers:
         assert not psutil.pid_exists(pid), f"worker process {pid} is left (a zombie?)"
     assert [path for path in sockets if os.path.exists(path)] == []
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
 
 
 def test_a_killed_worker_process_fails_its_request_and_is_forked_again(caplog):
@@ -161,7 +161,7 @@ def test_a_killed_worker_process_fails_its_request_and_is_forked_again(caplog):
     finally:
         triton.stop()
     assert forked_children() == []
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
 
 
 def test_a_worker_that_stops_reading_holds_requests_until_their_timeout_and_serves_when_it_resumes():

@@ -59,4 +59,4 @@ def test_requests_in_server_grow_in_proportion_to_the_clients():
     assert 2.5 <= four.requests_in_server / one.requests_in_server <= 5.5, figures
     # What the HPA does with it at the chart's default target (4): one pod suffices for both.
     assert bench.desired_replicas(one.requests_in_server, bench.TARGETS["requests"]) == 1
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}

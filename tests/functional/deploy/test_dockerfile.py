@@ -308,4 +308,4 @@ def test_the_images_program_serves_both_models_and_stops_cleanly_on_sigterm(pars
     assert "pytriton: serving" not in output
     marker = f"pytriton-{server.pid}-"
     assert not [name for name in os.listdir("/dev/shm") if name.startswith(marker)]
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}

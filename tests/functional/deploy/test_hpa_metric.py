@@ -135,4 +135,4 @@ def test_queue_to_compute_ratio_rises_under_load_and_falls_back():
         assert heavy > 1.0 and heavy > 4 * light, figures
         assert compute_s > 1.0, f"the model was not busy during the heavy phase: {figures}"
         assert after == 0.0, figures
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}

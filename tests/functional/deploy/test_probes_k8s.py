@@ -116,4 +116,4 @@ def test_chart_probes_answer_the_truth_during_load_serving_and_healing():
             answer = client.infer_sample(seconds=np.array([0.0], dtype=np.float32))
         assert answer["seconds"].tolist() == [0.0]
         print(f"readiness false within 2 s, healed after {healed_after_s:.1f} s (warm-up {WARMUP_S} s included)")
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}

@@ -83,7 +83,7 @@ def test_hung_call_times_out_the_instance_keeps_serving_and_stop_leaves_nothing_
         triton.stop()  # with the first abandoned thread still stuck in the callable
         assert time.monotonic() - started < 15
         assert model.threads[0].is_alive()
-        assert our_leftovers() == {"processes": [], "segments": []}
+        assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
     finally:
         model.forever.set()
         triton.stop()

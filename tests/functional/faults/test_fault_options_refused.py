@@ -29,4 +29,4 @@ def test_async_callable_refuses_fault_options_at_bind(options, named):
         message = str(info.value)
         assert "model 'AsyncEcho'" in message and f"ModelConfig({named})" in message and "async" in message
         triton.bind("AsyncEcho", _echo, **io)  # the refused bind left no half-bound model behind
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}

@@ -77,7 +77,7 @@ def served():
         triton.bind("Plain", plain, config=ModelConfig(max_batch_size=32, batcher=gather), **io)
         triton.run()
         yield grpc_url(config), isolating, plain
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
 
 
 def test_with_isolation_only_the_poison_request_fails(served):

@@ -115,7 +115,7 @@ def test_run_users_see_is_alive_false_and_a_clear_error_on_the_next_call():
         assert caught.value.log_tail
         # Triton's own handler names the signal; the message quotes it apart from the tail.
         assert "Why, in its words:\nSignal (11) received." in str(caught.value)
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
 
 
 def test_serve_raises_when_it_sees_the_crash_before_the_watcher_does():
@@ -145,7 +145,7 @@ def test_serve_raises_when_it_sees_the_crash_before_the_watcher_does():
             triton.serve(monitoring_period_s=0.01)  # it, not the supervisor, sees the death first
         assert time.monotonic() - started < 60
         killer.join()
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
 
 
 def _infer(base: str, seconds: float, outcome: dict, key: str) -> None:

@@ -102,7 +102,7 @@ def test_killed_stub_turns_readiness_false_fails_in_flight_request_and_is_healed
 
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("Sleep_0_" in m and "SIGKILL" in m and "restart 1" in m for m in warnings), warnings
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
 
 
 TRITON_ABORT = "boost::interprocess::lock_exception"
@@ -132,7 +132,7 @@ def _spend_the_restart_budget() -> dict:
         assert not thread.is_alive(), "serve() did not return after the restart budget was spent"
         raised["alive"] = triton.is_alive()
         raised["live"] = http_status(f"{base}/v2/health/live")
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
     return raised
 
 
@@ -220,4 +220,4 @@ def test_a_relayed_request_on_a_dying_stub_leaves_a_raw_tritonclient_waiting_and
         with ModelClient(base, "AsyncSleep", inference_timeout_s=10) as client:
             result = client.infer_sample(seconds=np.array([0.01], dtype=np.float32))
         np.testing.assert_allclose(result["seconds"], [0.02])
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}

@@ -80,7 +80,7 @@ def test_the_front_runs_in_a_process_of_its_own_that_stop_ends(caplog):
     said = [r.getMessage() for r in caplog.records if r.name == "pytriton.openai"]
     assert f"the OpenAI-compatible API's process (pid {front.pid}) exited with code 0 after its close" in said, said
     assert not [line for line in said if "starting it again" in line]
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
 
 
 def test_a_killed_front_is_started_again_and_the_log_says_so(caplog):
@@ -124,7 +124,7 @@ def test_a_killed_front_is_started_again_and_the_log_says_so(caplog):
         assert triton.is_alive()
     finally:
         triton.stop()
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
 
 
 def test_a_front_that_keeps_dying_stops_the_server(monkeypatch):
@@ -144,7 +144,7 @@ def test_a_front_that_keeps_dying_stops_the_server(monkeypatch):
             triton.bind_chat(model_name="more-chat", infer_func=chat)
     finally:
         triton.stop()
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
 
 
 SCRIPT = textwrap.dedent("""
@@ -261,4 +261,4 @@ def test_models_of_process_instances_are_served_through_the_front():
         workers = {int(answered.choices[0].message.content), int(streamed), int(embedded[0])}
         front = _front().pid
         assert not workers & {os.getpid(), front}, workers  # answered in the worker processes
-    assert our_leftovers() == {"processes": [], "segments": []}
+    assert our_leftovers() == {"processes": [], "segments": [], "folders": []}
