@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,14 @@ pytestmark = pytest.mark.functional
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
+def _failure(result: subprocess.CompletedProcess) -> str:
+    """What a failed run printed: its output, the servers' error lines (a model's failed load is
+    far above the shutdown lines that end the log) and the end of its standard error."""
+    errors = [line for line in result.stderr.splitlines() if re.match(r"E\d{4} ", line) or "Traceback" in line]
+    return (f"stdout:\n{result.stdout}\nthe servers' error lines:\n" + "\n".join(errors[:40])
+            + f"\nstderr's end:\n{result.stderr[-4000:]}")
+
+
 @pytest.mark.timeout(240)
 def test_quick_bench_writes_its_figures_and_leaves_nothing_behind(tmp_path):
     out = tmp_path / "results.json"
@@ -31,7 +40,7 @@ def test_quick_bench_writes_its_figures_and_leaves_nothing_behind(tmp_path):
         [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=200, check=False,
     )  # fmt: skip
-    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, _failure(result)
 
     results = json.loads(out.read_text())
     assert results["settings"]["quick"] is True
@@ -69,7 +78,7 @@ def test_gpu_path_plumbing_on_the_cpu(tmp_path):
          "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=260, check=False,
     )  # fmt: skip
-    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, _failure(result)
     results = json.loads(out.read_text())
     assert results["gpu"]["device"] == "cpu" and "no GPU" in results["gpu"]["name"]
     checked = results["gpu"]["outputs_check"]
@@ -91,7 +100,7 @@ def test_floor_measures_three_servers_and_leaves_nothing_behind(tmp_path):
         [sys.executable, str(REPO / "bench" / "floor.py"), "--quick", "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=200, check=False,
     )  # fmt: skip
-    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, _failure(result)
     results = json.loads(out.read_text())
     [row] = results["cases"]
     assert (row["case"], row["protocol"]) == ("small_c1", "http")
@@ -119,7 +128,7 @@ def test_continuous_batching_cases_write_their_figures_and_leave_nothing_behind(
          "--no-litserve", "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=200, check=False,
     )  # fmt: skip
-    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, _failure(result)
     results = json.loads(out.read_text())
     assert results["cases"] == [] and "startup" not in results  # perf_analyzer's cases were not asked for
     measured = results["continuous"]
