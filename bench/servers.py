@@ -32,6 +32,8 @@ import psutil
 from children import Child
 from perfanalyzer import BenchError
 
+from pytriton.server.workspace import ShmLease
+
 BENCH_DIR = pathlib.Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 SHM_DIR = "/dev/shm"
@@ -329,9 +331,17 @@ class ReferenceServer(Server):
         super().__init__(log_dir, torch_device)
         self.loop_count = loop_count
         self.prefix = f"pytriton-{os.getpid()}-bench{secrets.token_hex(4)}"
-        self.workspace = pathlib.Path(tempfile.mkdtemp(prefix=f"{self.prefix}-"))
-        self.root, self.stub, self.stub_python = _server_tree()
-        self._write_repository()
+        # Its names are pytriton's, so a pytriton start on this host (in another PID namespace too,
+        # where this pid looks dead) judges them by this lease, held until `stop` removed them.
+        self.lease = ShmLease(self.prefix)
+        try:
+            self.workspace = pathlib.Path(tempfile.mkdtemp(prefix=f"{self.prefix}-"))
+            self.root, self.stub, self.stub_python = _server_tree()
+            self._write_repository()
+        except BaseException:
+            _remove_named(self.prefix)
+            self.lease.release()
+            raise
 
     def _write_repository(self) -> None:
         write_reference_repository(self.workspace / "models", self.loop_count, self.torch_device)
@@ -390,6 +400,7 @@ class ReferenceServer(Server):
                 self.child.stop(polite=signal.SIGINT, timeout_s=20)
         finally:
             _remove_named(self.prefix)
+            self.lease.release()
 
 
 class OursServer(Server):

@@ -6,8 +6,11 @@ start can sweep what a killed one left. Whether the owner still lives is told by
 owner holds an exclusive ``flock`` on ``/dev/shm/<prefix>-lock`` from before it creates anything
 until it removed everything else, and the kernel drops the lock however the process ends. Pids
 cannot tell: in a container the owner is PID 1, which always exists, and two containers of one
-pod sharing ``/dev/shm`` do not see each other's pids. Names without a lease (from older
-versions) are judged by their pid, as before.
+pod sharing ``/dev/shm`` do not see each other's pids. A temporary workspace folder holds a lease
+of its own, ``<folder>/.lease``, for its whole life: a server whose ``/dev/shm`` is private (a
+tmpfs of its own) but whose folder is on a ``/tmp`` others see would otherwise be judged by its
+pid alone, and from another PID namespace every pid looks dead. Names without any lease (from
+older versions, or a folder made a moment ago) are judged by their pid, as before.
 
 `SharedWorkspace` is the same idea for a tritonserver that something else started: several
 binding processes share its model repository, each with a session of its own in the folder.
@@ -43,23 +46,48 @@ _MAX_SOCKET_DIR = 80
 LEASE_SUFFIX = "-lock"
 
 
+FOLDER_LEASE = ".lease"
+
+
 class ShmLease(LockedLease):
     """The lease that tells other processes the owner of prefix `prefix` is alive (see module doc)."""
 
     def __init__(self, prefix: str) -> None:
         self.path = os.path.join(SHM_DIR, f"{prefix}{LEASE_SUFFIX}")
-        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        self._fd = fd
+        self._fd = _locked_new_file(self.path)
 
 
-def _lease_state(server_id: str) -> Optional[int]:
+class FolderLease(LockedLease):
+    """The lease of a temporary workspace folder, a file inside it (see module doc)."""
+
+    def __init__(self, folder: pathlib.Path) -> None:
+        self.path = str(folder / FOLDER_LEASE)
+        self._fd = _locked_new_file(self.path)
+
+
+def _locked_new_file(path: str) -> int:
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def _lease_state(server_id: str, tmp: Optional[pathlib.Path] = None) -> Optional[int]:
     """For a prefix with a lease: a descriptor holding its lock when the owner is dead, -1 while it
-    lives; None when the prefix has no lease (judge it by its pid)."""
-    path = os.path.join(SHM_DIR, f"{server_id}{LEASE_SUFFIX}")
+    lives; None when the prefix has no lease (judge it by its pid). The lease in /dev/shm first,
+    then that of its temporary folders under `tmp`."""
+    state = _lock_state(os.path.join(SHM_DIR, f"{server_id}{LEASE_SUFFIX}"))
+    if state is None and tmp is not None:
+        for folder in tmp.glob(f"{server_id}-*"):
+            state = _lock_state(str(folder / FOLDER_LEASE))
+            if state is not None:
+                break
+    return state
+
+
+def _lock_state(path: str) -> Optional[int]:
     try:
         fd = os.open(path, os.O_RDWR)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except PermissionError:  # another user's server: not ours to judge
         return -1
@@ -90,8 +118,10 @@ class Workspace:
     def __init__(self, path: Optional[pathlib.Path] = None) -> None:
         self.server_id = f"{PREFIX}-{os.getpid()}-{secrets.token_hex(4)}"
         self._lease: Optional[ShmLease] = None
+        self._folder_lease: Optional[FolderLease] = None
         if path is None:
             self.path = pathlib.Path(tempfile.mkdtemp(prefix=f"{self.server_id}-"))
+            self._folder_lease = FolderLease(self.path)
             self._owned = True
         else:
             self.path = pathlib.Path(path).expanduser().resolve()
@@ -160,6 +190,9 @@ class Workspace:
         else:
             for folder in (self.model_repository, self.sockets, self.backends):
                 shutil.rmtree(folder, ignore_errors=True)
+        if self._folder_lease is not None:
+            self._folder_lease.release()
+            self._folder_lease = None
         if self._lease is not None:
             self._lease.release()
             self._lease = None
@@ -206,7 +239,7 @@ def sweep_stale(tmp_dir: Optional[str] = None) -> List[str]:
             if pid is None or server_id in judged:
                 continue
             judged.add(server_id)
-            lease = _lease_state(server_id)
+            lease = _lease_state(server_id, tmp)
             if lease is None:
                 if not psutil.pid_exists(pid):
                     dead_ids.add(server_id)

@@ -147,3 +147,34 @@ def test_the_script_serves_as_an_unprivileged_user_with_only_tmpdir_writable(tmp
     assert list(writable.iterdir()) == [], "the workspace in TMPDIR was left behind"
     prefix = f"pytriton-{script.info['pid']}-"
     assert not [name for name in os.listdir("/dev/shm") if name.startswith(prefix)]
+
+
+PRIVATE_SHM = ("unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=256m tmpfs /dev/shm && exec "$0" "$@"')
+"""A container with a /dev/shm of its own and the host's /tmp (a shared volume)."""
+
+
+@pytest.mark.skipif(not (_root_can(*PID_1) and _root_can(*PRIVATE_SHM)),
+                    reason="needs root and unshare for a PID namespace and a private /dev/shm")
+def test_a_start_in_another_pid_namespace_leaves_a_live_server_with_a_private_shm_alone():
+    """Two containers sharing /tmp but not /dev/shm: the second, in a PID namespace of its own where
+    the first's pid does not exist, starts pytriton, which sweeps what dead servers left. The first
+    server's lease in /dev/shm is out of its sight; its folder's lease tells it the server lives."""
+    script = ServingScript(wrapper=PRIVATE_SHM)
+    try:
+        prefix = f"pytriton-{script.info['pid']}-"
+        folders = lambda: [name for name in os.listdir("/tmp") if name.startswith(prefix)]  # noqa: E731
+        assert len(folders()) == 1, folders()
+        sweep = subprocess.run([*PID_1, sys.executable, "-c",
+                                "from pytriton.server.workspace import sweep_stale; print(sweep_stale('/tmp'))"],
+                               capture_output=True, text=True, timeout=60)
+        assert sweep.returncode == 0, sweep.stderr[-2000:]
+        assert prefix not in sweep.stdout, sweep.stdout
+        assert len(folders()) == 1, folders()
+        assert _ask(script.base, 0.0) == 0.0
+        script.root().send_signal(signal.SIGTERM)
+        returncode, err = script.finish(timeout_s=30)
+    finally:
+        if script.process.poll() is None:
+            script.kill()
+    assert returncode == 0, err[-2000:]
+    assert folders() == []

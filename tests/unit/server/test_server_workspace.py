@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pathlib
 import re
@@ -267,6 +268,59 @@ def test_sweep_judges_pid_1_names_by_their_lease_not_their_pid(tmp_path):
         holder.stdin.close()
         holder.wait(5)
         remove_segments(live_id)
+
+
+def _folder_lease_holder(folder: pathlib.Path) -> subprocess.Popen:
+    """Another process holding the lease of a workspace folder, as a live server would."""
+    code = (
+        "import fcntl, os, sys\n"
+        f"fd = os.open({str(folder / '.lease')!r}, os.O_CREAT | os.O_RDWR, 0o600)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_sweep_judges_a_folder_without_a_visible_shm_lease_by_the_folders_own_lease(tmp_path):
+    # A server with a private /dev/shm seen from another PID namespace: no lease in our /dev/shm,
+    # and its pid looks dead. The lease in its folder tells whether it lives.
+    live_id, dead_id = f"pytriton-{_dead_pid()}-a11ce000", f"pytriton-{_dead_pid()}-deadbeef"
+    live_folder, dead_folder = tmp_path / f"{live_id}-abc", tmp_path / f"{dead_id}-abc"
+    for folder in (live_folder, dead_folder):
+        (folder / "models").mkdir(parents=True)
+    (dead_folder / ".lease").write_text("")  # a lease nobody holds: its owner died
+    holder = _folder_lease_holder(live_folder)
+    try:
+        removed = sweep_stale(str(tmp_path))
+        assert (live_folder / "models").is_dir(), "a live server's folder (its lease held) was removed"
+        assert not any(live_id in name for name in removed)
+        assert str(dead_folder) in removed and not dead_folder.exists()
+    finally:
+        holder.stdin.close()
+        holder.wait(5)
+    assert str(live_folder) in sweep_stale(str(tmp_path))  # its owner gone, the lease is free
+
+
+def test_a_temporary_workspace_holds_its_folders_lease_from_the_start_and_a_users_folder_gets_none(short_dir):
+    workspace = Workspace()
+    try:
+        fd = os.open(workspace.path / ".lease", os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):  # held: a sweep elsewhere takes the folder for a live one
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+    finally:
+        workspace.cleanup()
+    assert not workspace.path.exists()
+    users = Workspace(short_dir)  # never swept: it does not carry a server's name
+    try:
+        assert not (short_dir / ".lease").exists()
+    finally:
+        users.cleanup()
 
 
 def test_load_copies_of_pytritons_own_models_are_swept_once_old_and_nothing_else(tmp_path):
