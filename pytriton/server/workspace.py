@@ -44,8 +44,6 @@ _MAX_SOCKET_DIR = 80
 
 
 LEASE_SUFFIX = "-lock"
-
-
 FOLDER_LEASE = ".lease"
 
 
@@ -71,12 +69,12 @@ def _locked_new_file(path: str) -> int:
     return fd
 
 
-def _lease_state(server_id: str, tmp: Optional[pathlib.Path] = None) -> Optional[int]:
+def _lease_state(server_id: str, tmp: pathlib.Path) -> Optional[int]:
     """For a prefix with a lease: a descriptor holding its lock when the owner is dead, -1 while it
     lives; None when the prefix has no lease (judge it by its pid). The lease in /dev/shm first,
     then that of its temporary folders under `tmp`."""
     state = _lock_state(os.path.join(SHM_DIR, f"{server_id}{LEASE_SUFFIX}"))
-    if state is None and tmp is not None:
+    if state is None:
         for folder in tmp.glob(f"{server_id}-*"):
             state = _lock_state(str(folder / FOLDER_LEASE))
             if state is not None:

@@ -16,9 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pathlib
-import shutil
 import signal
-import tempfile
 import threading
 import time
 from typing import Callable, List, Optional
@@ -425,24 +423,15 @@ def server_ready(config) -> bool:
     return http_status(f"{http_url(config)}/v2/health/ready") == 200 and grpc_ready
 
 
-@pytest.fixture
-def short_tmp():
-    """A folder with a short path for a workspace: pytest's `tmp_path` under a parallel run
-    (`popen-gw0/...`) makes the workspace's sockets folder longer than Unix sockets allow."""
-    folder = pathlib.Path(tempfile.mkdtemp(prefix="pt-"))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
-
-
 @pytest.mark.parametrize("backend", ["pytriton", "python"])
-def test_a_joining_version_that_fails_to_load_leaves_the_server_ready(short_tmp, monkeypatch, backend):
+def test_a_joining_version_that_fails_to_load_leaves_the_server_ready(short_dir, monkeypatch, backend):
     """Triton 2.51 keeps a failed load's record, and a strict server reports not ready while any
     version's record is a failure; the versions that serve serve on, and the server says ready again
     once the bind that failed returns (pytriton clears the record: `pytriton.facade.versions`)."""
     broken = answer_with(2)
     refusing(monkeypatch, broken)
     config = server_config(**({"model_backend": "python"} if backend == "python" else {}))
-    with Triton(config=config, workspace=short_tmp / "ws") as triton:
+    with Triton(config=config, workspace=short_dir / "ws") as triton:
         triton.run()
         triton.bind("Steady", answer_with(1), model_version=1, **TENSORS)
         assert wait_until(lambda: server_ready(config), 30)
@@ -463,8 +452,8 @@ def test_a_joining_version_that_fails_to_load_leaves_the_server_ready(short_tmp,
         assert not load.errors, load.errors[:3]
         assert set(load.answers) == {1}, sorted(set(load.answers))  # version 1's callable answered every request
         assert not serves(http_url(config), "Steady", 2)
-        assert sorted(p.name for p in (short_tmp / "ws" / "models" / "Steady").iterdir()) == ["1", "config.pbtxt"]
-        names = [p.name for p in (short_tmp / "ws" / "sockets").iterdir()]
+        assert sorted(p.name for p in (short_dir / "ws" / "models" / "Steady").iterdir()) == ["1", "config.pbtxt"]
+        names = [p.name for p in (short_dir / "ws" / "sockets").iterdir()]
         assert [name for name in names if name.startswith(socket_prefix("Steady", 2))] == []
         print(f"\n{backend}: the failed bind of version 2 took {failed_bind_s:.2f} s; {during} answers meanwhile")
         triton.bind("Steady", answer_with(2), model_version=2, **TENSORS)  # the version binds once it can load
@@ -473,13 +462,13 @@ def test_a_joining_version_that_fails_to_load_leaves_the_server_ready(short_tmp,
         assert server_ready(config)
 
 
-def test_a_joining_version_that_fails_to_load_through_remote_triton_leaves_the_server_ready(short_tmp, monkeypatch):
+def test_a_joining_version_that_fails_to_load_through_remote_triton_leaves_the_server_ready(short_dir, monkeypatch):
     """The same through a `RemoteTriton` (its models sent with their files): the server it binds to,
     another process's, reports ready again once the failed bind returns."""
     broken = answer_with(2)
     refusing(monkeypatch, broken)
     config = server_config()
-    with Triton(config=config, workspace=short_tmp / "ws") as triton:
+    with Triton(config=config, workspace=short_dir / "ws") as triton:
         triton.run()
         url = http_url(config)
         with RemoteTriton(url, access_token=triton.get_access_token()) as remote:

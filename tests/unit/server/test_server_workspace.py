@@ -6,7 +6,6 @@ import fcntl
 import os
 import pathlib
 import re
-import shutil
 import stat
 import subprocess
 import sys
@@ -22,14 +21,6 @@ from pytriton.server.workspace import Workspace, remove_segments, sweep_stale
 
 def _mode(path: pathlib.Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
-
-
-@pytest.fixture
-def short_dir():
-    """A folder with a short path (Unix socket paths are limited), removed after the test."""
-    path = pathlib.Path(tempfile.mkdtemp(prefix="ptws-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _shm(name: str) -> str:
@@ -235,11 +226,11 @@ def test_a_server_holds_a_lease_until_everything_else_is_gone():
     assert not [name for name in os.listdir(SHM_DIR) if name.startswith(workspace.server_id)]
 
 
-def _lease_holder(server_id: str) -> subprocess.Popen:
-    """Another process holding the lease of `server_id` (as a live server in another container would)."""
+def _lease_holder(path: str) -> subprocess.Popen:
+    """Another process holding the lease file `path` (as a live server in another container would)."""
     code = (
         "import fcntl, os, sys\n"
-        f"fd = os.open({os.path.join(SHM_DIR, server_id + '-lock')!r}, os.O_CREAT | os.O_RDWR, 0o600)\n"
+        f"fd = os.open({path!r}, os.O_CREAT | os.O_RDWR, 0o600)\n"
         "fcntl.flock(fd, fcntl.LOCK_EX)\n"
         "print('held', flush=True)\n"
         "sys.stdin.read()\n"
@@ -255,7 +246,7 @@ def test_sweep_judges_pid_1_names_by_their_lease_not_their_pid(tmp_path):
     _shm(f"{dead_id}-lock")  # a lease file nobody holds: its owner died
     dead_segment = _shm(f"{dead_id}-m0-0-in-1")
     (tmp_path / f"{dead_id}-xyz").mkdir()
-    holder = _lease_holder(live_id)
+    holder = _lease_holder(os.path.join(SHM_DIR, f"{live_id}-lock"))
     live_segment = _shm(f"{live_id}-m0-0-in-1")
     try:
         removed = sweep_stale(str(tmp_path))
@@ -270,20 +261,6 @@ def test_sweep_judges_pid_1_names_by_their_lease_not_their_pid(tmp_path):
         remove_segments(live_id)
 
 
-def _folder_lease_holder(folder: pathlib.Path) -> subprocess.Popen:
-    """Another process holding the lease of a workspace folder, as a live server would."""
-    code = (
-        "import fcntl, os, sys\n"
-        f"fd = os.open({str(folder / '.lease')!r}, os.O_CREAT | os.O_RDWR, 0o600)\n"
-        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
-        "print('held', flush=True)\n"
-        "sys.stdin.read()\n"
-    )
-    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert holder.stdout.readline().strip() == "held"
-    return holder
-
-
 def test_sweep_judges_a_folder_without_a_visible_shm_lease_by_the_folders_own_lease(tmp_path):
     # A server with a private /dev/shm seen from another PID namespace: no lease in our /dev/shm,
     # and its pid looks dead. The lease in its folder tells whether it lives.
@@ -292,7 +269,7 @@ def test_sweep_judges_a_folder_without_a_visible_shm_lease_by_the_folders_own_le
     for folder in (live_folder, dead_folder):
         (folder / "models").mkdir(parents=True)
     (dead_folder / ".lease").write_text("")  # a lease nobody holds: its owner died
-    holder = _folder_lease_holder(live_folder)
+    holder = _lease_holder(str(live_folder / ".lease"))
     try:
         removed = sweep_stale(str(tmp_path))
         assert (live_folder / "models").is_dir(), "a live server's folder (its lease held) was removed"
